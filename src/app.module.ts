@@ -1,0 +1,36 @@
+import { type DynamicModule, Module } from '@nestjs/common';
+import { APP_FILTER } from '@nestjs/core';
+import type { Logger } from 'pino';
+import { CallerAuthModule } from './caller-auth/caller-auth.module';
+import { ConfigModule } from './config/config.module';
+import type { BrokerConfig } from './config/config.schema';
+import { HealthModule } from './health/health.module';
+import { ProblemFilter } from './http/problem.filter';
+import { LoggingModule } from './logging/logging.module';
+import { MetricsModule } from './metrics/metrics.module';
+import { ProviderModule } from './provider/provider.module';
+import { RedisModule } from './redis/redis.module';
+import { SecretsModule } from './secrets/secrets.module';
+import { TokenModule } from './token/token.module';
+
+/** The broker: adapters (config, logging, secrets, provider, redis) and features. */
+@Module({})
+export class AppModule {
+  static forRoot(config: BrokerConfig, logger: Logger): DynamicModule {
+    return {
+      module: AppModule,
+      imports: [
+        ConfigModule.forRoot(config),
+        LoggingModule.forRoot(logger),
+        MetricsModule,
+        SecretsModule,
+        ProviderModule,
+        RedisModule,
+        CallerAuthModule,
+        TokenModule,
+        HealthModule,
+      ],
+      providers: [{ provide: APP_FILTER, useClass: ProblemFilter }],
+    };
+  }
+}

@@ -1,0 +1,18 @@
+/** An authenticated caller (a merchant service) and the clients it may use. */
+export interface Caller {
+  /** Stable name for logs and audit: an API key's name or a service account subject. */
+  readonly name: string;
+  /** Client ids this caller may use; `'*'` allows every configured client. */
+  readonly clients: ReadonlySet<string> | '*';
+}
+
+/**
+ * Authenticates a request's `Authorization` header. Returns synchronously when the answer is
+ * cached (the `GET /token` hot path must not allocate a promise per request), a promise when it
+ * has to verify. Throws/rejects with a `CallerAuthException`.
+ */
+export interface CallerAuthenticator {
+  authenticate(authorization: string | undefined): Caller | Promise<Caller>;
+}
+
+export const CALLER_AUTHENTICATOR = 'TOKEN_BROKER:CALLER_AUTHENTICATOR';

@@ -1,0 +1,157 @@
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import type { ZodError } from 'zod';
+import { ConfigErrorCode, ConfigException } from './config.exception';
+import { type BrokerConfig, brokerConfigSchema } from './config.schema';
+
+type Path = readonly (string | number)[];
+
+/**
+ * Environment variables and where each lands in the config. The first block is the contract
+ * from DESIGN.md; the rest are operational knobs with the same precedence (env over file).
+ */
+export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
+  { env: 'PORT', path: ['http', 'port'] },
+  { env: 'REDIS_URL', path: ['redis', 'url'] },
+  { env: 'TOKEN_REFRESH_AHEAD_SECONDS', path: ['token', 'refreshAheadSeconds'] },
+  { env: 'TOKEN_DEFAULT_LIFETIME_SECONDS', path: ['token', 'defaultLifetimeSeconds'] },
+  { env: 'HOST', path: ['http', 'host'] },
+  { env: 'SHUTDOWN_GRACE_MS', path: ['http', 'shutdownGraceMs'] },
+  { env: 'LOG_LEVEL', path: ['log', 'level'] },
+  { env: 'REDIS_COMMAND_TIMEOUT_MS', path: ['redis', 'commandTimeoutMs'] },
+  { env: 'REDIS_PING_INTERVAL_MS', path: ['redis', 'pingIntervalMs'] },
+  { env: 'TOKEN_WAIT_TIMEOUT_MS', path: ['token', 'waitTimeoutMs'] },
+  { env: 'TOKEN_LOCK_TTL_MS', path: ['token', 'lockTtlMs'] },
+  { env: 'TOKEN_BACKOFF_BASE_MS', path: ['token', 'backoffBaseMs'] },
+  { env: 'TOKEN_BACKOFF_MAX_MS', path: ['token', 'backoffMaxMs'] },
+  { env: 'CREDENTIALS_RELOAD_SECONDS', path: ['token', 'credentialsReloadSeconds'] },
+  { env: 'PROVIDER_CONNECT_TIMEOUT_MS', path: ['provider', 'connectTimeoutMs'] },
+  { env: 'PROVIDER_RESPONSE_TIMEOUT_MS', path: ['provider', 'responseTimeoutMs'] },
+];
+
+/** The single-client variables; they build `clients[0]` when the file defines no clients. */
+const CLIENT_ENV: ReadonlyArray<{ env: string; path: Path }> = [
+  { env: 'CLIENT_ID', path: ['id'] },
+  { env: 'PROVIDER_AUTH_URL', path: ['authUrl'] },
+  { env: 'PROVIDER_BASE_URL', path: ['baseUrl'] },
+  { env: 'PROVIDER_ORDERS_PATH', path: ['ordersPath'] },
+  { env: 'CREDENTIALS_SECRET_ID', path: ['credentials', 'secretId'] },
+  { env: 'CREDENTIALS_FILE', path: ['credentials', 'file'] },
+];
+
+/** The client id used when only environment variables configure the broker. */
+export const DEFAULT_CLIENT_ID = 'default';
+
+/**
+ * Reads and validates the configuration once. Throws {@link ConfigException} naming every
+ * bad setting (by environment variable or by file path), never echoing a value.
+ */
+export function loadConfig(env: Readonly<Record<string, string | undefined>>): BrokerConfig {
+  const fileName = nonEmpty(env.BROKER_CONFIG_FILE);
+  const raw: Record<string, unknown> = fileName ? readConfigFile(fileName) : {};
+  /** Maps a dotted path to the env var that supplied it, to name it in errors. */
+  const origins = new Map<string, string>();
+
+  for (const { env: name, path } of ENV_SETTINGS) {
+    const value = nonEmpty(env[name]);
+    if (value === undefined) continue;
+    setPath(raw, path, value);
+    origins.set(path.join('.'), name);
+  }
+
+  const clientEnv = CLIENT_ENV.filter(({ env: name }) => nonEmpty(env[name]) !== undefined);
+  if (raw.clients !== undefined) {
+    if (clientEnv.length > 0) {
+      throw new ConfigException(ConfigErrorCode.Invalid, [
+        `${clientEnv.map((c) => c.env).join(', ')}: the config file (BROKER_CONFIG_FILE) already defines clients; configure clients in one place only`,
+      ]);
+    }
+  } else {
+    const client: Record<string, unknown> = { id: DEFAULT_CLIENT_ID, credentials: {} };
+    for (const { env: name, path } of CLIENT_ENV) {
+      const value = nonEmpty(env[name]);
+      if (value !== undefined) setPath(client, path, value);
+      origins.set(['clients', 0, ...path].join('.'), name);
+    }
+    origins.set('clients.0.credentials', 'CREDENTIALS_SECRET_ID or CREDENTIALS_FILE');
+    raw.clients = [client];
+  }
+
+  const result = brokerConfigSchema.safeParse(raw);
+  if (!result.success) {
+    throw new ConfigException(
+      ConfigErrorCode.Invalid,
+      describeIssues(result.error, origins, fileName),
+      { cause: result.error },
+    );
+  }
+  return result.data;
+}
+
+function describeIssues(
+  error: ZodError,
+  origins: Map<string, string>,
+  fileName: string | undefined,
+): string[] {
+  return error.issues.map((issue) => {
+    const key = issue.path.map(String).join('.');
+    const setting =
+      origins.get(key) ??
+      (fileName ? `${fileName}: ${formatPath(issue.path)}` : formatPath(issue.path));
+    // Only the message: zod's issue also carries the offending input, which may be a secret.
+    const message =
+      issue.code === 'invalid_type' && issue.input === undefined ? 'required' : issue.message;
+    return `${setting}: ${message}`;
+  });
+}
+
+function formatPath(path: readonly PropertyKey[]): string {
+  return path
+    .map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i === 0 ? '' : '.'}${String(p)}`))
+    .join('');
+}
+
+function readConfigFile(fileName: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(fileName, 'utf8');
+  } catch (cause) {
+    const reason = (cause as NodeJS.ErrnoException).code ?? 'unreadable';
+    throw new ConfigException(
+      ConfigErrorCode.FileUnreadable,
+      [`BROKER_CONFIG_FILE: cannot read the file (${reason}); check the path and permissions`],
+      { cause },
+    );
+  }
+  let parsed: unknown;
+  try {
+    // YAML is a superset of JSON, so one parser reads both formats.
+    parsed = parseYaml(text);
+  } catch (cause) {
+    throw new ConfigException(
+      ConfigErrorCode.FileUnparsable,
+      ['BROKER_CONFIG_FILE: not valid YAML or JSON'],
+      { cause },
+    );
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    throw new ConfigException(ConfigErrorCode.FileUnparsable, [
+      'BROKER_CONFIG_FILE: must hold a mapping (an object) at the top level',
+    ]);
+  }
+  return parsed as Record<string, unknown>;
+}
+
+function setPath(target: Record<string, unknown>, path: Path, value: unknown): void {
+  let node: Record<string | number, unknown> = target;
+  path.slice(0, -1).forEach((key) => {
+    const next = node[key];
+    if (next === null || typeof next !== 'object') node[key] = {};
+    node = node[key] as Record<string | number, unknown>;
+  });
+  node[path[path.length - 1]] = value;
+}
+
+function nonEmpty(value: string | undefined): string | undefined {
+  return value === undefined || value.trim() === '' ? undefined : value;
+}

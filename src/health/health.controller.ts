@@ -1,0 +1,59 @@
+import { Controller, Get } from '@nestjs/common';
+import { HealthCheck, HealthCheckService, HealthIndicatorService } from '@nestjs/terminus';
+import { TokenService } from '../token/token.service';
+
+/**
+ * Liveness and readiness. Neither requires caller authentication.
+ *
+ * Ready means: every client's credentials load and the provider has granted a token since
+ * start-up. A later provider outage does not make the replica unready: callers must keep
+ * reaching it to get the still-valid token, and after expiry a 503 with `Retry-After` beats a
+ * connection refused. Redis down is `degraded`, still ready.
+ */
+@Controller('health')
+export class HealthController {
+  constructor(
+    private readonly health: HealthCheckService,
+    private readonly indicators: HealthIndicatorService,
+    private readonly tokens: TokenService,
+  ) {}
+
+  @Get('live')
+  live(): { status: 'ok' } {
+    return { status: 'ok' };
+  }
+
+  @Get('ready')
+  @HealthCheck()
+  ready() {
+    return this.health.check([() => this.tokenIndicator(), () => this.storeIndicator()]);
+  }
+
+  private tokenIndicator() {
+    const session = this.indicators.check('tokens');
+    const clients = this.tokens.status().clients.map((c) => ({
+      client: c.client,
+      hasToken: c.hasToken,
+      expiresAt: c.expiresAt !== undefined ? new Date(c.expiresAt).toISOString() : undefined,
+      refreshing: c.refreshing,
+      error: c.permanentError?.code,
+      detail: c.permanentError?.message ?? c.lastError,
+    }));
+    const failing = this.tokens
+      .status()
+      .clients.filter((c) => c.permanentError !== undefined || !c.everObtained);
+    return failing.length === 0 ? session.up({ clients }) : session.down({ clients });
+  }
+
+  private storeIndicator() {
+    const { store } = this.tokens.status();
+    const session = this.indicators.check('store');
+    if (store.kind === 'memory') return session.up({ kind: 'memory', note: 'single replica only' });
+    return store.healthy
+      ? session.up({ kind: 'redis' })
+      : session.degraded({
+          kind: 'redis',
+          message: 'Redis unreachable: serving from memory, refreshing per replica',
+        });
+  }
+}

@@ -1,0 +1,16 @@
+import type { FastifyReply } from 'fastify';
+import { PROBLEM_CONTENT_TYPE, toProblem } from './problem';
+
+/** Sends `err` as `application/problem+json` on a raw Fastify reply. */
+export function sendProblem(reply: FastifyReply, err: unknown, requestId: string): FastifyReply {
+  const { problem, headers } = toProblem(err, requestId);
+  if (problem.status >= 500 && problem.code === 'internal_error') {
+    reply.log.error({ err }, 'unhandled error');
+  }
+  return reply
+    .code(problem.status)
+    .headers(headers)
+    .header('cache-control', 'no-store')
+    .type(PROBLEM_CONTENT_TYPE)
+    .send(JSON.stringify(problem));
+}

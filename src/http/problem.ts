@@ -1,0 +1,145 @@
+import { HttpException } from '@nestjs/common';
+import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
+import { TokenErrorCode, TokenException } from '../token/token.exception';
+import { RequestErrorCode, RequestException } from './request.exception';
+
+/** Every `code` a problem response can carry. Adding a domain adds its enum here. */
+export type ProblemCode =
+  | TokenErrorCode
+  | CallerAuthErrorCode
+  | RequestErrorCode
+  | 'internal_error';
+
+/** RFC 9457 problem details, plus the broker's stable `code` and the request id. */
+export interface Problem {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: ProblemCode;
+  requestId?: string;
+}
+
+export interface ProblemResponse {
+  problem: Problem;
+  headers: Record<string, string>;
+}
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+function assertUnreachable(x: never): never {
+  throw new Error(`unmapped problem code: ${String(x)}`);
+}
+
+/** The one place codes become HTTP statuses. A new code is a compile error until mapped. */
+export function statusFor(code: ProblemCode): { status: number; title: string } {
+  switch (code) {
+    case RequestErrorCode.InvalidRequest:
+      return { status: 400, title: 'Invalid request' };
+    case TokenErrorCode.ClientRequired:
+      return { status: 400, title: 'Client required' };
+    case CallerAuthErrorCode.Unauthenticated:
+      return { status: 401, title: 'Unauthenticated' };
+    case CallerAuthErrorCode.Forbidden:
+      return { status: 403, title: 'Forbidden' };
+    case RequestErrorCode.NotFound:
+      return { status: 404, title: 'Not found' };
+    case TokenErrorCode.UnknownClient:
+      return { status: 404, title: 'Unknown client' };
+    case RequestErrorCode.MethodNotAllowed:
+      return { status: 405, title: 'Method not allowed' };
+    case RequestErrorCode.PayloadTooLarge:
+      return { status: 413, title: 'Payload too large' };
+    case RequestErrorCode.UnsupportedMediaType:
+      return { status: 415, title: 'Unsupported media type' };
+    case 'internal_error':
+      return { status: 500, title: 'Internal error' };
+    case TokenErrorCode.Unavailable:
+      return { status: 503, title: 'Token unavailable' };
+    case TokenErrorCode.CredentialsRejected:
+      return { status: 503, title: 'Provider credentials rejected' };
+    case TokenErrorCode.CredentialsUnavailable:
+      return { status: 503, title: 'Provider credentials unavailable' };
+    case TokenErrorCode.ShuttingDown:
+      return { status: 503, title: 'Shutting down' };
+    default:
+      return assertUnreachable(code);
+  }
+}
+
+/**
+ * Turns any thrown value into a problem response. Known exceptions keep their message (written
+ * to be safe and actionable); anything else becomes a generic 500 that echoes nothing, since an
+ * unknown error's text may quote an upstream body or a secret.
+ */
+export function toProblem(err: unknown, requestId?: string): ProblemResponse {
+  const headers: Record<string, string> = {};
+  let code: ProblemCode;
+  let detail: string;
+  if (
+    err instanceof TokenException ||
+    err instanceof CallerAuthException ||
+    err instanceof RequestException
+  ) {
+    code = err.code;
+    detail = err.message;
+    if (err instanceof TokenException && statusFor(code).status === 503) {
+      headers['retry-after'] = String(err.retryAfterSeconds ?? 1);
+    }
+    if (err instanceof CallerAuthException && code === CallerAuthErrorCode.Unauthenticated) {
+      headers['www-authenticate'] = 'Bearer realm="token-broker"';
+    }
+  } else if (err instanceof HttpException || isFastifyError(err)) {
+    ({ code, detail } = fromHttpStatus(err));
+  } else {
+    code = 'internal_error';
+    detail = `unexpected error; quote request id ${requestId ?? '(none)'} when reporting it`;
+  }
+  const { status, title } = statusFor(code);
+  return {
+    problem: { type: `urn:token-broker:problem:${code}`, title, status, detail, code, requestId },
+    headers,
+  };
+}
+
+function isFastifyError(
+  err: unknown,
+): err is { statusCode: number; code?: string; message: string } {
+  return (
+    typeof err === 'object' &&
+    err !== null &&
+    typeof (err as { statusCode?: unknown }).statusCode === 'number' &&
+    typeof (err as { code?: unknown }).code === 'string' &&
+    String((err as { code: string }).code).startsWith('FST_')
+  );
+}
+
+/** Framework errors (Nest's HttpException, Fastify's FST_*) by status, with our own wording. */
+function fromHttpStatus(err: HttpException | { statusCode: number }): {
+  code: ProblemCode;
+  detail: string;
+} {
+  const status = err instanceof HttpException ? err.getStatus() : err.statusCode;
+  switch (status) {
+    case 400:
+      return { code: RequestErrorCode.InvalidRequest, detail: 'the request is malformed' };
+    case 404:
+      return {
+        code: RequestErrorCode.NotFound,
+        detail: 'no such route; see the README for the API',
+      };
+    case 405:
+      return {
+        code: RequestErrorCode.MethodNotAllowed,
+        detail: 'method not allowed on this route',
+      };
+    case 413:
+      return { code: RequestErrorCode.PayloadTooLarge, detail: 'the request body is too large' };
+    case 415:
+      return { code: RequestErrorCode.UnsupportedMediaType, detail: 'send application/json' };
+    default:
+      return status >= 400 && status < 500
+        ? { code: RequestErrorCode.InvalidRequest, detail: 'the request was refused' }
+        : { code: 'internal_error', detail: 'unexpected error' };
+  }
+}

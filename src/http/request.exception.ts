@@ -1,0 +1,19 @@
+/** Problems with the request itself, found before any domain logic runs. */
+export enum RequestErrorCode {
+  InvalidRequest = 'invalid_request',
+  NotFound = 'not_found',
+  MethodNotAllowed = 'method_not_allowed',
+  UnsupportedMediaType = 'unsupported_media_type',
+  PayloadTooLarge = 'payload_too_large',
+}
+
+export class RequestException extends Error {
+  constructor(
+    readonly code: RequestErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'RequestException';
+  }
+}

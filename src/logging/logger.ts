@@ -1,0 +1,65 @@
+import { type LoggerService } from '@nestjs/common';
+import pino, { type DestinationStream, type Logger } from 'pino';
+
+/** Injection token for the root pino logger. */
+export const LOGGER = 'TOKEN_BROKER:LOGGER';
+
+/**
+ * Paths redacted wherever they appear in a log object. Tokens and secrets are never logged on
+ * purpose; this is the net for the day someone logs a whole request, header set or error.
+ */
+export const REDACT_PATHS = [
+  'req.headers.authorization',
+  'req.headers.cookie',
+  'req.headers["x-api-key"]',
+  'headers.authorization',
+  'headers.cookie',
+  'authorization',
+  'accessToken',
+  'access_token',
+  'token',
+  'clientSecret',
+  'client_secret',
+  'secret',
+  'apiKey',
+  'key',
+  '*.accessToken',
+  '*.access_token',
+  '*.clientSecret',
+  '*.client_secret',
+  '*.authorization',
+];
+
+/** JSON logs on stdout (or `destination`), with redaction and ISO timestamps. */
+export function createLogger(level: string, destination?: DestinationStream): Logger {
+  return pino(
+    {
+      level,
+      base: { service: 'token-broker' },
+      timestamp: pino.stdTimeFunctions.isoTime,
+      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+      formatters: { level: (label) => ({ level: label }) },
+    },
+    destination,
+  );
+}
+
+/** Routes Nest's own log calls (bootstrap, DI errors) into the same pino logger. */
+export class PinoNestLogger implements LoggerService {
+  constructor(private readonly logger: Logger) {}
+  log(message: unknown, context?: string): void {
+    this.logger.info({ context }, String(message));
+  }
+  error(message: unknown, trace?: string, context?: string): void {
+    this.logger.error({ context, trace }, String(message));
+  }
+  warn(message: unknown, context?: string): void {
+    this.logger.warn({ context }, String(message));
+  }
+  debug(message: unknown, context?: string): void {
+    this.logger.debug({ context }, String(message));
+  }
+  verbose(message: unknown, context?: string): void {
+    this.logger.trace({ context }, String(message));
+  }
+}

@@ -1,0 +1,85 @@
+import { Injectable } from '@nestjs/common';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/** Outcome of one refresh attempt, as a bounded label value. */
+export type RefreshResult =
+  | 'fetched'
+  | 'adopted'
+  | 'transient_error'
+  | 'permanent_error'
+  | 'credentials_error';
+
+/** Outcome of one lock attempt. */
+export type LockResult = 'acquired' | 'held_elsewhere' | 'error';
+
+/**
+ * The broker's Prometheus metrics. Label values come only from configuration (client ids)
+ * or from fixed enums, so cardinality is bounded by the deployment, never by callers.
+ */
+@Injectable()
+export class MetricsService {
+  readonly registry = new Registry();
+
+  readonly tokenRemaining = new Gauge({
+    name: 'token_broker_token_remaining_seconds',
+    help: 'Remaining lifetime of the token this replica serves, per client (0 when none).',
+    labelNames: ['client'] as const,
+    registers: [this.registry],
+  });
+  readonly refreshes = new Counter({
+    name: 'token_broker_refresh_total',
+    help: 'Token refresh attempts by result (fetched from the provider, adopted from Redis, or failed).',
+    labelNames: ['client', 'result'] as const,
+    registers: [this.registry],
+  });
+  readonly providerLatency = new Histogram({
+    name: 'token_broker_provider_request_duration_seconds',
+    help: 'Provider request latency by call and HTTP status class.',
+    labelNames: ['call', 'status_class'] as const,
+    buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [this.registry],
+  });
+  readonly lockAttempts = new Counter({
+    name: 'token_broker_lock_attempts_total',
+    help: 'Refresh lock attempts by result.',
+    labelNames: ['client', 'result'] as const,
+    registers: [this.registry],
+  });
+  readonly cacheLookups = new Counter({
+    name: 'token_broker_cache_lookups_total',
+    help: 'Token lookups by layer (l1 memory, l2 Redis) and outcome (hit, miss).',
+    labelNames: ['client', 'layer', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  private degradedSource: () => boolean = () => false;
+  readonly degraded: Gauge = new Gauge({
+    name: 'token_broker_degraded',
+    help: '1 while the shared store (Redis) is unreachable and this replica refreshes on its own.',
+    registers: [this.registry],
+    collect: (): void => this.degraded.set(this.degradedSource() ? 1 : 0),
+  });
+  readonly lastRefreshSuccess = new Gauge({
+    name: 'token_broker_last_refresh_success_timestamp_seconds',
+    help: 'When this replica last obtained a valid token (fetched or adopted), per client.',
+    labelNames: ['client'] as const,
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: 'token_broker_' });
+  }
+
+  /** Where the degraded gauge reads its state at scrape time. */
+  setDegradedSource(source: () => boolean): void {
+    this.degradedSource = source;
+  }
+
+  /** Pre-bound counter for the hot path: no label hashing per request. */
+  l1Hit(client: string): Counter.Internal {
+    return this.cacheLookups.labels(client, 'l1', 'hit');
+  }
+
+  async render(): Promise<string> {
+    return this.registry.metrics();
+  }
+}

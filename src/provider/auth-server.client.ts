@@ -1,0 +1,122 @@
+import type { Dispatcher } from 'undici';
+import type { ClientConfig, ProviderSettings } from '../config/config.schema';
+import type { ClientCredentials } from '../secrets/client-credentials';
+import { ProviderErrorCode, ProviderException } from './provider.exception';
+import { parseRetryAfter, readCapped, translateTransportError } from './provider-http';
+import { type GrantedToken, parseTokenResponse } from './token-response.parser';
+
+/** SPEC.md §1: the token endpoint path below `{auth_url}`. */
+export const TOKEN_PATH = '/api/auth/v1/oauth/token';
+
+/** The provider's token endpoint, as the token service sees it. */
+export interface TokenGrantor {
+  /** Requests a new token for a client. Throws {@link ProviderException}. */
+  requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken>;
+}
+
+/**
+ * Client-credentials grant exactly as SPEC.md §1 has it: `POST` with `grant_type` in the
+ * **query string**, HTTP Basic client authentication and no body. Stock OAuth clients send
+ * the grant in a form body, which this provider does not document, so this is hand-written.
+ */
+export class AuthServerClient implements TokenGrantor {
+  constructor(
+    private readonly dispatcher: Dispatcher,
+    private readonly settings: ProviderSettings,
+    private readonly defaultLifetimeSeconds: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  async requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken> {
+    const what = `token request for client "${client.id}"`;
+    const url = new URL(`${client.authUrl}${TOKEN_PATH}`);
+    url.searchParams.set('grant_type', 'client_credentials');
+    // RFC 6749 §2.3.1: id and secret are form-urlencoded before Basic encoding.
+    const basic = Buffer.from(
+      `${encodeURIComponent(credentials.clientId)}:${encodeURIComponent(credentials.clientSecret)}`,
+    ).toString('base64');
+
+    // Expiry counts from *before* the request: the provider's clock started no earlier.
+    const sentAt = this.now();
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await this.dispatcher.request({
+        origin: url.origin,
+        path: `${url.pathname}${url.search}`,
+        method: 'POST',
+        headers: { authorization: `Basic ${basic}`, accept: 'application/json' },
+        headersTimeout: this.settings.responseTimeoutMs,
+        bodyTimeout: this.settings.responseTimeoutMs,
+      });
+    } catch (cause) {
+      throw translateTransportError(cause, what);
+    }
+
+    let body: string | undefined;
+    try {
+      body = await readCapped(response.body, this.settings.maxTokenResponseBytes);
+    } catch (cause) {
+      throw translateTransportError(cause, what);
+    }
+    const status = response.statusCode;
+    if (body === undefined) {
+      throw new ProviderException(
+        ProviderErrorCode.MalformedResponse,
+        `${what}: the response exceeds ${this.settings.maxTokenResponseBytes} bytes`,
+        { status },
+      );
+    }
+    if (status >= 200 && status < 300) {
+      return parseTokenResponse(body, sentAt, this.defaultLifetimeSeconds);
+    }
+    throw errorForStatus(what, status, body, parseRetryAfter(response.headers['retry-after']));
+  }
+}
+
+function errorForStatus(
+  what: string,
+  status: number,
+  body: string,
+  retryAfterMs: number | undefined,
+): ProviderException {
+  const oauthError = readOAuthError(body);
+  const suffix = oauthError ? ` (error "${oauthError}")` : '';
+  if (status === 401 || oauthError === 'invalid_client') {
+    return new ProviderException(
+      ProviderErrorCode.InvalidClient,
+      `${what}: the provider refused the client credentials (HTTP ${status}${suffix}); check the client id/secret for this merchant and environment`,
+      { status },
+    );
+  }
+  if (status === 429) {
+    return new ProviderException(
+      ProviderErrorCode.RateLimited,
+      `${what}: rate limited by the provider (HTTP 429)`,
+      { status, retryAfterMs },
+    );
+  }
+  if (status >= 500) {
+    return new ProviderException(
+      ProviderErrorCode.ServerError,
+      `${what}: the provider failed (HTTP ${status}${suffix})`,
+      { status, retryAfterMs },
+    );
+  }
+  return new ProviderException(
+    ProviderErrorCode.Rejected,
+    `${what}: the provider rejected the request (HTTP ${status}${suffix})`,
+    { status },
+  );
+}
+
+/** The RFC 6749 §5.2 `error` code, if the body has a plausible one (an identifier, not text). */
+function readOAuthError(body: string): string | undefined {
+  try {
+    const json = JSON.parse(body) as { error?: unknown };
+    return typeof json.error === 'string' && /^[a-z_]{1,64}$/.test(json.error)
+      ? json.error
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,87 @@
+import { Agent, errors as undiciErrors } from 'undici';
+import type { ProviderSettings } from '../config/config.schema';
+import { ProviderErrorCode, ProviderException } from './provider.exception';
+
+/**
+ * The keep-alive connection pool every provider call shares. One pool per origin (undici's
+ * Agent does that), so the token and checkout hosts each keep warm connections and a refresh
+ * never pays a TLS handshake.
+ */
+export function createProviderAgent(settings: ProviderSettings): Agent {
+  return new Agent({
+    connect: { timeout: settings.connectTimeoutMs },
+    headersTimeout: settings.responseTimeoutMs,
+    bodyTimeout: settings.responseTimeoutMs,
+    keepAliveTimeout: 30_000,
+    keepAliveMaxTimeout: 60_000,
+    connections: 64,
+  });
+}
+
+/**
+ * Translates an undici failure into a {@link ProviderException}. `sent` says whether the
+ * request may have reached the provider, which decides whether it is safe to repeat a POST.
+ */
+export function translateTransportError(cause: unknown, what: string): ProviderException {
+  if (cause instanceof ProviderException) return cause;
+  const code = (cause as { code?: string } | undefined)?.code ?? '';
+  if (
+    cause instanceof undiciErrors.ConnectTimeoutError ||
+    ['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH'].includes(code)
+  ) {
+    return new ProviderException(
+      ProviderErrorCode.Unreachable,
+      `${what}: cannot connect to the provider (${code || 'connect timeout'})`,
+      {},
+      { cause },
+    );
+  }
+  if (
+    cause instanceof undiciErrors.HeadersTimeoutError ||
+    cause instanceof undiciErrors.BodyTimeoutError ||
+    (cause instanceof Error && (cause.name === 'TimeoutError' || cause.name === 'AbortError'))
+  ) {
+    return new ProviderException(
+      ProviderErrorCode.Timeout,
+      `${what}: the provider did not answer in time`,
+      {},
+      { cause },
+    );
+  }
+  return new ProviderException(
+    ProviderErrorCode.Unreachable,
+    `${what}: the connection to the provider failed (${code || (cause instanceof Error ? cause.name : 'error')})`,
+    {},
+    { cause },
+  );
+}
+
+/** Reads at most `limit` bytes of a body; more is an error, so a huge answer cannot exhaust memory. */
+export async function readCapped(
+  body: AsyncIterable<Buffer | Uint8Array> & { destroy?: (err?: Error) => unknown },
+  limit: number,
+): Promise<string | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.length;
+    if (size > limit) {
+      body.destroy?.();
+      return undefined;
+    }
+    chunks.push(Buffer.from(chunk));
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Parses a `Retry-After` header (seconds or HTTP date) into milliseconds. */
+export function parseRetryAfter(
+  value: string | string[] | undefined,
+  now = Date.now(),
+): number | undefined {
+  const v = Array.isArray(value) ? value[0] : value;
+  if (v === undefined) return undefined;
+  if (/^\d+$/.test(v.trim())) return Number(v.trim()) * 1000;
+  const date = Date.parse(v);
+  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
+}

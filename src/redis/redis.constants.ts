@@ -1,0 +1,13 @@
+/** Injection token for the shared command connection (an ioredis `Redis`), absent without REDIS_URL. */
+export const REDIS_CONNECTION = 'TOKEN_BROKER:REDIS_CONNECTION';
+
+/**
+ * Key layout. Every key of a client shares the hash tag `{<client>}` so a client's token,
+ * lock and idempotency records land in one Redis Cluster slot (Lua scripts need that).
+ */
+export const redisKeys = {
+  token: (clientId: string) => `tb:{${clientId}}:token`,
+  lock: (clientId: string) => `tb:{${clientId}}:lock`,
+  events: (clientId: string) => `tb:{${clientId}}:events`,
+  idempotency: (clientId: string, keyHash: string) => `tb:{${clientId}}:idem:${keyHash}`,
+} as const;

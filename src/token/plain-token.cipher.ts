@@ -1,0 +1,16 @@
+import type { TokenCipher } from './token-cipher';
+
+/**
+ * Stores the token as is. Used only when no cache encryption key is configured; the broker
+ * warns at start-up, since anyone who can read Redis could then use the token.
+ */
+export class PlainTokenCipher implements TokenCipher {
+  seal(_clientId: string, accessToken: string): string {
+    return `plain:${accessToken}`;
+  }
+
+  open(_clientId: string, sealed: string): string {
+    if (!sealed.startsWith('plain:')) throw new Error('not a plain value');
+    return sealed.slice('plain:'.length);
+  }
+}

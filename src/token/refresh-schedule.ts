@@ -1,0 +1,66 @@
+/**
+ * Pure timing rules of the token lifecycle, kept apart from the state machine so they can be
+ * unit-tested exactly. All times are epoch milliseconds.
+ */
+
+/**
+ * How long before expiry to refresh: the configured lead, but never more than half the
+ * token's lifetime, so a provider that issues short tokens does not cause a refresh loop.
+ */
+export function refreshLeadMs(
+  refreshAheadMs: number,
+  obtainedAt: number,
+  expiresAt: number,
+): number {
+  return Math.min(refreshAheadMs, Math.max(0, (expiresAt - obtainedAt) / 2));
+}
+
+/**
+ * When this replica should try to refresh. Each replica subtracts its own random jitter (up
+ * to a quarter of the lead, at most 30 s) so the fleet does not hit the lock at one instant;
+ * the earliest wins it and the others find the new token already stored.
+ */
+export function refreshAt(
+  refreshAheadMs: number,
+  obtainedAt: number,
+  expiresAt: number,
+  random: () => number = Math.random,
+): number {
+  const lead = refreshLeadMs(refreshAheadMs, obtainedAt, expiresAt);
+  const jitter = random() * Math.min(lead / 4, 30_000);
+  return expiresAt - lead - jitter;
+}
+
+/**
+ * Delay before retry number `attempt` (1-based) after a failed refresh: capped exponential
+ * backoff with full jitter. The cap shrinks as expiry nears (a quarter of the remaining
+ * lifetime) so the last valid minutes still see several attempts, yet the total stays bounded.
+ */
+export function retryDelayMs(opts: {
+  attempt: number;
+  baseMs: number;
+  maxMs: number;
+  now: number;
+  /** Expiry of the token still being served, if any. */
+  expiresAt?: number;
+  /** The provider's `Retry-After`, honoured unless it would outlast the token. */
+  retryAfterMs?: number;
+  random?: () => number;
+}): number {
+  const random = opts.random ?? Math.random;
+  const remaining = opts.expiresAt === undefined ? Infinity : opts.expiresAt - opts.now;
+  const cap =
+    remaining > 0 && Number.isFinite(remaining)
+      ? Math.min(opts.maxMs, Math.max(opts.baseMs, remaining / 4))
+      : opts.maxMs;
+  const exp = Math.min(cap, opts.baseMs * 2 ** Math.min(opts.attempt - 1, 30));
+  // Full jitter, with a floor so a run of tiny draws cannot turn into a hot loop.
+  let delay = Math.max(Math.min(25, opts.baseMs), random() * exp);
+  if (opts.retryAfterMs !== undefined) {
+    delay = Math.max(
+      delay,
+      Math.min(opts.retryAfterMs, Math.max(remaining - opts.baseMs, opts.baseMs), opts.maxMs),
+    );
+  }
+  return Math.round(delay);
+}

@@ -1,0 +1,80 @@
+import type { TokenRecord } from './token-record';
+import type { RefreshLock, StoredToken, TokenStore, TokenStoreEvent } from './token-store';
+
+interface Entry {
+  record: TokenRecord;
+  invalidatedAt?: number;
+}
+
+/**
+ * The store when `REDIS_URL` is unset: one replica, so "shared" means this process. It keeps
+ * the same fence and invalidation rules as the Redis store so behaviour does not change with
+ * the deployment, only its reach.
+ */
+export class MemoryTokenStore implements TokenStore {
+  readonly kind = 'memory' as const;
+  readonly healthy = true;
+  private readonly entries = new Map<string, Entry>();
+  private readonly locks = new Set<string>();
+  private readonly listeners: Array<(e: TokenStoreEvent) => void> = [];
+
+  async read(clientId: string): Promise<StoredToken> {
+    const entry = this.entries.get(clientId);
+    if (!entry || entry.invalidatedAt !== undefined || entry.record.expiresAt <= Date.now()) {
+      return { status: 'absent' };
+    }
+    return { status: 'found', record: entry.record };
+  }
+
+  async writeFenced(clientId: string, record: TokenRecord): Promise<boolean> {
+    const cur = this.entries.get(clientId);
+    if (cur && record.expiresAt <= cur.record.expiresAt) {
+      const afterInvalidation =
+        cur.invalidatedAt !== undefined && record.obtainedAt > cur.invalidatedAt;
+      if (!afterInvalidation) return false;
+    }
+    this.entries.set(clientId, { record });
+    this.emit({ type: 'updated', clientId, expiresAt: record.expiresAt });
+    return true;
+  }
+
+  async invalidate(clientId: string, fingerprint: string): Promise<boolean> {
+    const cur = this.entries.get(clientId);
+    if (!cur || cur.record.fingerprint !== fingerprint || cur.invalidatedAt !== undefined) {
+      return false;
+    }
+    cur.invalidatedAt = Date.now();
+    this.emit({ type: 'invalidated', clientId, fingerprint });
+    return true;
+  }
+
+  async discardCorrupt(clientId: string): Promise<void> {
+    this.entries.delete(clientId);
+  }
+
+  async tryLock(clientId: string): Promise<RefreshLock | null> {
+    if (this.locks.has(clientId)) return null;
+    this.locks.add(clientId);
+    return { release: async () => void this.locks.delete(clientId) };
+  }
+
+  onEvent(listener: (event: TokenStoreEvent) => void): void {
+    this.listeners.push(listener);
+  }
+
+  async waitUntilReady(): Promise<boolean> {
+    return true;
+  }
+
+  async close(): Promise<void> {
+    this.entries.clear();
+  }
+
+  onRecovered(): void {
+    // Memory never goes away.
+  }
+
+  private emit(event: TokenStoreEvent): void {
+    for (const l of this.listeners) l(event);
+  }
+}

@@ -1,0 +1,28 @@
+/** Why a token could not be handed out. Stable: callers and dashboards key on these. */
+export enum TokenErrorCode {
+  /** `client` names no configured client. */
+  UnknownClient = 'unknown_client',
+  /** Several clients are configured and the request did not say which. */
+  ClientRequired = 'client_required',
+  /** No token with the requested remaining lifetime could be had in time; retry later. */
+  Unavailable = 'token_unavailable',
+  /** The provider refused the client credentials, even after re-reading them. */
+  CredentialsRejected = 'credentials_rejected',
+  /** The credentials could not be read (missing secret, no permission, malformed JSON). */
+  CredentialsUnavailable = 'credentials_unavailable',
+  /** The broker is shutting down. */
+  ShuttingDown = 'shutting_down',
+}
+
+/** A token request that cannot be served. `retryAfterSeconds` feeds the `Retry-After` header. */
+export class TokenException extends Error {
+  constructor(
+    readonly code: TokenErrorCode,
+    message: string,
+    readonly retryAfterSeconds?: number,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'TokenException';
+  }
+}

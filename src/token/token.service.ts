@@ -1,0 +1,115 @@
+import {
+  Inject,
+  Injectable,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import type { Logger } from 'pino';
+import { BROKER_CONFIG } from '../config/config.constants';
+import type { BrokerConfig } from '../config/config.schema';
+import { LOGGER } from '../logging/logger';
+import { MetricsService } from '../metrics/metrics.service';
+import { TOKEN_GRANTOR } from '../provider/provider.constants';
+import type { TokenGrantor } from '../provider/auth-server.client';
+import { loadClientCredentials } from '../secrets/client-credentials';
+import type { SecretReader } from '../secrets/secret-reader';
+import { SECRET_READER } from '../secrets/secrets.constants';
+import { ClientTokenManager, type ClientTokenStatus } from './client-token-manager';
+import type { TokenRecord } from './token-record';
+import { TOKEN_STORE, type TokenStore } from './token-store';
+import { TokenErrorCode, TokenException } from './token.exception';
+
+/**
+ * Holds one {@link ClientTokenManager} per configured client and routes requests to them.
+ * Orders and the HTTP layer use this service, never the managers' collaborators directly.
+ */
+@Injectable()
+export class TokenService implements OnApplicationBootstrap, OnApplicationShutdown {
+  private readonly managers = new Map<string, ClientTokenManager>();
+  /** The client used when a request names none: only when exactly one is configured. */
+  private readonly soleClient?: ClientTokenManager;
+
+  constructor(
+    @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
+    @Inject(TOKEN_STORE) private readonly store: TokenStore,
+    @Inject(TOKEN_GRANTOR) grantor: TokenGrantor,
+    @Inject(SECRET_READER) secrets: SecretReader,
+    @Inject(LOGGER) private readonly logger: Logger,
+    metrics: MetricsService,
+  ) {
+    for (const client of config.clients) {
+      this.managers.set(
+        client.id,
+        new ClientTokenManager(client, {
+          store,
+          grantor,
+          loadCredentials: (c) => loadClientCredentials(secrets, c.credentials),
+          metrics,
+          logger,
+          settings: config.token,
+        }),
+      );
+    }
+    if (this.managers.size === 1) this.soleClient = [...this.managers.values()][0];
+    store.onEvent((e) => this.managers.get(e.clientId)?.onStoreEvent(e));
+    store.onRecovered(() => {
+      for (const m of this.managers.values()) void m.resync();
+    });
+    metrics.setDegradedSource(() => store.kind === 'redis' && !store.healthy);
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    // Wait (bounded) for Redis before the first refresh: a replica that started without it
+    // would fetch its own token instead of sharing the fleet's.
+    const ready = await this.store.waitUntilReady(this.config.redis.connectTimeoutMs);
+    if (!ready) {
+      this.logger.warn(
+        'Redis did not answer at start-up; starting degraded (per-replica refresh) until it does',
+      );
+    }
+    for (const m of this.managers.values()) m.start();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    for (const m of this.managers.values()) m.stop();
+  }
+
+  /**
+   * The manager for `clientId`, or for the sole client when none is named. Throws 400/404
+   * problems that say what to send.
+   */
+  manager(clientId: string | undefined): ClientTokenManager {
+    if (clientId === undefined) {
+      if (this.soleClient) return this.soleClient;
+      throw new TokenException(
+        TokenErrorCode.ClientRequired,
+        `several clients are configured; pass ?client=<id> (one of: ${[...this.managers.keys()].join(', ')})`,
+      );
+    }
+    const m = this.managers.get(clientId);
+    if (!m) {
+      throw new TokenException(
+        TokenErrorCode.UnknownClient,
+        `no client "${clientId}" is configured on this broker`,
+      );
+    }
+    return m;
+  }
+
+  /** A token for `clientId` with at least `minRemainingMs` left (waits in the mandatory window). */
+  getToken(clientId: string, minRemainingMs: number): Promise<TokenRecord> {
+    return this.manager(clientId).get(minRemainingMs);
+  }
+
+  /** Generation-aware invalidation: see {@link ClientTokenManager.invalidate}. */
+  invalidate(clientId: string, fingerprint: string): Promise<boolean> {
+    return this.manager(clientId).invalidate(fingerprint);
+  }
+
+  status(): { store: { kind: string; healthy: boolean }; clients: ClientTokenStatus[] } {
+    return {
+      store: { kind: this.store.kind, healthy: this.store.healthy },
+      clients: [...this.managers.values()].map((m) => m.status()),
+    };
+  }
+}
