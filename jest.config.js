@@ -1,5 +1,5 @@
 /** @type {import('jest').Config} */
-const tsJest = ['ts-jest', { tsconfig: 'tsconfig.json', isolatedModules: true }];
+const tsJest = ['ts-jest', { tsconfig: 'tsconfig.json' }];
 
 module.exports = {
   testEnvironment: 'node',

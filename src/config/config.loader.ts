@@ -81,7 +81,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): B
   if (!result.success) {
     throw new ConfigException(
       ConfigErrorCode.Invalid,
-      describeIssues(result.error, origins, fileName),
+      describeIssues(result.error, raw, origins, fileName),
       { cause: result.error },
     );
   }
@@ -90,6 +90,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): B
 
 function describeIssues(
   error: ZodError,
+  raw: Record<string, unknown>,
   origins: Map<string, string>,
   fileName: string | undefined,
 ): string[] {

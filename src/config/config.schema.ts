@@ -16,8 +16,9 @@ const CLIENT_ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 const httpUrl = z
   .string()
-  .url({ message: 'must be an absolute http(s) URL' })
-  .refine((v) => /^https?:\/\//.test(v), { message: 'must start with http:// or https://' })
+  .refine((v) => URL.canParse(v) && /^https?:\/\/[^/]/.test(v), {
+    message: 'must be an absolute http:// or https:// URL',
+  })
   // A trailing slash would produce `//api/...` when joined with the SPEC paths.
   .transform((v) => v.replace(/\/+$/, ''));
 

@@ -1,0 +1,167 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigErrorCode, ConfigException } from './config.exception';
+import { DEFAULT_CLIENT_ID, loadConfig } from './config.loader';
+
+const BASE = {
+  PROVIDER_AUTH_URL: 'https://partner.credify.tech',
+  PROVIDER_BASE_URL: 'https://partner.credify.tech/',
+  CREDENTIALS_SECRET_ID: 'arn:aws:secretsmanager:us-east-1:1:secret:acme',
+};
+
+function problems(env: Record<string, string | undefined>): string[] {
+  try {
+    loadConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigException) return err.problems;
+    throw err;
+  }
+  throw new Error('expected a ConfigException');
+}
+
+function tempFile(name: string, content: string): string {
+  const dir = mkdtempSync(join(tmpdir(), 'tb-config-'));
+  const file = join(dir, name);
+  writeFileSync(file, content);
+  return file;
+}
+
+describe(loadConfig.name, () => {
+  it('builds one default client from the DESIGN.md variables, with documented defaults', () => {
+    const cfg = loadConfig(BASE);
+    expect(cfg.clients).toEqual([
+      {
+        id: DEFAULT_CLIENT_ID,
+        authUrl: 'https://partner.credify.tech',
+        baseUrl: 'https://partner.credify.tech',
+        ordersPath: '/api/checkout/v1/orders',
+        credentials: { secretId: BASE.CREDENTIALS_SECRET_ID },
+      },
+    ]);
+    expect(cfg.http.port).toBe(8080);
+    expect(cfg.token.refreshAheadSeconds).toBe(300);
+    expect(cfg.token.defaultLifetimeSeconds).toBe(1800);
+    expect(cfg.redis.url).toBeUndefined();
+  });
+
+  it('reads every contract variable', () => {
+    const cfg = loadConfig({
+      ...BASE,
+      CREDENTIALS_SECRET_ID: undefined,
+      CREDENTIALS_FILE: '/var/run/secrets/provider.json',
+      PORT: '9090',
+      REDIS_URL: 'rediss://:pw@cache.example:6379/0',
+      PROVIDER_ORDERS_PATH: '/api/flexpay/v1/orders',
+      TOKEN_REFRESH_AHEAD_SECONDS: '120',
+      TOKEN_DEFAULT_LIFETIME_SECONDS: '900',
+    });
+    expect(cfg.http.port).toBe(9090);
+    expect(cfg.redis.url).toBe('rediss://:pw@cache.example:6379/0');
+    expect(cfg.clients[0].ordersPath).toBe('/api/flexpay/v1/orders');
+    expect(cfg.clients[0].credentials).toEqual({ file: '/var/run/secrets/provider.json' });
+    expect(cfg.token.refreshAheadSeconds).toBe(120);
+    expect(cfg.token.defaultLifetimeSeconds).toBe(900);
+  });
+
+  it.each([
+    [{ PORT: 'eighty' }, 'PORT'],
+    [{ PORT: '70000' }, 'PORT'],
+    [{ PROVIDER_AUTH_URL: 'partner.credify.tech' }, 'PROVIDER_AUTH_URL'],
+    [{ PROVIDER_BASE_URL: 'ftp://x' }, 'PROVIDER_BASE_URL'],
+    [{ PROVIDER_ORDERS_PATH: 'orders' }, 'PROVIDER_ORDERS_PATH'],
+    [{ REDIS_URL: 'http://cache:6379' }, 'REDIS_URL'],
+    [{ TOKEN_REFRESH_AHEAD_SECONDS: '-1' }, 'TOKEN_REFRESH_AHEAD_SECONDS'],
+    [{ TOKEN_DEFAULT_LIFETIME_SECONDS: '1.5' }, 'TOKEN_DEFAULT_LIFETIME_SECONDS'],
+    [{ TOKEN_REFRESH_AHEAD_SECONDS: '2000' }, 'TOKEN_REFRESH_AHEAD_SECONDS'],
+    [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
+    [{ PROVIDER_AUTH_URL: undefined }, 'PROVIDER_AUTH_URL: required'],
+    [{ CREDENTIALS_SECRET_ID: undefined }, 'CREDENTIALS_SECRET_ID or CREDENTIALS_FILE'],
+    [{ CREDENTIALS_FILE: '/x.json' }, 'CREDENTIALS_SECRET_ID or CREDENTIALS_FILE'],
+    [{ CLIENT_ID: 'Acme Prod' }, 'CLIENT_ID'],
+  ])('names the bad setting for %j', (override, expected) => {
+    const found = problems({ ...BASE, ...override });
+    expect(found.join('\n')).toContain(expected);
+  });
+
+  it('never prints the offending value', () => {
+    const secretish = 'sk_live_DO_NOT_PRINT_ME';
+    const found = problems({ ...BASE, REDIS_URL: secretish, PORT: secretish, PROVIDER_AUTH_URL: secretish });
+    expect(found).toHaveLength(3);
+    expect(found.join('\n')).not.toContain(secretish);
+  });
+
+  it('reads many clients from a YAML file, env overriding scalar settings', () => {
+    const file = tempFile(
+      'broker.yaml',
+      [
+        'token: { refreshAheadSeconds: 60 }',
+        'clients:',
+        '  - id: acme-preprod',
+        '    authUrl: https://partner.credify.tech',
+        '    baseUrl: https://partner.credify.tech',
+        '    credentials: { secretId: acme-preprod }',
+        '  - id: acme-prod',
+        '    authUrl: https://partner.upgrade.com',
+        '    baseUrl: https://partner.upgrade.com',
+        '    ordersPath: /api/flexpay/v1/orders',
+        '    credentials: { file: /mnt/secrets/acme-prod.json }',
+      ].join('\n'),
+    );
+    const cfg = loadConfig({ BROKER_CONFIG_FILE: file, TOKEN_REFRESH_AHEAD_SECONDS: '90' });
+    expect(cfg.clients.map((c) => c.id)).toEqual(['acme-preprod', 'acme-prod']);
+    expect(cfg.clients[1].ordersPath).toBe('/api/flexpay/v1/orders');
+    expect(cfg.token.refreshAheadSeconds).toBe(90);
+  });
+
+  it('reads JSON files too, and names file settings by path', () => {
+    const file = tempFile(
+      'broker.json',
+      JSON.stringify({
+        clients: [
+          { id: 'a', authUrl: 'https://a', baseUrl: 'https://a', credentials: { file: '/a' } },
+          { id: 'a', authUrl: 'nope', baseUrl: 'https://a', credentials: {} },
+        ],
+      }),
+    );
+    const found = problems({ BROKER_CONFIG_FILE: file });
+    expect(found).toEqual(
+      expect.arrayContaining([
+        `${file}: clients[1].id: duplicate client id`,
+        expect.stringContaining(`${file}: clients[1].authUrl:`),
+        `${file}: clients[1].credentials: set exactly one of secretId or file`,
+      ]),
+    );
+  });
+
+  it('refuses clients defined in both the file and the environment', () => {
+    const file = tempFile(
+      'b.yaml',
+      'clients: [{id: a, authUrl: "https://a", baseUrl: "https://a", credentials: {file: /a}}]',
+    );
+    expect(problems({ ...BASE, BROKER_CONFIG_FILE: file }).join()).toMatch(/PROVIDER_AUTH_URL.*one place/);
+  });
+
+  it('refuses unknown keys in the file (a typo must not silently fall back to a default)', () => {
+    const file = tempFile(
+      'b.yaml',
+      'tokn: {refreshAheadSeconds: 5}\nclients: [{id: a, authUrl: "https://a", baseUrl: "https://a", credentials: {file: /a}}]',
+    );
+    expect(problems({ BROKER_CONFIG_FILE: file }).join()).toMatch(/tokn/);
+  });
+
+  it.each([
+    ['a missing file', '/nonexistent/broker.yaml', ConfigErrorCode.FileUnreadable],
+    ['an unparsable file', tempFile('bad.yaml', 'clients: [unclosed'), ConfigErrorCode.FileUnparsable],
+    ['a scalar file', tempFile('scalar.yaml', '42'), ConfigErrorCode.FileUnparsable],
+  ])('reports %s against BROKER_CONFIG_FILE', (_label, file, code) => {
+    try {
+      loadConfig({ BROKER_CONFIG_FILE: file });
+      throw new Error('expected a ConfigException');
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigException);
+      expect((err as ConfigException).code).toBe(code);
+      expect((err as ConfigException).message).toContain('BROKER_CONFIG_FILE');
+    }
+  });
+});
