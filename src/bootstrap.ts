@@ -44,6 +44,5 @@ export async function createBrokerApp(
     reply.header('x-content-type-options', 'nosniff');
     done(null, payload);
   });
-  app.enableShutdownHooks();
   return app;
 }

@@ -3,7 +3,11 @@ import { ConfigException } from './config/config.exception';
 import { createBrokerApp } from './bootstrap';
 import { createLogger } from './logging/logger';
 
-/** Bootstraps the broker: config, logger, app, listen. SIGTERM is handled by Nest's hooks. */
+/**
+ * Bootstraps the broker: config, logger, app, listen, and graceful shutdown: on SIGTERM the
+ * listener stops taking requests (new ones get 503), in-flight ones finish, the refresh lock
+ * is released, and the process exits 0 within the grace period.
+ */
 async function main(): Promise<void> {
   let config;
   try {
@@ -26,6 +30,23 @@ async function main(): Promise<void> {
     },
     'token broker listening',
   );
+
+  const shutdown = (signal: NodeJS.Signals): void => {
+    logger.info({ signal, graceMs: config.http.shutdownGraceMs }, 'shutting down');
+    setTimeout(() => {
+      logger.error('shutdown grace period exceeded; exiting');
+      process.exit(1);
+    }, config.http.shutdownGraceMs).unref();
+    app.close().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        logger.error({ err }, 'error during shutdown');
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', shutdown);
+  process.once('SIGINT', shutdown);
 }
 
 main().catch((err: unknown) => {

@@ -65,7 +65,7 @@ describe(loadConfig.name, () => {
   });
 
   it.each([
-    [{ PORT: 'eighty' }, 'PORT'],
+    [{ PORT: 'eighty' }, 'PORT: Invalid input: expected number'],
     [{ PORT: '70000' }, 'PORT'],
     [{ PROVIDER_AUTH_URL: 'partner.credify.tech' }, 'PROVIDER_AUTH_URL'],
     [{ PROVIDER_BASE_URL: 'ftp://x' }, 'PROVIDER_BASE_URL'],

@@ -99,11 +99,19 @@ function describeIssues(
     const setting =
       origins.get(key) ??
       (fileName ? `${fileName}: ${formatPath(issue.path)}` : formatPath(issue.path));
-    // Only the message: zod's issue also carries the offending input, which may be a secret.
-    const message =
-      issue.code === 'invalid_type' && issue.input === undefined ? 'required' : issue.message;
-    return `${setting}: ${message}`;
+    // Only the message, never the input: the offending value may be a misplaced secret.
+    const missing = issue.code === 'invalid_type' && getPath(raw, issue.path) === undefined;
+    return `${setting}: ${missing ? 'required' : issue.message}`;
   });
+}
+
+function getPath(root: unknown, path: readonly PropertyKey[]): unknown {
+  let node = root;
+  for (const key of path) {
+    if (node === null || typeof node !== 'object') return undefined;
+    node = (node as Record<PropertyKey, unknown>)[key];
+  }
+  return node;
 }
 
 function formatPath(path: readonly PropertyKey[]): string {

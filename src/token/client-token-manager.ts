@@ -97,7 +97,8 @@ export class ClientTokenManager {
     this.ensureRefreshing('start');
   }
 
-  stop(): void {
+  /** Stops timers, fails waiters, and waits (bounded) for a refresh in flight to finish. */
+  async stop(timeoutMs = 5000): Promise<void> {
     this.stopped = true;
     clearTimeout(this.refreshTimer);
     this.wake?.();
@@ -106,6 +107,14 @@ export class ClientTokenManager {
       w.reject(new TokenException(TokenErrorCode.ShuttingDown, 'the broker is shutting down', 1));
     }
     this.waiters.clear();
+    if (this.loop) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        this.loop,
+        new Promise((resolve) => (timer = setTimeout(resolve, timeoutMs))),
+      ]);
+      clearTimeout(timer);
+    }
   }
 
   /** Hot path: the L1 token if it has at least `minRemainingMs` left. No I/O, no promise. */

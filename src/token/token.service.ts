@@ -2,7 +2,7 @@ import {
   Inject,
   Injectable,
   type OnApplicationBootstrap,
-  type OnApplicationShutdown,
+  type BeforeApplicationShutdown,
 } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { BROKER_CONFIG } from '../config/config.constants';
@@ -24,7 +24,7 @@ import { TokenErrorCode, TokenException } from './token.exception';
  * Orders and the HTTP layer use this service, never the managers' collaborators directly.
  */
 @Injectable()
-export class TokenService implements OnApplicationBootstrap, OnApplicationShutdown {
+export class TokenService implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly managers = new Map<string, ClientTokenManager>();
   /** The client used when a request names none: only when exactly one is configured. */
   private readonly soleClient?: ClientTokenManager;
@@ -70,8 +70,9 @@ export class TokenService implements OnApplicationBootstrap, OnApplicationShutdo
     for (const m of this.managers.values()) m.start();
   }
 
-  async onApplicationShutdown(): Promise<void> {
-    for (const m of this.managers.values()) m.stop();
+  /** Before the adapters close: let in-flight refreshes finish and release their locks. */
+  async beforeApplicationShutdown(): Promise<void> {
+    await Promise.all([...this.managers.values()].map((m) => m.stop()));
   }
 
   /**

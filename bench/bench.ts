@@ -1,0 +1,147 @@
+import { type ChildProcess, fork } from 'node:child_process';
+import { join } from 'node:path';
+import autocannon from 'autocannon';
+import { Redis } from 'ioredis';
+import { freePort } from '../test/support/ports';
+import { hammer } from '../test/support/load';
+import { FLEET_CLIENT, requestsPerCycle, startFleet } from '../test/support/fleet';
+
+/**
+ * `npm run bench`: the broker against baselines measured in the same run, same load generator
+ * and settings, interleaved so drift on a shared machine hits both alike.
+ */
+
+const DURATION_SEC = Number(process.env.BENCH_DURATION_SEC ?? 5);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+
+interface Row {
+  name: string;
+  reqPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+}
+
+async function load(url: string, headers?: Record<string, string>): Promise<Row> {
+  const r = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_SEC, headers });
+  if (r.non2xx > 0 || r.errors > 0) {
+    throw new Error(`${url}: ${r.non2xx} non-2xx answers and ${r.errors} errors under load`);
+  }
+  return { name: url, reqPerSec: r.requests.average, p50Ms: r.latency.p50, p99Ms: r.latency.p99 };
+}
+
+function mean(rows: Row[], name: string): Row {
+  const avg = (f: (r: Row) => number) => rows.reduce((s, r) => s + f(r), 0) / rows.length;
+  return { name, reqPerSec: avg((r) => r.reqPerSec), p50Ms: avg((r) => r.p50Ms), p99Ms: avg((r) => r.p99Ms) };
+}
+
+function startBare(port: number, size: number): Promise<ChildProcess> {
+  const child = fork(join(__dirname, 'bare-server.js'), [String(port), String(size)], { stdio: 'ignore' });
+  return new Promise((resolve, reject) => {
+    child.once('message', () => resolve(child));
+    child.once('exit', (code) => reject(new Error(`bare server exited with ${code}`)));
+  });
+}
+
+/** Commands Redis executed, leaving out the broker's health pings and our own INFO calls. */
+async function redisCommands(redis: Redis): Promise<number> {
+  const info = await redis.info('commandstats');
+  let total = 0;
+  for (const m of info.matchAll(/^cmdstat_([a-z|]+):calls=(\d+)/gm)) {
+    if (!['ping', 'info', 'client|setname', 'client', 'hello', 'select'].includes(m[1])) total += Number(m[2]);
+  }
+  return total;
+}
+
+async function benchToken(): Promise<void> {
+  const fleet = await startFleet({ size: 1, env: { LOG_LEVEL: 'error' } });
+  const broker = fleet.brokers[0];
+  const bare = await (async () => {
+    const sample = await fetch(`${broker.url}/token`);
+    const size = (await sample.text()).length;
+    const port = await freePort();
+    return { url: `http://127.0.0.1:${port}/`, child: await startBare(port, size) };
+  })();
+  const redis = new Redis(fleet.redis.url);
+  try {
+    const tokenUrl = `${broker.url}/token?client=${FLEET_CLIENT}`;
+    // Warm both (JIT, keep-alive pools) before measuring.
+    await autocannon({ url: bare.url, connections: CONNECTIONS, duration: 1 });
+    await autocannon({ url: tokenUrl, connections: CONNECTIONS, duration: 1 });
+    const bareRows: Row[] = [];
+    const brokerRows: Row[] = [];
+    let brokerRequests = 0;
+    const commandsBefore = await redisCommands(redis);
+    for (let i = 0; i < ROUNDS; i++) {
+      bareRows.push(await load(bare.url));
+      const row = await load(tokenUrl);
+      brokerRows.push(row);
+      brokerRequests += row.reqPerSec * DURATION_SEC;
+    }
+    const commands = (await redisCommands(redis)) - commandsBefore;
+    const b = mean(bareRows, 'bare node:http (constant body)');
+    const t = mean(brokerRows, 'broker GET /token');
+    printRows('GET /token vs bare node:http', [b, t]);
+    console.log(
+      `  ratio req/s ${(t.reqPerSec / b.reqPerSec).toFixed(3)}x (target >= 0.85), ` +
+        `p99 ${(t.p99Ms / Math.max(b.p99Ms, 0.001)).toFixed(2)}x (target <= 1.5)`,
+    );
+    console.log(
+      `  Redis commands during ${Math.round(brokerRequests)} GET /token: ${commands} ` +
+        `(${(commands / brokerRequests).toFixed(6)} per request; target 0)`,
+    );
+  } finally {
+    redis.disconnect();
+    bare.child.kill('SIGKILL');
+    await fleet.stop();
+  }
+}
+
+async function benchFleet(): Promise<void> {
+  const lifetime = 4;
+  const fleet = await startFleet({
+    size: 5,
+    knobs: { tokenLifetimeSeconds: lifetime },
+    env: { TOKEN_REFRESH_AHEAD_SECONDS: '2', TOKEN_DEFAULT_LIFETIME_SECONDS: '4' },
+  });
+  try {
+    const result = await hammer({
+      urls: fleet.brokers.map((b) => b.url),
+      path: '/token',
+      concurrency: 20,
+      durationMs: lifetime * 1000 * 5,
+    });
+    const cycles = requestsPerCycle(fleet.emulator.stats.tokenRequestTimes, 1000);
+    printRows('fleet: 5 replicas, one Redis, token lifetime 4 s, 20 s of load', []);
+    console.log(
+      `  ${result.calls} calls, ${result.failures.length} failed; provider token requests ${fleet.emulator.stats.tokenRequests} ` +
+        `in ${cycles.length} refresh cycles: max ${Math.max(...cycles)} per cycle (target 1)`,
+    );
+  } finally {
+    await fleet.stop();
+  }
+}
+
+function printRows(title: string, rows: Row[]): void {
+  console.log(`\n## ${title}`);
+  for (const r of rows) {
+    console.log(
+      `  ${r.name.padEnd(40)} ${r.reqPerSec.toFixed(0).padStart(8)} req/s   p50 ${r.p50Ms.toFixed(2)} ms   p99 ${r.p99Ms.toFixed(2)} ms`,
+    );
+  }
+}
+
+async function main(): Promise<void> {
+  console.log(`bench: ${CONNECTIONS} connections, ${DURATION_SEC} s x ${ROUNDS} interleaved rounds, Node ${process.version}`);
+  await benchToken();
+  await benchFleet();
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
+

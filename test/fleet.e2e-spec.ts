@@ -1,0 +1,71 @@
+import { hammer } from './support/load';
+import { type Fleet, FLEET_CLIENT, requestsPerCycle, startFleet } from './support/fleet';
+
+/**
+ * The product's promise: a whole fleet makes one provider token request per token lifetime,
+ * under load, and never serves an expired token.
+ */
+describe('fleet of 5 brokers sharing one Redis', () => {
+  const LIFETIME_S = 3;
+  const AHEAD_S = 1;
+  const LIFETIMES = 10;
+  let fleet: Fleet;
+
+  beforeAll(async () => {
+    fleet = await startFleet({
+      size: 5,
+      knobs: { tokenLifetimeSeconds: LIFETIME_S },
+      env: {
+        TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
+        TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await fleet?.stop();
+  });
+
+  it(`makes one provider token request per refresh cycle over ${LIFETIMES} lifetimes, with no caller error and no expired token`, async () => {
+    const issued = () => fleet.emulator.stats.issued;
+    const startRequests = fleet.emulator.stats.tokenRequests;
+    const result = await hammer({
+      urls: fleet.brokers.map((b) => b.url),
+      path: `/token?client=${FLEET_CLIENT}`,
+      concurrency: 25,
+      durationMs: LIFETIME_S * LIFETIMES * 1000,
+      validate: (res) => {
+        if (res.status !== 200) return `status ${res.status}`;
+        const body = JSON.parse(res.body) as { access_token: string; expires_at: string; expires_in: number };
+        if (Date.parse(body.expires_at) <= res.receivedAt) return `expired token served by ${res.url}`;
+        const grant = issued().find((g) => g.token === body.access_token);
+        if (!grant) return 'a token the provider never issued';
+        if (grant.expiresAt <= res.receivedAt) return `token past the provider's expiry served by ${res.url}`;
+        if (body.expires_in > LIFETIME_S) return `expires_in ${body.expires_in} exceeds the lifetime`;
+        return null;
+      },
+    });
+
+    const stats = fleet.emulator.stats;
+    const times = stats.tokenRequestTimes;
+    const gaps = times.slice(1).map((t, i) => t - times[i]);
+    // Each cycle refreshes at expiry - lead - jitter (lead 1 s, jitter <= 0.25 s): two requests
+    // closer than that belong to the same cycle, i.e. a second replica fetched too.
+    const minCycleMs = (LIFETIME_S - AHEAD_S - 0.25) * 1000;
+    const cycles = requestsPerCycle(times, minCycleMs * 0.5);
+    console.log(
+      `fleet: ${result.calls} calls, ${result.failures.length} failures, ${result.validationErrors.length} invalid; ` +
+        `${stats.tokenRequests - startRequests} token requests in ${cycles.length} cycles (max ${Math.max(...cycles)} per cycle), ` +
+        `min gap ${Math.min(...gaps)} ms`,
+    );
+
+    expect(result.calls).toBeGreaterThan(1000);
+    expect(result.failures).toEqual([]);
+    expect(result.validationErrors).toEqual([]);
+    expect(cycles.length).toBeGreaterThanOrEqual(LIFETIMES);
+    expect(Math.max(...cycles)).toBe(1);
+    expect(Math.min(...gaps)).toBeGreaterThan(minCycleMs * 0.8);
+    // Every replica served callers the whole time.
+    expect(Object.keys(result.byStatus)).toEqual(['200']);
+  }, 90_000);
+});

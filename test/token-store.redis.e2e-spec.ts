@@ -1,0 +1,223 @@
+import { Redis } from 'ioredis';
+import { redisSettingsSchema } from '../src/config/config.schema';
+import { redisKeys } from '../src/redis/redis.constants';
+import { createRedisConnection } from '../src/redis/redis.connection';
+import { RedisTokenStore } from '../src/redis/token-store.redis';
+import { PlainTokenCipher } from '../src/token/plain-token.cipher';
+import { type TokenRecord, toRecord } from '../src/token/token-record';
+import type { TokenStoreEvent } from '../src/token/token-store';
+import { TokenStoreException } from '../src/token/token-store.exception';
+import { startRedis, type TestRedis } from './support/redis-server';
+import { waitFor } from './support/wait';
+
+const CLIENT = 'acme-preprod';
+const LOCK_TTL_MS = 600;
+
+function record(token: string, obtainedAt: number, lifetimeMs: number): TokenRecord {
+  return toRecord({ accessToken: token, obtainedAt, expiresAt: obtainedAt + lifetimeMs });
+}
+
+describe(RedisTokenStore.name, () => {
+  let redis: TestRedis;
+  const stores: RedisTokenStore[] = [];
+  let raw: Redis;
+
+  function newStore(commandTimeoutMs = 300): RedisTokenStore {
+    const settings = redisSettingsSchema.parse({ url: redis.url, commandTimeoutMs, pingIntervalMs: 100 });
+    const store = new RedisTokenStore(
+      createRedisConnection(settings, 'command'),
+      createRedisConnection(settings, 'subscriber'),
+      new PlainTokenCipher(),
+      settings,
+      LOCK_TTL_MS,
+      [CLIENT, 'other'],
+    );
+    stores.push(store);
+    return store;
+  }
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+  });
+
+  afterEach(async () => {
+    await Promise.all(stores.splice(0).map((s) => s.close()));
+    if (redis.isRunning()) await redis.flush();
+  });
+
+  afterAll(async () => {
+    raw.disconnect();
+    await redis.stop();
+  });
+
+  describe('fenced write', () => {
+    it('stores the first token and any later-expiring one, never an older one', async () => {
+      const store = newStore();
+      await store.waitUntilReady(2000);
+      const t0 = Date.now();
+      const older = record('older', t0, 60_000);
+      const newer = record('newer', t0 + 1000, 60_000);
+      expect(await store.writeFenced(CLIENT, newer)).toBe(true);
+      expect(await store.writeFenced(CLIENT, older)).toBe(false);
+      expect(await store.writeFenced(CLIENT, newer)).toBe(false);
+      const read = await store.read(CLIENT);
+      expect(read).toEqual({ status: 'found', record: newer });
+    });
+
+    it('keeps the newest token when two refreshers race (a lock granted twice)', async () => {
+      const a = newStore();
+      const b = newStore();
+      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      const t0 = Date.now();
+      const tokens = Array.from({ length: 20 }, (_, i) => record(`tok${i}`, t0 + i * 10, 60_000));
+      // Interleave writes from both "holders" in a shuffled order.
+      const order = [...tokens].sort(() => Math.random() - 0.5);
+      const results = await Promise.all(order.map((t, i) => (i % 2 ? a : b).writeFenced(CLIENT, t)));
+      expect(results.some(Boolean)).toBe(true);
+      const stored = await a.read(CLIENT);
+      expect(stored.status === 'found' && stored.record.accessToken).toBe('tok19');
+    });
+
+    it('sets the key to expire with the token', async () => {
+      const store = newStore();
+      await store.waitUntilReady(2000);
+      await store.writeFenced(CLIENT, record('short', Date.now(), 5_000));
+      const pttl = await raw.pttl(redisKeys.token(CLIENT));
+      expect(pttl).toBeGreaterThan(3_000);
+      expect(pttl).toBeLessThanOrEqual(5_000);
+    });
+  });
+
+  describe('invalidate', () => {
+    it('invalidates only the token with that fingerprint, once', async () => {
+      const store = newStore();
+      await store.waitUntilReady(2000);
+      const t0 = Date.now();
+      const current = record('current', t0, 60_000);
+      await store.writeFenced(CLIENT, current);
+      expect(await store.invalidate(CLIENT, record('stale', t0 - 1000, 60_000).fingerprint)).toBe(false);
+      expect((await store.read(CLIENT)).status).toBe('found');
+      expect(await store.invalidate(CLIENT, current.fingerprint)).toBe(true);
+      expect(await store.invalidate(CLIENT, current.fingerprint)).toBe(false);
+      expect((await store.read(CLIENT)).status).toBe('absent');
+    });
+
+    it('lets a token requested after the invalidation replace it, but not the rejected one', async () => {
+      const store = newStore();
+      await store.waitUntilReady(2000);
+      const t0 = Date.now();
+      const rejected = record('rejected', t0 - 10_000, 60_000);
+      await store.writeFenced(CLIENT, rejected);
+      await store.invalidate(CLIENT, rejected.fingerprint);
+      expect(await store.writeFenced(CLIENT, rejected)).toBe(false);
+      // The provider shortened its lifetimes meanwhile: earlier expiry, but requested later.
+      const replacement = record('replacement', Date.now() + 5, 10_000);
+      expect(await store.writeFenced(CLIENT, replacement)).toBe(true);
+      expect(await store.read(CLIENT)).toEqual({ status: 'found', record: replacement });
+    });
+  });
+
+  describe('corrupt values', () => {
+    it.each([
+      ['a foreign value', { exp: 'soon', val: 'x' }],
+      ['an unsealed token', { exp: String(Date.now() + 60_000), obt: '1', fp: 'ab', val: 'raw-token' }],
+      ['missing fields', { val: 'plain:tok' }],
+    ])('reports %s as corrupt and lets a new token be written', async (_label, hash) => {
+      const store = newStore();
+      await store.waitUntilReady(2000);
+      await raw.hset(redisKeys.token(CLIENT), hash);
+      expect((await store.read(CLIENT)).status).toBe('corrupt');
+      await store.discardCorrupt(CLIENT);
+      const fresh = record('fresh', Date.now(), 60_000);
+      expect(await store.writeFenced(CLIENT, fresh)).toBe(true);
+      expect(await store.read(CLIENT)).toEqual({ status: 'found', record: fresh });
+    });
+
+    it('survives a key of the wrong Redis type', async () => {
+      const store = newStore();
+      await store.waitUntilReady(2000);
+      await raw.set(redisKeys.token(CLIENT), 'not a hash');
+      await expect(store.read(CLIENT)).rejects.toBeInstanceOf(TokenStoreException);
+    });
+  });
+
+  describe('lock', () => {
+    it('grants the lock to one holder at a time', async () => {
+      const a = newStore();
+      const b = newStore();
+      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      const results = await Promise.all([a.tryLock(CLIENT), b.tryLock(CLIENT), a.tryLock(CLIENT)]);
+      expect(results.filter((l) => l !== null)).toHaveLength(1);
+      await results.find((l) => l !== null)!.release();
+      const again = await b.tryLock(CLIENT);
+      expect(again).not.toBeNull();
+      await again!.release();
+    });
+
+    it('keeps a live holder\'s lease beyond the TTL, and frees a dead holder\'s after it', async () => {
+      const a = newStore();
+      const b = newStore();
+      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      const held = await a.tryLock(CLIENT);
+      expect(held).not.toBeNull();
+      // Alive: extended automatically, still held after two TTLs.
+      const deadline = Date.now() + LOCK_TTL_MS * 2;
+      await waitFor(() => Date.now() > deadline, { timeoutMs: 5000, what: 'two lock TTLs' });
+      expect(await b.tryLock(CLIENT)).toBeNull();
+      // Dead: the holder's connections vanish without releasing.
+      await a.close();
+      const taken = await waitFor(() => b.tryLock(CLIENT), {
+        timeoutMs: LOCK_TTL_MS * 4,
+        intervalMs: 50,
+        what: 'the dead holder\'s lease to expire',
+      });
+      await taken.release();
+    });
+  });
+
+  describe('pub/sub', () => {
+    it('tells every replica about updates and invalidations', async () => {
+      const a = newStore();
+      const b = newStore();
+      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      const seen: TokenStoreEvent[] = [];
+      b.onEvent((e) => seen.push(e));
+      // The subscriber connects on its own; wait until a probe message arrives.
+      await waitFor(
+        async () => {
+          await raw.publish(redisKeys.events(CLIENT), 'u:1');
+          return seen.length > 0;
+        },
+        { timeoutMs: 3000, what: 'the subscription' },
+      );
+      seen.length = 0;
+      const t = record('pub', Date.now(), 60_000);
+      await a.writeFenced(CLIENT, t);
+      await a.invalidate(CLIENT, t.fingerprint);
+      await waitFor(() => seen.length >= 2, { timeoutMs: 3000, what: 'two events' });
+      expect(seen).toEqual([
+        { type: 'updated', clientId: CLIENT, expiresAt: t.expiresAt },
+        { type: 'invalidated', clientId: CLIENT, fingerprint: t.fingerprint },
+      ]);
+    });
+  });
+
+  describe('outage', () => {
+    it('fails fast while Redis is down and reports recovery', async () => {
+      const store = newStore(200);
+      await store.waitUntilReady(2000);
+      let recovered = 0;
+      store.onRecovered(() => recovered++);
+      await redis.kill();
+      const started = Date.now();
+      await expect(store.read(CLIENT)).rejects.toBeInstanceOf(TokenStoreException);
+      expect(Date.now() - started).toBeLessThan(500);
+      expect(store.healthy).toBe(false);
+      await redis.restart();
+      await waitFor(() => store.healthy, { timeoutMs: 5000, what: 'the store to recover' });
+      expect(recovered).toBeGreaterThanOrEqual(1);
+      expect((await store.read(CLIENT)).status).toBe('absent');
+    });
+  });
+});

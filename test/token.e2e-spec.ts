@@ -1,0 +1,178 @@
+import { ProviderEmulator } from '../src/emulator/provider-emulator';
+import { SecretsManagerEmulator, secretsManagerClientEnv } from '../src/emulator/secrets-manager-emulator';
+import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { waitFor } from './support/wait';
+
+const SECRET_ID = 'token-broker/acme-preprod';
+const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
+
+interface TokenBody {
+  access_token: string;
+  token_type: string;
+  expires_in: number;
+  expires_at: string;
+}
+
+/** One broker process, credentials from the real AWS SDK against a local Secrets Manager. */
+describe('GET /token (single broker, Secrets Manager credentials)', () => {
+  let provider: ProviderEmulator;
+  let secrets: SecretsManagerEmulator;
+  const brokers: BrokerProcess[] = [];
+
+  async function broker(env: Record<string, string> = {}): Promise<BrokerProcess> {
+    const b = await spawnBroker({
+      env: {
+        CLIENT_ID: 'acme-preprod',
+        PROVIDER_AUTH_URL: provider.url,
+        PROVIDER_BASE_URL: provider.url,
+        CREDENTIALS_SECRET_ID: SECRET_ID,
+        CALLER_AUTH_MODE: 'none',
+        CALLER_AUTH_ALLOW_NONE: 'true',
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'warn',
+        TOKEN_BACKOFF_BASE_MS: '50',
+        TOKEN_BACKOFF_MAX_MS: '500',
+        ...secretsManagerClientEnv(secrets.url),
+        ...env,
+      },
+    });
+    brokers.push(b);
+    return b;
+  }
+
+  beforeEach(async () => {
+    provider = await ProviderEmulator.start({
+      credentials: { [CREDS.client_id]: CREDS.client_secret },
+      knobs: { tokenLifetimeSeconds: 60 },
+    });
+    secrets = await SecretsManagerEmulator.start({ secrets: { [SECRET_ID]: JSON.stringify(CREDS) } });
+  });
+
+  afterEach(async () => {
+    await Promise.all(brokers.splice(0).map((b) => b.stop()));
+    await provider.close();
+    await secrets.close();
+  });
+
+  it('serves an RFC 6749-shaped token with no-store, and one provider request for many calls', async () => {
+    const b = await broker();
+    await b.waitReady(10_000);
+    const first = await fetch(`${b.url}/token`);
+    expect(first.status).toBe(200);
+    expect(first.headers.get('cache-control')).toBe('no-store');
+    expect(first.headers.get('content-type')).toMatch(/^application\/json/);
+    const body = (await first.json()) as TokenBody;
+    expect(Object.keys(body).sort()).toEqual(['access_token', 'expires_at', 'expires_in', 'token_type']);
+    expect(body.token_type).toBe('Bearer');
+    expect(provider.isValidToken(body.access_token)).toBe(true);
+    expect(body.expires_in).toBeGreaterThan(55);
+    expect(body.expires_in).toBeLessThanOrEqual(60);
+    expect(Math.abs(Date.parse(body.expires_at) - Date.now() - body.expires_in * 1000)).toBeLessThan(2000);
+
+    const again = await Promise.all(
+      Array.from({ length: 50 }, () => fetch(`${b.url}/token?client=acme-preprod`).then((r) => r.json())),
+    );
+    expect(new Set(again.map((r: TokenBody) => r.access_token))).toEqual(new Set([body.access_token]));
+    expect(provider.stats.tokenRequests).toBe(1);
+    expect(secrets.stats.requests).toBe(1);
+  });
+
+  it('refreshes when a caller needs more lifetime than the token has left (mandatory window)', async () => {
+    const b = await broker();
+    await b.waitReady(10_000);
+    const first = (await (await fetch(`${b.url}/token`)).json()) as TokenBody;
+    await waitFor(() => Date.now() > Date.parse(first.expires_at) - 58_500, { timeoutMs: 3000, what: 'time to pass' });
+    const res = await fetch(`${b.url}/token?min_ttl=59`);
+    expect(res.status).toBe(200);
+    const second = (await res.json()) as TokenBody;
+    expect(second.access_token).not.toBe(first.access_token);
+    expect(second.expires_in).toBeGreaterThanOrEqual(59);
+    expect(provider.stats.tokenRequests).toBe(2);
+  });
+
+  it.each([
+    ['/token?client=nobody', 404, 'unknown_client'],
+    ['/token?client=a&client=b', 400, 'invalid_request'],
+    ['/token?min_ttl=abc', 400, 'invalid_request'],
+    ['/token?min_ttl=-5', 400, 'invalid_request'],
+    ['/token?min_ttl=999999999', 400, 'invalid_request'],
+    ['/nothing-here', 404, 'not_found'],
+  ])('answers %s with %i problem+json %s', async (path, status, code) => {
+    const b = await broker();
+    await b.waitReady(10_000);
+    const res = await fetch(`${b.url}${path}`);
+    expect(res.status).toBe(status);
+    expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    const problem = (await res.json()) as { code: string; status: number; detail: string };
+    expect(problem.code).toBe(code);
+    expect(problem.status).toBe(status);
+    expect(problem.detail.length).toBeGreaterThan(10);
+  });
+
+  it('answers 503 with Retry-After while the provider is down at start, then recovers', async () => {
+    provider.setKnobs({ tokenFailure: { kind: 'status', status: 503 } });
+    const b = await broker({ TOKEN_WAIT_TIMEOUT_MS: '300' });
+    await waitFor(() => provider.stats.tokenRequests >= 2, { timeoutMs: 10_000, what: 'retries' });
+    const ready = await fetch(`${b.url}/health/ready`);
+    expect(ready.status).toBe(503);
+    const res = await fetch(`${b.url}/token`);
+    expect(res.status).toBe(503);
+    expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(((await res.json()) as { code: string }).code).toBe('token_unavailable');
+
+    provider.setKnobs({ tokenFailure: null });
+    await b.waitReady(10_000);
+    expect((await fetch(`${b.url}/token`)).status).toBe(200);
+  });
+
+  it('says which secret to check when the credentials cannot be read, and never prints them', async () => {
+    secrets.deleteSecret(SECRET_ID);
+    const b = await broker();
+    await waitFor(() => secrets.stats.requests >= 1, { timeoutMs: 10_000, what: 'a Secrets Manager read' });
+    const res = await waitFor(
+      async () => {
+        const r = await fetch(`${b.url}/token`);
+        return r.status === 503 ? r : null;
+      },
+      { timeoutMs: 10_000, what: 'a 503' },
+    );
+    const problem = (await res.json()) as { code: string; detail: string };
+    expect(problem.code).toBe('credentials_unavailable');
+    expect(problem.detail).toContain(SECRET_ID);
+    const ready = (await (await fetch(`${b.url}/health/ready`)).json()) as { status: string };
+    expect(ready.status).toBe('error');
+    expect(b.logs().join('\n')).not.toContain(CREDS.client_secret);
+  });
+
+  it('re-reads rotated credentials when the provider refuses the old ones', async () => {
+    provider.setKnobs({ tokenLifetimeSeconds: 4 });
+    const b = await broker({ TOKEN_REFRESH_AHEAD_SECONDS: '2' });
+    await b.waitReady(10_000);
+    const first = (await (await fetch(`${b.url}/token`)).json()) as TokenBody;
+    const rotated = { client_id: CREDS.client_id, client_secret: 'rotated-secret-2' };
+    secrets.setSecret(SECRET_ID, JSON.stringify(rotated));
+    provider.setCredentials({ [rotated.client_id]: rotated.client_secret });
+    // The scheduled refresh meets invalid_client, re-reads the secret and succeeds, no restart.
+    const body = await waitFor(
+      async () => {
+        const t = (await (await fetch(`${b.url}/token`)).json()) as TokenBody;
+        return t.access_token !== first.access_token ? t : null;
+      },
+      { timeoutMs: 10_000, what: 'a token obtained with the rotated secret' },
+    );
+    expect(provider.isValidToken(body.access_token)).toBe(true);
+    expect(provider.stats.rejectedTokenAuth).toBe(1);
+    expect(secrets.stats.requests).toBe(2);
+    expect(b.logs().join('\n')).not.toContain(rotated.client_secret);
+  });
+
+  it('refuses to start on a bad setting, naming it and not its value', async () => {
+    const b = await broker({ PORT: 'not-a-port-SECRETISH', PROVIDER_AUTH_URL: 'nope' });
+    const exit = await b.exited;
+    expect(exit.code).toBe(78);
+    const out = b.logs().join('\n');
+    expect(out).toContain('PORT');
+    expect(out).toContain('PROVIDER_AUTH_URL');
+    expect(out).not.toContain('SECRETISH');
+  });
+});
