@@ -1,0 +1,259 @@
+import { type ChildProcess, spawn, type SpawnOptions } from 'node:child_process';
+import { runInThisContext } from 'node:vm';
+
+/** How a child process ended. */
+export interface ExitInfo {
+  /** Exit code, or `null` when a signal ended it (or it never started). */
+  code: number | null;
+  /** The signal that ended it, if any. */
+  signal: NodeJS.Signals | null;
+  /** Set when the process could not be started at all (e.g. `ENOENT`). */
+  error?: Error;
+}
+
+/** Options for {@link startManagedProcess}. */
+export interface ManagedProcessOptions {
+  /** Label used in error messages ("redis-server:6399", "broker-0"). */
+  name: string;
+  command: string;
+  args: readonly string[];
+  /** Complete environment of the child: nothing is inherited implicitly. */
+  env: NodeJS.ProcessEnv;
+  cwd?: string;
+  /**
+   * Keep at most this many captured lines (the oldest are dropped), so a chatty process under
+   * load cannot exhaust the test's memory.
+   * @default 50_000
+   */
+  maxLogLines?: number;
+}
+
+/**
+ * A child process that is registered for cleanup and whose output is kept in memory.
+ *
+ * Children are `unref`'d: a test that forgets to stop one must not keep Jest from exiting,
+ * and once Jest exits, the exit hook below kills the child. Waiting for an exit re-`ref`s it so
+ * a plain Node script (the benchmark) that awaits `kill()` is not cut short.
+ */
+export class ManagedProcess {
+  /** Resolves once the process has exited and its output is drained; never rejects. */
+  readonly exited: Promise<ExitInfo>;
+  private readonly lines: string[] = [];
+  private droppedLines = 0;
+  private exitInfo: ExitInfo | undefined;
+
+  private constructor(
+    readonly name: string,
+    private readonly child: ChildProcess,
+    private readonly maxLogLines: number,
+  ) {
+    const registry = childRegistry();
+    registry.add(child);
+    this.exited = new Promise<ExitInfo>((resolve) => {
+      let streamsOpen = 0;
+      let exit: ExitInfo | undefined;
+      let drainTimer: NodeJS.Timeout | undefined;
+      const finish = () => {
+        if (!exit || this.exitInfo) return;
+        clearTimeout(drainTimer);
+        registry.delete(child);
+        this.exitInfo = exit;
+        resolve(exit);
+      };
+      for (const stream of [child.stdout, child.stderr]) {
+        if (!stream) continue;
+        streamsOpen++;
+        let pending = '';
+        stream.setEncoding('utf8');
+        stream.on('data', (chunk: string) => {
+          pending += chunk;
+          const parts = pending.split('\n');
+          pending = parts.pop() ?? '';
+          for (const line of parts) this.push(line);
+        });
+        stream.once('close', () => {
+          if (pending) this.push(pending);
+          pending = '';
+          streamsOpen--;
+          if (streamsOpen === 0) finish();
+        });
+        (stream as { unref?: () => void }).unref?.();
+      }
+      child.once('exit', (code, signal) => {
+        exit = { code, signal };
+        // Output normally drains within milliseconds of the exit; a grandchild that inherited
+        // the pipes could hold them open forever, so do not wait on them indefinitely. (Not
+        // unref'd: someone awaiting `exited` needs the event loop kept alive until then.)
+        drainTimer = setTimeout(finish, 500);
+        if (streamsOpen === 0) finish();
+      });
+      child.once('error', (error) => {
+        // 'error' without 'exit' means the process never ran (bad command, EACCES).
+        if (child.pid === undefined) {
+          exit = { code: null, signal: null, error };
+          this.push(`[spawn error] ${error.message}`);
+          finish();
+        }
+      });
+    });
+    child.unref();
+  }
+
+  /**
+   * Spawns `command` with piped stdout/stderr captured line by line. Returns at once: use
+   * {@link ManagedProcess.exited} or a readiness probe to learn whether it really started.
+   */
+  static start(opts: ManagedProcessOptions): ManagedProcess {
+    const spawnOptions: SpawnOptions = {
+      cwd: opts.cwd,
+      env: opts.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      // Same process group as the test runner: a Ctrl-C in the terminal reaches the children too.
+      detached: false,
+    };
+    const child = spawn(opts.command, [...opts.args], spawnOptions);
+    return new ManagedProcess(opts.name, child, opts.maxLogLines ?? 50_000);
+  }
+
+  /** Process id, or `undefined` if it could not be started. */
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** Whether the process is still running (has not been seen to exit). */
+  isRunning(): boolean {
+    return (
+      this.child.pid !== undefined && this.child.exitCode === null && this.child.signalCode === null
+    );
+  }
+
+  /** How it ended, once it has. */
+  get exitStatus(): ExitInfo | undefined {
+    return this.exitInfo;
+  }
+
+  /** Captured stdout and stderr lines, oldest first. */
+  logs(): string[] {
+    return this.droppedLines > 0
+      ? [`[${this.droppedLines} earlier lines dropped]`, ...this.lines]
+      : [...this.lines];
+  }
+
+  /** The last `n` lines, joined for an error message. */
+  tail(n = 40): string {
+    const logs = this.logs();
+    return logs.slice(-n).join('\n');
+  }
+
+  /** Sends `signal` (if still running) and resolves when the process has exited. */
+  async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<ExitInfo> {
+    if (this.isRunning()) {
+      this.child.ref();
+      this.child.kill(signal);
+    }
+    return this.exited;
+  }
+
+  /**
+   * Sends SIGTERM and, if the process has not exited after `graceMs`, SIGKILL. Resolves with
+   * how it ended.
+   */
+  async stop(graceMs = 5000): Promise<ExitInfo> {
+    if (!this.isRunning()) return this.exited;
+    this.child.ref();
+    this.child.kill('SIGTERM');
+    const timer = setTimeout(() => {
+      if (this.isRunning()) this.child.kill('SIGKILL');
+    }, graceMs);
+    try {
+      return await this.exited;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Describes how the process ended, for error messages. */
+  describeExit(): string {
+    const e = this.exitInfo;
+    if (!e) return `${this.name} is still running`;
+    if (e.error) return `${this.name} could not be started: ${e.error.message}`;
+    return e.signal
+      ? `${this.name} was killed by ${e.signal}`
+      : `${this.name} exited with code ${String(e.code)}`;
+  }
+
+  private push(line: string): void {
+    this.lines.push(line);
+    if (this.lines.length > this.maxLogLines) {
+      this.lines.shift();
+      this.droppedLines++;
+    }
+  }
+}
+
+/**
+ * Kills every child process started through this module that is still alive. Synchronous, so
+ * it can run from a process 'exit' hook.
+ */
+export function killAllManagedProcesses(): void {
+  killAll(childRegistry());
+}
+
+function killAll(children: Set<ChildProcess>): void {
+  for (const child of children) {
+    try {
+      child.kill('SIGKILL');
+    } catch {
+      // Already gone: nothing to clean up.
+    }
+  }
+  children.clear();
+}
+
+const REGISTRY_KEY = Symbol.for('token-broker.test.children');
+
+type HostProcess = NodeJS.Process & { [REGISTRY_KEY]?: Set<ChildProcess> };
+
+/**
+ * The registry lives on the *real* process object, with a single 'exit' hook.
+ *
+ * Why not `process.on('exit')`: inside Jest, `process` is a per-test-file copy whose event
+ * emitter is never told that the worker exits, so such hooks silently never run. The real
+ * process is reachable through `vm.runInThisContext`, which evaluates in Node's main context
+ * rather than Jest's sandbox (outside Jest it is simply `process`). Keeping one registry there
+ * also avoids stacking one hook per test file (and the MaxListeners warning that brings).
+ */
+function childRegistry(): Set<ChildProcess> {
+  const host = hostProcess() as HostProcess;
+  let registry = host[REGISTRY_KEY];
+  if (!registry) {
+    const created = new Set<ChildProcess>();
+    registry = created;
+    host[REGISTRY_KEY] = created;
+    host.on('exit', () => killAll(created));
+  }
+  return registry;
+}
+
+/**
+ * The environment a child starts from: only what is needed to find executables and a home
+ * directory, so settings of the developer's shell (REDIS_URL, AWS_*, NODE_OPTIONS) cannot leak
+ * into a test's process and make it pass or fail for reasons the test does not show.
+ */
+export function minimalEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const name of ['PATH', 'HOME'] as const) {
+    const value = process.env[name];
+    if (value !== undefined) env[name] = value;
+  }
+  return env;
+}
+
+/**
+ * The Node process object of the host, also from inside a Jest sandbox (see
+ * {@link childRegistry} for why that differs from `process`). For per-process caches and
+ * hooks that must outlive one test file.
+ */
+export function hostProcess(): NodeJS.Process {
+  return runInThisContext('process') as NodeJS.Process;
+}
