@@ -72,7 +72,7 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
     const again = await Promise.all(
       Array.from({ length: 50 }, () => fetch(`${b.url}/token?client=acme-preprod`).then((r) => r.json())),
     );
-    expect(new Set(again.map((r: TokenBody) => r.access_token))).toEqual(new Set([body.access_token]));
+    expect(new Set((again as TokenBody[]).map((r) => r.access_token))).toEqual(new Set([body.access_token]));
     expect(provider.stats.tokenRequests).toBe(1);
     expect(secrets.stats.requests).toBe(1);
   });

@@ -1,4 +1,5 @@
-import { Controller, Get } from '@nestjs/common';
+import { Controller, Get, Res, ServiceUnavailableException } from '@nestjs/common';
+import type { FastifyReply } from 'fastify';
 import { HealthCheck, HealthCheckService, HealthIndicatorService } from '@nestjs/terminus';
 import { TokenService } from '../token/token.service';
 
@@ -25,8 +26,18 @@ export class HealthController {
 
   @Get('ready')
   @HealthCheck()
-  ready() {
-    return this.health.check([() => this.tokenIndicator(), () => this.storeIndicator()]);
+  async ready(@Res({ passthrough: true }) reply: FastifyReply): Promise<unknown> {
+    try {
+      return await this.health.check([() => this.tokenIndicator(), () => this.storeIndicator()]);
+    } catch (err) {
+      // Terminus reports "not ready" by throwing; answer its report with 503 rather than
+      // letting the problem filter turn it into a generic error.
+      if (err instanceof ServiceUnavailableException) {
+        void reply.code(503).header('cache-control', 'no-store');
+        return err.getResponse();
+      }
+      throw err;
+    }
   }
 
   private tokenIndicator() {
