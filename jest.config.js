@@ -1,5 +1,13 @@
 /** @type {import('jest').Config} */
 const tsJest = ['ts-jest', { tsconfig: 'tsconfig.json' }];
+// jose 6 ships ES modules only. Node >= 20.19 require()s them natively; Jest's CommonJS
+// runtime does not (before Node 24.9), so the tests compile jose to CommonJS on the fly.
+const esmOnly = [
+  'ts-jest',
+  { tsconfig: { allowJs: true, module: 'commonjs', target: 'ES2022', isolatedModules: true } },
+];
+const esmTransform = { '/node_modules/jose/.+\\.js$': esmOnly };
+const transformIgnorePatterns = ['/node_modules/(?!jose/)'];
 
 module.exports = {
   testEnvironment: 'node',
@@ -9,13 +17,15 @@ module.exports = {
     {
       displayName: 'unit',
       testEnvironment: 'node',
-      transform: { '^.+\\.ts$': tsJest },
+      transform: { '^.+\\.ts$': tsJest, ...esmTransform },
+      transformIgnorePatterns,
       testMatch: ['<rootDir>/src/**/*.spec.ts'],
     },
     {
       displayName: 'e2e',
       testEnvironment: 'node',
-      transform: { '^.+\\.ts$': tsJest },
+      transform: { '^.+\\.ts$': tsJest, ...esmTransform },
+      transformIgnorePatterns,
       testMatch: ['<rootDir>/test/**/*.e2e-spec.ts'],
       testTimeout: 120000,
     },

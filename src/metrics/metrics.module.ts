@@ -1,11 +1,12 @@
 import { Global, Module } from '@nestjs/common';
+import { HttpMetricsHook } from './http-metrics.hook';
 import { MetricsController } from './metrics.controller';
 import { MetricsService } from './metrics.service';
 
 @Global()
 @Module({
   controllers: [MetricsController],
-  providers: [MetricsService],
+  providers: [MetricsService, HttpMetricsHook],
   exports: [MetricsService],
 })
 export class MetricsModule {}

@@ -51,6 +51,12 @@ export class MetricsService {
     labelNames: ['client', 'layer', 'outcome'] as const,
     registers: [this.registry],
   });
+  readonly idempotentReplays = new Counter({
+    name: 'token_broker_idempotent_replays_total',
+    help: 'POST /orders answered from the stored outcome of an earlier request with the same Idempotency-Key and body, per client.',
+    labelNames: ['client'] as const,
+    registers: [this.registry],
+  });
   private degradedSource: () => boolean = () => false;
   readonly degraded: Gauge = new Gauge({
     name: 'token_broker_degraded',

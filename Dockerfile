@@ -1,0 +1,46 @@
+# syntax=docker/dockerfile:1
+
+# Node 26 ("Lithium") is the Active LTS line since 2026-10-28; 24 moved to maintenance.
+# `.ci/run` reads the major from the first `FROM node:<major>` line and runs the whole test suite
+# on that major (the `node@26` npm package), so the tests prove the runtime the image ships.
+# For reproducible builds, pin the digest (`node:26-trixie-slim@sha256:...`) and let
+# Renovate/Dependabot bump it.
+
+# ---- build: full dependency tree, compile, then drop the dev dependencies -------------------
+FROM node:26-trixie-slim AS build
+WORKDIR /app
+# The manifest and lockfile alone first, so the dependency layer is reused until they change.
+COPY package.json package-lock.json ./
+# Exactly the lockfile's tree. No install scripts: no production dependency needs one, and
+# nothing a dependency ships runs at build time.
+RUN npm ci --no-audit --no-fund --ignore-scripts
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+# --omit=optional as well: every optional package in the production tree is only there because
+# a dev dependency (testcontainers) installed it and it satisfies an optional peer of
+# @nestjs/terminus (gRPC health checks, unused): @grpc/*, protobufjs, @types/node, yargs...
+# No production dependency has an optional dependency of its own; revisit if one ever does.
+RUN npm run build \
+ && npm prune --omit=dev --omit=optional --no-audit --no-fund --ignore-scripts
+
+# ---- runtime: node, the pruned node_modules and dist, nothing else --------------------------
+FROM node:26-trixie-slim AS runtime
+# `node dist/main.js` needs neither npm, npx nor corepack; removing them removes their
+# dependencies from image scans and from an attacker's toolbox.
+RUN rm -rf /usr/local/lib/node_modules /usr/local/bin/npm /usr/local/bin/npx \
+      /usr/local/bin/corepack /usr/local/bin/yarn /usr/local/bin/yarnpkg /opt/yarn-*
+ENV NODE_ENV=production
+WORKDIR /app
+# Owned by root and not writable by the runtime user: the process cannot modify its own code,
+# and the root filesystem can be mounted read-only. The broker writes nothing to disk (logs go
+# to stdout); the chart still mounts an emptyDir on /tmp for the runtime's own temp files.
+COPY --from=build /app/package.json ./package.json
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+# The base image's `node` user, by number so Kubernetes' runAsNonRoot can verify it.
+USER 1000:1000
+EXPOSE 8080
+# Node runs as PID 1 without an init process on purpose: main.ts handles SIGTERM and SIGINT
+# itself (stops accepting, drains in-flight requests, releases the refresh lock, exits 0 within
+# SHUTDOWN_GRACE_MS), and the broker starts no child processes, so there are no zombies to reap.
+CMD ["node", "dist/main.js"]

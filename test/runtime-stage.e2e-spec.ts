@@ -1,0 +1,484 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import {
+  chmodSync,
+  chownSync,
+  cpSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { basename, join, posix, relative, resolve } from 'node:path';
+import { promisify } from 'node:util';
+import { ProviderEmulator } from '../src/emulator/provider-emulator';
+
+/**
+ * The Docker image's runtime stage, proven without a container engine: this suite reads the
+ * `Dockerfile` and `.dockerignore` and replays them in temporary directories:
+ *
+ * - build stage: its `COPY`s from the build context (filtered by `.dockerignore`, so a file the
+ *   Dockerfile needs but the context excludes fails here as it would in `docker build`) and its
+ *   `RUN`s (`npm ci`, build, prune) exactly as written;
+ * - runtime stage: its `COPY --from=build`s, `ENV`, `USER` and `CMD`. Its `RUN`s only strip the
+ *   base image (npm) and are not replayed; the app is started with a PATH holding `node` alone,
+ *   which proves the same thing: nothing needs npm at run time.
+ *
+ * Then it starts the pruned app as the image's `CMD`, with the app tree made read-only, as the
+ * image's numeric `USER` when the suite runs as root, with HOME and TMPDIR in a scratch
+ * directory, against the provider emulator, and waits for `GET /health/ready` = 200.
+ */
+
+const ROOT = resolve(__dirname, '..');
+const run = promisify(execFile);
+
+interface Instruction {
+  op: string;
+  args: string;
+}
+
+interface Stage {
+  image: string;
+  name: string | undefined;
+  instructions: Instruction[];
+}
+
+/** Splits a Dockerfile into stages of instructions (continuations joined, comments dropped). */
+function parseDockerfile(text: string): Stage[] {
+  const logical: string[] = [];
+  let pending = '';
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    // Comment lines are dropped even inside a continuation, as BuildKit does.
+    if (line.startsWith('#') || (line === '' && pending === '')) continue;
+    if (line.endsWith('\\')) {
+      pending += `${line.slice(0, -1)} `;
+      continue;
+    }
+    logical.push(`${pending}${line}`.trim());
+    pending = '';
+  }
+  const stages: Stage[] = [];
+  for (const line of logical.filter((l) => l !== '')) {
+    const [, op, args] = /^(\S+)\s*(.*)$/.exec(line) ?? [];
+    const upper = op.toUpperCase();
+    if (upper === 'FROM') {
+      const [, image, name] = /^(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?$/i.exec(args) ?? [];
+      stages.push({ image, name, instructions: [] });
+    } else {
+      if (stages.length === 0) throw new Error(`Dockerfile: ${upper} before the first FROM`);
+      stages[stages.length - 1].instructions.push({ op: upper, args });
+    }
+  }
+  return stages;
+}
+
+/** `.dockerignore` semantics: a pattern matches a path or any of its parents; last match wins. */
+function dockerignore(text: string): (relPath: string) => boolean {
+  const patterns = text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '' && !l.startsWith('#'))
+    .map((l) => {
+      const negate = l.startsWith('!');
+      const cleaned = posix.normalize((negate ? l.slice(1) : l).trim()).replace(/^\/+|\/+$/g, '');
+      const source = cleaned
+        .split(/(\*\*\/|\*\*|\*|\?)/)
+        .map((part) => {
+          if (part === '**/') return '(?:.*/)?';
+          if (part === '**') return '.*';
+          if (part === '*') return '[^/]*';
+          if (part === '?') return '[^/]';
+          return part.replace(/[.+^${}()|[\]\\]/g, '\\$&');
+        })
+        .join('');
+      return { negate, regex: new RegExp(`^${source}$`) };
+    });
+  return (relPath) => {
+    const parts = relPath.split('/');
+    const prefixes = parts.map((_, i) => parts.slice(0, i + 1).join('/'));
+    let excluded = false;
+    for (const p of patterns) {
+      if (prefixes.some((prefix) => p.regex.test(prefix))) excluded = !p.negate;
+    }
+    return excluded;
+  };
+}
+
+/** Splits `COPY [--flag=value...] src... dest` (shell or JSON form). */
+function copyArgs(args: string): { flags: Map<string, string>; sources: string[]; dest: string } {
+  const flags = new Map<string, string>();
+  let rest = args;
+  for (
+    let m = /^--([a-z-]+)(?:=(\S*))?\s+/.exec(rest);
+    m;
+    m = /^--([a-z-]+)(?:=(\S*))?\s+/.exec(rest)
+  ) {
+    flags.set(m[1], m[2] ?? '');
+    rest = rest.slice(m[0].length);
+  }
+  const words = rest.startsWith('[') ? (JSON.parse(rest) as string[]) : rest.split(/\s+/);
+  if (words.length < 2)
+    throw new Error(`Dockerfile: COPY needs a source and a destination: ${args}`);
+  return { flags, sources: words.slice(0, -1), dest: words[words.length - 1] };
+}
+
+/** Maps a path inside the image to the directory standing for the stage's WORKDIR. */
+function hostPath(stageDir: string, workdir: string, imagePath: string): string {
+  const absolute = posix.resolve(workdir, imagePath);
+  const rel = posix.relative(workdir, absolute);
+  if (rel.startsWith('..')) {
+    throw new Error(
+      `Dockerfile: ${imagePath} is outside WORKDIR ${workdir}; not reproducible here`,
+    );
+  }
+  return join(stageDir, rel);
+}
+
+/** Files under `dir` (relative, posix separators), symlinks included but not followed. */
+function walk(dir: string, base = ''): string[] {
+  return readdirSync(join(dir, base), { withFileTypes: true }).flatMap((e) => {
+    const rel = base === '' ? e.name : `${base}/${e.name}`;
+    return e.isDirectory() ? walk(dir, rel) : [rel];
+  });
+}
+
+/** `chmod -R`, leaving symlinks alone (chmod would follow them). */
+function chmodTree(dir: string, change: (mode: number) => number): void {
+  for (const entry of ['', ...walkAll(dir)]) {
+    const path = join(dir, entry);
+    const stat = lstatSync(path);
+    if (!stat.isSymbolicLink()) chmodSync(path, change(stat.mode & 0o7777));
+  }
+}
+
+function walkAll(dir: string, base = ''): string[] {
+  return readdirSync(join(dir, base), { withFileTypes: true }).flatMap((e) => {
+    const rel = base === '' ? e.name : `${base}/${e.name}`;
+    return e.isDirectory() ? [rel, ...walkAll(dir, rel)] : [rel];
+  });
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() =>
+        typeof address === 'object' && address !== null
+          ? resolvePort(address.port)
+          : reject(new Error('no port')),
+      );
+    });
+  });
+}
+
+/** Polls until `check` returns true, failing at the deadline or when `abort` says why. */
+async function waitUntil(
+  what: string,
+  timeoutMs: number,
+  check: () => Promise<boolean>,
+  abort: () => string | undefined,
+  explain?: () => string,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const reason = abort();
+    if (reason !== undefined) throw new Error(`${what}: ${reason}`);
+    if (await check().catch(() => false)) return;
+    if (Date.now() > deadline) {
+      throw new Error(`${what}: not within ${timeoutMs} ms${explain ? `\n${explain()}` : ''}`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+const CLIENT_ID = 'runtime-stage';
+const CREDENTIALS = { client_id: 'image-client', client_secret: 'image-secret-value' };
+/** The image runs with NODE_ENV=production, where caller authentication cannot be off. */
+const API_KEY = randomBytes(24).toString('base64url');
+
+describe('Docker runtime stage', () => {
+  const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8');
+  const stages = parseDockerfile(dockerfile);
+  const buildStage = stages[0];
+  const runtimeStage = stages[stages.length - 1];
+  const excluded = dockerignore(readFileSync(join(ROOT, '.dockerignore'), 'utf8'));
+
+  let scratch: string;
+  let appDir: string;
+  const runtimeEnv: Record<string, string> = {};
+  let runtimeUser: { uid: number; gid: number } | undefined;
+  let cmd: string[] = [];
+  let emulator: ProviderEmulator | undefined;
+  let app: ChildProcess | undefined;
+  let appOutput = '';
+  let appExit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  let baseUrl = '';
+
+  /** Replays the build stage, then the runtime stage's copies, into `scratch`. */
+  async function assemble(): Promise<void> {
+    const buildDir = join(scratch, 'build');
+    mkdirSync(buildDir);
+    let workdir = '/';
+    const runEnv = {
+      ...process.env,
+      CI: 'true',
+      // The Dockerfile's own npm commands, but served from the local cache when it has them.
+      npm_config_prefer_offline: 'true',
+      npm_config_update_notifier: 'false',
+    };
+    for (const { op, args } of buildStage.instructions) {
+      if (op === 'WORKDIR') {
+        workdir = posix.resolve(workdir, args);
+      } else if (op === 'COPY') {
+        const { flags, sources, dest } = copyArgs(args);
+        if (flags.has('from')) throw new Error('build stage: COPY --from is not reproduced');
+        for (const source of sources) {
+          const rel = posix.normalize(source).replace(/\/+$/, '');
+          const files = existsSync(join(ROOT, rel))
+            ? lstatSync(join(ROOT, rel)).isDirectory()
+              ? walk(join(ROOT, rel)).map((f) => `${rel}/${f}`)
+              : [rel]
+            : [];
+          const included = files.filter((f) => !excluded(f));
+          if (included.length === 0) {
+            throw new Error(`COPY ${source}: missing, or excluded by .dockerignore`);
+          }
+          const isDir = lstatSync(join(ROOT, rel)).isDirectory();
+          const target = hostPath(buildDir, workdir, dest);
+          for (const file of included) {
+            const to =
+              isDir || dest.endsWith('/') || sources.length > 1
+                ? join(target, isDir ? relative(rel, file) : basename(file))
+                : target;
+            cpSync(join(ROOT, file), to, { verbatimSymlinks: true });
+          }
+        }
+      } else if (op === 'RUN') {
+        const cwd = hostPath(buildDir, workdir, '.');
+        mkdirSync(cwd, { recursive: true });
+        await run('sh', ['-c', args], { cwd, env: runEnv, maxBuffer: 64 * 1024 * 1024 }).catch(
+          (err: { stdout?: string; stderr?: string; message: string }) => {
+            throw new Error(
+              `RUN ${args}\n${err.message}\n${(err.stdout ?? '').slice(-4000)}\n${(err.stderr ?? '').slice(-4000)}`,
+            );
+          },
+        );
+      }
+    }
+    const buildWorkdir = workdir;
+
+    appDir = join(scratch, 'app');
+    mkdirSync(appDir);
+    workdir = '/';
+    for (const { op, args } of runtimeStage.instructions) {
+      if (op === 'WORKDIR') workdir = posix.resolve(workdir, args);
+      if (op === 'ENV') {
+        for (const m of args.matchAll(/(\w+)=("[^"]*"|\S+)/g)) {
+          runtimeEnv[m[1]] = m[2].replace(/^"|"$/g, '');
+        }
+      }
+      if (op === 'USER') {
+        const m = /^(\d+)(?::(\d+))?$/.exec(args);
+        runtimeUser = m ? { uid: Number(m[1]), gid: Number(m[2] ?? m[1]) } : undefined;
+      }
+      if (op === 'CMD') cmd = JSON.parse(args) as string[];
+      if (op === 'COPY') {
+        const { flags, sources, dest } = copyArgs(args);
+        if (flags.get('from') !== buildStage.name) {
+          throw new Error(
+            `runtime stage: only COPY --from=${buildStage.name} is reproduced: ${args}`,
+          );
+        }
+        for (const source of sources) {
+          const from = hostPath(buildDir, buildWorkdir, posix.resolve('/', source));
+          const to = hostPath(appDir, workdir, dest);
+          if (!existsSync(from))
+            throw new Error(`COPY --from=build ${source}: not produced by the build`);
+          cpSync(from, to, { recursive: true, verbatimSymlinks: true });
+        }
+      }
+    }
+    appDir = hostPath(appDir, workdir, '.');
+  }
+
+  beforeAll(async () => {
+    scratch = mkdtempSync(join(tmpdir(), 'tb-runtime-stage-'));
+    // Traversable by the image's user when the suite runs as root and drops to it.
+    chmodSync(scratch, 0o755);
+    await assemble();
+  }, 600_000);
+
+  afterAll(async () => {
+    if (app && appExit === undefined) app.kill('SIGKILL');
+    await emulator?.close();
+    if (scratch) {
+      chmodTree(scratch, (mode) => mode | 0o200);
+      rmSync(scratch, { recursive: true, force: true });
+    }
+  });
+
+  it('follows STYLE.md: node base image, npm ci and prune, non-root numeric USER, NODE_ENV, CMD', () => {
+    expect(buildStage.image).toMatch(/^node:\d+(?:[.-]|$)/);
+    expect(runtimeStage.image).toMatch(/^node:\d+(?:[.-]|$)/);
+    // Same Node major in both stages: the build compiles for the runtime it ships.
+    expect(runtimeStage.image.split(/[:.-]/)[1]).toBe(buildStage.image.split(/[:.-]/)[1]);
+    const runs = buildStage.instructions.filter((i) => i.op === 'RUN').map((i) => i.args);
+    expect(runs.some((r) => /\bnpm ci\b/.test(r))).toBe(true);
+    expect(runs.some((r) => /\bnpm prune --omit=dev\b/.test(r))).toBe(true);
+    expect(runtimeUser).toBeDefined();
+    expect(runtimeUser?.uid).not.toBe(0);
+    expect(runtimeEnv.NODE_ENV).toBe('production');
+    expect(cmd).toEqual(['node', 'dist/main.js']);
+  });
+
+  it('ships only production dependencies and the compiled app', () => {
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
+      dependencies: Record<string, string>;
+      devDependencies: Record<string, string>;
+    };
+    for (const dep of Object.keys(pkg.dependencies)) {
+      expect([dep, existsSync(join(appDir, 'node_modules', dep, 'package.json'))]).toEqual([
+        dep,
+        true,
+      ]);
+    }
+    for (const dep of Object.keys(pkg.devDependencies)) {
+      expect([dep, existsSync(join(appDir, 'node_modules', dep))]).toEqual([dep, false]);
+    }
+    expect(existsSync(join(appDir, 'dist', 'main.js'))).toBe(true);
+    // No sources, tests or build configuration: only what `node dist/main.js` needs.
+    expect(readdirSync(appDir).filter((f) => /^(src|test|tsconfig.*|\..*)$/.test(f))).toEqual([]);
+    expect(walk(join(appDir, 'dist')).filter((f) => /\.spec\.js$|\.ts$/.test(f))).toEqual([]);
+  });
+
+  it('starts from a read-only tree, as the image user, and becomes ready', async () => {
+    emulator = await ProviderEmulator.start({
+      credentials: { [CREDENTIALS.client_id]: CREDENTIALS.client_secret },
+    });
+    const home = join(scratch, 'home');
+    mkdirSync(join(home, 'tmp'), { recursive: true, mode: 0o700 });
+    const credentialsFile = join(scratch, 'credentials.json');
+    writeFileSync(credentialsFile, JSON.stringify(CREDENTIALS), { mode: 0o400 });
+    const apiKeysFile = join(scratch, 'api-keys.json');
+    const sha256 = createHash('sha256').update(API_KEY).digest('hex');
+    writeFileSync(
+      apiKeysFile,
+      JSON.stringify([{ name: 'runtime-stage-test', sha256, clients: [CLIENT_ID] }]),
+      {
+        mode: 0o400,
+      },
+    );
+    // `node` and nothing else on PATH: the runtime stage has no npm.
+    const bin = join(scratch, 'bin');
+    mkdirSync(bin);
+    symlinkSync(process.execPath, join(bin, 'node'));
+
+    const asRoot = process.getuid?.() === 0;
+    if (asRoot && runtimeUser) {
+      for (const path of [home, join(home, 'tmp'), credentialsFile, apiKeysFile]) {
+        chownSync(path, runtimeUser.uid, runtimeUser.gid);
+      }
+    }
+    chmodTree(appDir, (mode) => mode & ~0o222);
+    // Root ignores file modes, so the read-only check means something only as another user.
+    expect(asRoot ? runtimeUser?.uid : process.getuid?.()).not.toBe(0);
+
+    const port = await freePort();
+    baseUrl = `http://127.0.0.1:${port}`;
+    app = spawn(cmd[0], cmd.slice(1), {
+      cwd: appDir,
+      env: {
+        ...runtimeEnv,
+        PATH: bin,
+        HOME: home,
+        TMPDIR: join(home, 'tmp'),
+        PORT: String(port),
+        HOST: '127.0.0.1',
+        CLIENT_ID: CLIENT_ID,
+        CREDENTIALS_FILE: credentialsFile,
+        PROVIDER_AUTH_URL: emulator.url,
+        PROVIDER_BASE_URL: emulator.url,
+        CALLER_AUTH_MODE: 'api-key',
+        CALLER_API_KEYS_FILE: apiKeysFile,
+        LOG_LEVEL: 'info',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      ...(asRoot && runtimeUser ? { uid: runtimeUser.uid, gid: runtimeUser.gid } : {}),
+    });
+    app.stdout?.on('data', (d: Buffer) => (appOutput += d.toString()));
+    app.stderr?.on('data', (d: Buffer) => (appOutput += d.toString()));
+    app.once('exit', (code, signal) => (appExit = { code, signal }));
+
+    await waitUntil(
+      'GET /health/ready = 200',
+      60_000,
+      async () => (await fetch(`${baseUrl}/health/ready`)).status === 200,
+      () =>
+        appExit
+          ? `the app exited (${appExit.code ?? appExit.signal}):\n${appOutput.slice(-4000)}`
+          : undefined,
+      () => `app output so far:\n${appOutput.slice(-4000)}`,
+    );
+    if (asRoot && runtimeUser && existsSync(`/proc/${app.pid}/status`)) {
+      // Real, effective, saved and filesystem uid: the process really is the image's user.
+      const uids = /^Uid:\s+(.*)$/m.exec(readFileSync(`/proc/${app.pid}/status`, 'utf8'))?.[1];
+      expect(uids?.split(/\s+/).map(Number)).toEqual(Array(4).fill(runtimeUser.uid));
+    }
+    const ready = (await (await fetch(`${baseUrl}/health/ready`)).json()) as { status: string };
+    expect(ready.status).toBe('ok');
+    expect(emulator.stats.tokensIssued).toBeGreaterThanOrEqual(1);
+
+    // And it serves the provider's token to an authenticated caller.
+    const res = await fetch(`${baseUrl}/token?client=${CLIENT_ID}`, {
+      headers: { authorization: `Bearer ${API_KEY}` },
+    });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { access_token: string; expires_in: number };
+    expect(emulator.stats.issued.map((t) => t.token)).toContain(body.access_token);
+    expect(body.expires_in).toBeGreaterThan(0);
+    expect(appOutput).not.toContain(CREDENTIALS.client_secret);
+    expect(appOutput).not.toContain(API_KEY);
+  });
+
+  it('labels HTTP metrics with route patterns, never raw URLs', async () => {
+    expect((await fetch(`${baseUrl}/health/live?probe=raw-value-7f3a`)).status).toBe(200);
+    expect((await fetch(`${baseUrl}/no-such-route-9c1e`)).status).toBe(404);
+    const scrape = await (await fetch(`${baseUrl}/metrics`)).text();
+    expect(scrape).toMatch(
+      /^token_broker_http_requests_total\{route="\/health\/ready",method="GET",status="200"\} [1-9]/m,
+    );
+    expect(scrape).toMatch(
+      /^token_broker_http_requests_total\{route="\/health\/live",method="GET",status="200"\} 1$/m,
+    );
+    expect(scrape).toMatch(
+      /^token_broker_http_requests_total\{route="unmatched",method="GET",status="404"\} 1$/m,
+    );
+    expect(scrape).not.toContain('raw-value-7f3a');
+    expect(scrape).not.toContain('no-such-route-9c1e');
+    expect(scrape).toMatch(
+      new RegExp(`^token_broker_token_remaining_seconds\\{client="${CLIENT_ID}"\\} [1-9]`, 'm'),
+    );
+  });
+
+  it('exits 0 on SIGTERM (node is PID 1 in the image: no init, the app handles the signal)', async () => {
+    expect(app).toBeDefined();
+    app?.kill('SIGTERM');
+    await waitUntil(
+      'exit after SIGTERM',
+      15_000,
+      async () => appExit !== undefined,
+      () => undefined,
+    );
+    expect(appExit).toEqual({ code: 0, signal: null });
+  });
+});
