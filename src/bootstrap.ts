@@ -5,6 +5,7 @@ import { LogController } from 'fastify';
 import type { Logger } from 'pino';
 import { AppModule } from './app.module';
 import type { BrokerConfig } from './config/config.schema';
+import { lazyChildLogger } from './logging/lazy-request-logger';
 import { PinoNestLogger } from './logging/logger';
 
 /** Request ids: the caller's `X-Request-Id` when it looks sane, else a fresh one. */
@@ -23,6 +24,7 @@ export async function createBrokerApp(
     // Per-request info logs would cost more than the whole GET /token hot path; audit lines
     // are written by the features themselves.
     logController: new LogController({ disableRequestLogging: true }),
+    childLoggerFactory: lazyChildLogger,
     genReqId: (req: { headers: Record<string, string | string[] | undefined> }) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && REQUEST_ID.test(given) ? given : crypto.randomUUID();
@@ -42,6 +44,10 @@ export async function createBrokerApp(
   fastify.addHook('onSend', (req, reply, payload, done) => {
     reply.header('x-request-id', req.id);
     reply.header('x-content-type-options', 'nosniff');
+    // JSON APIs are never framed, never run scripts and never need a referrer.
+    reply.header('x-frame-options', 'DENY');
+    reply.header('content-security-policy', "default-src 'none'; frame-ancestors 'none'");
+    reply.header('referrer-policy', 'no-referrer');
     done(null, payload);
   });
   return app;
