@@ -38,7 +38,10 @@ async function main(): Promise<void> {
       process.exit(1);
     }, config.http.shutdownGraceMs).unref();
     app.close().then(
-      () => process.exit(0),
+      () => {
+        logger.info('stopped');
+        logger.flush(() => process.exit(0));
+      },
       (err: unknown) => {
         logger.error({ err }, 'error during shutdown');
         process.exit(1);

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { ClientConfig, TokenSettings } from '../config/config.schema';
-import type { MetricsService, RefreshResult } from '../metrics/metrics.service';
+import type { HitCell, MetricsService, RefreshResult } from '../metrics/metrics.service';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
@@ -75,12 +75,16 @@ export class ClientTokenManager {
   private permanentError?: TokenException;
   private nextAttemptAt?: number;
   private everObtained = false;
+  /** Lifetime of the newest token held (ms): what a refresh can offer a caller at most. */
+  private lifetimeMs?: number;
   private needsResync = false;
   private stopped = false;
   private readonly now: () => number;
   private readonly random: () => number;
   private readonly refreshAheadMs: number;
   private readonly remainingGauge;
+  /** Hot-path hit counter (see {@link MetricsService.l1HitCell}). */
+  readonly l1Hits: HitCell;
 
   constructor(
     readonly client: ClientConfig,
@@ -90,6 +94,7 @@ export class ClientTokenManager {
     this.random = deps.random ?? Math.random;
     this.refreshAheadMs = deps.settings.refreshAheadSeconds * 1000;
     this.remainingGauge = deps.metrics.tokenRemaining.labels(client.id);
+    this.l1Hits = deps.metrics.l1HitCell(client.id);
   }
 
   /** Starts the lifecycle: load credentials and obtain the first token in the background. */
@@ -97,16 +102,16 @@ export class ClientTokenManager {
     this.ensureRefreshing('start');
   }
 
-  /** Stops timers, fails waiters, and waits (bounded) for a refresh in flight to finish. */
+  /**
+   * Stops timers and retries, waits (bounded) for a refresh in flight to finish, then fails
+   * the waiters it did not answer. Waiters are failed last, not first: callers already waiting
+   * for the refresh this replica is doing (SIGTERM mid-refresh) get its token instead of a 503.
+   */
   async stop(timeoutMs = 5000): Promise<void> {
     this.stopped = true;
     clearTimeout(this.refreshTimer);
+    // A loop sleeping between attempts ends now; one inside an attempt finishes it first.
     this.wake?.();
-    for (const w of this.waiters) {
-      clearTimeout(w.timer);
-      w.reject(new TokenException(TokenErrorCode.ShuttingDown, 'the broker is shutting down', 1));
-    }
-    this.waiters.clear();
     if (this.loop) {
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
@@ -115,6 +120,11 @@ export class ClientTokenManager {
       ]);
       clearTimeout(timer);
     }
+    for (const w of this.waiters) {
+      clearTimeout(w.timer);
+      w.reject(new TokenException(TokenErrorCode.ShuttingDown, 'the broker is shutting down', 1));
+    }
+    this.waiters.clear();
   }
 
   /** Hot path: the L1 token if it has at least `minRemainingMs` left. No I/O, no promise. */
@@ -140,6 +150,11 @@ export class ClientTokenManager {
     }
     // Fail fast: an operator must fix this; the loop keeps probing in the background.
     if (this.permanentError) throw this.permanentError;
+    // Even a brand-new token could not meet this: refuse now instead of fetching one per
+    // such request (a caller looping with a too large min_ttl would hammer the provider).
+    if (this.lifetimeMs !== undefined && minRemainingMs >= this.lifetimeMs) {
+      throw this.lifetimeTooShort(this.lifetimeMs);
+    }
     const needUntil = this.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
     const result = new Promise<TokenRecord>((resolve, reject) => {
       const waiter: Waiter = {
@@ -264,6 +279,8 @@ export class ClientTokenManager {
       } catch (err) {
         delay = this.onAttemptFailed(err);
       }
+      // Shutting down: no further attempt (stop() is waiting for this loop to end).
+      if (this.stopped) return;
       this.nextAttemptAt = this.now() + delay;
       await this.sleep(delay);
     }
@@ -422,6 +439,7 @@ export class ClientTokenManager {
     }
     const held = this.l1!;
     this.everObtained = true;
+    this.lifetimeMs = held.expiresAt - held.obtainedAt;
     this.remainingGauge.set(Math.max(0, (held.expiresAt - this.now()) / 1000));
     this.deps.metrics.lastRefreshSuccess.labels(this.client.id).set(this.now() / 1000);
     this.schedule(held);
@@ -433,12 +451,7 @@ export class ClientTokenManager {
       } else if (fetched) {
         clearTimeout(w.timer);
         this.waiters.delete(w);
-        w.reject(
-          new TokenException(
-            TokenErrorCode.Unavailable,
-            `client "${this.client.id}": the provider's tokens live ${Math.round((held.expiresAt - held.obtainedAt) / 1000)} s, less than the requested min_ttl`,
-          ),
-        );
+        w.reject(this.lifetimeTooShort(held.expiresAt - held.obtainedAt));
       }
     }
   }
@@ -509,11 +522,15 @@ export class ClientTokenManager {
   /** A permanent failure as the caller-facing exception, or undefined when transient. */
   private classify(err: unknown): TokenException | undefined {
     if (err instanceof ProviderException && !err.transient) {
+      const rejected = err.code === ProviderErrorCode.InvalidClient;
+      const source = this.client.credentials;
       return new TokenException(
-        err.code === ProviderErrorCode.InvalidClient
-          ? TokenErrorCode.CredentialsRejected
-          : TokenErrorCode.Unavailable,
-        `${err.message}`,
+        rejected ? TokenErrorCode.CredentialsRejected : TokenErrorCode.Unavailable,
+        // Say where the refused credentials came from (a reference, never the value): that is
+        // what the operator has to fix; they were already re-read once.
+        rejected
+          ? `${err.message}; they were read from ${source.file !== undefined ? `file "${source.file}"` : `Secrets Manager secret "${source.secretId}"`}`
+          : err.message,
         Math.ceil(this.deps.settings.backoffMaxMs / 1000),
         { cause: err },
       );
@@ -527,6 +544,13 @@ export class ClientTokenManager {
       );
     }
     return undefined;
+  }
+
+  private lifetimeTooShort(lifetimeMs: number): TokenException {
+    return new TokenException(
+      TokenErrorCode.Unavailable,
+      `client "${this.client.id}": the provider's tokens live ${Math.round(lifetimeMs / 1000)} s, less than the requested min_ttl`,
+    );
   }
 
   private unavailableError(): TokenException {
