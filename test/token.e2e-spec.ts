@@ -75,6 +75,12 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
     expect(new Set((again as TokenBody[]).map((r) => r.access_token))).toEqual(new Set([body.access_token]));
     expect(provider.stats.tokenRequests).toBe(1);
     expect(secrets.stats.requests).toBe(1);
+
+    const metrics = await (await fetch(`${b.url}/metrics`)).text();
+    const hits = /token_broker_cache_lookups_total\{client="acme-preprod",layer="l1",outcome="hit"\} (\d+)/.exec(metrics);
+    expect(Number(hits?.[1])).toBeGreaterThanOrEqual(50);
+    expect(metrics).toMatch(/token_broker_refresh_total\{client="acme-preprod",result="fetched"\} 1\n/);
+    expect(metrics).not.toContain(body.access_token);
   });
 
   it('refreshes when a caller needs more lifetime than the token has left (mandatory window)', async () => {
