@@ -3,7 +3,18 @@ import eslint from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', 'eslint.config.mjs', 'jest.config.js', 'helm/**'] },
+  {
+    ignores: [
+      'dist/**',
+      'dist-bench/**',
+      '.tmp/**',
+      'node_modules/**',
+      'coverage/**',
+      'eslint.config.mjs',
+      'jest.config.js',
+      'helm/**',
+    ],
+  },
   eslint.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

@@ -11,6 +11,8 @@ const transformIgnorePatterns = ['/node_modules/(?!jose/)'];
 
 module.exports = {
   testEnvironment: 'node',
+  // A global option: Jest ignores it inside `projects`. End-to-end hooks start processes.
+  testTimeout: 120000,
   moduleFileExtensions: ['js', 'json', 'ts'],
   transform: { '^.+\\.ts$': tsJest },
   projects: [
@@ -27,7 +29,6 @@ module.exports = {
       transform: { '^.+\\.ts$': tsJest, ...esmTransform },
       transformIgnorePatterns,
       testMatch: ['<rootDir>/test/**/*.e2e-spec.ts'],
-      testTimeout: 120000,
     },
   ],
 };

@@ -9,7 +9,9 @@ const port = Number(process.argv[2]);
 const size = Number(process.argv[3]);
 const prefix = '{"access_token":"';
 const suffix = '","token_type":"Bearer","expires_in":1799,"expires_at":"2026-11-22T01:00:00.000Z"}';
-const body = Buffer.from(prefix + 'x'.repeat(Math.max(1, size - prefix.length - suffix.length)) + suffix);
+const body = Buffer.from(
+  prefix + 'x'.repeat(Math.max(1, size - prefix.length - suffix.length)) + suffix,
+);
 
 createServer((_req, res) => {
   res.writeHead(200, {

@@ -32,11 +32,18 @@ async function load(url: string, headers?: Record<string, string>): Promise<Row>
 
 function mean(rows: Row[], name: string): Row {
   const avg = (f: (r: Row) => number) => rows.reduce((s, r) => s + f(r), 0) / rows.length;
-  return { name, reqPerSec: avg((r) => r.reqPerSec), p50Ms: avg((r) => r.p50Ms), p99Ms: avg((r) => r.p99Ms) };
+  return {
+    name,
+    reqPerSec: avg((r) => r.reqPerSec),
+    p50Ms: avg((r) => r.p50Ms),
+    p99Ms: avg((r) => r.p99Ms),
+  };
 }
 
 function startBare(port: number, size: number): Promise<ChildProcess> {
-  const child = fork(join(__dirname, 'bare-server.js'), [String(port), String(size)], { stdio: 'ignore' });
+  const child = fork(join(__dirname, 'bare-server.js'), [String(port), String(size)], {
+    stdio: 'ignore',
+  });
   return new Promise((resolve, reject) => {
     child.once('message', () => resolve(child));
     child.once('exit', (code) => reject(new Error(`bare server exited with ${code}`)));
@@ -48,7 +55,8 @@ async function redisCommands(redis: Redis): Promise<number> {
   const info = await redis.info('commandstats');
   let total = 0;
   for (const m of info.matchAll(/^cmdstat_([a-z|]+):calls=(\d+)/gm)) {
-    if (!['ping', 'info', 'client|setname', 'client', 'hello', 'select'].includes(m[1])) total += Number(m[2]);
+    if (!['ping', 'info', 'client|setname', 'client', 'hello', 'select'].includes(m[1]))
+      total += Number(m[2]);
   }
   return total;
 }
@@ -132,7 +140,9 @@ function printRows(title: string, rows: Row[]): void {
 }
 
 async function main(): Promise<void> {
-  console.log(`bench: ${CONNECTIONS} connections, ${DURATION_SEC} s x ${ROUNDS} interleaved rounds, Node ${process.version}`);
+  console.log(
+    `bench: ${CONNECTIONS} connections, ${DURATION_SEC} s x ${ROUNDS} interleaved rounds, Node ${process.version}`,
+  );
   await benchToken();
   await benchFleet();
 }
@@ -144,4 +154,3 @@ main().then(
     process.exit(1);
   },
 );
-

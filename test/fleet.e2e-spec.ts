@@ -36,12 +36,19 @@ describe('fleet of 5 brokers sharing one Redis', () => {
       durationMs: LIFETIME_S * LIFETIMES * 1000,
       validate: (res) => {
         if (res.status !== 200) return `status ${res.status}`;
-        const body = JSON.parse(res.body) as { access_token: string; expires_at: string; expires_in: number };
-        if (Date.parse(body.expires_at) <= res.receivedAt) return `expired token served by ${res.url}`;
+        const body = JSON.parse(res.body) as {
+          access_token: string;
+          expires_at: string;
+          expires_in: number;
+        };
+        if (Date.parse(body.expires_at) <= res.receivedAt)
+          return `expired token served by ${res.url}`;
         const grant = issued().find((g) => g.token === body.access_token);
         if (!grant) return 'a token the provider never issued';
-        if (grant.expiresAt <= res.receivedAt) return `token past the provider's expiry served by ${res.url}`;
-        if (body.expires_in > LIFETIME_S) return `expires_in ${body.expires_in} exceeds the lifetime`;
+        if (grant.expiresAt <= res.receivedAt)
+          return `token past the provider's expiry served by ${res.url}`;
+        if (body.expires_in > LIFETIME_S)
+          return `expires_in ${body.expires_in} exceeds the lifetime`;
         return null;
       },
     });

@@ -1,5 +1,8 @@
 import { ProviderEmulator } from '../src/emulator/provider-emulator';
-import { SecretsManagerEmulator, secretsManagerClientEnv } from '../src/emulator/secrets-manager-emulator';
+import {
+  SecretsManagerEmulator,
+  secretsManagerClientEnv,
+} from '../src/emulator/secrets-manager-emulator';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
 import { waitFor } from './support/wait';
 
@@ -45,7 +48,9 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
       credentials: { [CREDS.client_id]: CREDS.client_secret },
       knobs: { tokenLifetimeSeconds: 60 },
     });
-    secrets = await SecretsManagerEmulator.start({ secrets: { [SECRET_ID]: JSON.stringify(CREDS) } });
+    secrets = await SecretsManagerEmulator.start({
+      secrets: { [SECRET_ID]: JSON.stringify(CREDS) },
+    });
   });
 
   afterEach(async () => {
@@ -62,24 +67,40 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
     expect(first.headers.get('cache-control')).toBe('no-store');
     expect(first.headers.get('content-type')).toMatch(/^application\/json/);
     const body = (await first.json()) as TokenBody;
-    expect(Object.keys(body).sort()).toEqual(['access_token', 'expires_at', 'expires_in', 'token_type']);
+    expect(Object.keys(body).sort()).toEqual([
+      'access_token',
+      'expires_at',
+      'expires_in',
+      'token_type',
+    ]);
     expect(body.token_type).toBe('Bearer');
     expect(provider.isValidToken(body.access_token)).toBe(true);
     expect(body.expires_in).toBeGreaterThan(55);
     expect(body.expires_in).toBeLessThanOrEqual(60);
-    expect(Math.abs(Date.parse(body.expires_at) - Date.now() - body.expires_in * 1000)).toBeLessThan(2000);
+    expect(
+      Math.abs(Date.parse(body.expires_at) - Date.now() - body.expires_in * 1000),
+    ).toBeLessThan(2000);
 
     const again = await Promise.all(
-      Array.from({ length: 50 }, () => fetch(`${b.url}/token?client=acme-preprod`).then((r) => r.json())),
+      Array.from({ length: 50 }, () =>
+        fetch(`${b.url}/token?client=acme-preprod`).then((r) => r.json()),
+      ),
     );
-    expect(new Set((again as TokenBody[]).map((r) => r.access_token))).toEqual(new Set([body.access_token]));
+    expect(new Set((again as TokenBody[]).map((r) => r.access_token))).toEqual(
+      new Set([body.access_token]),
+    );
     expect(provider.stats.tokenRequests).toBe(1);
     expect(secrets.stats.requests).toBe(1);
 
     const metrics = await (await fetch(`${b.url}/metrics`)).text();
-    const hits = /token_broker_cache_lookups_total\{client="acme-preprod",layer="l1",outcome="hit"\} (\d+)/.exec(metrics);
+    const hits =
+      /token_broker_cache_lookups_total\{client="acme-preprod",layer="l1",outcome="hit"\} (\d+)/.exec(
+        metrics,
+      );
     expect(Number(hits?.[1])).toBeGreaterThanOrEqual(50);
-    expect(metrics).toMatch(/token_broker_refresh_total\{client="acme-preprod",result="fetched"\} 1\n/);
+    expect(metrics).toMatch(
+      /token_broker_refresh_total\{client="acme-preprod",result="fetched"\} 1\n/,
+    );
     expect(metrics).not.toContain(body.access_token);
   });
 
@@ -87,7 +108,10 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
     const b = await broker();
     await b.waitReady(10_000);
     const first = (await (await fetch(`${b.url}/token`)).json()) as TokenBody;
-    await waitFor(() => Date.now() > Date.parse(first.expires_at) - 58_500, { timeoutMs: 3000, what: 'time to pass' });
+    await waitFor(() => Date.now() > Date.parse(first.expires_at) - 58_500, {
+      timeoutMs: 3000,
+      what: 'time to pass',
+    });
     const res = await fetch(`${b.url}/token?min_ttl=59`);
     expect(res.status).toBe(200);
     const second = (await res.json()) as TokenBody;
@@ -134,7 +158,10 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
   it('says which secret to check when the credentials cannot be read, and never prints them', async () => {
     secrets.deleteSecret(SECRET_ID);
     const b = await broker();
-    await waitFor(() => secrets.stats.requests >= 1, { timeoutMs: 10_000, what: 'a Secrets Manager read' });
+    await waitFor(() => secrets.stats.requests >= 1, {
+      timeoutMs: 10_000,
+      what: 'a Secrets Manager read',
+    });
     const res = await waitFor(
       async () => {
         const r = await fetch(`${b.url}/token`);

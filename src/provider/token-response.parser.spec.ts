@@ -48,7 +48,9 @@ describe(parseTokenResponse.name, () => {
   });
 
   it('accepts token_type in any case', () => {
-    expect(parseTokenResponse('{"access_token":"t","token_type":"bearer"}', SENT, 60).accessToken).toBe('t');
+    expect(
+      parseTokenResponse('{"access_token":"t","token_type":"bearer"}', SENT, 60).accessToken,
+    ).toBe('t');
   });
 
   it.each([

@@ -63,6 +63,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  process.stderr.write(`sandbox failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.stderr.write(
+    `sandbox failed to start: ${err instanceof Error ? err.message : String(err)}\n`,
+  );
   process.exit(1);
 });
