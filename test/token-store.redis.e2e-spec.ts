@@ -23,7 +23,11 @@ describe(RedisTokenStore.name, () => {
   let raw: Redis;
 
   function newStore(commandTimeoutMs = 300): RedisTokenStore {
-    const settings = redisSettingsSchema.parse({ url: redis.url, commandTimeoutMs, pingIntervalMs: 100 });
+    const settings = redisSettingsSchema.parse({
+      url: redis.url,
+      commandTimeoutMs,
+      pingIntervalMs: 100,
+    });
     const store = new RedisTokenStore(
       createRedisConnection(settings, 'command'),
       createRedisConnection(settings, 'subscriber'),
@@ -73,7 +77,9 @@ describe(RedisTokenStore.name, () => {
       const tokens = Array.from({ length: 20 }, (_, i) => record(`tok${i}`, t0 + i * 10, 60_000));
       // Interleave writes from both "holders" in a shuffled order.
       const order = [...tokens].sort(() => Math.random() - 0.5);
-      const results = await Promise.all(order.map((t, i) => (i % 2 ? a : b).writeFenced(CLIENT, t)));
+      const results = await Promise.all(
+        order.map((t, i) => (i % 2 ? a : b).writeFenced(CLIENT, t)),
+      );
       expect(results.some(Boolean)).toBe(true);
       const stored = await a.read(CLIENT);
       expect(stored.status === 'found' && stored.record.accessToken).toBe('tok19');
@@ -96,7 +102,9 @@ describe(RedisTokenStore.name, () => {
       const t0 = Date.now();
       const current = record('current', t0, 60_000);
       await store.writeFenced(CLIENT, current);
-      expect(await store.invalidate(CLIENT, record('stale', t0 - 1000, 60_000).fingerprint)).toBe(false);
+      expect(await store.invalidate(CLIENT, record('stale', t0 - 1000, 60_000).fingerprint)).toBe(
+        false,
+      );
       expect((await store.read(CLIENT)).status).toBe('found');
       expect(await store.invalidate(CLIENT, current.fingerprint)).toBe(true);
       expect(await store.invalidate(CLIENT, current.fingerprint)).toBe(false);
@@ -121,7 +129,10 @@ describe(RedisTokenStore.name, () => {
   describe('corrupt values', () => {
     it.each([
       ['a foreign value', { exp: 'soon', val: 'x' }],
-      ['an unsealed token', { exp: String(Date.now() + 60_000), obt: '1', fp: 'ab', val: 'raw-token' }],
+      [
+        'an unsealed token',
+        { exp: String(Date.now() + 60_000), obt: '1', fp: 'ab', val: 'raw-token' },
+      ],
       ['missing fields', { val: 'plain:tok' }],
     ])('reports %s as corrupt and lets a new token be written', async (_label, hash) => {
       const store = newStore();
@@ -138,7 +149,27 @@ describe(RedisTokenStore.name, () => {
       const store = newStore();
       await store.waitUntilReady(2000);
       await raw.set(redisKeys.token(CLIENT), 'not a hash');
-      await expect(store.read(CLIENT)).rejects.toBeInstanceOf(TokenStoreException);
+      // Redis answered, so it is not down: the value is foreign, and a write replaces it.
+      expect(await store.read(CLIENT)).toEqual({ status: 'corrupt' });
+      expect(store.healthy).toBe(true);
+      const fresh = record('fresh', Date.now(), 60_000);
+      expect(await store.writeFenced(CLIENT, fresh)).toBe(true);
+      expect(await store.read(CLIENT)).toEqual({ status: 'found', record: fresh });
+      await raw.del(redisKeys.token(CLIENT));
+      await raw.rpush(redisKeys.token(CLIENT), 'a', 'list');
+      expect(await store.read(CLIENT)).toEqual({ status: 'corrupt' });
+      await store.discardCorrupt(CLIENT);
+      expect(await raw.exists(redisKeys.token(CLIENT))).toBe(0);
+    });
+
+    it('does not let an absurd stored expiry fence out every future token', async () => {
+      const store = newStore();
+      await store.waitUntilReady(2000);
+      await raw.hset(redisKeys.token(CLIENT), { exp: '9000000000000000', obt: '1', fp: 'x' });
+      expect(await store.read(CLIENT)).toEqual({ status: 'corrupt' });
+      const fresh = record('fresh', Date.now(), 60_000);
+      expect(await store.writeFenced(CLIENT, fresh)).toBe(true);
+      expect(await store.read(CLIENT)).toEqual({ status: 'found', record: fresh });
     });
   });
 
@@ -155,7 +186,7 @@ describe(RedisTokenStore.name, () => {
       await again!.release();
     });
 
-    it('keeps a live holder\'s lease beyond the TTL, and frees a dead holder\'s after it', async () => {
+    it("keeps a live holder's lease beyond the TTL, and frees a dead holder's after it", async () => {
       const a = newStore();
       const b = newStore();
       await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
@@ -170,7 +201,7 @@ describe(RedisTokenStore.name, () => {
       const taken = await waitFor(() => b.tryLock(CLIENT), {
         timeoutMs: LOCK_TTL_MS * 4,
         intervalMs: 50,
-        what: 'the dead holder\'s lease to expire',
+        what: "the dead holder's lease to expire",
       });
       await taken.release();
     });

@@ -9,7 +9,8 @@ import { TokenService } from '../token/token.service';
  * Ready means: every client's credentials load and the provider has granted a token since
  * start-up. A later provider outage does not make the replica unready: callers must keep
  * reaching it to get the still-valid token, and after expiry a 503 with `Retry-After` beats a
- * connection refused. Redis down is `degraded`, still ready.
+ * connection refused. Refused or unreadable credentials make it unready once no valid token is
+ * left. Redis down is `degraded`, still ready.
  */
 @Controller('health')
 export class HealthController {
@@ -50,9 +51,12 @@ export class HealthController {
       error: c.permanentError?.code,
       detail: c.permanentError?.message ?? c.lastError,
     }));
+    // A replica that still holds a valid token can serve it: it stays ready (the error shows in
+    // `detail`) until that token expires. Every replica shares the credentials, so taking them
+    // all out of service at the first refused refresh would fail callers while tokens are valid.
     const failing = this.tokens
       .status()
-      .clients.filter((c) => c.permanentError !== undefined || !c.everObtained);
+      .clients.filter((c) => (c.permanentError !== undefined && !c.hasToken) || !c.everObtained);
     return failing.length === 0 ? session.up({ clients }) : session.down({ clients });
   }
 

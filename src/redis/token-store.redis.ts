@@ -1,6 +1,8 @@
 import { ExecutionError, Redlock, ResourceLockedError } from '@sesamecare-oss/redlock';
 import type { Redis } from 'ioredis';
 import type { RedisSettings } from '../config/config.schema';
+// The parser caps every lifetime at this; a stored token claiming more was not written by us.
+import { MAX_LIFETIME_SECONDS } from '../provider/token-response.parser';
 import type { TokenCipher } from '../token/token-cipher';
 import type { TokenRecord } from '../token/token-record';
 import type { RefreshLock, StoredToken, TokenStore, TokenStoreEvent } from '../token/token-store';
@@ -8,7 +10,8 @@ import { TokenStoreErrorCode, TokenStoreException } from '../token/token-store.e
 import { redisKeys } from './redis.constants';
 
 /**
- * KEYS[1] token hash. ARGV: expiresAt, obtainedAt, fingerprint, sealed value, channel.
+ * KEYS[1] token hash. ARGV: expiresAt, obtainedAt, fingerprint, sealed value, channel,
+ * longest believable lifetime (ms).
  *
  * The lock makes one refresher per fleet likely, not certain (a failover can grant it twice).
  * This fence is what is certain: an older token never replaces a newer one. After an
@@ -16,11 +19,16 @@ import { redisKeys } from './redis.constants';
  * invalidation may replace it even if the provider shortened lifetimes meanwhile.
  */
 const WRITE_FENCED = `
+-- A foreign value of another type would make every write fail (WRONGTYPE) for good.
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'hash' and t ~= 'none' then redis.call('DEL', KEYS[1]) end
 local cur = redis.call('HMGET', KEYS[1], 'exp', 'inv')
 local curExp = tonumber(cur[1])
 local inv = tonumber(cur[2])
 local exp = tonumber(ARGV[1])
 local obt = tonumber(ARGV[2])
+-- No token we wrote expires this far beyond a request made now: corrupt, not a fence.
+if curExp and curExp > obt + tonumber(ARGV[6]) then curExp = nil end
 if curExp then
   if exp <= curExp and not (inv and obt > inv) then return 0 end
 end
@@ -45,15 +53,28 @@ redis.call('PUBLISH', ARGV[3], 'i:' .. ARGV[1])
 return 1
 `;
 
-/** KEYS[1] token hash. ARGV: the corrupt value seen. Deletes it only if nobody replaced it. */
+/**
+ * KEYS[1] token hash. ARGV: the corrupt value seen ('' when there was none). Deletes it only
+ * if nobody replaced it: a token written since then has another (always present) value.
+ */
 const DISCARD_CORRUPT = `
-local val = redis.call('HGET', KEYS[1], 'val')
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'hash' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+local val = redis.call('HGET', KEYS[1], 'val') or ''
 if val == ARGV[1] or not tonumber(redis.call('HGET', KEYS[1], 'exp')) then
   redis.call('DEL', KEYS[1])
   return 1
 end
 return 0
 `;
+
+/** The longest lifetime a token we wrote can have, in ms. */
+const MAX_LIFETIME_MS = MAX_LIFETIME_SECONDS * 1000;
+/** Clock skew between replicas tolerated before a stored expiry counts as corrupt. */
+const FENCE_SKEW_MS = 5 * 60_000;
 
 interface RedisWithScripts extends Redis {
   tbWriteFenced(key: string, ...args: (string | number)[]): Promise<number>;
@@ -101,7 +122,22 @@ export class RedisTokenStore implements TokenStore {
     // Errors surface through `healthy` and the ping; an unhandled 'error' event would crash.
     subscriber.on('error', () => undefined);
     redis.on('error', () => undefined);
-    redis.on('ready', () => void this.ping());
+    // Every reconnection counts as a recovery, even when no command failed in between (a blip
+    // shorter than the ping interval): Redis may have restarted empty, and the replicas must
+    // push their token back into it.
+    let connectedBefore = false;
+    redis.on('ready', () => {
+      if (connectedBefore) this.isHealthy = false;
+      connectedBefore = true;
+      void this.ping();
+    });
+    // A resubscribed subscriber missed what was published while it was away: re-read, as after
+    // an outage, rather than wait for the next refresh to notice a newer token.
+    let subscribedBefore = false;
+    subscriber.on('ready', () => {
+      if (subscribedBefore) for (const l of this.recoveredListeners) l();
+      subscribedBefore = true;
+    });
     void subscriber.subscribe(...channels.keys()).catch(() => undefined);
     this.pingTimer = setInterval(() => void this.ping(), settings.pingIntervalMs);
     this.pingTimer.unref();
@@ -120,14 +156,32 @@ export class RedisTokenStore implements TokenStore {
   }
 
   async read(clientId: string): Promise<StoredToken> {
-    const [exp, obt, fp, val, inv] = await this.run(() =>
-      this.redis.hmget(redisKeys.token(clientId), 'exp', 'obt', 'fp', 'val', 'inv'),
+    const fields = await this.run(() =>
+      this.redis
+        .hmget(redisKeys.token(clientId), 'exp', 'obt', 'fp', 'val', 'inv')
+        .catch((err: unknown) => {
+          // Redis answered: it is up, but the key holds something else than our hash.
+          if (err instanceof Error && err.message.startsWith('WRONGTYPE')) return undefined;
+          throw err;
+        }),
     );
-    if (exp === null && val === null) return { status: 'absent' };
-    if (inv !== null) return { status: 'absent' };
+    if (fields === undefined) return this.corrupt(clientId, '');
+    const [exp, obt, fp, val, inv] = fields;
+    if (exp === null && val === null && inv === null) return { status: 'absent' };
+    // Invalidated (the value is gone, the expiry stays as a fence), unless the marker is junk.
+    if (inv !== null && Number.isFinite(Number(inv))) return { status: 'absent' };
     const expiresAt = Number(exp);
     const obtainedAt = Number(obt);
-    if (!Number.isFinite(expiresAt) || !Number.isFinite(obtainedAt) || !fp || !val) {
+    if (
+      !Number.isFinite(expiresAt) ||
+      !Number.isFinite(obtainedAt) ||
+      !fp ||
+      !val ||
+      inv !== null ||
+      // Lifetimes we store are positive and capped: anything else was not written by a broker.
+      expiresAt <= obtainedAt ||
+      expiresAt - obtainedAt > MAX_LIFETIME_MS
+    ) {
       return this.corrupt(clientId, val ?? '');
     }
     let accessToken: string;
@@ -149,6 +203,7 @@ export class RedisTokenStore implements TokenStore {
         record.fingerprint,
         sealed,
         redisKeys.events(clientId),
+        MAX_LIFETIME_MS + FENCE_SKEW_MS,
       ),
     );
     return written === 1;

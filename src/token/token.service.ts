@@ -19,6 +19,9 @@ import type { TokenRecord } from './token-record';
 import { TOKEN_STORE, type TokenStore } from './token-store';
 import { TokenErrorCode, TokenException } from './token.exception';
 
+/** What a configured client id looks like (`config.schema.ts`); other input is not echoed. */
+const CLIENT_ID_SHAPE = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
 /**
  * Holds one {@link ClientTokenManager} per configured client and routes requests to them.
  * Orders and the HTTP layer use this service, never the managers' collaborators directly.
@@ -70,9 +73,13 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     for (const m of this.managers.values()) m.start();
   }
 
-  /** Before the adapters close: let in-flight refreshes finish and release their locks. */
+  /**
+   * Before the adapters close: let in-flight refreshes finish and release their locks. Bounded
+   * by half the shutdown grace period, so closing the listener and Redis still fits in it.
+   */
   async beforeApplicationShutdown(): Promise<void> {
-    await Promise.all([...this.managers.values()].map((m) => m.stop()));
+    const timeoutMs = Math.min(5000, Math.floor(this.config.http.shutdownGraceMs / 2));
+    await Promise.all([...this.managers.values()].map((m) => m.stop(timeoutMs)));
   }
 
   /**
@@ -89,9 +96,12 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     }
     const m = this.managers.get(clientId);
     if (!m) {
+      // Echo the id only when it could be one: caller input of any length or content (an
+      // access token pasted into the wrong parameter) must not come back in bodies or logs.
+      const named = CLIENT_ID_SHAPE.test(clientId) ? `"${clientId}"` : 'with the requested id';
       throw new TokenException(
         TokenErrorCode.UnknownClient,
-        `no client "${clientId}" is configured on this broker`,
+        `no client ${named} is configured on this broker`,
       );
     }
     return m;

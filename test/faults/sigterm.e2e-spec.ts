@@ -1,0 +1,161 @@
+import { Redis } from 'ioredis';
+import { redisKeys } from '../../src/redis/redis.constants';
+import { type Fleet, FLEET_CLIENT, startFleet } from '../support/fleet';
+import { hammer } from '../support/load';
+import { figures, httpGet, metricValue, type TokenBody, TokenWatch } from '../support/token-watch';
+import { delay, waitFor } from '../support/wait';
+
+const LIFETIME_S = 8;
+const AHEAD_S = 3;
+const GRACE_MS = 4000;
+/** Long, so that a lock left behind by the stopping replica would still be there after it exits. */
+const LOCK_TTL_MS = 8000;
+/** Holds the stopping replica's refresh (and its lock) across the SIGTERM. */
+const PROVIDER_LATENCY_MS = 1200;
+const IN_FLIGHT = 5;
+const MIN_TTL_S = 7;
+/** Request loops (each with one request in flight), spread round-robin over the replicas. */
+const CONCURRENCY = 9;
+
+/**
+ * SIGTERM under load (a rolling deploy): requests already in flight finish, even those waiting
+ * for the refresh the replica is doing, the refresh lock is released rather than left to
+ * expire, and the process exits 0 within the grace period. The other replicas never notice.
+ */
+describe('SIGTERM under load', () => {
+  let fleet: Fleet;
+  let raw: Redis;
+
+  beforeAll(async () => {
+    fleet = await startFleet({
+      size: 3,
+      knobs: { tokenLifetimeSeconds: LIFETIME_S },
+      env: {
+        TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
+        TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
+        TOKEN_LOCK_TTL_MS: String(LOCK_TTL_MS),
+        TOKEN_WAIT_TIMEOUT_MS: '3000',
+        SHUTDOWN_GRACE_MS: String(GRACE_MS),
+        PROVIDER_RESPONSE_TIMEOUT_MS: '3000',
+      },
+    });
+    raw = new Redis(fleet.redis.url, { maxRetriesPerRequest: 1 });
+  }, 30_000);
+
+  afterAll(async () => {
+    raw?.disconnect();
+    await fleet?.stop();
+  }, 30_000);
+
+  it('finishes in-flight requests, releases the lock and exits 0 within the grace period', async () => {
+    const { emulator, brokers } = fleet;
+    const [stopping, ...survivors] = brokers;
+    const watch = new TokenWatch(emulator);
+    let done = false;
+    const load = hammer({
+      urls: brokers.map((b) => b.url),
+      path: `/token?client=${FLEET_CLIENT}`,
+      concurrency: CONCURRENCY,
+      until: () => done,
+      durationMs: 60_000,
+      isSuccess: () => true,
+      validate: watch.validate,
+    });
+    try {
+      const issuedBefore = emulator.stats.tokensIssued;
+      const current = await waitFor(
+        () =>
+          emulator.stats.tokensIssued > issuedBefore ? emulator.stats.issued.at(-1) : undefined,
+        { timeoutMs: LIFETIME_S * 1000, what: 'a refresh' },
+      );
+      // Callers that need more than the current token has left make `stopping` refresh now,
+      // under the lock, with a slow provider: they are in flight when SIGTERM arrives.
+      await delay(Math.max(0, current.expiresAt - MIN_TTL_S * 1000 + 300 - Date.now()));
+      emulator.setKnobs({ tokenLatencyMs: PROVIDER_LATENCY_MS });
+      const locksBefore = await metricValue(stopping.url, 'token_broker_lock_attempts_total', {
+        result: 'acquired',
+      });
+      const requestsBefore = emulator.stats.tokenRequests;
+      const inFlight = Array.from({ length: IN_FLIGHT }, () =>
+        httpGet(`${stopping.url}/token?client=${FLEET_CLIENT}&min_ttl=${MIN_TTL_S}`, 10_000).then(
+          (res) => ({ ...res, receivedAt: Date.now() }),
+          (err: unknown) => ({ status: 0, body: String(err), headers: {}, receivedAt: Date.now() }),
+        ),
+      );
+      await waitFor(() => emulator.stats.tokenRequests > requestsBefore, {
+        timeoutMs: 3000,
+        intervalMs: 5,
+        what: 'the stopping replica to ask the provider',
+      });
+      const locksNow = await metricValue(stopping.url, 'token_broker_lock_attempts_total', {
+        result: 'acquired',
+      });
+      expect(locksNow).toBe(locksBefore + 1);
+      expect(await raw.exists(redisKeys.lock(FLEET_CLIENT))).toBe(1);
+
+      const sigtermAt = Date.now();
+      const exit = await stopping.kill('SIGTERM');
+      const exitMs = Date.now() - sigtermAt;
+      const lockAfterExit = await raw.exists(redisKeys.lock(FLEET_CLIENT));
+      emulator.setKnobs({ tokenLatencyMs: 0 });
+      const answers = await Promise.all(inFlight);
+      await delay(LIFETIME_S * 1000 - PROVIDER_LATENCY_MS);
+      done = true;
+      const result = await load;
+
+      const onStopping = (url: string) => url === stopping.url;
+      const survivorFailures = result.failures.filter((f) => !onStopping(f.url));
+      const survivorRefusals = watch.refusals.filter((r) => !onStopping(r.url));
+      // Before SIGTERM the stopping replica served like the others; after, it refuses (503
+      // with `Connection: close`) or is gone, which callers retry elsewhere.
+      const refusedBeforeSigterm = watch.refusals.filter(
+        (r) => onStopping(r.url) && r.sentAt < sigtermAt - 50,
+      );
+      const stoppingRefusals = watch.refusals.filter((r) => onStopping(r.url));
+      // A request sent on a kept-alive connection just as the server closes it as idle is reset
+      // (the server never received it; callers retry it on another replica): at most one per
+      // request loop. Everything sent later is refused.
+      const stoppingFailures = result.failures.filter((f) => onStopping(f.url));
+      const resets = stoppingFailures.filter((f) => !/ECONNREFUSED/.test(f.error));
+      console.log(
+        figures('sigterm', result, {
+          survivorFailures: survivorFailures.length,
+          survivorRefusals: survivorRefusals.length,
+          stoppingReplicaRefusalsAfterSigterm:
+            stoppingRefusals.length - refusedBeforeSigterm.length,
+          stoppingReplicaRefused: stoppingFailures.length - resets.length,
+          stoppingReplicaResets: resets.length,
+          inFlightAnswered: answers.filter((a) => a.status === 200).length,
+          providerRequests: emulator.stats.tokenRequests,
+          exitCode: String(exit.code),
+          exitMs,
+          lockKeyAfterExit: lockAfterExit,
+        }),
+      );
+
+      expect(exit).toMatchObject({ code: 0, signal: null });
+      expect(exitMs).toBeLessThan(GRACE_MS);
+      expect(lockAfterExit).toBe(0);
+      for (const a of answers) {
+        expect(a.status).toBe(200);
+        const body = JSON.parse(a.body) as TokenBody;
+        expect(emulator.isValidToken(body.access_token)).toBe(true);
+        expect(Date.parse(body.expires_at) - a.receivedAt).toBeGreaterThanOrEqual(
+          MIN_TTL_S * 1000 - 1000,
+        );
+      }
+      expect(result.calls).toBeGreaterThan(1000);
+      expect(survivorFailures).toEqual([]);
+      expect(survivorRefusals).toEqual([]);
+      expect(refusedBeforeSigterm).toEqual([]);
+      for (const r of stoppingRefusals) expect(r.status).toBe(503);
+      expect(resets.length).toBeLessThanOrEqual(CONCURRENCY);
+      expect(result.validationErrors).toEqual([]);
+      expect(survivors.every((b) => b.isRunning())).toBe(true);
+    } finally {
+      done = true;
+      await load;
+      emulator.setKnobs({ tokenLatencyMs: 0 });
+    }
+  }, 60_000);
+});
