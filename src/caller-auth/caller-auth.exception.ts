@@ -3,6 +3,8 @@ export enum CallerAuthErrorCode {
   Unauthenticated = 'unauthenticated',
   /** A valid caller asking for a client it may not use. */
   Forbidden = 'forbidden',
+  /** The credential cannot be checked right now (the cluster's signing keys are unreachable). */
+  Unavailable = 'caller_auth_unavailable',
 }
 
 export class CallerAuthException extends Error {

@@ -1,11 +1,29 @@
-import { Global, Module } from '@nestjs/common';
-import { AllowAllAuthenticator } from './allow-all.authenticator';
-import { CALLER_AUTHENTICATOR } from './caller';
+import { Global, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { BROKER_CONFIG } from '../config/config.constants';
+import { LOGGER } from '../logging/logger';
+import { SECRET_READER } from '../secrets/secrets.constants';
+import { CALLER_AUTHENTICATOR, type CallerAuthenticator } from './caller';
+import { createCallerAuthenticator } from './caller-authenticator.factory';
 
-/** Caller authentication for every route but health and metrics. */
+/**
+ * Caller authentication for every route but health and metrics, in the configured mode
+ * (`api-key`, `kubernetes`, or `none` for local development).
+ */
 @Global()
 @Module({
-  providers: [{ provide: CALLER_AUTHENTICATOR, useFactory: () => new AllowAllAuthenticator() }],
+  providers: [
+    {
+      provide: CALLER_AUTHENTICATOR,
+      inject: [BROKER_CONFIG, SECRET_READER, LOGGER],
+      useFactory: createCallerAuthenticator,
+    },
+  ],
   exports: [CALLER_AUTHENTICATOR],
 })
-export class CallerAuthModule {}
+export class CallerAuthModule implements OnApplicationShutdown {
+  constructor(@Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator) {}
+
+  onApplicationShutdown(): void {
+    this.auth.close?.();
+  }
+}

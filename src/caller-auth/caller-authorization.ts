@@ -9,3 +9,8 @@ export function assertMayUse(caller: Caller, clientId: string): void {
     `caller "${caller.name}" may not use client "${clientId}"; ask the platform team to grant it`,
   );
 }
+
+/** A configured grant (client ids, `"*"` for all) as a caller's permission set. */
+export function grantedClients(clients: readonly string[]): ReadonlySet<string> | '*' {
+  return clients.includes('*') ? '*' : new Set(clients);
+}

@@ -13,6 +13,8 @@ export interface Caller {
  */
 export interface CallerAuthenticator {
   authenticate(authorization: string | undefined): Caller | Promise<Caller>;
+  /** Stops background work (key reloads); called on shutdown. */
+  close?(): void;
 }
 
 export const CALLER_AUTHENTICATOR = 'TOKEN_BROKER:CALLER_AUTHENTICATOR';

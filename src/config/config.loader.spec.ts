@@ -8,6 +8,8 @@ const BASE = {
   PROVIDER_AUTH_URL: 'https://partner.credify.tech',
   PROVIDER_BASE_URL: 'https://partner.credify.tech/',
   CREDENTIALS_SECRET_ID: 'arn:aws:secretsmanager:us-east-1:1:secret:acme',
+  CALLER_AUTH_MODE: 'api-key',
+  CALLER_API_KEYS_FILE: '/var/run/secrets/caller-api-keys.json',
 };
 
 function problems(env: Record<string, string | undefined>): string[] {
@@ -86,7 +88,12 @@ describe(loadConfig.name, () => {
 
   it('never prints the offending value', () => {
     const secretish = 'sk_live_DO_NOT_PRINT_ME';
-    const found = problems({ ...BASE, REDIS_URL: secretish, PORT: secretish, PROVIDER_AUTH_URL: secretish });
+    const found = problems({
+      ...BASE,
+      REDIS_URL: secretish,
+      PORT: secretish,
+      PROVIDER_AUTH_URL: secretish,
+    });
     expect(found).toHaveLength(3);
     expect(found.join('\n')).not.toContain(secretish);
   });
@@ -108,7 +115,12 @@ describe(loadConfig.name, () => {
         '    credentials: { file: /mnt/secrets/acme-prod.json }',
       ].join('\n'),
     );
-    const cfg = loadConfig({ BROKER_CONFIG_FILE: file, TOKEN_REFRESH_AHEAD_SECONDS: '90' });
+    const cfg = loadConfig({
+      BROKER_CONFIG_FILE: file,
+      TOKEN_REFRESH_AHEAD_SECONDS: '90',
+      CALLER_AUTH_MODE: 'api-key',
+      CALLER_API_KEYS_SECRET_ID: 'token-broker/caller-api-keys',
+    });
     expect(cfg.clients.map((c) => c.id)).toEqual(['acme-preprod', 'acme-prod']);
     expect(cfg.clients[1].ordersPath).toBe('/api/flexpay/v1/orders');
     expect(cfg.token.refreshAheadSeconds).toBe(90);
@@ -139,7 +151,9 @@ describe(loadConfig.name, () => {
       'b.yaml',
       'clients: [{id: a, authUrl: "https://a", baseUrl: "https://a", credentials: {file: /a}}]',
     );
-    expect(problems({ ...BASE, BROKER_CONFIG_FILE: file }).join()).toMatch(/PROVIDER_AUTH_URL.*one place/);
+    expect(problems({ ...BASE, BROKER_CONFIG_FILE: file }).join()).toMatch(
+      /PROVIDER_AUTH_URL.*one place/,
+    );
   });
 
   it('refuses unknown keys in the file (a typo must not silently fall back to a default)', () => {
@@ -152,7 +166,11 @@ describe(loadConfig.name, () => {
 
   it.each([
     ['a missing file', '/nonexistent/broker.yaml', ConfigErrorCode.FileUnreadable],
-    ['an unparsable file', tempFile('bad.yaml', 'clients: [unclosed'), ConfigErrorCode.FileUnparsable],
+    [
+      'an unparsable file',
+      tempFile('bad.yaml', 'clients: [unclosed'),
+      ConfigErrorCode.FileUnparsable,
+    ],
     ['a scalar file', tempFile('scalar.yaml', '42'), ConfigErrorCode.FileUnparsable],
   ])('reports %s against BROKER_CONFIG_FILE', (_label, file, code) => {
     try {

@@ -6,7 +6,8 @@ import { LOGGER } from '../logging/logger';
 import { TOKEN_CIPHER, type TokenCipher } from '../token/token-cipher';
 import { TOKEN_STORE, type TokenStore } from '../token/token-store';
 import { MemoryTokenStore } from '../token/token-store.memory';
-import { PlainTokenCipher } from '../token/plain-token.cipher';
+import { SECRET_READER } from '../secrets/secrets.constants';
+import { createTokenCipher } from '../token/token-cipher.factory';
 import { REDIS_CONNECTION } from './redis.constants';
 import { createRedisConnection } from './redis.connection';
 import { RedisTokenStore } from './token-store.redis';
@@ -24,7 +25,12 @@ import { RedisTokenStore } from './token-store.redis';
       useFactory: (config: BrokerConfig) =>
         config.redis.url ? createRedisConnection(config.redis, 'command') : null,
     },
-    { provide: TOKEN_CIPHER, useFactory: () => new PlainTokenCipher() },
+    {
+      // AES-256-GCM with the configured key(s); plain (with a warning) when none is set.
+      provide: TOKEN_CIPHER,
+      inject: [BROKER_CONFIG, SECRET_READER, LOGGER],
+      useFactory: createTokenCipher,
+    },
     {
       provide: TOKEN_STORE,
       inject: [BROKER_CONFIG, REDIS_CONNECTION, TOKEN_CIPHER, LOGGER],

@@ -1,10 +1,13 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
 import { assertMayUse } from '../caller-auth/caller-authorization';
+import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
 import { RequestErrorCode, RequestException } from '../http/request.exception';
+import { FLAT_REDACT_PATHS, LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import type { ClientTokenManager } from './client-token-manager';
 import type { TokenRecord } from './token-record';
@@ -35,12 +38,26 @@ type TokenQuery = Record<string, string | string[] | undefined>;
  */
 @Injectable()
 export class TokenRoute implements OnModuleInit {
+  /**
+   * One line per token handed out or refused: caller, client, token fingerprint (never the
+   * token), result. A child logger with fixed fields and a constant message: no string is
+   * built per request.
+   */
+  private readonly audit: Logger;
+
   constructor(
     private readonly adapterHost: HttpAdapterHost,
     private readonly tokens: TokenService,
     @Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator,
     private readonly metrics: MetricsService,
-  ) {}
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    // Audit records are flat with known fields, so the cheap top-level redaction suffices.
+    this.audit = logger.child(
+      { audit: 'token' },
+      { redact: { paths: FLAT_REDACT_PATHS, censor: '[redacted]' } },
+    );
+  }
 
   onModuleInit(): void {
     const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
@@ -58,12 +75,12 @@ export class TokenRoute implements OnModuleInit {
       if (caller instanceof Promise) {
         return caller.then(
           (c) => this.serve(c, req, reply),
-          (err: unknown) => sendProblem(reply, err, req.id),
+          (err: unknown) => this.refuse(err, undefined, undefined, req, reply),
         );
       }
       return this.serve(caller, req, reply);
     } catch (err) {
-      return sendProblem(reply, err, req.id);
+      return this.refuse(err, undefined, undefined, req, reply);
     }
   }
 
@@ -72,34 +89,77 @@ export class TokenRoute implements OnModuleInit {
     req: FastifyRequest,
     reply: FastifyReply,
   ): FastifyReply | Promise<FastifyReply> {
+    let clientId: string | undefined;
     try {
       const query = req.query as TokenQuery;
       const manager = this.tokens.manager(single(query, 'client'));
-      assertMayUse(caller, manager.client.id);
+      clientId = manager.client.id;
+      assertMayUse(caller, clientId);
       const minMs = parseMinTtl(single(query, 'min_ttl')) * 1000;
       const hit = manager.peek(minMs);
       if (hit) {
-        this.metrics.cacheLookups.labels(manager.client.id, 'l1', 'hit').inc();
-        return send(reply, hit);
+        manager.l1Hits.count++;
+        return this.issue(caller, clientId, hit, req, reply);
       }
       this.metrics.cacheLookups.labels(manager.client.id, 'l1', 'miss').inc();
-      return this.wait(manager, minMs, req, reply);
+      return this.wait(caller, manager, minMs, req, reply);
     } catch (err) {
-      return sendProblem(reply, err, req.id);
+      return this.refuse(err, caller, clientId, req, reply);
     }
   }
 
   private async wait(
+    caller: Caller,
     manager: ClientTokenManager,
     minMs: number,
     req: FastifyRequest,
     reply: FastifyReply,
   ): Promise<FastifyReply> {
     try {
-      return send(reply, await manager.get(minMs));
+      return this.issue(caller, manager.client.id, await manager.get(minMs), req, reply);
     } catch (err) {
-      return sendProblem(reply, err, req.id);
+      return this.refuse(err, caller, manager.client.id, req, reply);
     }
+  }
+
+  private issue(
+    caller: Caller,
+    clientId: string,
+    record: TokenRecord,
+    req: FastifyRequest,
+    reply: FastifyReply,
+  ): FastifyReply {
+    this.audit.info(
+      {
+        reqId: req.id,
+        caller: caller.name,
+        client: clientId,
+        fp: record.fingerprint,
+        result: 'issued',
+      },
+      'token issued',
+    );
+    return send(reply, record);
+  }
+
+  /** Audits a refusal (the problem code is the result; the client only once it is validated). */
+  private refuse(
+    err: unknown,
+    caller: Caller | undefined,
+    clientId: string | undefined,
+    req: FastifyRequest,
+    reply: FastifyReply,
+  ): FastifyReply {
+    this.audit.info(
+      {
+        reqId: req.id,
+        caller: caller?.name,
+        client: clientId,
+        result: toProblem(err).problem.code,
+      },
+      'token refused',
+    );
+    return sendProblem(reply, err, req.id);
   }
 }
 

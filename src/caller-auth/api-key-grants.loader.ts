@@ -1,0 +1,50 @@
+import type { ApiKeyGrant, CredentialsSource } from '../config/config.schema';
+import { apiKeyGrantListSchema } from '../config/config.schema';
+import type { SecretReader } from '../secrets/secret-reader';
+import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
+
+const EXPECTED =
+  'expected a JSON list like [{"name": "checkout", "sha256": "<64 hex digits>", "clients": ["acme-prod"]}]';
+
+/**
+ * Reads API key grants from a Secrets Manager secret or a file: the same JSON list as
+ * `callerAuth.apiKeys` (hashes only). `knownClients` are the configured client ids; a grant
+ * naming another is refused, since it would only ever produce puzzling 403s.
+ */
+export async function loadApiKeyGrants(
+  reader: SecretReader,
+  source: CredentialsSource,
+  knownClients: ReadonlySet<string>,
+): Promise<ApiKeyGrant[]> {
+  const ref = source.file !== undefined ? { file: source.file } : { secretId: source.secretId! };
+  const where = ref.file ?? ref.secretId;
+  const text = await reader.read(ref);
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    // No cause: a parser message may quote the text.
+    throw malformed(where, `API keys in "${where}" are not JSON; ${EXPECTED}`);
+  }
+  const parsed = apiKeyGrantListSchema.safeParse(json);
+  if (!parsed.success) {
+    const at = [...new Set(parsed.error.issues.map((i) => `[${i.path.map(String).join('.')}]`))];
+    throw malformed(
+      where,
+      `API keys in "${where}" are malformed at ${at.join(', ')} (hashes only, never keys); ${EXPECTED}`,
+    );
+  }
+  parsed.data.forEach((g, i) => {
+    if (g.clients.some((c) => c !== '*' && !knownClients.has(c))) {
+      throw malformed(
+        where,
+        `API key ${i} ("${g.name}") in "${where}" grants a client that is not configured; fix the client id or configure the client`,
+      );
+    }
+  });
+  return parsed.data;
+}
+
+function malformed(where: string, message: string): SecretsException {
+  return new SecretsException(SecretsErrorCode.Malformed, where, message);
+}

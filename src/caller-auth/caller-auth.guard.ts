@@ -1,0 +1,85 @@
+import { type CanActivate, type ExecutionContext, Inject, Injectable } from '@nestjs/common';
+import type { FastifyRequest } from 'fastify';
+import { RequestErrorCode, RequestException } from '../http/request.exception';
+import { TokenService } from '../token/token.service';
+import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from './caller';
+import { assertMayUse } from './caller-authorization';
+
+/** Who is calling, and for which configured client: the outcome of {@link CallerAuthGuard}. */
+export interface CallerContext {
+  readonly caller: Caller;
+  readonly clientId: string;
+}
+
+/** What the guard learnt about a request, kept for the route's audit line even on refusal. */
+interface Seen {
+  caller?: Caller;
+  clientId?: string;
+  authorized: boolean;
+}
+
+const SEEN = new WeakMap<FastifyRequest, Seen>();
+
+/**
+ * Caller authentication for every route that acts for a client, with the same rules and order
+ * of checks as `GET /token`: the `Authorization` header (401), then `?client=` resolved like the
+ * token route resolves it (400 when ambiguous, 404 when unknown), then the caller's grant (403).
+ *
+ * Use it on a Nest controller with `@UseGuards(CallerAuthGuard)`, or call {@link authorize} from
+ * a raw Fastify `onRequest` hook, so that a request is refused before its body is read. Either
+ * way {@link callerContext} gives the handler the result.
+ */
+@Injectable()
+export class CallerAuthGuard implements CanActivate {
+  constructor(
+    @Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator,
+    private readonly tokens: TokenService,
+  ) {}
+
+  async canActivate(context: ExecutionContext): Promise<boolean> {
+    await this.authorize(context.switchToHttp().getRequest<FastifyRequest>());
+    return true;
+  }
+
+  /** Authenticates and authorises `req`; throws a caller-auth, token or request problem. */
+  async authorize(req: FastifyRequest): Promise<CallerContext> {
+    const seen: Seen = { authorized: false };
+    SEEN.set(req, seen);
+    const caller = await this.auth.authenticate(req.headers.authorization);
+    seen.caller = caller;
+    const clientId = this.tokens.manager(clientParam(req.query)).client.id;
+    seen.clientId = clientId;
+    assertMayUse(caller, clientId);
+    seen.authorized = true;
+    return { caller, clientId };
+  }
+}
+
+/**
+ * The caller and client of a request the guard admitted; `undefined` if it did not (yet).
+ * Handlers behind the guard can rely on it.
+ */
+export function callerContext(req: FastifyRequest): CallerContext | undefined {
+  const seen = SEEN.get(req);
+  return seen?.authorized && seen.caller && seen.clientId
+    ? { caller: seen.caller, clientId: seen.clientId }
+    : undefined;
+}
+
+/** As far as the guard got, for audit lines of refused requests: the caller once authenticated. */
+export function partialCallerContext(req: FastifyRequest): Partial<CallerContext> {
+  const seen = SEEN.get(req);
+  return { caller: seen?.caller, clientId: seen?.clientId };
+}
+
+/** `?client=` given at most once; a repeated one is ambiguous and refused. */
+function clientParam(query: unknown): string | undefined {
+  const value = (query as Record<string, string | string[] | undefined> | undefined)?.client;
+  if (Array.isArray(value)) {
+    throw new RequestException(
+      RequestErrorCode.InvalidRequest,
+      'query parameter "client" is repeated; give it once',
+    );
+  }
+  return value === '' ? undefined : value;
+}

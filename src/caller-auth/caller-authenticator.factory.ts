@@ -1,0 +1,99 @@
+import type { Logger } from 'pino';
+import type { BrokerConfig } from '../config/config.schema';
+import type { SecretReader } from '../secrets/secret-reader';
+import { AllowAllAuthenticator } from './allow-all.authenticator';
+import { ApiKeyAuthenticator } from './api-key.authenticator';
+import { loadApiKeyGrants } from './api-key-grants.loader';
+import type { CallerAuthenticator } from './caller';
+import { KubernetesAuthenticator } from './kubernetes.authenticator';
+import { remoteServiceAccountKeys } from './service-account-keys';
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+
+/** Builds the authenticator for the configured mode; fails start-up if its keys cannot be read. */
+export async function createCallerAuthenticator(
+  config: BrokerConfig,
+  secrets: SecretReader,
+  rootLogger: Logger,
+): Promise<CallerAuthenticator> {
+  const logger = rootLogger.child({ component: 'caller-auth' });
+  const settings = config.callerAuth;
+  switch (settings.mode) {
+    case 'none':
+      logger.warn(
+        { mode: 'none', host: config.http.host },
+        `CALLER AUTHENTICATION IS OFF (CALLER_AUTH_MODE=none): anyone who can reach ${config.http.host}:${config.http.port} can take the merchants' tokens. Local development only${LOOPBACK.has(config.http.host) ? '' : '; and this broker is NOT listening on loopback only'}.`,
+      );
+      return new AllowAllAuthenticator();
+    case 'api-key':
+      return createApiKeyAuthenticator(config, secrets, logger);
+    case 'kubernetes':
+      return createKubernetesAuthenticator(config, logger);
+  }
+}
+
+async function createApiKeyAuthenticator(
+  config: BrokerConfig,
+  secrets: SecretReader,
+  logger: Logger,
+): Promise<ApiKeyAuthenticator> {
+  const { apiKeys = [], apiKeysSource, apiKeysReloadSeconds } = config.callerAuth;
+  const known = new Set(config.clients.map((c) => c.id));
+  const load = async () => [
+    ...apiKeys,
+    ...(apiKeysSource ? await loadApiKeyGrants(secrets, apiKeysSource, known) : []),
+  ];
+  const auth = new ApiKeyAuthenticator(await load());
+  if (apiKeysSource && apiKeysReloadSeconds > 0) {
+    auth.reloadEvery(apiKeysReloadSeconds * 1000, load, (result) => {
+      if ('error' in result) {
+        logger.error(
+          { err: result.error },
+          'reloading API keys failed; keeping the keys already loaded',
+        );
+      } else {
+        logger.info(result.changed, 'API keys reloaded');
+      }
+    });
+  }
+  const callers = [...new Set([...apiKeys].map((k) => k.name))];
+  logger.info(
+    { mode: 'api-key', keyCount: auth.size, inlineCallers: callers, source: apiKeysSource },
+    'caller authentication: API keys',
+  );
+  if (auth.size === 0) logger.warn('no API keys are configured: every caller will get 401');
+  return auth;
+}
+
+function createKubernetesAuthenticator(config: BrokerConfig, logger: Logger): CallerAuthenticator {
+  const settings = config.callerAuth.kubernetes;
+  // Presence is checked by the config schema in this mode.
+  const jwksUrl = settings.jwksUrl!;
+  const keys = remoteServiceAccountKeys(jwksUrl, {
+    onFetchFailure: (err) =>
+      logger.warn(
+        { err, jwksUrl },
+        'fetching the cluster signing keys (JWKS) failed; service-account tokens not seen before get 503 until it works. Check callerAuth.kubernetes.jwksUrl and that the broker may read it',
+      ),
+  });
+  // Not fatal: the API server may be briefly unreachable; tokens are checked once it answers.
+  keys.warmUp().catch(() => undefined);
+  logger.info(
+    {
+      mode: 'kubernetes',
+      jwksUrl,
+      issuer: settings.issuer,
+      audience: settings.audience,
+      subjects: Object.keys(settings.subjects),
+    },
+    'caller authentication: Kubernetes service-account tokens',
+  );
+  return new KubernetesAuthenticator({
+    issuer: settings.issuer!,
+    audience: settings.audience,
+    subjects: settings.subjects,
+    getKey: keys.getKey,
+    cacheSize: settings.cacheSize,
+    clockToleranceSeconds: settings.clockToleranceSeconds,
+  });
+}

@@ -1,0 +1,264 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigException } from './config.exception';
+import { loadConfig } from './config.loader';
+
+/** A valid one-client environment, minus caller authentication. */
+const CLIENT = {
+  PROVIDER_AUTH_URL: 'https://partner.credify.tech',
+  PROVIDER_BASE_URL: 'https://partner.credify.tech',
+  CREDENTIALS_FILE: '/var/run/secrets/provider.json',
+};
+const API_KEYS = {
+  CALLER_AUTH_MODE: 'api-key',
+  CALLER_API_KEYS_FILE: '/var/run/secrets/keys.json',
+};
+const HASH = 'ab'.repeat(32);
+
+function problems(env: Record<string, string | undefined>): string[] {
+  try {
+    loadConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigException) return err.problems;
+    throw err;
+  }
+  throw new Error('expected a ConfigException');
+}
+
+function configFile(content: unknown): string {
+  const file = join(mkdtempSync(join(tmpdir(), 'tb-config-')), 'broker.json');
+  writeFileSync(file, JSON.stringify(content));
+  return file;
+}
+
+const clients = [
+  { id: 'acme-prod', authUrl: 'https://a', baseUrl: 'https://a', credentials: { file: '/a' } },
+  { id: 'acme-preprod', authUrl: 'https://a', baseUrl: 'https://a', credentials: { file: '/b' } },
+];
+
+describe('caller authentication and cache encryption settings', () => {
+  it('has no default mode: the operator must choose, and is told the choices', () => {
+    expect(problems(CLIENT)).toEqual([
+      'CALLER_AUTH_MODE: required: choose "api-key", "kubernetes", or "none" (local development only)',
+    ]);
+    expect(problems({ ...CLIENT, CALLER_AUTH_MODE: 'open' })).toEqual([
+      'CALLER_AUTH_MODE: must be "api-key", "kubernetes" or "none"',
+    ]);
+  });
+
+  it('still lists every other bad setting when the mode is missing', () => {
+    const found = problems({ ...CLIENT, TOKEN_REFRESH_AHEAD_SECONDS: '5000' });
+    expect(found).toEqual([
+      expect.stringContaining('CALLER_AUTH_MODE: required'),
+      'TOKEN_REFRESH_AHEAD_SECONDS: must be shorter than token.defaultLifetimeSeconds',
+    ]);
+  });
+
+  describe('mode none', () => {
+    it('needs an explicit CALLER_AUTH_ALLOW_NONE', () => {
+      expect(problems({ ...CLIENT, CALLER_AUTH_MODE: 'none' })).toEqual([
+        'CALLER_AUTH_ALLOW_NONE: must be true to turn caller authentication off (mode "none", local development only)',
+      ]);
+      const cfg = loadConfig({
+        ...CLIENT,
+        CALLER_AUTH_MODE: 'none',
+        CALLER_AUTH_ALLOW_NONE: 'true',
+      });
+      expect(cfg.callerAuth).toMatchObject({ mode: 'none', allowNone: true });
+    });
+
+    it.each(['true', 'false', undefined])(
+      'is refused when NODE_ENV=production (allow=%s)',
+      (allow) => {
+        const found = problems({
+          ...CLIENT,
+          NODE_ENV: 'production',
+          CALLER_AUTH_MODE: 'none',
+          CALLER_AUTH_ALLOW_NONE: allow,
+        });
+        expect(found).toEqual([
+          'CALLER_AUTH_MODE: "none" is refused when NODE_ENV=production; use "api-key" or "kubernetes"',
+        ]);
+      },
+    );
+
+    it('refuses a non-boolean allow flag', () => {
+      expect(
+        problems({ ...CLIENT, CALLER_AUTH_MODE: 'none', CALLER_AUTH_ALLOW_NONE: 'sure' }).join(),
+      ).toContain('CALLER_AUTH_ALLOW_NONE');
+    });
+  });
+
+  describe('mode api-key', () => {
+    it('needs a key source, named by its variables', () => {
+      expect(problems({ ...CLIENT, CALLER_AUTH_MODE: 'api-key' })).toEqual([
+        'CALLER_API_KEYS_SECRET_ID or CALLER_API_KEYS_FILE: required in mode "api-key" (or list callerAuth.apiKeys in the config file)',
+      ]);
+      expect(loadConfig({ ...CLIENT, ...API_KEYS }).callerAuth).toMatchObject({
+        mode: 'api-key',
+        apiKeysSource: { file: '/var/run/secrets/keys.json' },
+        apiKeysReloadSeconds: 300,
+      });
+      expect(
+        loadConfig({ ...CLIENT, CALLER_AUTH_MODE: 'api-key', CALLER_API_KEYS_SECRET_ID: 'tb/keys' })
+          .callerAuth.apiKeysSource,
+      ).toEqual({ secretId: 'tb/keys' });
+    });
+
+    it('reads hashed keys from the config file, checking each grant names a configured client', () => {
+      const file = configFile({
+        clients,
+        callerAuth: {
+          mode: 'api-key',
+          apiKeys: [
+            { name: 'checkout', sha256: HASH.toUpperCase(), clients: ['acme-prod'] },
+            { name: 'ops', sha256: 'cd'.repeat(32), clients: ['*'] },
+          ],
+        },
+      });
+      const cfg = loadConfig({ BROKER_CONFIG_FILE: file });
+      expect(cfg.callerAuth.apiKeys).toEqual([
+        { name: 'checkout', sha256: HASH, clients: ['acme-prod'] },
+        { name: 'ops', sha256: 'cd'.repeat(32), clients: ['*'] },
+      ]);
+
+      const bad = configFile({
+        clients,
+        callerAuth: {
+          mode: 'api-key',
+          apiKeys: [
+            { name: 'checkout', sha256: HASH, clients: ['globex-prod'] },
+            { name: 'twice', sha256: HASH, clients: ['acme-prod'] },
+            { name: 'raw', sha256: 'sk_live_RAW_KEY_PASTED_HERE', clients: ['acme-prod'] },
+          ],
+        },
+      });
+      const found = problems({ BROKER_CONFIG_FILE: bad });
+      expect(found).toEqual(
+        expect.arrayContaining([
+          `${bad}: callerAuth.apiKeys[2].sha256: must be the 64 hex digits of the key's SHA-256, never the key itself`,
+        ]),
+      );
+      expect(found.join('\n')).not.toContain('sk_live_RAW_KEY_PASTED_HERE');
+    });
+
+    it('names the unknown client grant and the duplicate key', () => {
+      const bad = configFile({
+        clients,
+        callerAuth: {
+          mode: 'api-key',
+          apiKeys: [
+            { name: 'checkout', sha256: HASH, clients: ['globex-prod'] },
+            { name: 'twice', sha256: HASH, clients: ['acme-prod'] },
+          ],
+        },
+      });
+      expect(problems({ BROKER_CONFIG_FILE: bad })).toEqual([
+        `${bad}: callerAuth.apiKeys[1].sha256: the same key is listed twice`,
+        `${bad}: callerAuth.apiKeys[0].clients[0]: not a configured client id`,
+      ]);
+      const unknown = configFile({
+        clients,
+        callerAuth: {
+          mode: 'api-key',
+          apiKeys: [{ name: 'c', sha256: HASH, clients: ['globex-prod'] }],
+        },
+      });
+      expect(problems({ BROKER_CONFIG_FILE: unknown })).toEqual([
+        `${unknown}: callerAuth.apiKeys[0].clients[0]: not a configured client id`,
+      ]);
+    });
+  });
+
+  describe('mode kubernetes', () => {
+    const K8S = {
+      CALLER_AUTH_MODE: 'kubernetes',
+      CALLER_AUTH_JWKS_URL: 'https://oidc.eks.eu-west-1.amazonaws.com/id/ABC/keys',
+      CALLER_AUTH_ISSUER: 'https://oidc.eks.eu-west-1.amazonaws.com/id/ABC',
+      CALLER_AUTH_SUBJECTS:
+        'system:serviceaccount:shop:checkout, system:serviceaccount:shop:billing',
+    };
+
+    it('needs the JWKS URL, the issuer and at least one subject, each named', () => {
+      expect(problems({ ...CLIENT, CALLER_AUTH_MODE: 'kubernetes' })).toEqual([
+        'CALLER_AUTH_JWKS_URL: required in mode "kubernetes"',
+        'CALLER_AUTH_ISSUER: required in mode "kubernetes"',
+        'CALLER_AUTH_SUBJECTS: grant at least one service account in mode "kubernetes"',
+      ]);
+    });
+
+    it('reads the one-client case from the environment: each listed subject gets every client', () => {
+      const cfg = loadConfig({ ...CLIENT, ...K8S, CALLER_AUTH_AUDIENCE: 'broker.acme' });
+      expect(cfg.callerAuth.kubernetes).toEqual({
+        jwksUrl: K8S.CALLER_AUTH_JWKS_URL,
+        issuer: K8S.CALLER_AUTH_ISSUER,
+        audience: 'broker.acme',
+        subjects: {
+          'system:serviceaccount:shop:checkout': ['*'],
+          'system:serviceaccount:shop:billing': ['*'],
+        },
+        cacheSize: 10_000,
+        clockToleranceSeconds: 5,
+      });
+      expect(loadConfig({ ...CLIENT, ...K8S }).callerAuth.kubernetes.audience).toBe('token-broker');
+    });
+
+    it('maps subjects to clients from the config file, and refuses malformed subjects', () => {
+      const file = configFile({
+        clients,
+        callerAuth: {
+          mode: 'kubernetes',
+          kubernetes: {
+            jwksUrl: 'https://kubernetes.default.svc/openid/v1/jwks',
+            issuer: 'https://kubernetes.default.svc.cluster.local',
+            subjects: {
+              'system:serviceaccount:shop:checkout': ['acme-prod'],
+              'shop/checkout': ['acme-prod'],
+              'system:serviceaccount:shop:billing': ['globex'],
+            },
+          },
+        },
+      });
+      expect(problems({ BROKER_CONFIG_FILE: file })).toEqual([
+        `${file}: callerAuth.kubernetes.subjects.shop/checkout: must be system:serviceaccount:<namespace>:<name>`,
+        `${file}: callerAuth.kubernetes.subjects.system:serviceaccount:shop:billing[0]: not a configured client id`,
+      ]);
+    });
+
+    it('refuses a non-URL JWKS', () => {
+      expect(
+        problems({ ...CLIENT, ...K8S, CALLER_AUTH_JWKS_URL: 'kubernetes.default.svc' }),
+      ).toEqual(['CALLER_AUTH_JWKS_URL: must be an absolute http:// or https:// URL']);
+    });
+  });
+
+  describe('cache encryption', () => {
+    it('reads the key reference from either variable', () => {
+      expect(loadConfig({ ...CLIENT, ...API_KEYS, CACHE_KEY_FILE: '/k' }).cacheEncryption).toEqual({
+        key: { file: '/k' },
+      });
+      expect(
+        loadConfig({ ...CLIENT, ...API_KEYS, CACHE_KEY_SECRET_ID: 'tb/cache-key' }).cacheEncryption,
+      ).toEqual({ key: { secretId: 'tb/cache-key' } });
+      expect(
+        problems({ ...CLIENT, ...API_KEYS, CACHE_KEY_SECRET_ID: 'a', CACHE_KEY_FILE: '/b' }).join(),
+      ).toContain('set exactly one of secretId or file');
+    });
+
+    it('is required with Redis in production, optional otherwise', () => {
+      const prod = { ...CLIENT, ...API_KEYS, NODE_ENV: 'production' };
+      expect(problems({ ...prod, REDIS_URL: 'rediss://cache:6379' })).toEqual([
+        'CACHE_KEY_SECRET_ID or CACHE_KEY_FILE: required when Redis is used and NODE_ENV=production: the token must be encrypted at rest (generate a key with `openssl rand -base64 32`)',
+      ]);
+      expect(
+        loadConfig({ ...prod, REDIS_URL: 'rediss://cache:6379', CACHE_KEY_FILE: '/k' }).nodeEnv,
+      ).toBe('production');
+      // The memory store never lets the token out of the process.
+      expect(loadConfig(prod).cacheEncryption).toEqual({});
+      expect(
+        loadConfig({ ...CLIENT, ...API_KEYS, REDIS_URL: 'redis://cache:6379' }).cacheEncryption,
+      ).toEqual({});
+    });
+  });
+});

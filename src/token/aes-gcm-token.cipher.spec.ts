@@ -1,0 +1,94 @@
+import { randomBytes } from 'node:crypto';
+import { AesGcmTokenCipher, cacheKeyId } from './aes-gcm-token.cipher';
+import { PlainTokenCipher } from './plain-token.cipher';
+
+const TOKEN = 'eyJhbGciOiJSUzI1NiJ9.provider-access-token.signature';
+
+describe(AesGcmTokenCipher.name, () => {
+  const k1 = randomBytes(32);
+  const k2 = randomBytes(32);
+
+  it('round-trips a token, and the sealed value reveals neither the token nor the key', () => {
+    const cipher = new AesGcmTokenCipher(k1);
+    const sealed = cipher.seal('acme-prod', TOKEN);
+    expect(sealed).toMatch(new RegExp(`^gcm1:${cacheKeyId(k1)}:[A-Za-z0-9_-]+$`));
+    expect(sealed).not.toContain(TOKEN);
+    expect(sealed).not.toContain('provider-access-token');
+    expect(sealed).not.toContain(k1.toString('base64'));
+    expect(cipher.open('acme-prod', sealed)).toBe(TOKEN);
+  });
+
+  it('uses a fresh IV each time: sealing twice gives two different values', () => {
+    const cipher = new AesGcmTokenCipher(k1);
+    const a = cipher.seal('acme-prod', TOKEN);
+    const b = cipher.seal('acme-prod', TOKEN);
+    expect(a).not.toBe(b);
+    expect(cipher.open('acme-prod', a)).toBe(cipher.open('acme-prod', b));
+  });
+
+  it('binds the client id: a value moved to another client does not open', () => {
+    const cipher = new AesGcmTokenCipher(k1);
+    const sealed = cipher.seal('acme-prod', TOKEN);
+    expect(() => cipher.open('acme-preprod', sealed)).toThrow(/failed authentication/);
+  });
+
+  it('refuses tampering anywhere in the value', () => {
+    const cipher = new AesGcmTokenCipher(k1);
+    const sealed = cipher.seal('acme-prod', TOKEN);
+    const body = Buffer.from(sealed.split(':')[2], 'base64url');
+    for (const at of [0, 12, body.length - 17, body.length - 1]) {
+      const bad = Buffer.from(body);
+      bad[at] ^= 0x01;
+      const forged = `gcm1:${cacheKeyId(k1)}:${bad.toString('base64url')}`;
+      expect(() => cipher.open('acme-prod', forged)).toThrow();
+    }
+    // A truncated tag must not be accepted as a shorter one.
+    const truncated = `gcm1:${cacheKeyId(k1)}:${body.subarray(0, body.length - 4).toString('base64url')}`;
+    expect(() => cipher.open('acme-prod', truncated)).toThrow();
+  });
+
+  it.each([
+    ['empty', ''],
+    ['plain', 'plain:token'],
+    ['no key id', 'gcm1:'],
+    ['unknown key id', 'gcm1:00000000:AAAA'],
+    ['too short', `gcm1:KID:AAAA`],
+    ['garbage', 'gcm1:KID:!!!!'],
+  ])('throws (never crashes) on a %s value', (_label, value) => {
+    const cipher = new AesGcmTokenCipher(k1);
+    expect(() => cipher.open('acme-prod', value.replace('KID', cipher.currentKeyId))).toThrow(
+      Error,
+    );
+  });
+
+  it('rotates: writes with the current key, reads values written with a previous one', () => {
+    const before = new AesGcmTokenCipher(k1);
+    const old = before.seal('acme-prod', TOKEN);
+    const after = new AesGcmTokenCipher(k2, [k1]);
+    expect(after.currentKeyId).toBe(cacheKeyId(k2));
+    expect(after.keyIds.sort()).toEqual([cacheKeyId(k1), cacheKeyId(k2)].sort());
+    expect(after.open('acme-prod', old)).toBe(TOKEN);
+    const fresh = after.seal('acme-prod', TOKEN);
+    expect(fresh.startsWith(`gcm1:${cacheKeyId(k2)}:`)).toBe(true);
+    // A replica that has not got the new key yet treats the new value as unreadable.
+    expect(() => before.open('acme-prod', fresh)).toThrow();
+  });
+
+  it('cannot open a value sealed under another key with the same id (a forged id)', () => {
+    const sealed = new AesGcmTokenCipher(k2).seal('acme-prod', TOKEN);
+    const relabelled = sealed.replace(cacheKeyId(k2), cacheKeyId(k1));
+    expect(() => new AesGcmTokenCipher(k1).open('acme-prod', relabelled)).toThrow();
+  });
+
+  it('refuses keys that are not 32 bytes', () => {
+    expect(() => new AesGcmTokenCipher(randomBytes(16))).toThrow(RangeError);
+    expect(() => new AesGcmTokenCipher(k1, [randomBytes(31)])).toThrow(RangeError);
+  });
+
+  it('does not open plain values, and the plain cipher does not open sealed ones', () => {
+    const plain = new PlainTokenCipher();
+    const aes = new AesGcmTokenCipher(k1);
+    expect(() => aes.open('acme-prod', plain.seal('acme-prod', TOKEN))).toThrow();
+    expect(() => plain.open('acme-prod', aes.seal('acme-prod', TOKEN))).toThrow();
+  });
+});

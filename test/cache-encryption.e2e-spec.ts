@@ -1,0 +1,329 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { redisSettingsSchema } from '../src/config/config.schema';
+import { ProviderEmulator } from '../src/emulator/provider-emulator';
+import { redisKeys } from '../src/redis/redis.constants';
+import { createRedisConnection } from '../src/redis/redis.connection';
+import { RedisTokenStore } from '../src/redis/token-store.redis';
+import { AesGcmTokenCipher } from '../src/token/aes-gcm-token.cipher';
+import { toRecord } from '../src/token/token-record';
+import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { startRedis, type TestRedis } from './support/redis-server';
+import { waitFor } from './support/wait';
+
+const ACME = {
+  client_id: 'acme-merchant',
+  client_secret: `acme-${randomBytes(12).toString('hex')}`,
+};
+const GLOBEX = {
+  client_id: 'globex-merchant',
+  client_secret: `globex-${randomBytes(12).toString('hex')}`,
+};
+const CLIENTS = ['acme-prod', 'globex-prod'] as const;
+
+/** Every field of a client's token hash, as anyone with Redis access would read it. */
+async function rawHash(raw: Redis, clientId: string): Promise<Record<string, string>> {
+  return raw.hgetall(redisKeys.token(clientId));
+}
+
+/**
+ * The token at rest: AES-256-GCM in Redis with the client id bound, against real Redis, both
+ * through the store directly and through real broker processes.
+ */
+// Jest applies `testTimeout` only at the top level of its config, not per project, and
+// starting processes (or generating RSA keys) can take seconds on a busy machine.
+jest.setTimeout(60_000);
+
+describe('cache encryption at rest (real Redis)', () => {
+  let redis: TestRedis;
+  let raw: Redis;
+  const k1 = randomBytes(32);
+  const k2 = randomBytes(32);
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+  });
+
+  afterAll(async () => {
+    raw?.disconnect();
+    await redis?.stop();
+  });
+
+  describe(RedisTokenStore.name, () => {
+    const stores: RedisTokenStore[] = [];
+
+    function newStore(cipher: AesGcmTokenCipher): RedisTokenStore {
+      const settings = redisSettingsSchema.parse({ url: redis.url, pingIntervalMs: 100 });
+      const store = new RedisTokenStore(
+        createRedisConnection(settings, 'command'),
+        createRedisConnection(settings, 'subscriber'),
+        cipher,
+        settings,
+        1000,
+        [...CLIENTS],
+      );
+      stores.push(store);
+      return store;
+    }
+
+    const token = (name: string) => `${name}-${randomBytes(24).toString('base64url')}`;
+    const record = (accessToken: string) =>
+      toRecord({ accessToken, obtainedAt: Date.now(), expiresAt: Date.now() + 60_000 });
+
+    afterEach(async () => {
+      await Promise.all(stores.splice(0).map((s) => s.close()));
+      await redis.flush();
+    });
+
+    it('stores no token in clear: only expiry, fingerprint and the sealed value', async () => {
+      const store = newStore(new AesGcmTokenCipher(k1));
+      await store.waitUntilReady(2000);
+      const r = record(token('acme'));
+      await store.writeFenced('acme-prod', r);
+      const hash = await rawHash(raw, 'acme-prod');
+      expect(Object.keys(hash).sort()).toEqual(['exp', 'fp', 'obt', 'val']);
+      expect(hash.val).toMatch(/^gcm1:[0-9a-f]{8}:/);
+      for (const value of Object.values(hash)) {
+        expect(value).not.toContain(r.accessToken);
+        expect(value).not.toContain(r.accessToken.slice(5, 25));
+      }
+      expect(await store.read('acme-prod')).toEqual({ status: 'found', record: r });
+    });
+
+    it('rejects a value swapped in from another client (whole hash or value only), then lets a fresh one in', async () => {
+      const store = newStore(new AesGcmTokenCipher(k1));
+      await store.waitUntilReady(2000);
+      await store.writeFenced('acme-prod', record(token('acme')));
+      const globex = record(token('globex'));
+      await store.writeFenced('globex-prod', globex);
+      const stolen = await rawHash(raw, 'globex-prod');
+
+      await raw.hset(redisKeys.token('acme-prod'), 'val', stolen.val);
+      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
+
+      await raw.del(redisKeys.token('acme-prod'));
+      await raw.hset(redisKeys.token('acme-prod'), stolen);
+      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
+
+      await store.discardCorrupt('acme-prod');
+      expect(await store.read('acme-prod')).toEqual({ status: 'absent' });
+      const fresh = record(token('acme'));
+      expect(await store.writeFenced('acme-prod', fresh)).toBe(true);
+      expect(await store.read('acme-prod')).toEqual({ status: 'found', record: fresh });
+      // The victim of the swap was never touched.
+      expect(await store.read('globex-prod')).toEqual({ status: 'found', record: globex });
+    });
+
+    it('treats a value it has no key for, or a tampered one, as corrupt (never a crash)', async () => {
+      const writer = newStore(new AesGcmTokenCipher(k1));
+      const reader = newStore(new AesGcmTokenCipher(k2));
+      await Promise.all([writer.waitUntilReady(2000), reader.waitUntilReady(2000)]);
+      await writer.writeFenced('acme-prod', record(token('acme')));
+      expect(await reader.read('acme-prod')).toEqual({ status: 'corrupt' });
+
+      const { val } = await rawHash(raw, 'acme-prod');
+      const flipped = `${val.slice(0, -3)}${val.at(-3) === 'A' ? 'B' : 'A'}${val.slice(-2)}`;
+      await raw.hset(redisKeys.token('acme-prod'), 'val', flipped);
+      expect(await writer.read('acme-prod')).toEqual({ status: 'corrupt' });
+      for (const garbage of ['', 'gcm1:', 'gcm1:zz:!!', 'plain:tok', '\u0000'.repeat(40)]) {
+        await raw.hset(redisKeys.token('acme-prod'), 'val', garbage);
+        expect(await writer.read('acme-prod')).toEqual({ status: 'corrupt' });
+      }
+    });
+
+    it('reads values written before a key rotation and writes with the new key', async () => {
+      const before = newStore(new AesGcmTokenCipher(k1));
+      const after = newStore(new AesGcmTokenCipher(k2, [k1]));
+      await Promise.all([before.waitUntilReady(2000), after.waitUntilReady(2000)]);
+      const old = record(token('acme'));
+      await before.writeFenced('acme-prod', old);
+      expect(await after.read('acme-prod')).toEqual({ status: 'found', record: old });
+      const renewed = toRecord({
+        accessToken: token('acme'),
+        obtainedAt: Date.now(),
+        expiresAt: Date.now() + 120_000,
+      });
+      await after.writeFenced('acme-prod', renewed);
+      const { val } = await rawHash(raw, 'acme-prod');
+      expect(val.startsWith(`gcm1:${new AesGcmTokenCipher(k2).currentKeyId}:`)).toBe(true);
+    });
+  });
+
+  describe('broker processes', () => {
+    const apiKey = randomBytes(32).toString('base64url');
+    const brokers: BrokerProcess[] = [];
+    let provider: ProviderEmulator;
+    let dir: string;
+    let env: Record<string, string>;
+
+    async function broker(
+      name: string,
+      extra: Record<string, string> = {},
+    ): Promise<BrokerProcess> {
+      const b = await spawnBroker({ name, env: { ...env, ...extra } });
+      brokers.push(b);
+      await b.waitReady();
+      return b;
+    }
+
+    async function tokenOf(b: BrokerProcess, client: string): Promise<string> {
+      const res = await fetch(`${b.url}/token?client=${client}`, {
+        headers: { authorization: `Bearer ${apiKey}` },
+      });
+      expect(res.status).toBe(200);
+      return ((await res.json()) as { access_token: string }).access_token;
+    }
+
+    function keyFile(name: string, content: string): string {
+      const file = join(dir, name);
+      writeFileSync(file, content, { mode: 0o600 });
+      return file;
+    }
+
+    beforeAll(async () => {
+      await redis.flush();
+      provider = await ProviderEmulator.start({
+        credentials: {
+          [ACME.client_id]: ACME.client_secret,
+          [GLOBEX.client_id]: GLOBEX.client_secret,
+        },
+      });
+      dir = mkdtempSync(join(tmpdir(), 'tb-cache-encryption-'));
+      const client = (id: string, creds: object) => ({
+        id,
+        authUrl: provider.url,
+        baseUrl: provider.url,
+        credentials: { file: keyFile(`${id}.json`, JSON.stringify(creds)) },
+      });
+      const configFile = keyFile(
+        'broker.json',
+        JSON.stringify({
+          clients: [client('acme-prod', ACME), client('globex-prod', GLOBEX)],
+          callerAuth: {
+            mode: 'api-key',
+            apiKeys: [
+              {
+                name: 'checkout',
+                sha256: createHash('sha256').update(apiKey).digest('hex'),
+                clients: ['*'],
+              },
+            ],
+          },
+        }),
+      );
+      env = {
+        BROKER_CONFIG_FILE: configFile,
+        REDIS_URL: redis.url,
+        CACHE_KEY_FILE: keyFile('cache-key', `${k1.toString('base64')}\n`),
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'debug',
+      };
+    });
+
+    afterAll(async () => {
+      await Promise.all(brokers.map((b) => b.stop()));
+      await provider?.close();
+      if (dir) rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('keeps the served tokens out of Redis', async () => {
+      const b = await broker('broker-a');
+      for (const client of CLIENTS) {
+        const accessToken = await tokenOf(b, client);
+        const hash = await rawHash(raw, client);
+        expect(hash.val).toMatch(/^gcm1:/);
+        expect(JSON.stringify(hash)).not.toContain(accessToken);
+      }
+      // Nothing else in Redis holds it either (locks, channels, idempotency records).
+      const keys = await raw.keys('*');
+      const values = await Promise.all(
+        keys.map(async (k) =>
+          (await raw.type(k)) === 'hash' ? JSON.stringify(await raw.hgetall(k)) : await raw.get(k),
+        ),
+      );
+      for (const t of provider.stats.issued) expect(values.join('\n')).not.toContain(t.token);
+    });
+
+    it('discards values swapped between clients and refreshes, never serving the other client its token', async () => {
+      const [acme, globex] = await Promise.all([
+        rawHash(raw, 'acme-prod'),
+        rawHash(raw, 'globex-prod'),
+      ]);
+      const globexToken = await tokenOf(brokers[0], 'globex-prod');
+      const acmeToken = await tokenOf(brokers[0], 'acme-prod');
+      await raw.hset(redisKeys.token('acme-prod'), 'val', globex.val);
+      await raw.hset(redisKeys.token('globex-prod'), 'val', acme.val);
+      const requestsBefore = provider.stats.tokenRequests;
+
+      // A new replica starts by reading Redis: both values fail to open under their client id.
+      const b = await broker('broker-b');
+      const served = {
+        acme: await tokenOf(b, 'acme-prod'),
+        globex: await tokenOf(b, 'globex-prod'),
+      };
+      expect(served.acme).not.toBe(globexToken);
+      expect(served.globex).not.toBe(acmeToken);
+      expect(served.acme).not.toBe(acmeToken);
+      expect(provider.isValidToken(served.acme)).toBe(true);
+      expect(provider.isValidToken(served.globex)).toBe(true);
+      expect(provider.stats.tokenRequests).toBe(requestsBefore + 2);
+      const issuedTo = (t: string) => provider.stats.issued.find((i) => i.token === t)?.clientId;
+      expect(issuedTo(served.acme)).toBe(ACME.client_id);
+      expect(issuedTo(served.globex)).toBe(GLOBEX.client_id);
+      await waitFor(
+        () => b.logs().filter((l) => l.includes('shared token value is unreadable')).length >= 2,
+        { timeoutMs: 5000, what: 'the corrupt values to be reported' },
+      );
+      // The fresh tokens replaced the swapped values.
+      expect((await rawHash(raw, 'acme-prod')).val).not.toBe(globex.val);
+    });
+
+    it('adopts the fleet token after a key rotation (new key current, old one still readable)', async () => {
+      const current = await tokenOf(brokers[1], 'acme-prod');
+      const requestsBefore = provider.stats.tokenRequests;
+      const keyring = JSON.stringify({
+        current: k2.toString('base64'),
+        previous: [k1.toString('base64')],
+      });
+      const b = await broker('broker-rotated', {
+        CACHE_KEY_FILE: keyFile('keyring.json', keyring),
+      });
+      expect(await tokenOf(b, 'acme-prod')).toBe(current);
+      expect(provider.stats.tokenRequests).toBe(requestsBefore);
+    });
+
+    it('refuses to start with a malformed key, naming the setting and not the value', async () => {
+      const bad = randomBytes(32).toString('hex');
+      const b = await spawnBroker({
+        name: 'broker-bad-key',
+        env: { ...env, CACHE_KEY_FILE: keyFile('bad-key', bad) },
+      });
+      brokers.push(b);
+      const exit = await b.exited;
+      expect(exit.code).not.toBe(0);
+      const out = b.logs().join('\n');
+      expect(out).toContain('CACHE_KEY_SECRET_ID / CACHE_KEY_FILE');
+      expect(out).toContain('decodes to 48 bytes');
+      expect(out).not.toContain(bad);
+    });
+
+    it('never logs a token, a client secret, the API key or a cache key', () => {
+      const logs = brokers.flatMap((b) => b.logs()).join('\n');
+      expect(logs).toContain('"level":"debug"');
+      const secrets = [
+        ...provider.stats.issued.map((t) => t.token),
+        ACME.client_secret,
+        GLOBEX.client_secret,
+        apiKey,
+        k1.toString('base64'),
+        k2.toString('base64'),
+        k1.toString('hex'),
+      ];
+      expect(secrets.filter((s) => logs.includes(s))).toEqual([]);
+    });
+  });
+});

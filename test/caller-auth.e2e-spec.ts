@@ -1,0 +1,448 @@
+import { createHash, createHmac, randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SignJWT } from 'jose';
+import { ProviderEmulator } from '../src/emulator/provider-emulator';
+import {
+  SecretsManagerEmulator,
+  secretsManagerClientEnv,
+} from '../src/emulator/secrets-manager-emulator';
+import { ServiceAccountIssuer } from '../src/emulator/service-account-issuer';
+import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { waitFor } from './support/wait';
+
+const ACME = {
+  client_id: 'acme-merchant',
+  client_secret: `acme-${randomBytes(12).toString('hex')}`,
+};
+const GLOBEX = {
+  client_id: 'globex-merchant',
+  client_secret: `globex-${randomBytes(12).toString('hex')}`,
+};
+const SECRET_IDS = {
+  acme: 'token-broker/acme-prod',
+  globex: 'token-broker/globex-prod',
+  apiKeys: 'token-broker/caller-api-keys',
+};
+const CHECKOUT_SA = 'system:serviceaccount:shop:checkout';
+const BILLING_SA = 'system:serviceaccount:shop:billing';
+const STRANGER_SA = 'system:serviceaccount:other:stranger';
+
+const newKey = () => randomBytes(32).toString('base64url');
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+const b64 = (json: unknown) => Buffer.from(JSON.stringify(json)).toString('base64url');
+
+interface Answer {
+  status: number;
+  headers: Headers;
+  body: { code?: string; detail?: string; access_token?: string };
+}
+
+/**
+ * Caller authentication against real broker processes (`node dist/main.js`): one in mode
+ * `api-key` (hashes in Secrets Manager), one in mode `kubernetes` (a local JWKS), both at
+ * LOG_LEVEL=debug so that the last test can assert that nothing secret was ever logged.
+ */
+// Jest applies `testTimeout` only at the top level of its config, not per project, and
+// starting processes (or generating RSA keys) can take seconds on a busy machine.
+jest.setTimeout(60_000);
+
+describe('caller authentication (real brokers)', () => {
+  const checkoutKey = newKey();
+  const opsKey = newKey();
+  /** Every credential presented and every token seen: none may appear in a log. */
+  const secretsSeen = new Set<string>([
+    ACME.client_secret,
+    GLOBEX.client_secret,
+    checkoutKey,
+    opsKey,
+  ]);
+  let provider: ProviderEmulator;
+  let secrets: SecretsManagerEmulator;
+  let issuer: ServiceAccountIssuer;
+  let dir: string;
+  let apiKeyBroker: BrokerProcess;
+  let k8sBroker: BrokerProcess;
+
+  async function call(
+    broker: BrokerProcess,
+    path: string,
+    authorization?: string,
+  ): Promise<Answer> {
+    if (authorization) secretsSeen.add(authorization.replace(/^\S+\s+/, '').trim());
+    const res = await fetch(`${broker.url}${path}`, {
+      headers: authorization === undefined ? {} : { authorization },
+    });
+    const body = (await res.json()) as Answer['body'];
+    if (body.access_token) secretsSeen.add(body.access_token);
+    return { status: res.status, headers: res.headers, body };
+  }
+
+  const saToken = async (opts: Parameters<ServiceAccountIssuer['token']>[0]) =>
+    `Bearer ${await issuer.token(opts)}`;
+
+  beforeAll(async () => {
+    provider = await ProviderEmulator.start({
+      credentials: {
+        [ACME.client_id]: ACME.client_secret,
+        [GLOBEX.client_id]: GLOBEX.client_secret,
+      },
+    });
+    secrets = await SecretsManagerEmulator.start({
+      secrets: {
+        [SECRET_IDS.acme]: JSON.stringify(ACME),
+        [SECRET_IDS.globex]: JSON.stringify(GLOBEX),
+        [SECRET_IDS.apiKeys]: JSON.stringify([
+          { name: 'checkout', sha256: sha256(checkoutKey), clients: ['acme-prod'] },
+          { name: 'ops', sha256: sha256(opsKey), clients: ['*'] },
+        ]),
+      },
+    });
+    issuer = await ServiceAccountIssuer.start();
+    dir = mkdtempSync(join(tmpdir(), 'tb-caller-auth-'));
+    const configFile = join(dir, 'broker.json');
+    const client = (id: string, secretId: string) => ({
+      id,
+      authUrl: provider.url,
+      baseUrl: provider.url,
+      credentials: { secretId },
+    });
+    writeFileSync(
+      configFile,
+      JSON.stringify({
+        clients: [client('acme-prod', SECRET_IDS.acme), client('globex-prod', SECRET_IDS.globex)],
+        callerAuth: {
+          kubernetes: {
+            jwksUrl: issuer.jwksUrl,
+            issuer: issuer.issuer,
+            audience: 'token-broker',
+            subjects: { [CHECKOUT_SA]: ['acme-prod'], [BILLING_SA]: ['globex-prod'] },
+          },
+        },
+      }),
+    );
+    const env = {
+      BROKER_CONFIG_FILE: configFile,
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'debug',
+      ...secretsManagerClientEnv(secrets.url),
+    };
+    [apiKeyBroker, k8sBroker] = await Promise.all([
+      spawnBroker({
+        name: 'api-key-broker',
+        env: { ...env, CALLER_AUTH_MODE: 'api-key', CALLER_API_KEYS_SECRET_ID: SECRET_IDS.apiKeys },
+      }),
+      spawnBroker({ name: 'k8s-broker', env: { ...env, CALLER_AUTH_MODE: 'kubernetes' } }),
+    ]);
+    await Promise.all([apiKeyBroker.waitReady(), k8sBroker.waitReady()]);
+  });
+
+  afterAll(async () => {
+    await Promise.all([apiKeyBroker?.stop(), k8sBroker?.stop()]);
+    await Promise.all([provider?.close(), secrets?.close(), issuer?.close()]);
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  describe('good callers', () => {
+    it('serves an API key its granted clients, "*" every client', async () => {
+      const a = await call(apiKeyBroker, '/token?client=acme-prod', `Bearer ${checkoutKey}`);
+      expect(a.status).toBe(200);
+      expect(provider.isValidToken(a.body.access_token!)).toBe(true);
+      const g = await call(apiKeyBroker, '/token?client=globex-prod', `Bearer ${opsKey}`);
+      expect(g.status).toBe(200);
+      expect(g.body.access_token).not.toBe(a.body.access_token);
+    });
+
+    it.each(['RS256', 'ES256'] as const)(
+      'serves a %s service-account token its granted client',
+      async (alg) => {
+        const res = await call(
+          k8sBroker,
+          '/token?client=acme-prod',
+          await saToken({ subject: CHECKOUT_SA, alg }),
+        );
+        expect(res.status).toBe(200);
+        expect(provider.isValidToken(res.body.access_token!)).toBe(true);
+      },
+    );
+
+    it('verifies a service-account token once, then answers from the cache', async () => {
+      const header = await saToken({ subject: BILLING_SA });
+      const before = issuer.jwksRequests;
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, () => call(k8sBroker, '/token?client=globex-prod', header)),
+      );
+      expect(answers.map((a) => a.status)).toEqual(Array(20).fill(200));
+      expect(issuer.jwksRequests).toBe(before);
+    });
+
+    it('needs no credential for health and metrics', async () => {
+      for (const b of [apiKeyBroker, k8sBroker]) {
+        expect((await fetch(`${b.url}/health/live`)).status).toBe(200);
+        expect((await fetch(`${b.url}/health/ready`)).status).toBe(200);
+        expect((await fetch(`${b.url}/metrics`)).status).toBe(200);
+      }
+    });
+  });
+
+  type Case = [
+    string,
+    'api-key' | 'kubernetes',
+    string,
+    401 | 403,
+    () => Promise<string | undefined>,
+  ];
+  const cases: Case[] = [
+    ['no Authorization header', 'api-key', 'acme-prod', 401, async () => undefined],
+    ['an empty Authorization header', 'api-key', 'acme-prod', 401, async () => ''],
+    [
+      'the Basic scheme',
+      'api-key',
+      'acme-prod',
+      401,
+      async () => `Basic ${b64(`x:${checkoutKey}`)}`,
+    ],
+    ['the key without a scheme', 'api-key', 'acme-prod', 401, async () => checkoutKey],
+    ['a wrong key', 'api-key', 'acme-prod', 401, async () => `Bearer ${newKey()}`],
+    [
+      'the hash of the key',
+      'api-key',
+      'acme-prod',
+      401,
+      async () => `Bearer ${sha256(checkoutKey)}`,
+    ],
+    [
+      'a key for another client',
+      'api-key',
+      'globex-prod',
+      403,
+      async () => `Bearer ${checkoutKey}`,
+    ],
+    [
+      'a valid service-account token in api-key mode',
+      'api-key',
+      'acme-prod',
+      401,
+      () => saToken({ subject: CHECKOUT_SA }),
+    ],
+    ['"Bearer" alone', 'api-key', 'acme-prod', 401, async () => 'Bearer'],
+    ['garbage', 'api-key', 'acme-prod', 401, async () => '}{ garbage ¿? \u00ff'],
+    ['a huge credential', 'api-key', 'acme-prod', 401, async () => `Bearer ${'A'.repeat(12_000)}`],
+    ['no Authorization header', 'kubernetes', 'acme-prod', 401, async () => undefined],
+    [
+      'an expired token',
+      'kubernetes',
+      'acme-prod',
+      401,
+      () => saToken({ subject: CHECKOUT_SA, expiresInSeconds: -120 }),
+    ],
+    [
+      'a token for another audience',
+      'kubernetes',
+      'acme-prod',
+      401,
+      () => saToken({ subject: CHECKOUT_SA, audience: 'vault' }),
+    ],
+    [
+      'a token from another issuer',
+      'kubernetes',
+      'acme-prod',
+      401,
+      () => saToken({ subject: CHECKOUT_SA, issuer: 'https://other-cluster.example' }),
+    ],
+    [
+      'a token with an unknown kid',
+      'kubernetes',
+      'acme-prod',
+      401,
+      () => saToken({ subject: CHECKOUT_SA, unpublishedKey: true }),
+    ],
+    [
+      'a token with alg none',
+      'kubernetes',
+      'acme-prod',
+      401,
+      async () => {
+        const [, payload] = (await issuer.token({ subject: CHECKOUT_SA })).split('.');
+        return `Bearer ${b64({ alg: 'none', typ: 'JWT' })}.${payload}.`;
+      },
+    ],
+    [
+      'a token with a tampered signature',
+      'kubernetes',
+      'acme-prod',
+      401,
+      async () => {
+        const [h, p, s] = (await issuer.token({ subject: CHECKOUT_SA, alg: 'RS256' })).split('.');
+        const sig = Buffer.from(s, 'base64url');
+        sig[0] ^= 0xff;
+        return `Bearer ${h}.${p}.${sig.toString('base64url')}`;
+      },
+    ],
+    [
+      'a token whose payload was swapped for a granted subject',
+      'kubernetes',
+      'globex-prod',
+      401,
+      async () => {
+        const [h, , s] = (await issuer.token({ subject: CHECKOUT_SA })).split('.');
+        const p = b64({
+          iss: issuer.issuer,
+          sub: BILLING_SA,
+          aud: ['token-broker'],
+          exp: Math.floor(Date.now() / 1000) + 600,
+        });
+        return `Bearer ${h}.${p}.${s}`;
+      },
+    ],
+    [
+      'an HS256 token signed with the public key',
+      'kubernetes',
+      'acme-prod',
+      401,
+      async () => {
+        const jwk = issuer.publicJwks.find((k) => k.kty === 'RSA')!;
+        const token = await new SignJWT({
+          sub: CHECKOUT_SA,
+          aud: 'token-broker',
+          iss: issuer.issuer,
+        })
+          .setProtectedHeader({ alg: 'HS256', kid: jwk.kid })
+          .setExpirationTime('10m')
+          .sign(new TextEncoder().encode(JSON.stringify(jwk)));
+        return `Bearer ${token}`;
+      },
+    ],
+    [
+      'an HS256 token keyed with the RSA modulus',
+      'kubernetes',
+      'acme-prod',
+      401,
+      async () => {
+        const jwk = issuer.publicJwks.find((k) => k.kty === 'RSA')!;
+        const head = b64({ alg: 'HS256', typ: 'JWT', kid: jwk.kid });
+        const body = b64({ sub: CHECKOUT_SA, aud: 'token-broker', iss: issuer.issuer, exp: 4e9 });
+        const sig = createHmac('sha256', String(jwk.n))
+          .update(`${head}.${body}`)
+          .digest('base64url');
+        return `Bearer ${head}.${body}.${sig}`;
+      },
+    ],
+    ['garbage', 'kubernetes', 'acme-prod', 401, async () => 'Bearer not.a.jwt'],
+    [
+      'a base64 blob',
+      'kubernetes',
+      'acme-prod',
+      401,
+      async () => `Bearer ${randomBytes(600).toString('base64')}`,
+    ],
+    [
+      'an API key in kubernetes mode',
+      'kubernetes',
+      'acme-prod',
+      401,
+      async () => `Bearer ${checkoutKey}`,
+    ],
+    [
+      'a token for another client',
+      'kubernetes',
+      'globex-prod',
+      403,
+      () => saToken({ subject: CHECKOUT_SA }),
+    ],
+    [
+      'a verified service account with no grant',
+      'kubernetes',
+      'acme-prod',
+      403,
+      () => saToken({ subject: STRANGER_SA }),
+    ],
+  ];
+
+  it.each(cases)(
+    '%s (%s, client %s) → %i problem+json, never 500',
+    async (_label, mode, client, status, make) => {
+      const broker = mode === 'api-key' ? apiKeyBroker : k8sBroker;
+      const authorization = await make();
+      const res = await call(broker, `/token?client=${client}`, authorization);
+      expect(res.status).toBe(status);
+      expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect(res.headers.get('cache-control')).toBe('no-store');
+      expect(res.body.code).toBe(status === 401 ? 'unauthenticated' : 'forbidden');
+      if (status === 401) {
+        expect(res.headers.get('www-authenticate')).toBe('Bearer realm="token-broker"');
+      } else {
+        expect(res.headers.get('www-authenticate')).toBeNull();
+        expect(res.body.detail).toMatch(/may not use client/);
+      }
+      const credential = authorization?.replace(/^\S+\s+/, '') ?? '';
+      if (credential.length > 8)
+        expect(JSON.stringify(res.body)).not.toContain(credential.slice(0, 40));
+    },
+  );
+
+  it('sets the security headers on tokens, problems and health alike', async () => {
+    const answers = [
+      await fetch(`${apiKeyBroker.url}/token?client=acme-prod`, {
+        headers: { authorization: `Bearer ${checkoutKey}` },
+      }),
+      await fetch(`${apiKeyBroker.url}/token`),
+      await fetch(`${k8sBroker.url}/health/live`),
+      await fetch(`${k8sBroker.url}/nothing-here`),
+    ];
+    for (const res of answers) {
+      expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+      expect(res.headers.get('x-frame-options')).toBe('DENY');
+      expect(res.headers.get('content-security-policy')).toContain("default-src 'none'");
+      expect(res.headers.get('referrer-policy')).toBe('no-referrer');
+      const body = await res.text();
+      if (body.includes('access_token')) {
+        secretsSeen.add((JSON.parse(body) as { access_token: string }).access_token);
+      }
+    }
+  });
+
+  it('writes one audit line per token handed out or refused: caller, client, fingerprint, result', async () => {
+    const res = await call(apiKeyBroker, '/token?client=acme-prod', `Bearer ${checkoutKey}`);
+    const fp = createHash('sha256').update(res.body.access_token!).digest('hex').slice(0, 16);
+    const requestId = res.headers.get('x-request-id');
+    const auditLines = () =>
+      apiKeyBroker
+        .logs()
+        .filter((l) => l.includes('"audit":"token"'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+    // stdout is written asynchronously: wait for the line rather than race it.
+    const line = await waitFor(() => auditLines().find((l) => l.reqId === requestId), {
+      timeoutMs: 5000,
+      what: 'the audit line of the request',
+    });
+    const lines = auditLines();
+    expect(line).toMatchObject({
+      level: 'info',
+      msg: 'token issued',
+      caller: 'checkout',
+      client: 'acme-prod',
+      fp,
+      result: 'issued',
+    });
+    expect(lines).toContainEqual(
+      expect.objectContaining({ caller: 'checkout', client: 'globex-prod', result: 'forbidden' }),
+    );
+    expect(lines).toContainEqual(
+      expect.objectContaining({ msg: 'token refused', result: 'unauthenticated' }),
+    );
+    const k8sLines = k8sBroker.logs().filter((l) => l.includes('"audit":"token"'));
+    expect(k8sLines.some((l) => l.includes(`"caller":"${CHECKOUT_SA}"`))).toBe(true);
+  });
+
+  // Last: every test above has logged by now.
+  it('never logs an issued token, a client secret, an API key or a service-account token', () => {
+    for (const t of provider.stats.issued) secretsSeen.add(t.token);
+    const logs = [...apiKeyBroker.logs(), ...k8sBroker.logs()].join('\n');
+    expect(logs).toContain('"level":"debug"');
+    expect(logs.length).toBeGreaterThan(1000);
+    const leaked = [...secretsSeen].filter((s) => s.length >= 8 && logs.includes(s));
+    expect(leaked).toEqual([]);
+  });
+});
