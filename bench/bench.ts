@@ -4,6 +4,8 @@ import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
 import { freePort } from '../test/support/ports';
 import { hammer } from '../test/support/load';
+import { benchTokenAuth } from '../src/bench/auth.bench';
+import { benchOrders } from '../src/bench/orders.bench';
 import { FLEET_CLIENT, requestsPerCycle, startFleet } from '../test/support/fleet';
 
 /**
@@ -61,7 +63,7 @@ async function redisCommands(redis: Redis): Promise<number> {
   return total;
 }
 
-async function benchToken(): Promise<void> {
+async function benchToken(): Promise<Row> {
   const fleet = await startFleet({ size: 1, env: { LOG_LEVEL: 'error' } });
   const broker = fleet.brokers[0];
   const bare = await (async () => {
@@ -88,7 +90,7 @@ async function benchToken(): Promise<void> {
     }
     const commands = (await redisCommands(redis)) - commandsBefore;
     const b = mean(bareRows, 'bare node:http (constant body)');
-    const t = mean(brokerRows, 'broker GET /token');
+    const t = mean(brokerRows, 'broker GET /token (auth none, audit off)');
     printRows('GET /token vs bare node:http', [b, t]);
     console.log(
       `  ratio req/s ${(t.reqPerSec / b.reqPerSec).toFixed(3)}x (target >= 0.85), ` +
@@ -98,6 +100,7 @@ async function benchToken(): Promise<void> {
       `  Redis commands during ${Math.round(brokerRequests)} GET /token: ${commands} ` +
         `(${(commands / brokerRequests).toFixed(6)} per request; target 0)`,
     );
+    return b;
   } finally {
     redis.disconnect();
     bare.child.kill('SIGKILL');
@@ -139,12 +142,43 @@ function printRows(title: string, rows: Row[]): void {
   }
 }
 
+/** Sections to run: `BENCH_ONLY=token,auth` runs just those. */
+const SECTIONS = new Set((process.env.BENCH_ONLY ?? 'token,auth,orders,fleet').split(','));
+
+async function benchAuth(bare: Row): Promise<void> {
+  const rows = await benchTokenAuth({ durationSec: DURATION_SEC, connections: CONNECTIONS });
+  printRows('GET /token with caller authentication (audit log on, LOG_LEVEL=info)', rows);
+  for (const r of rows) {
+    console.log(
+      `  ${r.name}: ${(r.reqPerSec / bare.reqPerSec).toFixed(3)}x the bare server's req/s (target >= 0.85)`,
+    );
+  }
+}
+
+async function benchOrdersSection(): Promise<void> {
+  const rows = await benchOrders({ durationSec: DURATION_SEC, connections: 20 });
+  printRows('POST /orders through the broker vs directly to the provider emulator', rows);
+  const [broker, direct] = [
+    rows.find((r) => /broker/i.test(r.name)),
+    rows.find((r) => /direct/i.test(r.name)),
+  ];
+  if (broker && direct) {
+    console.log(
+      `  p50 overhead ${(broker.p50Ms - direct.p50Ms).toFixed(2)} ms (target <= 1), ` +
+        `req/s ratio ${(broker.reqPerSec / direct.reqPerSec).toFixed(3)}x (target >= 0.7)`,
+    );
+  }
+}
+
 async function main(): Promise<void> {
   console.log(
     `bench: ${CONNECTIONS} connections, ${DURATION_SEC} s x ${ROUNDS} interleaved rounds, Node ${process.version}`,
   );
-  await benchToken();
-  await benchFleet();
+  let bare: Row | undefined;
+  if (SECTIONS.has('token') || SECTIONS.has('auth')) bare = await benchToken();
+  if (SECTIONS.has('auth') && bare) await benchAuth(bare);
+  if (SECTIONS.has('orders')) await benchOrdersSection();
+  if (SECTIONS.has('fleet')) await benchFleet();
 }
 
 main().then(

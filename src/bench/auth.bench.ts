@@ -1,0 +1,188 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import autocannon from 'autocannon';
+import { ProviderEmulator } from '../emulator/provider-emulator';
+import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
+
+/** One measured load run. */
+export interface AuthBenchRow {
+  name: string;
+  reqPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+}
+
+const CLIENT_ID = 'bench';
+const CREDENTIALS = { client_id: 'bench-merchant', client_secret: 'bench-only-secret' };
+const SUBJECT = 'system:serviceaccount:bench:caller';
+
+/**
+ * `GET /token` under load with caller authentication on, once per mode: `api-key` (hash and
+ * constant-time compare on every request) and `kubernetes` (a projected token verified once
+ * against a local JWKS, then answered from the verified-token cache).
+ *
+ * Each mode runs in its own broker process (`node main.js`, memory store, the provider
+ * emulator as provider) at LOG_LEVEL=info, so the audit line written per token is part of the
+ * measured cost, as in production. The baseline (a bare `node:http` server) and the ratios are
+ * the harness's job.
+ */
+export async function benchTokenAuth(opts: {
+  durationSec: number;
+  connections: number;
+  /** The brokers' LOG_LEVEL; `info` (the default, as in production) writes the audit lines. */
+  logLevel?: string;
+}): Promise<AuthBenchRow[]> {
+  const provider = await ProviderEmulator.start({
+    credentials: { [CREDENTIALS.client_id]: CREDENTIALS.client_secret },
+  });
+  const issuer = await ServiceAccountIssuer.start();
+  const dir = mkdtempSync(join(tmpdir(), 'tb-bench-auth-'));
+  const file = (name: string, content: string) => {
+    const path = join(dir, name);
+    writeFileSync(path, content, { mode: 0o600 });
+    return path;
+  };
+  const apiKey = randomBytes(32).toString('base64url');
+  const common = {
+    CLIENT_ID,
+    PROVIDER_AUTH_URL: provider.url,
+    PROVIDER_BASE_URL: provider.url,
+    CREDENTIALS_FILE: file('credentials.json', JSON.stringify(CREDENTIALS)),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: opts.logLevel ?? 'info',
+  };
+  const modes: Array<{ name: string; authorization: string; env: Record<string, string> }> = [
+    {
+      name: 'GET /token, api-key caller',
+      authorization: `Bearer ${apiKey}`,
+      env: {
+        CALLER_AUTH_MODE: 'api-key',
+        CALLER_API_KEYS_FILE: file(
+          'api-keys.json',
+          JSON.stringify([
+            {
+              name: 'bench',
+              sha256: createHash('sha256').update(apiKey).digest('hex'),
+              clients: ['*'],
+            },
+          ]),
+        ),
+      },
+    },
+    {
+      name: 'GET /token, kubernetes caller',
+      authorization: `Bearer ${await issuer.token({ subject: SUBJECT, alg: 'RS256' })}`,
+      env: {
+        CALLER_AUTH_MODE: 'kubernetes',
+        CALLER_AUTH_JWKS_URL: issuer.jwksUrl,
+        CALLER_AUTH_ISSUER: issuer.issuer,
+        CALLER_AUTH_AUDIENCE: issuer.audience,
+        CALLER_AUTH_SUBJECTS: SUBJECT,
+      },
+    },
+  ];
+  const rows: AuthBenchRow[] = [];
+  try {
+    for (const mode of modes) {
+      const broker = await startBroker({ ...common, ...mode.env });
+      try {
+        const url = `${broker.url}/token?client=${CLIENT_ID}`;
+        const headers = { authorization: mode.authorization };
+        // Warm-up: JIT, keep-alive sockets, and the first (verifying) request of each caller.
+        await load(url, headers, opts.connections, 1);
+        rows.push({
+          name: mode.name,
+          ...(await load(url, headers, opts.connections, opts.durationSec)),
+        });
+      } finally {
+        await broker.stop();
+      }
+    }
+  } finally {
+    await Promise.all([provider.close(), issuer.close()]);
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return rows;
+}
+
+async function load(
+  url: string,
+  headers: Record<string, string>,
+  connections: number,
+  durationSec: number,
+): Promise<Omit<AuthBenchRow, 'name'>> {
+  const r = await autocannon({ url, headers, connections, duration: durationSec });
+  if (r.non2xx > 0 || r.errors > 0) {
+    throw new Error(`${url}: ${r.non2xx} non-2xx answers and ${r.errors} errors under load`);
+  }
+  return { reqPerSec: r.requests.average, p50Ms: r.latency.p50, p99Ms: r.latency.p99 };
+}
+
+interface BenchBroker {
+  url: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * `node main.js` next to this file's directory (`dist/` or `dist-bench/src/`), its output
+ * drained (the audit lines are part of the cost; a full pipe would stall the broker).
+ */
+async function startBroker(env: Record<string, string>): Promise<BenchBroker> {
+  const port = await freePort();
+  // Output goes to a file, as a container runtime's log driver would take it: reading it
+  // through a pipe here would spend the load generator's CPU and skew the figures.
+  const logFile = join(mkdtempSync(join(tmpdir(), 'tb-bench-log-')), 'broker.log');
+  const fd = openSync(logFile, 'w');
+  const child: ChildProcess = spawn(process.execPath, [join(__dirname, '..', 'main.js')], {
+    env: { PATH: process.env.PATH ?? '', ...env, PORT: String(port) },
+    stdio: ['ignore', fd, fd],
+  });
+  closeSync(fd);
+  const tail = {
+    join: () => {
+      try {
+        return readFileSync(logFile, 'utf8').split('\n').slice(-20).join('\n');
+      } catch {
+        return '';
+      }
+    },
+  };
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`broker exited at start:\n${tail.join()}`);
+    const ready = await fetch(`${url}/health/ready`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
+    if (ready) break;
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`broker not ready after 15 s:\n${tail.join()}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return {
+    url,
+    stop: async () => {
+      if (child.exitCode === null) child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
