@@ -3,13 +3,43 @@ import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { LogController } from 'fastify';
 import type { Logger } from 'pino';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { AppModule } from './app.module';
 import type { BrokerConfig } from './config/config.schema';
+import { toProblem } from './http/problem';
+import { RequestErrorCode, RequestException } from './http/request.exception';
+import { SECURITY_HEADERS } from './http/security-headers';
 import { lazyChildLogger } from './logging/lazy-request-logger';
+import { TokenFastPath } from './token/token-fast-path';
 import { PinoNestLogger } from './logging/logger';
 
 /** Request ids: the caller's `X-Request-Id` when it looks sane, else a fresh one. */
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+/** Request line plus headers; a longer query string is refused by Node's parser. */
+const MAX_HEADER_BYTES = 16_384;
+
+/**
+ * Requests Node's HTTP parser refuses (oversized request line or headers, malformed HTTP) never
+ * reach a route or the problem filter; Fastify's default answer is plain JSON. Answer them in
+ * problem+json like every other error, then close the connection as Node would.
+ */
+function answerClientError(err: Error & { code?: string }, socket: Socket): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const detail =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? `the request line and headers exceed ${MAX_HEADER_BYTES} bytes; shorten the query string`
+      : 'the request is not valid HTTP/1.1';
+  const { problem } = toProblem(new RequestException(RequestErrorCode.InvalidRequest, detail));
+  const body = JSON.stringify(problem);
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${problem.status} ${problem.title}\r\ncontent-type: application/problem+json\r\n` +
+        `content-length: ${Buffer.byteLength(body)}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy();
+}
 
 /**
  * Builds the Nest application on Fastify, without listening. Shared by `main.ts`, the sandbox
@@ -19,7 +49,13 @@ export async function createBrokerApp(
   config: BrokerConfig,
   logger: Logger,
 ): Promise<NestFastifyApplication> {
+  const front: { tryServe?: (req: IncomingMessage, res: ServerResponse) => boolean } = {};
   const adapter = new FastifyAdapter({
+    // maxHeaderSize bounds the query string too: an oversized request line is refused early.
+    serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) =>
+      createServer({ maxHeaderSize: MAX_HEADER_BYTES }, (req, res) => {
+        if (front.tryServe?.(req, res) !== true) handler(req, res);
+      }),
     loggerInstance: logger,
     // Per-request info logs would cost more than the whole GET /token hot path; audit lines
     // are written by the features themselves.
@@ -30,8 +66,7 @@ export async function createBrokerApp(
       return typeof given === 'string' && REQUEST_ID.test(given) ? given : crypto.randomUUID();
     },
     routerOptions: { maxParamLength: 200 },
-    // Bounds the query string too: an oversized request line is refused before any parsing.
-    http: { maxHeaderSize: 16_384 },
+    clientErrorHandler: answerClientError,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
   });
@@ -43,12 +78,11 @@ export async function createBrokerApp(
   const fastify = app.getHttpAdapter().getInstance();
   fastify.addHook('onSend', (req, reply, payload, done) => {
     reply.header('x-request-id', req.id);
-    reply.header('x-content-type-options', 'nosniff');
-    // JSON APIs are never framed, never run scripts and never need a referrer.
-    reply.header('x-frame-options', 'DENY');
-    reply.header('content-security-policy', "default-src 'none'; frame-ancestors 'none'");
-    reply.header('referrer-policy', 'no-referrer');
+    reply.headers(SECURITY_HEADERS);
     done(null, payload);
   });
+  // The GET /token cache hit is answered before Fastify (see TokenFastPath).
+  const fastPath = app.get(TokenFastPath);
+  front.tryServe = (req, res) => fastPath.tryServe(req, res);
   return app;
 }

@@ -7,6 +7,6 @@ import { MetricsService } from './metrics.service';
 @Module({
   controllers: [MetricsController],
   providers: [MetricsService, HttpMetricsHook],
-  exports: [MetricsService],
+  exports: [MetricsService, HttpMetricsHook],
 })
 export class MetricsModule {}

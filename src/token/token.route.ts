@@ -129,17 +129,16 @@ export class TokenRoute implements OnModuleInit {
     req: FastifyRequest,
     reply: FastifyReply,
   ): FastifyReply {
+    this.auditIssued(req.id, caller, clientId, record);
+    return send(reply, record);
+  }
+
+  /** The audit line for a token handed out; shared with {@link TokenFastPath}. */
+  auditIssued(reqId: string, caller: Caller, clientId: string, record: TokenRecord): void {
     this.audit.info(
-      {
-        reqId: req.id,
-        caller: caller.name,
-        client: clientId,
-        fp: record.fingerprint,
-        result: 'issued',
-      },
+      { reqId, caller: caller.name, client: clientId, fp: record.fingerprint, result: 'issued' },
       'token issued',
     );
-    return send(reply, record);
   }
 
   /** Audits a refusal (the problem code is the result; the client only once it is validated). */
@@ -177,6 +176,21 @@ function send(reply: FastifyReply, record: TokenRecord): FastifyReply {
     });
 }
 
+/** The 200 body, built by hand: `access_token` is a validated b64token, so needs no escaping. */
+export function tokenBody(record: TokenRecord, now: number): string {
+  // Remaining lifetime, rounded down so a caller never believes in time it does not have.
+  const expiresIn = Math.max(0, Math.floor((record.expiresAt - now) / 1000));
+  if (lastBody.record !== record) {
+    // Everything but expires_in is fixed per token: format it once, not per request.
+    lastBody.record = record;
+    lastBody.head = `{"access_token":"${record.accessToken}","token_type":"Bearer","expires_in":`;
+    lastBody.tail = `,"expires_at":"${new Date(record.expiresAt).toISOString()}"}`;
+  }
+  return lastBody.head + expiresIn + lastBody.tail;
+}
+
+const lastBody: { record?: TokenRecord; head: string; tail: string } = { head: '', tail: '' };
+
 /** A query parameter given at most once; a repeated one is ambiguous and refused. */
 function single(query: TokenQuery, name: string): string | undefined {
   const v = query[name];
@@ -189,7 +203,7 @@ function single(query: TokenQuery, name: string): string | undefined {
   return v === '' ? undefined : v;
 }
 
-function parseMinTtl(value: string | undefined): number {
+export function parseMinTtl(value: string | undefined): number {
   if (value === undefined) return 0;
   if (!/^\d{1,6}$/.test(value) || Number(value) > MAX_MIN_TTL_SECONDS) {
     throw new RequestException(
