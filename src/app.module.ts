@@ -8,6 +8,7 @@ import { HealthModule } from './health/health.module';
 import { ProblemFilter } from './http/problem.filter';
 import { LoggingModule } from './logging/logging.module';
 import { MetricsModule } from './metrics/metrics.module';
+import { OrdersModule } from './orders/orders.module';
 import { ProviderModule } from './provider/provider.module';
 import { RedisModule } from './redis/redis.module';
 import { SecretsModule } from './secrets/secrets.module';
@@ -28,6 +29,7 @@ export class AppModule {
         RedisModule,
         CallerAuthModule,
         TokenModule,
+        OrdersModule,
         HealthModule,
       ],
       providers: [{ provide: APP_FILTER, useClass: ProblemFilter }],

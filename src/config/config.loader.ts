@@ -27,7 +27,35 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'CREDENTIALS_RELOAD_SECONDS', path: ['token', 'credentialsReloadSeconds'] },
   { env: 'PROVIDER_CONNECT_TIMEOUT_MS', path: ['provider', 'connectTimeoutMs'] },
   { env: 'PROVIDER_RESPONSE_TIMEOUT_MS', path: ['provider', 'responseTimeoutMs'] },
+  { env: 'ORDERS_IDEMPOTENCY_TTL_SECONDS', path: ['orders', 'idempotencyTtlSeconds'] },
+  { env: 'ORDERS_BODY_LIMIT_BYTES', path: ['orders', 'bodyLimitBytes'] },
+  { env: 'ORDERS_CONNECT_TIMEOUT_MS', path: ['orders', 'connectTimeoutMs'] },
+  { env: 'ORDERS_HEADERS_TIMEOUT_MS', path: ['orders', 'headersTimeoutMs'] },
+  { env: 'ORDERS_BODY_TIMEOUT_MS', path: ['orders', 'bodyTimeoutMs'] },
+  { env: 'ORDERS_MAX_RESPONSE_BYTES', path: ['orders', 'maxResponseBytes'] },
+  { env: 'NODE_ENV', path: ['nodeEnv'] },
+  { env: 'CALLER_AUTH_MODE', path: ['callerAuth', 'mode'] },
+  { env: 'CALLER_AUTH_ALLOW_NONE', path: ['callerAuth', 'allowNone'] },
+  { env: 'CALLER_API_KEYS_SECRET_ID', path: ['callerAuth', 'apiKeysSource', 'secretId'] },
+  { env: 'CALLER_API_KEYS_FILE', path: ['callerAuth', 'apiKeysSource', 'file'] },
+  { env: 'CALLER_API_KEYS_RELOAD_SECONDS', path: ['callerAuth', 'apiKeysReloadSeconds'] },
+  { env: 'CALLER_AUTH_JWKS_URL', path: ['callerAuth', 'kubernetes', 'jwksUrl'] },
+  { env: 'CALLER_AUTH_ISSUER', path: ['callerAuth', 'kubernetes', 'issuer'] },
+  { env: 'CALLER_AUTH_AUDIENCE', path: ['callerAuth', 'kubernetes', 'audience'] },
+  { env: 'CALLER_AUTH_SUBJECTS', path: ['callerAuth', 'kubernetes', 'subjects'] },
+  { env: 'CACHE_KEY_SECRET_ID', path: ['cacheEncryption', 'key', 'secretId'] },
+  { env: 'CACHE_KEY_FILE', path: ['cacheEncryption', 'key', 'file'] },
 ];
+
+/**
+ * How to name a setting that nobody supplied (a required one, or one another setting makes
+ * required): by the variable(s) that would supply it.
+ */
+const UNSUPPLIED_NAMES = new Map<string, string>([
+  ...ENV_SETTINGS.map(({ env, path }) => [path.join('.'), env] as [string, string]),
+  ['callerAuth.apiKeysSource', 'CALLER_API_KEYS_SECRET_ID or CALLER_API_KEYS_FILE'],
+  ['cacheEncryption.key', 'CACHE_KEY_SECRET_ID or CACHE_KEY_FILE'],
+]);
 
 /** The single-client variables; they build `clients[0]` when the file defines no clients. */
 const CLIENT_ENV: ReadonlyArray<{ env: string; path: Path }> = [
@@ -96,11 +124,16 @@ function describeIssues(
 ): string[] {
   return error.issues.map((issue) => {
     const key = issue.path.map(String).join('.');
+    const absent = getPath(raw, issue.path) === undefined;
+    const unsupplied = absent ? UNSUPPLIED_NAMES.get(key) : undefined;
     const setting =
       origins.get(key) ??
+      (unsupplied && fileName
+        ? `${unsupplied} (or ${formatPath(issue.path)} in ${fileName})`
+        : unsupplied) ??
       (fileName ? `${fileName}: ${formatPath(issue.path)}` : formatPath(issue.path));
     // Only the message, never the input: the offending value may be a misplaced secret.
-    const missing = issue.code === 'invalid_type' && getPath(raw, issue.path) === undefined;
+    const missing = issue.code === 'invalid_type' && absent;
     return `${setting}: ${missing ? 'required' : issue.message}`;
   });
 }

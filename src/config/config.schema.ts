@@ -91,6 +91,24 @@ export const providerSettingsSchema = z
   })
   .strict();
 
+/** `POST /orders`: limits, timeouts and how long idempotency outcomes are kept. */
+export const ordersSettingsSchema = z
+  .object({
+    /** How long the outcome of an order sent with an `Idempotency-Key` is kept for replays and conflicts. @default 86400 (24 h) */
+    idempotencyTtlSeconds: seconds(60, 30 * 86_400).default(86_400),
+    /** Largest order body accepted; a larger one is refused with 413 before it is read. @default 1048576 (1 MiB) */
+    bodyLimitBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
+    /** TCP/TLS connect timeout to the checkout API. A connect failure never reached the provider: 502, safe to retry. @default 2000 */
+    connectTimeoutMs: millis(50, 60_000).default(2000),
+    /** Time from sending the order to the provider's response headers; past it the outcome is unknown (504). @default 10000 */
+    headersTimeoutMs: millis(100, 300_000).default(10_000),
+    /** Longest pause between two chunks of the provider's response body. @default 10000 */
+    bodyTimeoutMs: millis(100, 300_000).default(10_000),
+    /** Provider responses larger than this are not relayed (502, outcome unknown). @default 1048576 (1 MiB) */
+    maxResponseBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
+  })
+  .strict();
+
 export const redisSettingsSchema = z
   .object({
     /** `redis://` or `rediss://` URL. Unset: in-memory store, single replica only. */
@@ -125,6 +143,154 @@ export const logSettingsSchema = z
   })
   .strict();
 
+/** A boolean from a file (`true`) or an environment variable (`"true"`, `"1"`, `"yes"`...). */
+const flag = z.union([z.boolean(), z.stringbool()]);
+
+/** Client ids a caller may use; `"*"` grants every configured client. */
+const clientGrantSchema = z
+  .array(
+    z.string().refine((v) => v === '*' || CLIENT_ID_PATTERN.test(v), {
+      message: 'must be a client id or "*"',
+    }),
+  )
+  .min(1, { message: 'grant at least one client (or "*" for all)' });
+
+/** One API key, stored only as its SHA-256: the broker never holds the key itself. */
+export const apiKeyGrantSchema = z
+  .object({
+    /** The caller's name in audit lines and 403 messages, e.g. the service's name. */
+    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/, {
+      message: 'must be 1-128 letters, digits or "._:@/-"',
+    }),
+    /** Hex SHA-256 of the key exactly as callers send it: `printf %s "$KEY" | sha256sum`. */
+    sha256: z
+      .string()
+      .regex(/^[0-9a-fA-F]{64}$/, {
+        message: "must be the 64 hex digits of the key's SHA-256, never the key itself",
+      })
+      .transform((v) => v.toLowerCase()),
+    /** Client ids this key may use; `"*"` for every client. */
+    clients: clientGrantSchema,
+  })
+  .strict();
+export type ApiKeyGrant = z.infer<typeof apiKeyGrantSchema>;
+
+/** A list of API key grants (inline in the config file, or the JSON of a secret). */
+export const apiKeyGrantListSchema = z.array(apiKeyGrantSchema).superRefine((keys, ctx) => {
+  const seen = new Set<string>();
+  keys.forEach((k, i) => {
+    if (seen.has(k.sha256)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: [i, 'sha256'],
+        message: 'the same key is listed twice',
+      });
+    }
+    seen.add(k.sha256);
+  });
+});
+
+/** `system:serviceaccount:<namespace>:<name>`, as Kubernetes writes a projected token's `sub`. */
+export const SERVICE_ACCOUNT_SUBJECT =
+  /^system:serviceaccount:[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
+
+/** `CALLER_AUTH_SUBJECTS` is a comma-separated list; each subject listed there gets every client. */
+function subjectListToGrants(value: unknown): unknown {
+  if (typeof value !== 'string') return value;
+  const subjects = value
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  return Object.fromEntries(subjects.map((s) => [s, ['*']]));
+}
+
+export const kubernetesCallerAuthSchema = z
+  .object({
+    /**
+     * JWKS URL of the cluster's service-account token issuer: the issuer's public discovery
+     * endpoint (EKS/GKE/AKS publish one), or `https://kubernetes.default.svc/openid/v1/jwks`
+     * in-cluster. Keys are cached and refetched (rate limited) when a token names an unknown
+     * `kid`. Required in mode `kubernetes`.
+     */
+    jwksUrl: httpUrl.optional(),
+    /** The `iss` every token must carry (the API server's `--service-account-issuer`). Required in mode `kubernetes`. */
+    issuer: z.string().min(1).optional(),
+    /** The `aud` every token must carry: the `audience` of the callers' projected token volume. @default 'token-broker' */
+    audience: z.string().min(1).default('token-broker'),
+    /** Service-account subject to the clients it may use, e.g. `{"system:serviceaccount:shop:checkout": ["acme-prod"]}`. @default {} */
+    subjects: z
+      .preprocess(
+        subjectListToGrants,
+        z.record(z.string(), clientGrantSchema).superRefine((subjects, ctx) => {
+          for (const subject of Object.keys(subjects)) {
+            if (!SERVICE_ACCOUNT_SUBJECT.test(subject)) {
+              ctx.addIssue({
+                code: 'custom',
+                path: [subject],
+                message: 'must be system:serviceaccount:<namespace>:<name>',
+              });
+            }
+          }
+        }),
+      )
+      .default({}),
+    /** Verified tokens are cached by their SHA-256 until they expire; at most this many. @default 10000 */
+    cacheSize: z.coerce.number().int().min(1).max(1_000_000).default(10_000),
+    /** Leeway for `exp`/`nbf` against clock skew. @default 5 */
+    clockToleranceSeconds: seconds(0, 300).default(5),
+  })
+  .strict();
+
+/** The ways a caller can authenticate. `none` is for local development only. */
+export const CALLER_AUTH_MODES = ['api-key', 'kubernetes', 'none'] as const;
+export type CallerAuthMode = (typeof CALLER_AUTH_MODES)[number];
+
+export const callerAuthSettingsSchema = z
+  .object({
+    /**
+     * How callers authenticate on every route but health and metrics. No default: a broker
+     * hands out credentials that spend the merchant's money, so the operator must choose.
+     */
+    mode: z
+      // Absent becomes '' so the check below reports it without aborting the other checks:
+      // one run of the broker should list every bad setting, not one at a time.
+      .preprocess((v) => v ?? '', z.string())
+      .superRefine((v, ctx) => {
+        if ((CALLER_AUTH_MODES as readonly string[]).includes(v)) return;
+        ctx.addIssue({
+          code: 'custom',
+          message:
+            v === ''
+              ? 'required: choose "api-key", "kubernetes", or "none" (local development only)'
+              : 'must be "api-key", "kubernetes" or "none"',
+        });
+      })
+      .transform((v) => v as CallerAuthMode),
+    /** Must be `true` for mode `none`, which is refused outright when `NODE_ENV=production`. @default false */
+    allowNone: flag.default(false),
+    /** Mode `api-key`: grants listed in the config file (hashes only). */
+    apiKeys: apiKeyGrantListSchema.optional(),
+    /** Mode `api-key`: a secret (or file) holding the same JSON list; merged with `apiKeys`. */
+    apiKeysSource: credentialsSourceSchema.optional(),
+    /** Re-read `apiKeysSource` this often so grants and revocations need no restart; 0 turns it off. @default 300 */
+    apiKeysReloadSeconds: seconds(0, 86_400).default(300),
+    kubernetes: kubernetesCallerAuthSchema.prefault({}),
+  })
+  .strict();
+export type CallerAuthSettings = z.infer<typeof callerAuthSettingsSchema>;
+
+export const cacheEncryptionSchema = z
+  .object({
+    /**
+     * Secret (or file) holding the AES-256 key for the token in Redis: one base64 32-byte key
+     * (`openssl rand -base64 32`), or `{"current": "<base64>", "previous": ["<base64>", ...]}`
+     * to rotate (read with every key, write with `current`). Unset: the token is stored in
+     * clear, with a warning; refused when `NODE_ENV=production` and Redis is configured.
+     */
+    key: credentialsSourceSchema.optional(),
+  })
+  .strict();
+
 /** The whole validated configuration, as injected under `BROKER_CONFIG`. */
 export const brokerConfigSchema = z
   .object({
@@ -133,9 +299,16 @@ export const brokerConfigSchema = z
     redis: redisSettingsSchema.default(redisSettingsSchema.parse({})),
     token: tokenSettingsSchema.default(tokenSettingsSchema.parse({})),
     provider: providerSettingsSchema.default(providerSettingsSchema.parse({})),
+    orders: ordersSettingsSchema.default(ordersSettingsSchema.parse({})),
     clients: z.array(clientSchema).min(1, { message: 'configure at least one client' }),
+    /** `NODE_ENV`; `production` turns development conveniences (no caller auth, clear cache) into errors. @default 'development' */
+    nodeEnv: z.string().min(1).default('development'),
+    // Parsed even when absent, so a missing section reports the missing mode by its name.
+    callerAuth: z.preprocess((v) => v ?? {}, callerAuthSettingsSchema),
+    cacheEncryption: cacheEncryptionSchema.default({}),
   })
   .strict()
+  .superRefine((cfg, ctx) => refineSecurity(cfg, ctx))
   .superRefine((cfg, ctx) => {
     const seen = new Set<string>();
     cfg.clients.forEach((c, i) => {
@@ -158,6 +331,77 @@ export const brokerConfigSchema = z
   });
 
 export type BrokerConfig = z.infer<typeof brokerConfigSchema>;
+
+/** Cross-field checks of caller authentication and cache encryption. */
+function refineSecurity(
+  cfg: {
+    nodeEnv: string;
+    clients: readonly { id: string }[];
+    redis: { url?: string };
+    callerAuth: CallerAuthSettings;
+    cacheEncryption: { key?: unknown };
+  },
+  ctx: z.RefinementCtx,
+): void {
+  const issue = (path: (string | number)[], message: string) =>
+    ctx.addIssue({ code: 'custom', path, message });
+  const production = cfg.nodeEnv === 'production';
+  const auth = cfg.callerAuth;
+  switch (auth.mode) {
+    case 'none':
+      if (production) {
+        issue(
+          ['callerAuth', 'mode'],
+          '"none" is refused when NODE_ENV=production; use "api-key" or "kubernetes"',
+        );
+      } else if (!auth.allowNone) {
+        issue(
+          ['callerAuth', 'allowNone'],
+          'must be true to turn caller authentication off (mode "none", local development only)',
+        );
+      }
+      break;
+    case 'api-key':
+      if (auth.apiKeys === undefined && auth.apiKeysSource === undefined) {
+        issue(
+          ['callerAuth', 'apiKeysSource'],
+          'required in mode "api-key" (or list callerAuth.apiKeys in the config file)',
+        );
+      }
+      break;
+    case 'kubernetes':
+      if (auth.kubernetes.jwksUrl === undefined) {
+        issue(['callerAuth', 'kubernetes', 'jwksUrl'], 'required in mode "kubernetes"');
+      }
+      if (auth.kubernetes.issuer === undefined) {
+        issue(['callerAuth', 'kubernetes', 'issuer'], 'required in mode "kubernetes"');
+      }
+      if (Object.keys(auth.kubernetes.subjects).length === 0) {
+        issue(
+          ['callerAuth', 'kubernetes', 'subjects'],
+          'grant at least one service account in mode "kubernetes"',
+        );
+      }
+      break;
+  }
+  // A grant naming an unconfigured client is a typo that would surface as a puzzling 403.
+  const ids = new Set(cfg.clients.map((c) => c.id));
+  const checkGrant = (clients: readonly string[], path: (string | number)[]) =>
+    clients.forEach((c, i) => {
+      if (c !== '*' && !ids.has(c)) issue([...path, i], 'not a configured client id');
+    });
+  auth.apiKeys?.forEach((k, i) => checkGrant(k.clients, ['callerAuth', 'apiKeys', i, 'clients']));
+  for (const [subject, clients] of Object.entries(auth.kubernetes.subjects)) {
+    checkGrant(clients, ['callerAuth', 'kubernetes', 'subjects', subject]);
+  }
+  if (production && cfg.redis.url !== undefined && cfg.cacheEncryption.key === undefined) {
+    issue(
+      ['cacheEncryption', 'key'],
+      'required when Redis is used and NODE_ENV=production: the token must be encrypted at rest (generate a key with `openssl rand -base64 32`)',
+    );
+  }
+}
 export type TokenSettings = BrokerConfig['token'];
 export type ProviderSettings = BrokerConfig['provider'];
 export type RedisSettings = BrokerConfig['redis'];
+export type OrdersSettings = BrokerConfig['orders'];

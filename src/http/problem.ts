@@ -1,5 +1,6 @@
 import { HttpException } from '@nestjs/common';
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
+import { OrdersErrorCode, OrdersException } from '../orders/orders.exception';
 import { TokenErrorCode, TokenException } from '../token/token.exception';
 import { RequestErrorCode, RequestException } from './request.exception';
 
@@ -8,6 +9,7 @@ export type ProblemCode =
   | TokenErrorCode
   | CallerAuthErrorCode
   | RequestErrorCode
+  | OrdersErrorCode
   | 'internal_error';
 
 /** RFC 9457 problem details, plus the broker's stable `code` and the request id. */
@@ -62,6 +64,32 @@ export function statusFor(code: ProblemCode): { status: number; title: string } 
       return { status: 503, title: 'Provider credentials unavailable' };
     case TokenErrorCode.ShuttingDown:
       return { status: 503, title: 'Shutting down' };
+    case CallerAuthErrorCode.Unavailable:
+      return { status: 503, title: 'Caller verification unavailable' };
+    case OrdersErrorCode.InvalidBody:
+      return { status: 400, title: 'Invalid order body' };
+    case OrdersErrorCode.InvalidIdempotencyKey:
+      return { status: 400, title: 'Invalid Idempotency-Key' };
+    case OrdersErrorCode.InFlight:
+      return { status: 409, title: 'Order in flight' };
+    case OrdersErrorCode.OutcomeUnknown:
+      return { status: 409, title: 'Order outcome unknown' };
+    case OrdersErrorCode.BodyTooLarge:
+      return { status: 413, title: 'Order body too large' };
+    case OrdersErrorCode.UnsupportedMediaType:
+      return { status: 415, title: 'Unsupported media type' };
+    case OrdersErrorCode.IdempotencyKeyReused:
+      return { status: 422, title: 'Idempotency-Key reused' };
+    case OrdersErrorCode.TokenRejected:
+      return { status: 502, title: 'Provider rejected the token' };
+    case OrdersErrorCode.ProviderUnreachable:
+      return { status: 502, title: 'Provider unreachable' };
+    case OrdersErrorCode.ProviderBadResponse:
+      return { status: 502, title: 'Bad provider response' };
+    case OrdersErrorCode.IdempotencyUnavailable:
+      return { status: 503, title: 'Idempotency store unavailable' };
+    case OrdersErrorCode.ProviderTimeout:
+      return { status: 504, title: 'Provider timeout' };
     default:
       return assertUnreachable(code);
   }
@@ -79,7 +107,8 @@ export function toProblem(err: unknown, requestId?: string): ProblemResponse {
   if (
     err instanceof TokenException ||
     err instanceof CallerAuthException ||
-    err instanceof RequestException
+    err instanceof RequestException ||
+    err instanceof OrdersException
   ) {
     code = err.code;
     detail = err.message;
@@ -88,6 +117,12 @@ export function toProblem(err: unknown, requestId?: string): ProblemResponse {
     }
     if (err instanceof CallerAuthException && code === CallerAuthErrorCode.Unauthenticated) {
       headers['www-authenticate'] = 'Bearer realm="token-broker"';
+    }
+    if (err instanceof CallerAuthException && code === CallerAuthErrorCode.Unavailable) {
+      headers['retry-after'] = '2';
+    }
+    if (err instanceof OrdersException && err.retryAfterSeconds !== undefined) {
+      headers['retry-after'] = String(err.retryAfterSeconds);
     }
   } else if (err instanceof HttpException || isFastifyError(err)) {
     ({ code, detail } = fromHttpStatus(err));

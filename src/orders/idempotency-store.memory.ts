@@ -1,0 +1,125 @@
+import type {
+  ClaimResult,
+  IdempotencyClaim,
+  IdempotencyRecord,
+  IdempotencyStore,
+  StoredResponse,
+} from './idempotency-store';
+
+interface Entry {
+  record: IdempotencyRecord;
+  owner: string;
+  expiresAt: number;
+}
+
+/** How often expired records are swept; lookups ignore them anyway. */
+const SWEEP_INTERVAL_MS = 60_000;
+
+/**
+ * The store when `REDIS_URL` is unset: one replica, so "shared" means this process. Same rules
+ * as the Redis store (atomic claim, owner-checked settling, TTL), so behaviour does not change
+ * with the deployment, only its reach. Node runs each method to completion before the next
+ * starts, which makes `claim` atomic without a lock.
+ */
+export class MemoryIdempotencyStore implements IdempotencyStore {
+  readonly kind = 'memory' as const;
+  private readonly entries = new Map<string, Entry>();
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(private readonly now: () => number = Date.now) {
+    this.sweeper = setInterval(() => this.sweep(), SWEEP_INTERVAL_MS);
+    this.sweeper.unref();
+  }
+
+  async claim(
+    clientId: string,
+    keyHash: string,
+    claim: IdempotencyClaim,
+    ttlMs: number,
+  ): Promise<ClaimResult> {
+    const id = entryId(clientId, keyHash);
+    const existing = this.live(id);
+    if (existing) return { claimed: false, existing: existing.record };
+    this.entries.set(id, {
+      record: { state: 'in_flight', bodyHash: claim.bodyHash, leaseUntil: claim.leaseUntil },
+      owner: claim.owner,
+      expiresAt: this.now() + ttlMs,
+    });
+    return { claimed: true };
+  }
+
+  async complete(
+    clientId: string,
+    keyHash: string,
+    owner: string,
+    response: StoredResponse,
+    ttlMs: number,
+  ): Promise<boolean> {
+    return this.settle(clientId, keyHash, owner, ttlMs, (bodyHash) => ({
+      state: 'completed',
+      bodyHash,
+      // A copy: the caller's buffer may be pooled or reused.
+      response: { ...response, body: Buffer.from(response.body) },
+    }));
+  }
+
+  async markUnknown(
+    clientId: string,
+    keyHash: string,
+    owner: string,
+    ttlMs: number,
+  ): Promise<boolean> {
+    return this.settle(clientId, keyHash, owner, ttlMs, (bodyHash) => ({
+      state: 'unknown',
+      bodyHash,
+    }));
+  }
+
+  async release(clientId: string, keyHash: string, owner: string): Promise<boolean> {
+    const id = entryId(clientId, keyHash);
+    const entry = this.live(id);
+    if (!entry || entry.owner !== owner || entry.record.state !== 'in_flight') return false;
+    this.entries.delete(id);
+    return true;
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.sweeper);
+  }
+
+  private settle(
+    clientId: string,
+    keyHash: string,
+    owner: string,
+    ttlMs: number,
+    next: (bodyHash: string) => IdempotencyRecord,
+  ): boolean {
+    const id = entryId(clientId, keyHash);
+    const entry = this.live(id);
+    if (!entry || entry.owner !== owner) return false;
+    this.entries.set(id, {
+      record: next(entry.record.bodyHash),
+      owner,
+      expiresAt: this.now() + ttlMs,
+    });
+    return true;
+  }
+
+  private live(id: string): Entry | undefined {
+    const entry = this.entries.get(id);
+    if (entry && entry.expiresAt <= this.now()) {
+      this.entries.delete(id);
+      return undefined;
+    }
+    return entry;
+  }
+
+  private sweep(): void {
+    const now = this.now();
+    for (const [id, entry] of this.entries) if (entry.expiresAt <= now) this.entries.delete(id);
+  }
+}
+
+function entryId(clientId: string, keyHash: string): string {
+  return `${clientId}\u0000${keyHash}`;
+}

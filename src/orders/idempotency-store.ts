@@ -1,0 +1,90 @@
+/** The provider's answer as kept for replays: status, the headers replayed, and the exact bytes. */
+export interface StoredResponse {
+  readonly status: number;
+  /** The provider's `Content-Type`, the only response header a replay repeats. */
+  readonly contentType?: string;
+  readonly body: Buffer;
+}
+
+/**
+ * What is known about an `Idempotency-Key`. Every state carries the SHA-256 of the body first
+ * sent with the key, so a different body under the same key is recognised in every state.
+ */
+export type IdempotencyRecord =
+  /** Claimed and being forwarded; after `leaseUntil` (epoch ms) its holder is presumed dead. */
+  | { readonly state: 'in_flight'; readonly bodyHash: string; readonly leaseUntil: number }
+  /** The provider answered; repeats replay this. */
+  | { readonly state: 'completed'; readonly bodyHash: string; readonly response: StoredResponse }
+  /** Sent, but the answer never came: the order may exist. Repeats must not send it again. */
+  | { readonly state: 'unknown'; readonly bodyHash: string };
+
+/** A new claim: who holds it and until when it is presumed alive. */
+export interface IdempotencyClaim {
+  readonly bodyHash: string;
+  /** Random per request: only the claimant may settle its claim. */
+  readonly owner: string;
+  readonly leaseUntil: number;
+}
+
+export type ClaimResult =
+  | { readonly claimed: true }
+  | { readonly claimed: false; readonly existing: IdempotencyRecord };
+
+/**
+ * Where the outcome of each `Idempotency-Key` is kept: Redis across replicas, or process memory
+ * for a single replica. Keys are per client; `keyHash` is the SHA-256 of the caller's key, so
+ * the store never holds the key itself.
+ *
+ * Settling (`complete`, `markUnknown`, `release`) only acts on a record the same `owner` still
+ * holds, so a claimant that outlived its lease cannot overwrite someone else's record.
+ *
+ * Every method may throw {@link IdempotencyStoreException}.
+ */
+export interface IdempotencyStore {
+  readonly kind: 'redis' | 'memory';
+  /**
+   * Atomically creates an `in_flight` record that lives `ttlMs`, unless one exists; then
+   * returns the existing record instead. Exactly one of any number of concurrent claims wins.
+   */
+  claim(
+    clientId: string,
+    keyHash: string,
+    claim: IdempotencyClaim,
+    ttlMs: number,
+  ): Promise<ClaimResult>;
+  /** Records the provider's answer for `ttlMs` from now. Returns whether it was recorded. */
+  complete(
+    clientId: string,
+    keyHash: string,
+    owner: string,
+    response: StoredResponse,
+    ttlMs: number,
+  ): Promise<boolean>;
+  /** Records that the order may exist but its answer is lost, for `ttlMs` from now. */
+  markUnknown(clientId: string, keyHash: string, owner: string, ttlMs: number): Promise<boolean>;
+  /**
+   * Forgets an `in_flight` claim whose request certainly created nothing (never sent, or
+   * refused by the provider before processing), so the caller may retry with the same key.
+   */
+  release(clientId: string, keyHash: string, owner: string): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+export enum IdempotencyStoreErrorCode {
+  /** The store did not answer in time or is disconnected. */
+  Unavailable = 'idempotency_store_unavailable',
+  /** The store holds a record this version cannot read. */
+  Corrupt = 'idempotency_store_corrupt',
+}
+
+/** The idempotency store failed; translated by the adapter that met the library error. */
+export class IdempotencyStoreException extends Error {
+  constructor(
+    readonly code: IdempotencyStoreErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'IdempotencyStoreException';
+  }
+}

@@ -1,0 +1,184 @@
+import { isUtf8 } from 'node:buffer';
+import { createHash } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+import { OrdersErrorCode, OrdersException } from './orders.exception';
+
+/**
+ * What the caller sent that may travel on to the provider. Everything else stays at the
+ * broker: the caller's `Authorization` (a broker credential, useless and dangerous upstream),
+ * cookies, `Host`, proxy headers and hop-by-hop headers.
+ */
+export interface OrderHeaders {
+  /** The caller's `Idempotency-Key`, validated; the broker deduplicates on it either way. */
+  readonly idempotencyKey?: string;
+  /** Lowercased names to values, ready to hand to the checkout adapter. */
+  readonly forward: Readonly<Record<string, string>>;
+}
+
+/**
+ * RFC 9110 §7.6.1 hop-by-hop fields, never forwarded. The allow-list below already excludes
+ * them; this list also covers a header nominated by `Connection`.
+ */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+/** Printable ASCII, no leading or trailing space, 1-255 characters (Stripe and the IETF draft fit). */
+const IDEMPOTENCY_KEY = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/;
+/** W3C Trace Context `traceparent`, version 00 layout (later versions start the same way). */
+const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+const TRACESTATE = /^[\x20-\x7e]{1,512}$/;
+
+/**
+ * Picks the headers to forward: `Idempotency-Key` (validated: a malformed key is a 400, since
+ * silently dropping it would drop the caller's protection against duplicates), `X-Request-Id`
+ * (the broker's request id, which is the caller's when it gave a sane one), and W3C trace
+ * context when well formed (tracing is best effort: a bad `traceparent` is dropped, not
+ * refused). A header the caller's `Connection` header nominates is hop-by-hop and stays here.
+ *
+ * @param rawHeaders Node's `rawHeaders`, to tell a repeated `Idempotency-Key` (Node joins
+ *   repeats with ", ") from one key that contains a comma.
+ */
+export function readOrderHeaders(
+  headers: IncomingHttpHeaders,
+  rawHeaders: readonly string[],
+  requestId: string,
+): OrderHeaders {
+  const nominated = new Set(
+    (single(headers.connection) ?? '')
+      .split(',')
+      .map((t) => t.trim().toLowerCase())
+      .filter((t) => t !== ''),
+  );
+  const forward: Record<string, string> = {};
+  const pass = (name: string, value: string) => {
+    if (!nominated.has(name) && !HOP_BY_HOP.has(name)) forward[name] = value;
+  };
+
+  const idempotencyKey = readIdempotencyKey(headers, rawHeaders);
+  if (idempotencyKey !== undefined) pass('idempotency-key', idempotencyKey);
+  forward['x-request-id'] = requestId;
+  const traceparent = single(headers.traceparent)?.trim().toLowerCase();
+  if (traceparent !== undefined && isValidTraceparent(traceparent)) {
+    pass('traceparent', traceparent);
+    const tracestate = single(headers.tracestate)?.trim();
+    if (tracestate !== undefined && forward.traceparent && TRACESTATE.test(tracestate)) {
+      pass('tracestate', tracestate);
+    }
+  }
+  return { idempotencyKey, forward };
+}
+
+function readIdempotencyKey(
+  headers: IncomingHttpHeaders,
+  rawHeaders: readonly string[],
+): string | undefined {
+  const value = headers['idempotency-key'];
+  if (value === undefined) return undefined;
+  let count = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    if (rawHeaders[i].toLowerCase() === 'idempotency-key') count++;
+  }
+  if (count > 1 || Array.isArray(value)) {
+    throw new OrdersException(
+      OrdersErrorCode.InvalidIdempotencyKey,
+      'the Idempotency-Key header is repeated; send it once',
+    );
+  }
+  if (!IDEMPOTENCY_KEY.test(value)) {
+    throw new OrdersException(
+      OrdersErrorCode.InvalidIdempotencyKey,
+      'the Idempotency-Key header must be 1-255 printable ASCII characters, e.g. a UUID',
+    );
+  }
+  return value;
+}
+
+function isValidTraceparent(value: string): boolean {
+  if (!TRACEPARENT.test(value)) return false;
+  const [version, traceId, parentId] = value.split('-');
+  return version !== 'ff' && !/^0+$/.test(traceId) && !/^0+$/.test(parentId);
+}
+
+/**
+ * Whether `Content-Type` says JSON the provider can read: `application/json`, with at most a
+ * UTF-8 charset (RFC 8259 §8.1: JSON exchanged between systems is UTF-8).
+ */
+export function isJsonContentType(header: string | undefined): boolean {
+  if (header === undefined) return false;
+  const [type, ...params] = header.split(';');
+  if (type.trim().toLowerCase() !== 'application/json') return false;
+  return params.every((p) => {
+    const eq = p.indexOf('=');
+    const name = (eq < 0 ? p : p.slice(0, eq)).trim().toLowerCase();
+    if (name !== 'charset') return true;
+    const charset = p
+      .slice(eq + 1)
+      .trim()
+      .replace(/^"(.*)"$/, '$1')
+      .toLowerCase();
+    return charset === 'utf-8' || charset === 'utf8';
+  });
+}
+
+/**
+ * Checks that `body` is a JSON object in UTF-8, without changing it: the bytes checked are the
+ * bytes forwarded. Throws 400 problems that say what is wrong.
+ */
+export function assertJsonObject(body: Buffer | undefined): Buffer {
+  if (body === undefined || body.length === 0) {
+    throw new OrdersException(
+      OrdersErrorCode.InvalidBody,
+      'the request body is empty; send the order as a JSON object',
+    );
+  }
+  if (!isUtf8(body)) {
+    throw new OrdersException(OrdersErrorCode.InvalidBody, 'the request body is not valid UTF-8');
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch (cause) {
+    throw new OrdersException(
+      OrdersErrorCode.InvalidBody,
+      'the request body is not valid JSON',
+      undefined,
+      {
+        cause,
+      },
+    );
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    throw new OrdersException(
+      OrdersErrorCode.InvalidBody,
+      'the request body must be a JSON object (the order), not an array or a scalar',
+    );
+  }
+  return body;
+}
+
+/**
+ * The body's fingerprint for idempotency: SHA-256 of the exact bytes. Bytes rather than parsed
+ * JSON on purpose: the provider receives these bytes, so "the same request" means the same
+ * bytes; a re-serialised body with keys in another order counts as a different request.
+ */
+export function bodyFingerprint(body: Buffer): string {
+  return createHash('sha256').update(body).digest('hex');
+}
+
+/** The store's name for an `Idempotency-Key`: its SHA-256, so Redis never holds the key. */
+export function idempotencyKeyHash(key: string): string {
+  return createHash('sha256').update(key, 'utf8').digest('hex');
+}
+
+function single(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value.join(', ') : value;
+}

@@ -1,0 +1,315 @@
+import pino from 'pino';
+import { brokerConfigSchema } from '../config/config.schema';
+import { Counter, Histogram, Registry } from 'prom-client';
+import type {
+  CheckoutGateway,
+  CheckoutOutcome,
+  CheckoutRequest,
+} from '../provider/checkout.client';
+import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
+import type { ClientTokenManager } from '../token/client-token-manager';
+import { type TokenRecord, toRecord } from '../token/token-record';
+import { TokenErrorCode, TokenException } from '../token/token.exception';
+import type { TokenService } from '../token/token.service';
+import { IdempotencyStoreErrorCode, IdempotencyStoreException } from './idempotency-store';
+import { MemoryIdempotencyStore } from './idempotency-store.memory';
+import { bodyFingerprint, idempotencyKeyHash, readOrderHeaders } from './order-request';
+import { OrdersErrorCode, OrdersException } from './orders.exception';
+import { type OrderAudit, type OrderRequest, OrdersService } from './orders.service';
+
+const CLIENT = 'acme';
+const config = brokerConfigSchema.parse({
+  clients: [
+    {
+      id: CLIENT,
+      authUrl: 'http://auth.invalid',
+      baseUrl: 'http://api.invalid',
+      credentials: { file: '/dev/null' },
+    },
+  ],
+  callerAuth: { mode: 'none', allowNone: true },
+  token: { waitTimeoutMs: 500 },
+});
+
+function token(name: string): TokenRecord {
+  const now = Date.now();
+  return toRecord({ accessToken: name, obtainedAt: now, expiresAt: now + 600_000 });
+}
+
+/**
+ * The token side as the orders service sees it: a current token that `invalidate` replaces,
+ * like the real manager's refresh would, with a counter of tokens fetched.
+ */
+class FakeTokens {
+  current: TokenRecord = token('t0');
+  fetched = 0;
+  invalidations: string[] = [];
+  /** Tokens `get` hands out before the current one, to imitate a stale memory read. */
+  staleReads: TokenRecord[] = [];
+  unavailable = false;
+
+  readonly manager = {
+    client: config.clients[0],
+    get: async (): Promise<TokenRecord> => {
+      if (this.unavailable) throw new TokenException(TokenErrorCode.Unavailable, 'no token', 1);
+      return this.staleReads.shift() ?? this.current;
+    },
+    invalidate: async (fp: string): Promise<boolean> => this.invalidate(CLIENT, fp),
+  } as unknown as ClientTokenManager;
+
+  asService(): TokenService {
+    return {
+      manager: () => this.manager,
+      invalidate: (client: string, fp: string) => this.invalidate(client, fp),
+    } as unknown as TokenService;
+  }
+
+  async invalidate(_client: string, fp: string): Promise<boolean> {
+    this.invalidations.push(fp);
+    if (this.current.fingerprint !== fp) return false;
+    this.current = token(`t${++this.fetched}`);
+    return true;
+  }
+}
+
+/** A provider that answers from a script, one entry per call, and records what it got. */
+class ScriptedCheckout implements CheckoutGateway {
+  readonly calls: CheckoutRequest[] = [];
+  constructor(private readonly script: Array<CheckoutOutcome | number>) {}
+
+  async createOrder(request: CheckoutRequest): Promise<CheckoutOutcome> {
+    this.calls.push(request);
+    const next = this.script.shift() ?? 201;
+    return typeof next === 'number'
+      ? {
+          kind: 'answered',
+          status: next,
+          contentType: 'application/json',
+          body: Buffer.from(`{"status":${next}}`),
+        }
+      : next;
+  }
+
+  async close(): Promise<void> {}
+}
+
+function failed(delivered: 'no' | 'maybe', code: ProviderErrorCode): CheckoutOutcome {
+  return { kind: 'failed', delivered, error: new ProviderException(code, 'create-order failed') };
+}
+
+function orderWith(key?: string, body = '{"price":500}'): OrderRequest {
+  const headers = key === undefined ? {} : { 'idempotency-key': key };
+  const raw = key === undefined ? [] : ['Idempotency-Key', key];
+  return {
+    clientId: CLIENT,
+    body: Buffer.from(body),
+    headers: readOrderHeaders(headers, raw, 'r1'),
+  };
+}
+
+async function codeOf(promise: Promise<unknown>): Promise<string | undefined> {
+  try {
+    await promise;
+  } catch (err) {
+    if (err instanceof OrdersException || err instanceof TokenException) return err.code;
+    throw err;
+  }
+  return undefined;
+}
+
+describe(OrdersService.name, () => {
+  let tokens: FakeTokens;
+  let store: MemoryIdempotencyStore;
+  const logger = pino({ level: 'silent' });
+
+  let replays: Counter<'client'>;
+  let latency: Histogram<'call' | 'status_class'>;
+
+  function service(checkout: CheckoutGateway, s = store): OrdersService {
+    const metrics = { providerLatency: latency, idempotentReplays: replays };
+    return new OrdersService(tokens.asService(), checkout, s, config, metrics, logger);
+  }
+
+  const audit = (): OrderAudit => ({ attempts: 0 });
+
+  beforeEach(() => {
+    tokens = new FakeTokens();
+    store = new MemoryIdempotencyStore();
+    const registry = new Registry();
+    replays = new Counter({
+      name: 'replays',
+      help: 'h',
+      labelNames: ['client'] as const,
+      registers: [registry],
+    });
+    latency = new Histogram({
+      name: 'latency',
+      help: 'h',
+      labelNames: ['call', 'status_class'] as const,
+      registers: [registry],
+    });
+  });
+
+  afterEach(async () => {
+    await store.close();
+  });
+
+  describe('provider 401', () => {
+    it('invalidates the token it used, by fingerprint, and retries once with another token', async () => {
+      const checkout = new ScriptedCheckout([401, 201]);
+      const used = tokens.current;
+      const a = audit();
+      const reply = await service(checkout).create(orderWith(), a);
+      expect(reply.status).toBe(201);
+      expect(tokens.invalidations).toEqual([used.fingerprint]);
+      expect(checkout.calls.map((c) => c.accessToken)).toEqual(['t0', 't1']);
+      expect(a).toMatchObject({ attempts: 2, tokenFingerprint: tokens.current.fingerprint });
+    });
+
+    it('waits for a token other than the rejected one when memory briefly still holds it', async () => {
+      const checkout = new ScriptedCheckout([401, 201]);
+      const rejected = tokens.current;
+      // A store read that began before the invalidation hands the rejected token back twice.
+      tokens.staleReads = [rejected, rejected, rejected];
+      const reply = await service(checkout).create(orderWith(), audit());
+      expect(reply.status).toBe(201);
+      expect(checkout.calls.map((c) => c.accessToken)).toEqual(['t0', 't1']);
+      expect(tokens.invalidations.every((fp) => fp === rejected.fingerprint)).toBe(true);
+    });
+
+    it('gives up with 502 after a second 401, invalidates that token too and frees the key', async () => {
+      const checkout = new ScriptedCheckout([401, 401]);
+      const svc = service(checkout);
+      expect(await codeOf(svc.create(orderWith('k1'), audit()))).toBe(
+        OrdersErrorCode.TokenRejected,
+      );
+      expect(tokens.invalidations).toHaveLength(2);
+      expect(checkout.calls).toHaveLength(2);
+      // Nothing was created: the same key may be sent again.
+      expect((await svc.create(orderWith('k1'), audit())).status).toBe(201);
+    });
+
+    it('never retries any other status', async () => {
+      for (const status of [400, 403, 409, 422, 500, 502, 503]) {
+        const checkout = new ScriptedCheckout([status]);
+        expect((await service(checkout).create(orderWith(), audit())).status).toBe(status);
+        expect(checkout.calls).toHaveLength(1);
+      }
+    });
+  });
+
+  describe('failures', () => {
+    it.each([
+      [
+        'not sent: connection refused',
+        'free',
+        failed('no', ProviderErrorCode.Unreachable),
+        OrdersErrorCode.ProviderUnreachable,
+      ],
+      [
+        'sent, then timed out',
+        'unknown',
+        failed('maybe', ProviderErrorCode.Timeout),
+        OrdersErrorCode.ProviderTimeout,
+      ],
+      [
+        'sent, then reset',
+        'unknown',
+        failed('maybe', ProviderErrorCode.Unreachable),
+        OrdersErrorCode.ProviderUnreachable,
+      ],
+      [
+        'answered too large',
+        'unknown',
+        failed('maybe', ProviderErrorCode.MalformedResponse),
+        OrdersErrorCode.ProviderBadResponse,
+      ],
+    ])('%s: never retried; the key is %s afterwards', async (_label, after, outcome, code) => {
+      const checkout = new ScriptedCheckout([outcome]);
+      const svc = service(checkout);
+      expect(await codeOf(svc.create(orderWith('k'), audit()))).toBe(code);
+      expect(checkout.calls).toHaveLength(1);
+      const repeat = svc.create(orderWith('k'), audit());
+      if (after === 'free') {
+        expect((await repeat).status).toBe(201);
+        expect(checkout.calls).toHaveLength(2);
+      } else {
+        expect(await codeOf(repeat)).toBe(OrdersErrorCode.OutcomeUnknown);
+        expect(checkout.calls).toHaveLength(1);
+      }
+    });
+
+    it('frees the key when no token could be had: nothing was sent', async () => {
+      tokens.unavailable = true;
+      const checkout = new ScriptedCheckout([]);
+      const svc = service(checkout);
+      expect(await codeOf(svc.create(orderWith('k'), audit()))).toBe(TokenErrorCode.Unavailable);
+      tokens.unavailable = false;
+      expect((await svc.create(orderWith('k'), audit())).status).toBe(201);
+      expect(checkout.calls).toHaveLength(1);
+    });
+  });
+
+  describe('idempotency', () => {
+    it('stores every answer but 429 (refused before processing, so a retry is safe)', async () => {
+      const checkout = new ScriptedCheckout([429, 503]);
+      const svc = service(checkout);
+      expect((await svc.create(orderWith('k'), audit())).status).toBe(429);
+      expect((await svc.create(orderWith('k'), audit())).status).toBe(503);
+      const replay = await svc.create(orderWith('k'), audit());
+      expect(replay).toMatchObject({ status: 503, replayed: true });
+      expect(checkout.calls).toHaveLength(2);
+      expect((await replays.get()).values).toEqual([{ labels: { client: CLIENT }, value: 1 }]);
+    });
+
+    it('treats a claim whose lease ran out (its holder died) as an unknown outcome', async () => {
+      const checkout = new ScriptedCheckout([]);
+      const svc = service(checkout);
+      const order = orderWith('k');
+      await store.claim(
+        CLIENT,
+        idempotencyKeyHash('k'),
+        {
+          bodyHash: bodyFingerprint(order.body),
+          owner: 'dead-replica',
+          leaseUntil: Date.now() - 1,
+        },
+        60_000,
+      );
+      expect(await codeOf(svc.create(order, audit()))).toBe(OrdersErrorCode.OutcomeUnknown);
+      expect(checkout.calls).toHaveLength(0);
+    });
+
+    it('fails closed when the store is down, for keyed orders only', async () => {
+      class DownStore extends MemoryIdempotencyStore {
+        override async claim(): Promise<never> {
+          throw new IdempotencyStoreException(IdempotencyStoreErrorCode.Unavailable, 'down');
+        }
+      }
+      const down = new DownStore();
+      const checkout = new ScriptedCheckout([]);
+      const svc = service(checkout, down);
+      expect(await codeOf(svc.create(orderWith('k'), audit()))).toBe(
+        OrdersErrorCode.IdempotencyUnavailable,
+      );
+      expect(checkout.calls).toHaveLength(0);
+      expect((await svc.create(orderWith(), audit())).status).toBe(201);
+      await down.close();
+    });
+
+    it("still gives the caller the provider's answer when recording it fails", async () => {
+      class FlakyStore extends MemoryIdempotencyStore {
+        override async complete(): Promise<never> {
+          throw new IdempotencyStoreException(IdempotencyStoreErrorCode.Unavailable, 'down');
+        }
+      }
+      const flaky = new FlakyStore();
+      const reply = await service(new ScriptedCheckout([201]), flaky).create(
+        orderWith('k'),
+        audit(),
+      );
+      expect(reply.status).toBe(201);
+      await flaky.close();
+    });
+  });
+});

@@ -1,0 +1,198 @@
+import { Agent, type Dispatcher, errors as undiciErrors } from 'undici';
+import type { ClientConfig, OrdersSettings } from '../config/config.schema';
+import { ProviderErrorCode, ProviderException } from './provider.exception';
+import { translateTransportError } from './provider-http';
+
+/** One create-order call as the orders feature hands it over. */
+export interface CheckoutRequest {
+  readonly client: ClientConfig;
+  readonly accessToken: string;
+  /** The caller's JSON, byte for byte. */
+  readonly body: Buffer;
+  /**
+   * Headers to pass on (idempotency key, request id, trace context), names lowercased. The
+   * adapter adds SPEC.md §2's own headers and the bearer token.
+   */
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/** The provider's answer, whatever its status. */
+export interface CheckoutAnswer {
+  readonly kind: 'answered';
+  readonly status: number;
+  readonly contentType?: string;
+  readonly retryAfter?: string;
+  readonly body: Buffer;
+}
+
+/**
+ * The call failed. `delivered` is what decides whether an order may exist: `no` only when no
+ * byte can have reached the provider (no connection was made); otherwise `maybe`.
+ */
+export interface CheckoutFailure {
+  readonly kind: 'failed';
+  readonly delivered: 'no' | 'maybe';
+  readonly error: ProviderException;
+}
+
+export type CheckoutOutcome = CheckoutAnswer | CheckoutFailure;
+
+/** The provider's checkout API, as the orders feature sees it. */
+export interface CheckoutGateway {
+  /** Sends the order once. Never throws for a transport failure: see {@link CheckoutFailure}. */
+  createOrder(request: CheckoutRequest): Promise<CheckoutOutcome>;
+  close(): Promise<void>;
+}
+
+/**
+ * Errors raised while connecting: the request was never written, so it cannot have created an
+ * order. Anything later (reset, timeout, a socket closed mid-exchange) may have.
+ */
+const CONNECT_ERROR_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
+
+/**
+ * The keep-alive pool for the checkout API. Its own pool, not the token endpoint's: the auth
+ * server usually shares the host, and a slow checkout API holding every connection must never
+ * delay a token refresh. Its own connect timeout too (`orders.connectTimeoutMs`).
+ */
+export function createCheckoutAgent(settings: OrdersSettings): Agent {
+  return new Agent({
+    connect: { timeout: settings.connectTimeoutMs },
+    headersTimeout: settings.headersTimeoutMs,
+    bodyTimeout: settings.bodyTimeoutMs,
+    keepAliveTimeout: 30_000,
+    keepAliveMaxTimeout: 60_000,
+    connections: 128,
+  });
+}
+
+/**
+ * SPEC.md §2: `POST {base_url}{ordersPath}` with `Content-Type: application/json`,
+ * `Accept: application/json` and the bearer token; the body is passed through untouched.
+ *
+ * It never retries: a POST that may have reached the provider must not be sent twice, and the
+ * one safe retry (after a 401, which the provider refused) is the orders service's decision.
+ */
+export class CheckoutClient implements CheckoutGateway {
+  private readonly targets = new Map<string, { origin: string; path: string }>();
+
+  constructor(
+    private readonly dispatcher: Dispatcher,
+    private readonly settings: OrdersSettings,
+    private readonly userAgent = 'token-broker',
+  ) {}
+
+  async createOrder(request: CheckoutRequest): Promise<CheckoutOutcome> {
+    const { client } = request;
+    const what = `create-order request for client "${client.id}"`;
+    const url = this.targetOf(client);
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await this.dispatcher.request({
+        origin: url.origin,
+        path: url.path,
+        method: 'POST',
+        headers: {
+          ...request.headers,
+          'content-type': 'application/json',
+          accept: 'application/json',
+          authorization: `Bearer ${request.accessToken}`,
+          'user-agent': this.userAgent,
+        },
+        body: request.body,
+        headersTimeout: this.settings.headersTimeoutMs,
+        bodyTimeout: this.settings.bodyTimeoutMs,
+      });
+    } catch (cause) {
+      return {
+        kind: 'failed',
+        delivered: wasNeverSent(cause) ? 'no' : 'maybe',
+        error: translateTransportError(cause, what),
+      };
+    }
+    let body: Buffer | undefined;
+    try {
+      body = await readCappedBuffer(response.body, this.settings.maxResponseBytes);
+    } catch (cause) {
+      return { kind: 'failed', delivered: 'maybe', error: translateTransportError(cause, what) };
+    }
+    if (body === undefined) {
+      return {
+        kind: 'failed',
+        delivered: 'maybe',
+        error: new ProviderException(
+          ProviderErrorCode.MalformedResponse,
+          `${what}: the provider answered HTTP ${response.statusCode} with a body over ${this.settings.maxResponseBytes} bytes (ORDERS_MAX_RESPONSE_BYTES)`,
+          { status: response.statusCode },
+        ),
+      };
+    }
+    return {
+      kind: 'answered',
+      status: response.statusCode,
+      contentType: firstHeader(response.headers['content-type']),
+      retryAfter: firstHeader(response.headers['retry-after']),
+      body,
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.dispatcher.close();
+  }
+
+  /** `{base_url}{ordersPath}` split for undici, parsed once per client. */
+  private targetOf(client: ClientConfig): { origin: string; path: string } {
+    let target = this.targets.get(client.id);
+    if (!target) {
+      const url = new URL(`${client.baseUrl}${client.ordersPath}`);
+      target = { origin: url.origin, path: `${url.pathname}${url.search}` };
+      this.targets.set(client.id, target);
+    }
+    return target;
+  }
+}
+
+/** Whether `cause` certainly happened before any byte of the request was written. */
+export function wasNeverSent(cause: unknown): boolean {
+  if (cause instanceof undiciErrors.ConnectTimeoutError) return true;
+  const code = (cause as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && CONNECT_ERROR_CODES.has(code);
+}
+
+/**
+ * Reads at most `limit` bytes; `undefined` (and the stream destroyed) when there are more.
+ * Plain stream events rather than `for await`: an async iterator per response measured as a
+ * visible share of the broker's CPU per order.
+ */
+function readCappedBuffer(
+  body: Dispatcher.ResponseData['body'],
+  limit: number,
+): Promise<Buffer | undefined> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    body.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        body.removeAllListeners('data');
+        body.destroy();
+        resolve(undefined);
+        return;
+      }
+      chunks.push(chunk);
+    });
+    body.once('end', () => resolve(Buffer.concat(chunks, size)));
+    body.once('error', reject);
+  });
+}
+
+function firstHeader(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}

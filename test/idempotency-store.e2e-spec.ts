@@ -1,0 +1,239 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { redisSettingsSchema } from '../src/config/config.schema';
+import {
+  type IdempotencyClaim,
+  type IdempotencyStore,
+  IdempotencyStoreErrorCode,
+  IdempotencyStoreException,
+} from '../src/orders/idempotency-store';
+import { MemoryIdempotencyStore } from '../src/orders/idempotency-store.memory';
+import { idempotencyKeyHash } from '../src/orders/order-request';
+import { RedisIdempotencyStore } from '../src/redis/idempotency-store.redis';
+import { createRedisConnection } from '../src/redis/redis.connection';
+import { redisKeys } from '../src/redis/redis.constants';
+import { freePort } from './support/ports';
+import { startRedis, type TestRedis } from './support/redis-server';
+import { waitFor } from './support/wait';
+
+const CLIENT = 'acme-preprod';
+const TTL_MS = 60_000;
+
+function claimOf(bodyHash = 'body-a'): IdempotencyClaim {
+  return { bodyHash, owner: randomUUID(), leaseUntil: Date.now() + 30_000 };
+}
+
+/** Every byte value, so a replay is proven byte-exact (no UTF-8 round trip). */
+const BINARY_BODY = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+
+/**
+ * One contract, two implementations: the Redis store against a real Redis, and the memory
+ * store. The behaviour must not change with the deployment, only its reach.
+ */
+describe('IdempotencyStore', () => {
+  let redis: TestRedis;
+  const connections: Redis[] = [];
+
+  /** A store on its own broker-style connection (no offline queue), once it is connected. */
+  async function redisStore(): Promise<RedisIdempotencyStore> {
+    const settings = redisSettingsSchema.parse({ url: redis.url, commandTimeoutMs: 1000 });
+    const connection = createRedisConnection(settings, 'command');
+    connection.on('error', () => undefined);
+    connections.push(connection);
+    await waitFor(() => connection.status === 'ready', {
+      timeoutMs: 5000,
+      what: 'the Redis connection to be ready',
+    });
+    return new RedisIdempotencyStore(connection);
+  }
+
+  beforeAll(async () => {
+    redis = await startRedis();
+  });
+
+  afterEach(async () => {
+    connections.splice(0).forEach((c) => c.disconnect());
+    await redis.flush();
+  });
+
+  afterAll(async () => {
+    await redis.stop();
+  });
+
+  describe.each([
+    ['RedisIdempotencyStore', () => redisStore()],
+    ['MemoryIdempotencyStore', () => new MemoryIdempotencyStore()],
+  ] as Array<[string, () => Promise<IdempotencyStore> | IdempotencyStore]>)('%s', (_name, make) => {
+    let store: IdempotencyStore;
+    let key: string;
+
+    beforeEach(async () => {
+      store = await make();
+      key = idempotencyKeyHash(randomUUID());
+    });
+
+    afterEach(async () => {
+      await store.close();
+    });
+
+    it('grants the first claim and shows later ones the in-flight record', async () => {
+      const first = claimOf('body-a');
+      expect(await store.claim(CLIENT, key, first, TTL_MS)).toEqual({ claimed: true });
+      expect(await store.claim(CLIENT, key, claimOf('body-b'), TTL_MS)).toEqual({
+        claimed: false,
+        existing: { state: 'in_flight', bodyHash: 'body-a', leaseUntil: first.leaseUntil },
+      });
+    });
+
+    it('grants exactly one of many concurrent claims', async () => {
+      // Several connections for Redis, so the claims really race on the server.
+      const stores =
+        store.kind === 'redis'
+          ? [store, ...(await Promise.all([make(), make(), make()]))]
+          : [store];
+      const results = await Promise.all(
+        Array.from({ length: 200 }, (_, i) =>
+          stores[i % stores.length].claim(CLIENT, key, claimOf(), TTL_MS),
+        ),
+      );
+      expect(results.filter((r) => r.claimed)).toHaveLength(1);
+    });
+
+    it('replays the completed answer byte for byte, with its status and content type', async () => {
+      const claim = claimOf();
+      await store.claim(CLIENT, key, claim, TTL_MS);
+      const response = { status: 201, contentType: 'application/json', body: BINARY_BODY };
+      expect(await store.complete(CLIENT, key, claim.owner, response, TTL_MS)).toBe(true);
+      const again = await store.claim(CLIENT, key, claimOf(), TTL_MS);
+      expect(again).toEqual({
+        claimed: false,
+        existing: { state: 'completed', bodyHash: 'body-a', response },
+      });
+    });
+
+    it('keeps an empty body and a missing content type as they were', async () => {
+      const claim = claimOf();
+      await store.claim(CLIENT, key, claim, TTL_MS);
+      const response = { status: 204, contentType: undefined, body: Buffer.alloc(0) };
+      await store.complete(CLIENT, key, claim.owner, response, TTL_MS);
+      const again = await store.claim(CLIENT, key, claimOf(), TTL_MS);
+      expect(again.claimed === false && again.existing).toEqual({
+        state: 'completed',
+        bodyHash: 'body-a',
+        response,
+      });
+    });
+
+    it('lets only the claimant settle its claim', async () => {
+      const claim = claimOf();
+      await store.claim(CLIENT, key, claim, TTL_MS);
+      const stranger = randomUUID();
+      const response = { status: 201, body: Buffer.from('{}') };
+      expect(await store.complete(CLIENT, key, stranger, response, TTL_MS)).toBe(false);
+      expect(await store.markUnknown(CLIENT, key, stranger, TTL_MS)).toBe(false);
+      expect(await store.release(CLIENT, key, stranger)).toBe(false);
+      const again = await store.claim(CLIENT, key, claimOf(), TTL_MS);
+      expect(again.claimed === false && again.existing.state).toBe('in_flight');
+    });
+
+    it('records an unknown outcome, which is never released', async () => {
+      const claim = claimOf();
+      await store.claim(CLIENT, key, claim, TTL_MS);
+      expect(await store.markUnknown(CLIENT, key, claim.owner, TTL_MS)).toBe(true);
+      expect(await store.release(CLIENT, key, claim.owner)).toBe(false);
+      const again = await store.claim(CLIENT, key, claimOf(), TTL_MS);
+      expect(again).toEqual({
+        claimed: false,
+        existing: { state: 'unknown', bodyHash: 'body-a' },
+      });
+    });
+
+    it('releases an in-flight claim so that the key can be claimed again', async () => {
+      const claim = claimOf();
+      await store.claim(CLIENT, key, claim, TTL_MS);
+      expect(await store.release(CLIENT, key, claim.owner)).toBe(true);
+      expect(await store.claim(CLIENT, key, claimOf('body-b'), TTL_MS)).toEqual({ claimed: true });
+    });
+
+    it('never releases a completed record', async () => {
+      const claim = claimOf();
+      await store.claim(CLIENT, key, claim, TTL_MS);
+      await store.complete(
+        CLIENT,
+        key,
+        claim.owner,
+        { status: 201, body: Buffer.from('{}') },
+        TTL_MS,
+      );
+      expect(await store.release(CLIENT, key, claim.owner)).toBe(false);
+      const again = await store.claim(CLIENT, key, claimOf(), TTL_MS);
+      expect(again.claimed === false && again.existing.state).toBe('completed');
+    });
+
+    it('forgets a record after its TTL', async () => {
+      const claim = claimOf();
+      await store.claim(CLIENT, key, claim, TTL_MS);
+      await store.complete(CLIENT, key, claim.owner, { status: 201, body: Buffer.from('{}') }, 150);
+      await waitFor(async () => (await store.claim(CLIENT, key, claimOf(), TTL_MS)).claimed, {
+        timeoutMs: 3000,
+        intervalMs: 50,
+        what: 'the completed record to expire',
+      });
+    });
+
+    it('keeps keys of different clients apart', async () => {
+      expect(await store.claim(CLIENT, key, claimOf(), TTL_MS)).toEqual({ claimed: true });
+      expect(await store.claim('other-client', key, claimOf(), TTL_MS)).toEqual({
+        claimed: true,
+      });
+    });
+  });
+
+  describe('RedisIdempotencyStore specifics', () => {
+    it("stores under the client's hash tag, keyed by the key's hash, with the TTL", async () => {
+      const store = await redisStore();
+      const raw = new Redis(redis.url);
+      try {
+        const callerKey = 'order-42-secret-ish';
+        const keyHash = idempotencyKeyHash(callerKey);
+        const claim = claimOf();
+        await store.claim(CLIENT, keyHash, claim, TTL_MS);
+        await store.complete(
+          CLIENT,
+          keyHash,
+          claim.owner,
+          { status: 201, body: Buffer.from('{}') },
+          90_000,
+        );
+        const keys = await raw.keys('*');
+        expect(keys).toEqual([redisKeys.idempotency(CLIENT, keyHash)]);
+        expect(keys[0]).toBe(`tb:{${CLIENT}}:idem:${keyHash}`);
+        expect(keys[0]).not.toContain(callerKey);
+        const ttl = await raw.pttl(keys[0]);
+        expect(ttl).toBeGreaterThan(80_000);
+        expect(ttl).toBeLessThanOrEqual(90_000);
+      } finally {
+        raw.disconnect();
+      }
+    });
+
+    it('fails fast with a translated error when Redis is unreachable', async () => {
+      const port = await freePort();
+      const settings = redisSettingsSchema.parse({
+        url: `redis://127.0.0.1:${port}`,
+        commandTimeoutMs: 300,
+      });
+      const connection = createRedisConnection(settings, 'command');
+      connection.on('error', () => undefined);
+      connections.push(connection);
+      const store = new RedisIdempotencyStore(connection);
+      const started = Date.now();
+      const err: unknown = await store
+        .claim(CLIENT, idempotencyKeyHash('k'), claimOf(), TTL_MS)
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(IdempotencyStoreException);
+      expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.Unavailable);
+      expect(Date.now() - started).toBeLessThan(2000);
+    });
+  });
+});

@@ -1,0 +1,760 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { type IncomingHttpHeaders, request as httpRequest } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ProviderEmulator } from '../src/emulator/provider-emulator';
+import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { type Fleet, startFleet } from './support/fleet';
+import { freePort } from './support/ports';
+import { startRedis, type TestRedis } from './support/redis-server';
+import { metricValue } from './support/token-watch';
+import { waitFor } from './support/wait';
+
+/** The caller's API keys (what callers send) and the grants the broker holds (hashes only). */
+const CHECKOUT_KEY = 'checkout-service-key-7f3a9c1e5b2d4f60';
+const MARKETING_KEY = 'marketing-service-key-2b8e6d0a4c9f1e37';
+const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
+
+const ACME_CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
+const OTHER_CREDS = { client_id: 'other-merchant', client_secret: 'other-very-secret' };
+
+// Brokers are real processes: starting a fleet on a busy CI machine takes more than Jest's 5 s.
+jest.setTimeout(120_000);
+
+const TRACEPARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+const HEADERS_TIMEOUT_MS = 2000;
+const BODY_LIMIT = 4096;
+
+interface Answer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  text: string;
+}
+
+interface Problem {
+  status: number;
+  code: string;
+  detail: string;
+}
+
+/**
+ * A POST over node:http, without keep-alive (nothing left to keep Jest alive), so that every
+ * header is sent exactly as given, hop-by-hop ones included. An array body is sent chunked,
+ * without Content-Length.
+ */
+async function post(
+  url: string,
+  body: string | Buffer | string[],
+  headers: Record<string, string> = {},
+): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method: 'POST', agent: false, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.once('end', () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          headers: res.headers,
+          text: Buffer.concat(chunks).toString('utf8'),
+        }),
+      );
+      res.once('error', reject);
+    });
+    req.once('error', reject);
+    if (Array.isArray(body)) {
+      for (const chunk of body) req.write(chunk);
+      req.end();
+    } else {
+      req.end(body);
+    }
+  });
+}
+
+function problemOf(answer: Answer): Problem {
+  expect(answer.headers['content-type']).toMatch(/^application\/problem\+json/);
+  const problem = JSON.parse(answer.text) as Problem;
+  expect(problem.status).toBe(answer.status);
+  expect(problem.detail.length).toBeGreaterThan(10);
+  return problem;
+}
+
+function orderBody(ref: string, extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({ price: 50_000, orderRef: ref, ...extra });
+}
+
+describe('POST /orders (one broker, API-key callers, real Redis)', () => {
+  let redis: TestRedis;
+  let provider: ProviderEmulator;
+  let broker: BrokerProcess;
+  /** Every response body the broker sent, to check that nothing leaks. */
+  const seen: string[] = [];
+  /** Every token the provider issued (stats are cleared between tests). */
+  const issuedTokens: string[] = [];
+
+  async function order(
+    body: string | Buffer | string[],
+    opts: {
+      client?: string;
+      key?: string;
+      caller?: string | null;
+      contentType?: string | null;
+      headers?: Record<string, string>;
+    } = {},
+  ): Promise<Answer> {
+    const headers: Record<string, string> = { ...opts.headers };
+    const caller = opts.caller === undefined ? CHECKOUT_KEY : opts.caller;
+    if (caller !== null) headers.authorization = `Bearer ${caller}`;
+    const contentType = opts.contentType === undefined ? 'application/json' : opts.contentType;
+    if (contentType !== null) headers['content-type'] = contentType;
+    if (opts.key !== undefined) headers['idempotency-key'] = opts.key;
+    const answer = await post(
+      `${broker.url}/orders?client=${opts.client ?? 'acme'}`,
+      body,
+      headers,
+    );
+    seen.push(answer.text);
+    return answer;
+  }
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    provider = await ProviderEmulator.start({
+      credentials: {
+        [ACME_CREDS.client_id]: ACME_CREDS.client_secret,
+        [OTHER_CREDS.client_id]: OTHER_CREDS.client_secret,
+      },
+    });
+    const dir = mkdtempSync(join(tmpdir(), 'tb-orders-'));
+    const acmeCreds = join(dir, 'acme.json');
+    const otherCreds = join(dir, 'other.json');
+    writeFileSync(acmeCreds, JSON.stringify(ACME_CREDS), { mode: 0o600 });
+    writeFileSync(otherCreds, JSON.stringify(OTHER_CREDS), { mode: 0o600 });
+    const deadPort = await freePort();
+    const configFile = join(dir, 'broker.json');
+    writeFileSync(
+      configFile,
+      JSON.stringify({
+        clients: [
+          {
+            id: 'acme',
+            authUrl: provider.url,
+            baseUrl: provider.url,
+            credentials: { file: acmeCreds },
+          },
+          {
+            id: 'other',
+            authUrl: provider.url,
+            baseUrl: provider.url,
+            ordersPath: '/api/flexpay/v1/orders',
+            credentials: { file: otherCreds },
+          },
+          // Token endpoint up, checkout API on a port nobody listens on.
+          {
+            id: 'dead',
+            authUrl: provider.url,
+            baseUrl: `http://127.0.0.1:${deadPort}`,
+            credentials: { file: acmeCreds },
+          },
+        ],
+        callerAuth: {
+          mode: 'api-key',
+          apiKeys: [
+            { name: 'checkout', sha256: sha256(CHECKOUT_KEY), clients: ['*'] },
+            { name: 'marketing', sha256: sha256(MARKETING_KEY), clients: ['other'] },
+          ],
+        },
+      }),
+    );
+    broker = await spawnBroker({
+      name: 'orders-broker',
+      env: {
+        BROKER_CONFIG_FILE: configFile,
+        REDIS_URL: redis.url,
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'info',
+        ORDERS_HEADERS_TIMEOUT_MS: String(HEADERS_TIMEOUT_MS),
+        ORDERS_BODY_LIMIT_BYTES: String(BODY_LIMIT),
+      },
+    });
+    await broker.waitReady(15_000);
+  });
+
+  afterEach(() => {
+    issuedTokens.push(...provider.stats.issued.map((t) => t.token));
+    // Knobs and stats back to normal; issued tokens and revocations are kept.
+    provider.reset();
+  });
+
+  afterAll(async () => {
+    await broker?.stop();
+    await provider?.close();
+    await redis?.stop();
+  });
+
+  describe('passthrough', () => {
+    it("forwards the body byte for byte and returns the provider's status, content type and body", async () => {
+      // Odd spacing and an escape: a re-serialised body would be shorter.
+      const body = '{ "price" : 50000,\n  "orderRef": "pass-1",  "note": "caf\\u00e9" }';
+      const res = await order(body);
+      expect(res.status).toBe(201);
+      expect(res.headers['content-type']).toBe('application/json');
+      expect(res.headers['idempotent-replayed']).toBeUndefined();
+      const created = provider.stats.orders;
+      expect(created).toHaveLength(1);
+      expect(created[0].path).toBe('/api/checkout/v1/orders');
+      expect(created[0].body).toEqual(JSON.parse(body));
+      expect(Number(created[0].headers['content-length'])).toBe(Buffer.byteLength(body));
+      expect(created[0].headers['content-type']).toBe('application/json');
+      expect(created[0].headers.accept).toBe('application/json');
+      expect(JSON.parse(res.text)).toEqual({
+        orderId: created[0].id,
+        redirectUrl: `https://checkout.example.test/r/${created[0].id}`,
+        status: 'CREATED',
+      });
+    });
+
+    it.each([
+      ['MIN_PRICE', { price: 50 }],
+      ['INVALID_CURRENCY', { price: 50_000, localization: { currency: 'EUR' } }],
+    ])('passes the business error %s through unchanged', async (code, fields) => {
+      const res = await order(JSON.stringify(fields));
+      expect(res.status).toBe(422);
+      expect(res.headers['content-type']).toBe('application/json');
+      expect(res.text).toBe(JSON.stringify({ errorCodes: [code] }));
+      expect(provider.stats.ordersCreated).toBe(0);
+    });
+
+    it("relays a provider failure as the provider's own status, content type and body", async () => {
+      provider.setKnobs({
+        ordersFailure: {
+          kind: 'status',
+          status: 503,
+          body: 'checkout is down for maintenance',
+          contentType: 'text/plain',
+        },
+      });
+      const res = await order(orderBody('down-1'));
+      expect(res.status).toBe(503);
+      expect(res.headers['content-type']).toBe('text/plain');
+      expect(res.text).toBe('checkout is down for maintenance');
+    });
+
+    it("posts to the client's configured orders path", async () => {
+      const res = await order(orderBody('path-1'), { client: 'other' });
+      expect(res.status).toBe(201);
+      expect(provider.stats.orders[0].path).toBe('/api/flexpay/v1/orders');
+    });
+  });
+
+  describe('headers', () => {
+    it("forwards only the idempotency key, request id and trace context, never the caller's credentials", async () => {
+      const res = await order(orderBody('hdr-1'), {
+        key: 'hdr-key-1',
+        headers: {
+          'x-request-id': 'caller-request-1',
+          traceparent: TRACEPARENT,
+          tracestate: 'vendor=abc',
+          cookie: 'session=caller-session-secret',
+          'x-api-key': 'caller-api-key-secret',
+          'x-forwarded-for': '203.0.113.7',
+          'proxy-authorization': 'Basic cHJveHk6c2VjcmV0',
+          connection: 'keep-alive, x-hop-nominated',
+          'x-hop-nominated': 'hop',
+          'keep-alive': 'timeout=5',
+          te: 'trailers',
+        },
+      });
+      expect(res.status).toBe(201);
+      expect(res.headers['x-request-id']).toBe('caller-request-1');
+      const sent = provider.stats.orders[0].headers;
+      expect(sent['idempotency-key']).toBe('hdr-key-1');
+      expect(sent['x-request-id']).toBe('caller-request-1');
+      expect(sent.traceparent).toBe(TRACEPARENT);
+      expect(sent.tracestate).toBe('vendor=abc');
+      const bearer = /^Bearer (\S+)$/.exec(sent.authorization ?? '');
+      expect(bearer).not.toBeNull();
+      expect(provider.isValidToken(bearer![1])).toBe(true);
+      for (const dropped of [
+        'cookie',
+        'x-api-key',
+        'x-forwarded-for',
+        'proxy-authorization',
+        'x-hop-nominated',
+        'keep-alive',
+        'te',
+      ]) {
+        expect(sent[dropped]).toBeUndefined();
+      }
+      const all = JSON.stringify(sent);
+      expect(all).not.toContain(CHECKOUT_KEY);
+      expect(all).not.toContain('secret');
+    });
+
+    it('generates a request id when the caller sends none, and sends the same one upstream', async () => {
+      const res = await order(orderBody('rid-1'));
+      expect(res.status).toBe(201);
+      const id = res.headers['x-request-id'];
+      expect(id).toMatch(/^[0-9a-f-]{36}$/);
+      expect(provider.stats.orders[0].headers['x-request-id']).toBe(id);
+    });
+  });
+
+  describe('caller authentication', () => {
+    it.each([
+      ['no credential', { caller: null }, 401, 'unauthenticated'],
+      ['an unknown key', { caller: 'not-a-known-key-0123456789' }, 401, 'unauthenticated'],
+      ['a caller not granted the client', { caller: MARKETING_KEY }, 403, 'forbidden'],
+      ['an unknown client', { client: 'nobody' }, 404, 'unknown_client'],
+      ['several clients and none named', { client: '' }, 400, 'client_required'],
+    ])(
+      'refuses %s before reading the body or calling the provider',
+      async (_label, opts, status, code) => {
+        const res = await order(orderBody('auth-1'), opts);
+        expect(res.status).toBe(status);
+        expect(problemOf(res).code).toBe(code);
+        expect(provider.stats.orderRequests).toBe(0);
+      },
+    );
+  });
+
+  describe('limits', () => {
+    it.each([
+      [
+        'text/plain',
+        orderBody('l'),
+        { contentType: 'text/plain' },
+        415,
+        'order_unsupported_media_type',
+      ],
+      [
+        'no Content-Type',
+        orderBody('l'),
+        { contentType: null },
+        415,
+        'order_unsupported_media_type',
+      ],
+      [
+        'JSON in Latin-1',
+        orderBody('l'),
+        { contentType: 'application/json; charset=iso-8859-1' },
+        415,
+        'order_unsupported_media_type',
+      ],
+      [
+        'a body over the cap',
+        orderBody('l', { pad: 'x'.repeat(BODY_LIMIT) }),
+        {},
+        413,
+        'order_body_too_large',
+      ],
+      [
+        'a chunked body over the cap',
+        Array.from({ length: 8 }, () => ' '.repeat(1024)),
+        {},
+        413,
+        'order_body_too_large',
+      ],
+      ['malformed JSON', '{"price": ', {}, 400, 'order_body_invalid'],
+      ['an empty body', '', {}, 400, 'order_body_invalid'],
+      ['a JSON array', '[{"price": 1}]', {}, 400, 'order_body_invalid'],
+      [
+        'an overlong Idempotency-Key',
+        orderBody('l'),
+        { key: 'k'.repeat(300) },
+        400,
+        'idempotency_key_invalid',
+      ],
+    ])('refuses %s', async (_label, body, opts, status, code) => {
+      const res = await order(body, opts);
+      expect(res.status).toBe(status);
+      expect(problemOf(res).code).toBe(code);
+      expect(provider.stats.orderRequests).toBe(0);
+    });
+
+    it('accepts a body exactly at the cap', async () => {
+      const base = orderBody('cap');
+      const body = `${base.slice(0, -1)},"pad":"${'x'.repeat(BODY_LIMIT - base.length - 9)}"}`;
+      expect(Buffer.byteLength(body)).toBe(BODY_LIMIT);
+      expect((await order(body)).status).toBe(201);
+    });
+  });
+
+  describe('provider 401', () => {
+    it('invalidates the rejected token, gets a fresh one and retries once', async () => {
+      const before = await tokenOf('acme');
+      provider.rejectNextOrders(1);
+      const res = await order(orderBody('retry-1'), { key: 'retry-key-1' });
+      expect(res.status).toBe(201);
+      const stats = provider.stats;
+      expect(stats.orderRequests).toBe(2);
+      expect(stats.ordersCreated).toBe(1);
+      expect(stats.tokenRequests).toBe(1);
+      const fresh = stats.issued[0].token;
+      expect(fresh).not.toBe(before);
+      expect(stats.orders[0].headers.authorization).toBe(`Bearer ${fresh}`);
+      // The invalidation reached the shared cache: GET /token serves the new token too.
+      expect(await tokenOf('acme')).toBe(fresh);
+    });
+
+    it('answers a second 401 with 502 and creates nothing; the key stays usable', async () => {
+      provider.rejectNextOrders(2);
+      const res = await order(orderBody('retry-2'), { key: 'retry-key-2' });
+      expect(res.status).toBe(502);
+      expect(problemOf(res).code).toBe('order_token_rejected');
+      expect(provider.stats.orderRequests).toBe(2);
+      expect(provider.stats.ordersCreated).toBe(0);
+      // Nothing was created, so the claim was released: the same key may be retried.
+      const again = await order(orderBody('retry-2'), { key: 'retry-key-2' });
+      expect(again.status).toBe(201);
+      expect(provider.stats.ordersCreated).toBe(1);
+    });
+  });
+
+  describe('idempotency', () => {
+    it('replays the stored answer for a repeat with the same key and body, and says so', async () => {
+      const key = randomUUID();
+      const body = orderBody('idem-1');
+      const first = await order(body, { key });
+      expect(first.status).toBe(201);
+      const replaysBefore = await metricValue(broker.url, 'token_broker_idempotent_replays_total', {
+        client: 'acme',
+      });
+      for (let i = 0; i < 2; i++) {
+        const again = await order(body, { key });
+        expect(again.status).toBe(201);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.headers['content-type']).toBe(first.headers['content-type']);
+        expect(again.text).toBe(first.text);
+      }
+      expect(provider.stats.ordersCreated).toBe(1);
+      expect(provider.stats.orderRequests).toBe(1);
+      expect(
+        await metricValue(broker.url, 'token_broker_idempotent_replays_total', { client: 'acme' }),
+      ).toBe(replaysBefore + 2);
+    });
+
+    it('replays a business error as well: the provider answered it', async () => {
+      const key = randomUUID();
+      const first = await order(JSON.stringify({ price: 50 }), { key });
+      expect(first.status).toBe(422);
+      const again = await order(JSON.stringify({ price: 50 }), { key });
+      expect(again.status).toBe(422);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.text).toBe(first.text);
+      expect(provider.stats.orderRequests).toBe(1);
+    });
+
+    it('refuses the same key with another body (422), even one that only differs in spacing', async () => {
+      const key = randomUUID();
+      expect((await order(orderBody('idem-2'), { key })).status).toBe(201);
+      const other = await order(orderBody('idem-2-changed'), { key });
+      expect(other.status).toBe(422);
+      expect(problemOf(other).code).toBe('idempotency_key_reused');
+      const respaced = await order(orderBody('idem-2').replace(':', ' : '), { key });
+      expect(respaced.status).toBe(422);
+      expect(provider.stats.ordersCreated).toBe(1);
+    });
+
+    it('keeps keys per client: the same key for another client is another order', async () => {
+      const key = randomUUID();
+      expect((await order(orderBody('idem-3'), { key })).status).toBe(201);
+      const other = await order(orderBody('idem-3'), { key, client: 'other' });
+      expect(other.status).toBe(201);
+      expect(other.headers['idempotent-replayed']).toBeUndefined();
+      expect(provider.stats.ordersCreated).toBe(2);
+    });
+
+    it('answers 409 while the first request is in flight, then replays its answer', async () => {
+      provider.setKnobs({ ordersLatencyMs: 1000 });
+      const key = randomUUID();
+      const body = orderBody('flight-1');
+      const first = order(body, { key });
+      await waitFor(() => provider.stats.orderRequests === 1, {
+        timeoutMs: 5000,
+        what: 'the first request to reach the provider',
+      });
+      const duplicate = await order(body, { key });
+      expect(duplicate.status).toBe(409);
+      expect(problemOf(duplicate).code).toBe('order_in_flight');
+      expect(duplicate.headers['retry-after']).toBe('1');
+      const conflicting = await order(orderBody('flight-1-changed'), { key });
+      expect(conflicting.status).toBe(422);
+      const answered = await first;
+      expect(answered.status).toBe(201);
+      const replay = await order(body, { key });
+      expect(replay.status).toBe(201);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.text).toBe(answered.text);
+      expect(provider.stats.ordersCreated).toBe(1);
+    });
+
+    it('lets exactly one of many concurrent duplicates through', async () => {
+      provider.setKnobs({ ordersLatencyMs: 1000 });
+      const key = randomUUID();
+      const body = orderBody('race-1');
+      const answers = await Promise.all(Array.from({ length: 20 }, () => order(body, { key })));
+      const fresh = answers.filter((a) => a.status === 201 && !a.headers['idempotent-replayed']);
+      expect(fresh).toHaveLength(1);
+      // The others arrived while it was in flight (409) or, on a slow machine, after (replay).
+      for (const a of answers) {
+        if (a === fresh[0]) continue;
+        expect(a.status === 409 || a.headers['idempotent-replayed'] === 'true').toBe(true);
+      }
+      expect(provider.stats.orderRequests).toBe(1);
+    });
+  });
+
+  describe('timeouts and unreachable provider', () => {
+    it('answers 504 when the order was sent and never answered; repeats get 409 outcome unknown', async () => {
+      provider.setKnobs({ ordersFailure: { kind: 'timeout-after-create' } });
+      const key = randomUUID();
+      const body = orderBody('unknown-1');
+      const started = Date.now();
+      const res = await order(body, { key });
+      expect(res.status).toBe(504);
+      const problem = problemOf(res);
+      expect(problem.code).toBe('order_provider_timeout');
+      expect(problem.detail).toMatch(/may or may not exist/);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(HEADERS_TIMEOUT_MS - 100);
+      expect(provider.stats.ordersCreated).toBe(1);
+
+      // The provider is healthy again, but the broker must not send this order a second time.
+      provider.reset();
+      for (let i = 0; i < 2; i++) {
+        const again = await order(body, { key });
+        expect(again.status).toBe(409);
+        expect(problemOf(again).code).toBe('order_outcome_unknown');
+      }
+      expect(provider.stats.orderRequests).toBe(0);
+    });
+
+    it('answers 504 without a key too, and never retries', async () => {
+      provider.setKnobs({ ordersFailure: { kind: 'timeout' } });
+      const res = await order(orderBody('timeout-1'));
+      expect(res.status).toBe(504);
+      expect(problemOf(res).code).toBe('order_provider_timeout');
+      expect(provider.stats.orderRequests).toBe(1);
+    });
+
+    it('answers 502 when the connection breaks after sending; repeats get 409 outcome unknown', async () => {
+      provider.setKnobs({ ordersFailure: { kind: 'reset' } });
+      const key = randomUUID();
+      const res = await order(orderBody('reset-1'), { key });
+      expect(res.status).toBe(502);
+      expect(problemOf(res).code).toBe('order_provider_unreachable');
+      expect(provider.stats.orderRequests).toBe(1);
+      provider.reset();
+      const again = await order(orderBody('reset-1'), { key });
+      expect(again.status).toBe(409);
+      expect(problemOf(again).code).toBe('order_outcome_unknown');
+      expect(provider.stats.orderRequests).toBe(0);
+    });
+
+    it('answers 502 when the provider cannot be reached; nothing was sent, so the key stays usable', async () => {
+      const key = randomUUID();
+      for (let i = 0; i < 2; i++) {
+        const res = await order(orderBody('dead-1'), { key, client: 'dead' });
+        expect(res.status).toBe(502);
+        const problem = problemOf(res);
+        expect(problem.code).toBe('order_provider_unreachable');
+        expect(problem.detail).toMatch(/not sent/);
+      }
+    });
+  });
+
+  describe('audit and secrecy', () => {
+    it('writes one audit line per order with caller, client and token fingerprint, never the token', async () => {
+      const res = await order(orderBody('audit-1'), {
+        key: 'audit-key-1',
+        headers: { 'x-request-id': 'audit-request-1' },
+      });
+      expect(res.status).toBe(201);
+      await waitFor(() => broker.logs().some((l) => l.includes('audit-request-1')), {
+        timeoutMs: 3000,
+        what: 'the audit line',
+      });
+      const lines = broker
+        .logs()
+        .filter((l) => l.includes('"audit":"orders"') && l.includes('audit-request-1'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatchObject({
+        caller: 'checkout',
+        client: 'acme',
+        status: 201,
+        result: 'forwarded',
+        attempts: 1,
+        idemKeyHash: sha256('audit-key-1').slice(0, 16),
+      });
+      expect(lines[0].fp).toMatch(/^[0-9a-f]{16}$/);
+      expect(typeof lines[0].durationMs).toBe('number');
+    });
+
+    it('never shows a token, a caller key or a client secret in logs or problem bodies', async () => {
+      const secrets = [
+        CHECKOUT_KEY,
+        MARKETING_KEY,
+        ACME_CREDS.client_secret,
+        OTHER_CREDS.client_secret,
+        ...issuedTokens,
+        ...provider.stats.issued.map((t) => t.token),
+      ];
+      expect(issuedTokens.length).toBeGreaterThanOrEqual(3);
+      const text = [...broker.logs(), ...seen].join('\n');
+      for (const secret of secrets) expect(text).not.toContain(secret);
+    });
+  });
+
+  describe('Redis down', () => {
+    it('refuses orders with an Idempotency-Key (503) but forwards orders without one', async () => {
+      if (!redis.canControl) return; // REDIS_URL given: not ours to kill.
+      await redis.kill();
+      try {
+        const res = await order(orderBody('redis-down-1'), { key: randomUUID() });
+        expect(res.status).toBe(503);
+        expect(problemOf(res).code).toBe('idempotency_unavailable');
+        expect(Number(res.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+        expect(provider.stats.orderRequests).toBe(0);
+
+        const unkeyed = await order(orderBody('redis-down-2'));
+        expect(unkeyed.status).toBe(201);
+        expect(provider.stats.ordersCreated).toBe(1);
+      } finally {
+        await redis.restart();
+      }
+      await waitFor(
+        async () => (await order(orderBody('redis-back-1'), { key: randomUUID() })).status === 201,
+        { timeoutMs: 10_000, intervalMs: 200, what: 'keyed orders to be accepted again' },
+      );
+    });
+  });
+
+  async function tokenOf(client: string): Promise<string> {
+    const res = await fetch(`${broker.url}/token?client=${client}`, {
+      headers: { authorization: `Bearer ${CHECKOUT_KEY}` },
+    });
+    expect(res.status).toBe(200);
+    return ((await res.json()) as { access_token: string }).access_token;
+  }
+});
+
+/**
+ * The fleet promise for orders: when the provider revokes the token every replica holds, a
+ * storm of 401s costs one token request, and every order is still created exactly once.
+ */
+describe('401 storm: 3 brokers, one Redis, one revoked token', () => {
+  const ORDERS = 150;
+  let fleet: Fleet;
+
+  beforeAll(async () => {
+    fleet = await startFleet({ size: 3 });
+  });
+
+  afterAll(async () => {
+    await fleet?.stop();
+  });
+
+  it(`creates each of ${ORDERS} concurrent orders exactly once with one new token request`, async () => {
+    const { emulator, brokers } = fleet;
+    // Every replica serves the fleet's one token before the storm.
+    await waitFor(
+      async () => {
+        const tokens = await Promise.all(
+          brokers.map(async (b) => {
+            const r = await fetch(`${b.url}/token`);
+            return r.status === 200
+              ? ((await r.json()) as { access_token: string }).access_token
+              : '';
+          }),
+        );
+        return tokens[0] !== '' && tokens.every((t) => t === tokens[0]);
+      },
+      { timeoutMs: 10_000, what: 'all brokers to serve the same token' },
+    );
+    const tokenRequestsBefore = emulator.stats.tokenRequests;
+    emulator.revokeAll();
+
+    const send = (i: number) =>
+      post(`${brokers[i % brokers.length].url}/orders`, orderBody(`storm-${i}`), {
+        'content-type': 'application/json',
+        'idempotency-key': `storm-key-${i}`,
+      });
+    const answers = await Promise.all(Array.from({ length: ORDERS }, (_, i) => send(i)));
+
+    const stats = emulator.stats;
+    const rejected = stats.orderRequests - stats.ordersCreated;
+    const refs = stats.orders.map((o) => (o.body as { orderRef: string }).orderRef);
+    const tokensUsed = new Set(stats.orders.map((o) => o.headers.authorization));
+    console.log(
+      `401 storm: ${ORDERS} orders over ${brokers.length} brokers; ${rejected} answered 401 by the provider; ` +
+        `${stats.tokenRequests - tokenRequestsBefore} new token request(s); ${stats.ordersCreated} orders created, ` +
+        `${refs.length - new Set(refs).size} duplicates`,
+    );
+    expect(answers.map((a) => a.status)).toEqual(Array(ORDERS).fill(201));
+    expect(stats.tokenRequests - tokenRequestsBefore).toBe(1);
+    expect(rejected).toBeGreaterThan(0);
+    expect(stats.ordersCreated).toBe(ORDERS);
+    expect(new Set(refs).size).toBe(ORDERS);
+    expect(tokensUsed.size).toBe(1);
+
+    // Repeats of the whole storm are replays: still one order each, no further token.
+    const repeats = await Promise.all(Array.from({ length: ORDERS }, (_, i) => send(i)));
+    expect(
+      repeats.every((a) => a.status === 201 && a.headers['idempotent-replayed'] === 'true'),
+    ).toBe(true);
+    expect(emulator.stats.ordersCreated).toBe(ORDERS);
+    expect(emulator.stats.tokenRequests - tokenRequestsBefore).toBe(1);
+  });
+
+  it('creates one order when the same keyed request reaches every replica at once', async () => {
+    const { emulator, brokers } = fleet;
+    emulator.reset();
+    emulator.setKnobs({ ordersLatencyMs: 500 });
+    const body = orderBody('fleet-dup-1');
+    const answers = await Promise.all(
+      Array.from({ length: 30 }, (_, i) =>
+        post(`${brokers[i % brokers.length].url}/orders`, body, {
+          'content-type': 'application/json',
+          'idempotency-key': 'fleet-dup-key-1',
+        }),
+      ),
+    );
+    const fresh = answers.filter((a) => a.status === 201 && !a.headers['idempotent-replayed']);
+    expect(fresh).toHaveLength(1);
+    for (const a of answers) {
+      if (a !== fresh[0]) expect([409, 201]).toContain(a.status);
+    }
+    expect(emulator.stats.orderRequests).toBe(1);
+    // Any replica replays the answer once it is known.
+    for (const b of brokers) {
+      const again = await post(`${b.url}/orders`, body, {
+        'content-type': 'application/json',
+        'idempotency-key': 'fleet-dup-key-1',
+      });
+      expect(again.status).toBe(201);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.text).toBe(fresh[0].text);
+    }
+    expect(emulator.stats.ordersCreated).toBe(1);
+  });
+
+  it('answers an order in flight when SIGTERM arrives, then exits cleanly', async () => {
+    const { emulator, brokers } = fleet;
+    emulator.reset();
+    emulator.setKnobs({ ordersLatencyMs: 1000 });
+    const broker = brokers[brokers.length - 1];
+    const answer = post(`${broker.url}/orders`, orderBody('sigterm-1'), {
+      'content-type': 'application/json',
+      'idempotency-key': 'sigterm-key-1',
+    });
+    await waitFor(() => emulator.stats.orderRequests === 1, {
+      timeoutMs: 5000,
+      what: 'the order to reach the provider',
+    });
+    const exited = broker.stop(8000);
+    expect((await answer).status).toBe(201);
+    expect(await exited).toMatchObject({ code: 0 });
+    expect(emulator.stats.ordersCreated).toBe(1);
+  });
+});
