@@ -66,6 +66,15 @@ describe('fleet of 5 brokers sharing one Redis', () => {
         `min gap ${Math.min(...gaps)} ms`,
     );
 
+    if (Math.max(...cycles) > 1) {
+      // Say why a cycle saw two fetches: the replicas' warnings name the store or lock trouble.
+      for (const b of fleet.brokers) {
+        const trouble = b
+          .logs()
+          .filter((l) => /"level":"(warn|error)"/.test(l) && !/IS OFF/.test(l));
+        if (trouble.length > 0) console.log(`${b.name}:\n${trouble.join('\n')}`);
+      }
+    }
     expect(result.calls).toBeGreaterThan(1000);
     expect(result.failures).toEqual([]);
     expect(result.validationErrors).toEqual([]);

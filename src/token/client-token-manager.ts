@@ -5,7 +5,7 @@ import { ProviderErrorCode, ProviderException } from '../provider/provider.excep
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { SecretsException } from '../secrets/secrets.exception';
-import { refreshAt, refreshLeadMs, retryDelayMs } from './refresh-schedule';
+import { isDue, refreshAt, retryDelayMs } from './refresh-schedule';
 import { type TokenRecord, toRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
 import { TokenStoreException } from './token-store.exception';
@@ -22,6 +22,11 @@ export interface ManagerDeps {
   metrics: MetricsService;
   logger: Logger;
   settings: TokenSettings;
+  /**
+   * How long the shared store must keep failing before this replica refreshes on its own
+   * (a couple of Redis command timeouts): one late reply is not an outage.
+   */
+  storeGraceMs: number;
   now?: () => number;
   random?: () => number;
 }
@@ -78,6 +83,8 @@ export class ClientTokenManager {
   /** Lifetime of the newest token held (ms): what a refresh can offer a caller at most. */
   private lifetimeMs?: number;
   private needsResync = false;
+  /** When the current run of store failures began (undefined while the store answers). */
+  private storeFailingSince?: number;
   private stopped = false;
   private readonly now: () => number;
   private readonly random: () => number;
@@ -291,7 +298,10 @@ export class ClientTokenManager {
     const store = this.deps.store;
     const id = this.client.id;
     try {
+      if (this.l1 && this.isGoodEnough(this.l1))
+        return { kind: 'token', record: this.l1, fetched: false };
       const found = await this.readStore();
+      this.storeFailingSince = undefined;
       if (found && this.isGoodEnough(found)) {
         this.countRefresh('adopted');
         return { kind: 'token', record: found, fetched: false };
@@ -309,6 +319,9 @@ export class ClientTokenManager {
           this.countRefresh('adopted');
           return { kind: 'token', record: again, fetched: false };
         }
+        if (this.l1 && this.isGoodEnough(this.l1)) {
+          return { kind: 'token', record: this.l1, fetched: false };
+        }
         const record = await this.fetch();
         await this.publish(record);
         return { kind: 'token', record, fetched: true };
@@ -319,6 +332,16 @@ export class ClientTokenManager {
       if (!(err instanceof TokenStoreException)) throw err;
       this.noteStoreFailure(err);
       this.deps.metrics.lockAttempts.labels(id, 'error').inc();
+      // One slow or failed command is not an outage: under CPU pressure a reply can miss the
+      // command timeout while Redis is fine. Fetching at once would make this replica refresh
+      // beside the fleet's lock holder, so retry through the store until it has failed for
+      // `storeGraceMs`, or the token we serve is about to run out.
+      const now = this.now();
+      this.storeFailingSince ??= now;
+      const withinGrace = now - this.storeFailingSince < this.deps.storeGraceMs;
+      const tokenLasts =
+        this.l1 === undefined || this.l1.expiresAt - now > 2 * this.deps.storeGraceMs;
+      if (withinGrace && tokenLasts) return { kind: 'wait' };
       // Degraded: this replica refreshes on its own; the loop is the per-replica single flight.
       const record = await this.fetch();
       this.needsResync = true;
@@ -359,14 +382,14 @@ export class ClientTokenManager {
   }
 
   /** Accept a stored token only if it is newer than ours, not itself due, and meets waiters. */
+  /**
+   * Whether `r` ends the refresh: outside its refresh window and enough for every waiter.
+   * Judged by the token alone, not by "is it the one we hold": another path (a pub/sub wake-up,
+   * a resync) may have adopted the fleet's new token while this pass was in flight, and the
+   * pass must then stop instead of fetching one more.
+   */
   private isGoodEnough(r: TokenRecord): boolean {
-    const now = this.now();
-    if (this.l1 && r.expiresAt <= this.l1.expiresAt && r.fingerprint === this.l1.fingerprint) {
-      // Same token we already hold: refreshing is what was asked for.
-      return false;
-    }
-    const lead = refreshLeadMs(this.refreshAheadMs, r.obtainedAt, r.expiresAt);
-    if (r.expiresAt - now <= lead) return false;
+    if (isDue(this.refreshAheadMs, r.obtainedAt, r.expiresAt, this.now())) return false;
     for (const w of this.waiters) if (r.expiresAt < w.needUntil) return false;
     return true;
   }

@@ -1,4 +1,4 @@
-import { refreshAt, refreshLeadMs, retryDelayMs } from './refresh-schedule';
+import { isDue, refreshAt, refreshLeadMs, retryDelayMs } from './refresh-schedule';
 
 describe('refresh schedule', () => {
   it('refreshes refreshAhead before expiry for long-lived tokens', () => {
@@ -13,6 +13,19 @@ describe('refresh schedule', () => {
     expect(refreshAt(300_000, 0, 1_800_000, () => 0)).toBe(1_500_000);
     expect(refreshAt(300_000, 0, 1_800_000, () => 1)).toBe(1_500_000 - 30_000);
     expect(refreshAt(4_000, 0, 10_000, () => 1)).toBe(10_000 - 4_000 - 1_000);
+  });
+
+  it('calls a token due from the earliest moment any replica may refresh it', () => {
+    // lead 300 s, jitter up to 30 s: due from 330 s before expiry.
+    expect(isDue(300_000, 0, 1_800_000, 1_800_000 - 330_001)).toBe(false);
+    expect(isDue(300_000, 0, 1_800_000, 1_800_000 - 330_000)).toBe(true);
+    // Every timer fires inside the window, whatever its jitter draw.
+    for (const draw of [0, 0.5, 1]) {
+      const at = refreshAt(4_000, 0, 10_000, () => draw);
+      expect(isDue(4_000, 0, 10_000, at)).toBe(true);
+    }
+    // A token just obtained is never due.
+    expect(isDue(300_000, 0, 1_800_000, 0)).toBe(false);
   });
 
   describe(retryDelayMs.name, () => {

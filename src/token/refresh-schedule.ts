@@ -27,8 +27,26 @@ export function refreshAt(
   random: () => number = Math.random,
 ): number {
   const lead = refreshLeadMs(refreshAheadMs, obtainedAt, expiresAt);
-  const jitter = random() * Math.min(lead / 4, 30_000);
+  const jitter = random() * maxJitterMs(lead);
   return expiresAt - lead - jitter;
+}
+
+function maxJitterMs(lead: number): number {
+  return Math.min(lead / 4, 30_000);
+}
+
+/**
+ * Whether a token is inside its refresh window: some replica's timer (lead plus the largest
+ * jitter) may already have fired for it. A token outside the window needs no refresh.
+ */
+export function isDue(
+  refreshAheadMs: number,
+  obtainedAt: number,
+  expiresAt: number,
+  now: number,
+): boolean {
+  const lead = refreshLeadMs(refreshAheadMs, obtainedAt, expiresAt);
+  return expiresAt - now <= lead + maxJitterMs(lead);
 }
 
 /**

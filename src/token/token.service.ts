@@ -50,6 +50,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
           metrics,
           logger,
           settings: config.token,
+          storeGraceMs: Math.max(500, 2 * config.redis.commandTimeoutMs),
         }),
       );
     }
