@@ -1,6 +1,6 @@
 import { type Fleet, FLEET_CLIENT, startFleet } from '../support/fleet';
 import { hammer } from '../support/load';
-import { figures, metricValue, TokenWatch } from '../support/token-watch';
+import { figures, metricValue, nextRefresh, TokenWatch } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 8;
@@ -57,12 +57,7 @@ describe('lock holder SIGKILLed between taking the lock and writing the token', 
     try {
       // Right after a refresh, hold the provider's next answer for longer than the lock TTL
       // and the remaining refresh window: whoever takes the lock next is stuck inside it.
-      const issuedBefore = emulator.stats.tokensIssued;
-      const current = await waitFor(
-        () =>
-          emulator.stats.tokensIssued > issuedBefore ? emulator.stats.issued.at(-1) : undefined,
-        { timeoutMs: LIFETIME_S * 1000, what: 'a refresh' },
-      );
+      const current = await nextRefresh(emulator, LIFETIME_S * 1000);
       emulator.setKnobs({ tokenLatencyMs: LIFETIME_S * 1000 });
       const locksBefore = await acquired();
       const requestsBefore = emulator.stats.tokenRequests;

@@ -1,6 +1,6 @@
 import { type Fleet, FLEET_CLIENT, startFleet } from '../support/fleet';
 import { hammer } from '../support/load';
-import { figures, metricValue, TokenWatch } from '../support/token-watch';
+import { figures, metricValue, nextRefresh, TokenWatch } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 6;
@@ -61,12 +61,7 @@ describe('provider token endpoint failing through the refresh window', () => {
 
     try {
       // Start right after a refresh, so the whole refresh window lies ahead.
-      const issuedBefore = emulator.stats.tokensIssued;
-      const fresh = await waitFor(
-        () =>
-          emulator.stats.tokensIssued > issuedBefore ? emulator.stats.issued.at(-1) : undefined,
-        { timeoutMs: LIFETIME_S * 1000, what: 'a refresh' },
-      );
+      const fresh = await nextRefresh(emulator, LIFETIME_S * 1000);
       const expiresAt = fresh.expiresAt;
       const windowStart = expiresAt - AHEAD_S * 1000 - (AHEAD_S * 1000) / 4;
       const recoverAt = expiresAt - 1500;

@@ -7,7 +7,7 @@ import { PlainTokenCipher } from '../../src/token/plain-token.cipher';
 import { fingerprintOf, toRecord } from '../../src/token/token-record';
 import { type Fleet, FLEET_CLIENT, startFleet } from '../support/fleet';
 import { hammer } from '../support/load';
-import { figures, TokenWatch } from '../support/token-watch';
+import { figures, nextRefresh, TokenWatch } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 10;
@@ -81,12 +81,7 @@ describe('two refreshers racing (the lock granted twice)', () => {
       validate: watch.validate,
     });
     try {
-      const issuedBefore = emulator.stats.tokensIssued;
-      const current = await waitFor(
-        () =>
-          emulator.stats.tokensIssued > issuedBefore ? emulator.stats.issued.at(-1) : undefined,
-        { timeoutMs: LIFETIME_S * 1000, what: 'a refresh' },
-      );
+      const current = await nextRefresh(emulator, LIFETIME_S * 1000);
       emulator.setKnobs({ tokenLatencyMs: SLOW_ANSWER_MS });
       const requestsBefore = emulator.stats.tokenRequests;
       await waitFor(() => emulator.stats.tokenRequests > requestsBefore, {

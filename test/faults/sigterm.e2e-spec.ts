@@ -2,7 +2,14 @@ import { Redis } from 'ioredis';
 import { redisKeys } from '../../src/redis/redis.constants';
 import { type Fleet, FLEET_CLIENT, startFleet } from '../support/fleet';
 import { hammer } from '../support/load';
-import { figures, httpGet, metricValue, type TokenBody, TokenWatch } from '../support/token-watch';
+import {
+  figures,
+  httpGet,
+  metricValue,
+  nextRefresh,
+  type TokenBody,
+  TokenWatch,
+} from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 8;
@@ -62,12 +69,7 @@ describe('SIGTERM under load', () => {
       validate: watch.validate,
     });
     try {
-      const issuedBefore = emulator.stats.tokensIssued;
-      const current = await waitFor(
-        () =>
-          emulator.stats.tokensIssued > issuedBefore ? emulator.stats.issued.at(-1) : undefined,
-        { timeoutMs: LIFETIME_S * 1000, what: 'a refresh' },
-      );
+      const current = await nextRefresh(emulator, LIFETIME_S * 1000);
       // Callers that need more than the current token has left make `stopping` refresh now,
       // under the lock, with a slow provider: they are in flight when SIGTERM arrives.
       await delay(Math.max(0, current.expiresAt - MIN_TTL_S * 1000 + 300 - Date.now()));

@@ -1,5 +1,6 @@
 import { get } from 'node:http';
-import type { ProviderEmulator } from '../../src/emulator/provider-emulator';
+import type { IssuedToken, ProviderEmulator } from '../../src/emulator/provider-emulator';
+import { waitFor } from './wait';
 import type { HammerResponse, HammerResult } from './load';
 
 /** The broker never hands out a token with less than this left (`MIN_SERVE_MS`). */
@@ -198,4 +199,16 @@ export async function currentToken(baseUrl: string, client: string): Promise<str
   } catch {
     return undefined;
   }
+}
+
+/**
+ * Waits for the provider's next token grant after this call and returns it: the moment right
+ * after a refresh, which the fault scenarios time their faults from.
+ */
+export function nextRefresh(emulator: ProviderEmulator, timeoutMs: number): Promise<IssuedToken> {
+  const issuedBefore = emulator.stats.tokensIssued;
+  return waitFor(
+    () => (emulator.stats.tokensIssued > issuedBefore ? emulator.stats.issued.at(-1) : undefined),
+    { timeoutMs, what: 'a refresh' },
+  );
 }
