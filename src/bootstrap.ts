@@ -9,13 +9,12 @@ import { AppModule } from './app.module';
 import type { BrokerConfig } from './config/config.schema';
 import { toProblem } from './http/problem';
 import { RequestErrorCode, RequestException } from './http/request.exception';
+import { requestIdFrom } from './http/request-id';
 import { SECURITY_HEADERS } from './http/security-headers';
 import { lazyChildLogger } from './logging/lazy-request-logger';
 import { TokenFastPath } from './token/token-fast-path';
 import { PinoNestLogger } from './logging/logger';
 
-/** Request ids: the caller's `X-Request-Id` when it looks sane, else a fresh one. */
-const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 /** Request line plus headers; a longer query string is refused by Node's parser. */
 const MAX_HEADER_BYTES = 16_384;
 
@@ -61,10 +60,8 @@ export async function createBrokerApp(
     // are written by the features themselves.
     logController: new LogController({ disableRequestLogging: true }),
     childLoggerFactory: lazyChildLogger,
-    genReqId: (req: { headers: Record<string, string | string[] | undefined> }) => {
-      const given = req.headers['x-request-id'];
-      return typeof given === 'string' && REQUEST_ID.test(given) ? given : crypto.randomUUID();
-    },
+    genReqId: (req: { headers: Record<string, string | string[] | undefined> }) =>
+      requestIdFrom(req.headers['x-request-id']),
     routerOptions: { maxParamLength: 200 },
     clientErrorHandler: answerClientError,
     return503OnClosing: true,

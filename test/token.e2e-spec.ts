@@ -104,6 +104,17 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
     expect(metrics).not.toContain(body.access_token);
   });
 
+  it('echoes a sane X-Request-Id on a cache hit and replaces an unsafe one', async () => {
+    const b = await broker();
+    await b.waitReady(10_000);
+    const kept = await fetch(`${b.url}/token`, { headers: { 'x-request-id': 'caller-req-7' } });
+    expect(kept.status).toBe(200);
+    expect(kept.headers.get('x-request-id')).toBe('caller-req-7');
+    const replaced = await fetch(`${b.url}/token`, { headers: { 'x-request-id': 'a b<script>' } });
+    expect(replaced.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+    expect(replaced.headers.get('x-content-type-options')).toBe('nosniff');
+  });
+
   it('refreshes when a caller needs more lifetime than the token has left (mandatory window)', async () => {
     const b = await broker();
     await b.waitReady(10_000);

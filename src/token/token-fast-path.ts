@@ -1,12 +1,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Inject, Injectable } from '@nestjs/common';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
+import { requestIdFrom } from '../http/request-id';
 import { SECURITY_HEADERS } from '../http/security-headers';
 import { HttpMetricsHook } from '../metrics/http-metrics.hook';
 import { parseMinTtl, tokenBody, TokenRoute } from './token.route';
 import { TokenService } from './token.service';
-
-const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /**
  * The cache hit of `GET /token`, answered straight from Node's request event, before Fastify.
@@ -65,9 +64,7 @@ export class TokenFastPath {
       const hit = manager.peek(minMs);
       if (hit === undefined) return false;
       manager.l1Hits.count++;
-      const given = req.headers['x-request-id'];
-      const reqId =
-        typeof given === 'string' && REQUEST_ID.test(given) ? given : crypto.randomUUID();
+      const reqId = requestIdFrom(req.headers['x-request-id']);
       this.route.auditIssued(reqId, caller, clientId, hit);
       const body = tokenBody(hit, Date.now());
       res.writeHead(200, {
