@@ -4,16 +4,14 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync }
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import autocannon from 'autocannon';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
 
-/** One measured load run. */
-export interface AuthBenchRow {
+/** One configuration to load: a running broker, the URL and the caller's credential. */
+export interface AuthBenchTarget {
   name: string;
-  reqPerSec: number;
-  p50Ms: number;
-  p99Ms: number;
+  url: string;
+  headers: Record<string, string>;
 }
 
 const CLIENT_ID = 'bench';
@@ -21,21 +19,19 @@ const CREDENTIALS = { client_id: 'bench-merchant', client_secret: 'bench-only-se
 const SUBJECT = 'system:serviceaccount:bench:caller';
 
 /**
- * `GET /token` under load with caller authentication on, once per mode: `api-key` (hash and
- * constant-time compare on every request) and `kubernetes` (a projected token verified once
- * against a local JWKS, then answered from the verified-token cache).
+ * Brokers for `GET /token` under load with caller authentication on, one per mode: `api-key`
+ * (hash and constant-time compare on every request) and `kubernetes` (a projected token
+ * verified once against a local JWKS, then answered from the verified-token cache).
  *
  * Each mode runs in its own broker process (`node main.js`, memory store, the provider
  * emulator as provider) at LOG_LEVEL=info, so the audit line written per token is part of the
- * measured cost, as in production. The baseline (a bare `node:http` server) and the ratios are
- * the harness's job.
+ * measured cost, as in production. The load, the baseline (a bare `node:http` server, measured
+ * in the same interleaved rounds) and the ratios are the harness's job.
  */
-export async function benchTokenAuth(opts: {
-  durationSec: number;
-  connections: number;
+export async function startAuthBrokers(opts: {
   /** The brokers' LOG_LEVEL; `info` (the default, as in production) writes the audit lines. */
   logLevel?: string;
-}): Promise<AuthBenchRow[]> {
+}): Promise<{ targets: AuthBenchTarget[]; stop(): Promise<void> }> {
   const provider = await ProviderEmulator.start({
     credentials: { [CREDENTIALS.client_id]: CREDENTIALS.client_secret },
   });
@@ -85,41 +81,28 @@ export async function benchTokenAuth(opts: {
       },
     },
   ];
-  const rows: AuthBenchRow[] = [];
-  try {
-    for (const mode of modes) {
-      const broker = await startBroker({ ...common, ...mode.env });
-      try {
-        const url = `${broker.url}/token?client=${CLIENT_ID}`;
-        const headers = { authorization: mode.authorization };
-        // Warm-up: JIT, keep-alive sockets, and the first (verifying) request of each caller.
-        await load(url, headers, opts.connections, 1);
-        rows.push({
-          name: mode.name,
-          ...(await load(url, headers, opts.connections, opts.durationSec)),
-        });
-      } finally {
-        await broker.stop();
-      }
-    }
-  } finally {
+  const brokers: BenchBroker[] = [];
+  const stop = async () => {
+    await Promise.all(brokers.map((b) => b.stop()));
     await Promise.all([provider.close(), issuer.close()]);
     rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const targets: AuthBenchTarget[] = [];
+    for (const mode of modes) {
+      const broker = await startBroker({ ...common, ...mode.env });
+      brokers.push(broker);
+      targets.push({
+        name: mode.name,
+        url: `${broker.url}/token?client=${CLIENT_ID}`,
+        headers: { authorization: mode.authorization },
+      });
+    }
+    return { targets, stop };
+  } catch (err) {
+    await stop();
+    throw err;
   }
-  return rows;
-}
-
-async function load(
-  url: string,
-  headers: Record<string, string>,
-  connections: number,
-  durationSec: number,
-): Promise<Omit<AuthBenchRow, 'name'>> {
-  const r = await autocannon({ url, headers, connections, duration: durationSec });
-  if (r.non2xx > 0 || r.errors > 0) {
-    throw new Error(`${url}: ${r.non2xx} non-2xx answers and ${r.errors} errors under load`);
-  }
-  return { reqPerSec: r.requests.average, p50Ms: r.latency.p50, p99Ms: r.latency.p99 };
 }
 
 interface BenchBroker {

@@ -9,6 +9,7 @@ describe(BatchedDestination.name, () => {
   let dir: string;
   let file: string;
   const read = () => readFileSync(file, 'utf8');
+  const syncSink = () => pino.destination({ dest: file, sync: true, contentMode: 'buffer' });
 
   beforeEach(() => {
     dir = mkdtempSync(join(tmpdir(), 'tb-batched-'));
@@ -16,23 +17,40 @@ describe(BatchedDestination.name, () => {
   });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('holds lines until a batch is full, then writes them in order', () => {
-    const dest = new BatchedDestination(pino.destination({ dest: file, sync: true }), 3);
-    dest.write('a\n');
-    dest.write('b\n');
-    expect(read()).toBe('');
-    dest.write('c\n');
-    expect(read()).toBe('a\nb\nc\n');
-    dest.write('d\n');
-    expect(read()).toBe('a\nb\nc\n');
+  it('holds lines until 16 KiB have gathered, then writes them in order', () => {
+    const dest = new BatchedDestination(syncSink());
+    const lines = Array.from({ length: 200 }, (_, i) => `line ${i} ${'x'.repeat(90)}\n`);
+    let i = 0;
+    for (; read() === '' && i < lines.length; i++) dest.write(lines[i]);
+    const written = read();
+    // Handed over once, at the first line that brought the gathered bytes to 16 KiB.
+    expect(Buffer.byteLength(written)).toBeGreaterThanOrEqual(16 * 1024);
+    expect(Buffer.byteLength(written)).toBeLessThan(16 * 1024 + 100);
+    expect(written).toBe(lines.slice(0, i).join(''));
+    for (; i < lines.length; i++) dest.write(lines[i]);
     dest.flushSync();
-    expect(read()).toBe('a\nb\nc\nd\n');
+    expect(read()).toBe(lines.join(''));
   });
 
-  it('flush(cb) writes a partial batch and calls back once it is on disk', async () => {
-    const sink = pino.destination({ dest: file, sync: false, minLength: 4096 });
+  it('keeps non-ASCII text intact and writes a line larger than a chunk whole, in order', () => {
+    const dest = new BatchedDestination(syncSink());
+    const big = `${'é€😀'.repeat(30_000)}\n`;
+    dest.write('before ü\n');
+    dest.write(big);
+    dest.write('after\n');
+    dest.flushSync();
+    expect(read()).toBe(`before ü\n${big}after\n`);
+  });
+
+  it('flush(cb) writes a partial chunk and calls back once it is written', async () => {
+    const sink = pino.destination({
+      dest: file,
+      sync: false,
+      minLength: 4096,
+      contentMode: 'buffer',
+    });
     await new Promise((resolve) => sink.once('ready', resolve));
-    const dest = new BatchedDestination(sink, 64);
+    const dest = new BatchedDestination(sink);
     const logger = pino({ base: null, timestamp: false }, dest);
     logger.info({ n: 1 }, 'first');
     logger.warn('second');
@@ -56,7 +74,8 @@ describe(BatchedDestination.name, () => {
     const script = `
       const pino = require(${JSON.stringify(require.resolve('pino'))});
       const { BatchedDestination } = require(${JSON.stringify(compiled)});
-      const dest = new BatchedDestination(pino.destination({ dest: ${JSON.stringify(file)}, sync: false, minLength: 4096 }), 64);
+      const sink = pino.destination({ dest: ${JSON.stringify(file)}, sync: false, minLength: 4096, contentMode: 'buffer' });
+      const dest = new BatchedDestination(sink);
       setTimeout(() => { dest.write('last words\\n'); process.exit(1); }, 10);
     `;
     const { status } = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8' });

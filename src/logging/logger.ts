@@ -86,12 +86,14 @@ function isoTimePerMillisecond(): () => string {
 
 /**
  * Buffered stdout: the audit trail writes a line per token handed out, and one write(2) per
- * line would cost more than serving the token. Lines are batched in front of SonicBoom (see
+ * line would cost more than serving the token. Lines are gathered into chunks in front of SonicBoom (see
  * {@link BatchedDestination}), flushed every 200 ms so a quiet broker's lines still appear
  * promptly, and on shutdown and exit.
  */
 function bufferedStdout(): DestinationStream {
-  const dest = new BatchedDestination(pino.destination({ dest: 1, sync: false, minLength: 4096 }));
+  const dest = new BatchedDestination(
+    pino.destination({ dest: 1, sync: false, minLength: 4096, contentMode: 'buffer' }),
+  );
   setInterval(() => dest.flush(), 200).unref();
   return dest;
 }

@@ -69,7 +69,7 @@ export class TokenFastPath {
       const body = tokenBody(hit, Date.now());
       res.writeHead(200, {
         'content-type': 'application/json; charset=utf-8',
-        'content-length': Buffer.byteLength(body),
+        'content-length': body.length,
         'cache-control': 'no-store',
         pragma: 'no-cache',
         'x-request-id': reqId,

@@ -7,6 +7,7 @@ import { assertMayUse } from '../caller-auth/caller-authorization';
 import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
 import { RequestErrorCode, RequestException } from '../http/request.exception';
+import { AuditLineWriter } from '../logging/audit-line.writer';
 import { FLAT_REDACT_PATHS, LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import type { ClientTokenManager } from './client-token-manager';
@@ -44,6 +45,15 @@ export class TokenRoute implements OnModuleInit {
    * built per request.
    */
   private readonly audit: Logger;
+  /**
+   * The "token issued" line, the one written per request: its fields but the request id are
+   * fixed per caller, client and token, so they are serialised once (see {@link AuditLineWriter}).
+   */
+  private readonly issuedLine: AuditLineWriter;
+  private readonly issuedFields = new WeakMap<
+    Caller,
+    { clientId: string; record: TokenRecord; fields: string }
+  >();
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
@@ -57,6 +67,7 @@ export class TokenRoute implements OnModuleInit {
       { audit: 'token' },
       { redact: { paths: FLAT_REDACT_PATHS, censor: '[redacted]' } },
     );
+    this.issuedLine = new AuditLineWriter(this.audit, 'token issued');
   }
 
   onModuleInit(): void {
@@ -135,10 +146,21 @@ export class TokenRoute implements OnModuleInit {
 
   /** The audit line for a token handed out; shared with {@link TokenFastPath}. */
   auditIssued(reqId: string, caller: Caller, clientId: string, record: TokenRecord): void {
-    this.audit.info(
-      { reqId, caller: caller.name, client: clientId, fp: record.fingerprint, result: 'issued' },
-      'token issued',
-    );
+    if (!this.issuedLine.enabled) return;
+    let fixed = this.issuedFields.get(caller);
+    if (fixed === undefined || fixed.record !== record || fixed.clientId !== clientId) {
+      fixed = {
+        clientId,
+        record,
+        fields:
+          AuditLineWriter.field('caller', caller.name) +
+          AuditLineWriter.field('client', clientId) +
+          AuditLineWriter.field('fp', record.fingerprint) +
+          AuditLineWriter.field('result', 'issued'),
+      };
+      this.issuedFields.set(caller, fixed);
+    }
+    this.issuedLine.write(AuditLineWriter.field('reqId', reqId) + fixed.fields);
   }
 
   /** Audits a refusal (the problem code is the result; the client only once it is validated). */
@@ -176,20 +198,29 @@ function send(reply: FastifyReply, record: TokenRecord): FastifyReply {
     });
 }
 
-/** The 200 body, built by hand: `access_token` is a validated b64token, so needs no escaping. */
-export function tokenBody(record: TokenRecord, now: number): string {
+/**
+ * The 200 body as bytes, built by hand: `access_token` is a validated b64token, so needs no
+ * escaping. It changes only when the token or the whole seconds of `expires_in` do, so the
+ * bytes are built once per second and shared by every response in it (never mutated).
+ */
+export function tokenBody(record: TokenRecord, now: number): Buffer {
   // Remaining lifetime, rounded down so a caller never believes in time it does not have.
   const expiresIn = Math.max(0, Math.floor((record.expiresAt - now) / 1000));
-  if (lastBody.record !== record) {
-    // Everything but expires_in is fixed per token: format it once, not per request.
+  if (lastBody.record !== record || lastBody.expiresIn !== expiresIn) {
     lastBody.record = record;
-    lastBody.head = `{"access_token":"${record.accessToken}","token_type":"Bearer","expires_in":`;
-    lastBody.tail = `,"expires_at":"${new Date(record.expiresAt).toISOString()}"}`;
+    lastBody.expiresIn = expiresIn;
+    lastBody.bytes = Buffer.from(
+      `{"access_token":"${record.accessToken}","token_type":"Bearer","expires_in":${expiresIn}` +
+        `,"expires_at":"${new Date(record.expiresAt).toISOString()}"}`,
+    );
   }
-  return lastBody.head + expiresIn + lastBody.tail;
+  return lastBody.bytes;
 }
 
-const lastBody: { record?: TokenRecord; head: string; tail: string } = { head: '', tail: '' };
+const lastBody: { record?: TokenRecord; expiresIn: number; bytes: Buffer } = {
+  expiresIn: -1,
+  bytes: Buffer.alloc(0),
+};
 
 /** A query parameter given at most once; a repeated one is ambiguous and refused. */
 function single(query: TokenQuery, name: string): string | undefined {
