@@ -11,7 +11,8 @@ import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
-import { FLAT_REDACT_PATHS, LOGGER } from '../logging/logger';
+import { AuditLineWriter } from '../logging/audit-line.writer';
+import { LOGGER } from '../logging/logger';
 import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
 import { type OrderAudit, type OrderReply, OrdersService } from './orders.service';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
@@ -28,8 +29,12 @@ import { OrdersErrorCode, OrdersException } from './orders.exception';
  */
 @Injectable()
 export class OrdersRoute implements OnModuleInit {
-  /** One line per order: caller, client, token fingerprint (never the token), outcome. */
-  private readonly audit: Logger;
+  /**
+   * One line per order: caller, client, token fingerprint (never the token), outcome. Every
+   * field is one the broker computed or validated, so the line is written directly in pino's
+   * format (see {@link AuditLineWriter}) rather than through pino's generic serialiser.
+   */
+  private readonly line: AuditLineWriter;
   /** Set when the server starts closing: the last answers on each connection close it. */
   private closing = false;
 
@@ -40,12 +45,7 @@ export class OrdersRoute implements OnModuleInit {
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
     @Inject(LOGGER) logger: Logger,
   ) {
-    // A flat line of fixed fields: the root logger's `*.x` wildcards would walk every key of
-    // it for nothing (measured here: 35 us a line with them, 8 us without).
-    this.audit = logger.child(
-      { audit: 'orders' },
-      { redact: { paths: FLAT_REDACT_PATHS, censor: '[redacted]' } },
-    );
+    this.line = new AuditLineWriter(logger.child({ audit: 'orders' }), 'order');
   }
 
   onModuleInit(): void {
@@ -121,20 +121,22 @@ export class OrdersRoute implements OnModuleInit {
     status: number,
     result: string,
   ): void {
+    if (!this.line.enabled) return;
     const { caller, clientId } = partialCallerContext(req);
-    this.audit.info(
-      {
-        reqId: req.id,
-        caller: caller?.name,
-        client: clientId,
-        fp: audit.tokenFingerprint,
-        idemKeyHash: audit.idempotencyKeyHash,
-        attempts: audit.attempts,
-        status,
-        result,
-        durationMs: Math.round(reply.elapsedTime * 10) / 10,
-      },
-      'order',
+    const field = AuditLineWriter.field;
+    // Fields the broker does not know (yet) are left out, as pino leaves out `undefined`.
+    this.line.write(
+      field('reqId', req.id) +
+        (caller ? field('caller', caller.name) : '') +
+        (clientId !== undefined ? field('client', clientId) : '') +
+        (audit.tokenFingerprint !== undefined ? field('fp', audit.tokenFingerprint) : '') +
+        (audit.idempotencyKeyHash !== undefined
+          ? field('idemKeyHash', audit.idempotencyKeyHash)
+          : '') +
+        field('attempts', audit.attempts) +
+        field('status', status) +
+        field('result', result) +
+        field('durationMs', Math.round(reply.elapsedTime * 10) / 10),
     );
   }
 

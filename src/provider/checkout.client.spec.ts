@@ -1,0 +1,166 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { clientSchema, ordersSettingsSchema } from '../config/config.schema';
+import { CheckoutClient, type CheckoutOutcome, createCheckoutAgent } from './checkout.client';
+import { ProviderErrorCode } from './provider.exception';
+
+/** The checkout adapter against a real HTTP server on loopback, one behaviour per test. */
+describe(CheckoutClient.name, () => {
+  const settings = ordersSettingsSchema.parse({
+    connectTimeoutMs: 500,
+    headersTimeoutMs: 300,
+    bodyTimeoutMs: 300,
+    maxResponseBytes: 2048,
+  });
+  let server: Server;
+  let sockets: Set<Socket>;
+  let handler: (req: IncomingMessage, body: Buffer, res: ServerResponse) => void;
+  let checkout: CheckoutClient;
+  let baseUrl: string;
+
+  beforeEach(async () => {
+    sockets = new Set();
+    server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => handler(req, Buffer.concat(chunks), res));
+    });
+    server.on('connection', (s) => {
+      sockets.add(s);
+      s.once('close', () => sockets.delete(s));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    checkout = new CheckoutClient(createCheckoutAgent(settings), settings);
+  });
+
+  afterEach(async () => {
+    await checkout.close();
+    for (const s of sockets) s.destroy();
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  const order = (base = baseUrl, body = Buffer.from('{"price":100}')): Promise<CheckoutOutcome> =>
+    checkout.createOrder({
+      client: clientSchema.parse({
+        id: 'acme',
+        authUrl: base,
+        baseUrl: base,
+        ordersPath: '/api/flexpay/v1/orders',
+        credentials: { file: '/dev/null' },
+      }),
+      accessToken: 'provider-token',
+      body,
+      headers: { 'idempotency-key': 'k-1', 'x-request-id': 'r-1' },
+    });
+
+  it("sends SPEC.md §2's request and returns the answer's status, type and bytes", async () => {
+    let seen: {
+      method?: string;
+      url?: string;
+      headers?: IncomingMessage['headers'];
+      body?: string;
+    } = {};
+    handler = (req, body, res) => {
+      seen = { method: req.method, url: req.url, headers: req.headers, body: body.toString() };
+      res.writeHead(422, { 'content-type': 'application/json; charset=utf-8', 'retry-after': '7' });
+      res.end('{"errorCodes":["MIN_PRICE"]}');
+    };
+    const outcome = await order();
+    expect(seen).toMatchObject({
+      method: 'POST',
+      url: '/api/flexpay/v1/orders',
+      body: '{"price":100}',
+      headers: expect.objectContaining({
+        'content-type': 'application/json',
+        accept: 'application/json',
+        authorization: 'Bearer provider-token',
+        'idempotency-key': 'k-1',
+        'x-request-id': 'r-1',
+      }) as unknown,
+    });
+    expect(outcome).toEqual({
+      kind: 'answered',
+      status: 422,
+      contentType: 'application/json; charset=utf-8',
+      retryAfter: '7',
+      body: Buffer.from('{"errorCodes":["MIN_PRICE"]}'),
+    });
+  });
+
+  it('collects an answer that arrives in many chunks', async () => {
+    const parts = Array.from({ length: 20 }, (_, i) => `"p${i}":${'1'.repeat(40)}`);
+    handler = (_req, _body, res) => {
+      res.writeHead(201, { 'content-type': 'application/json' });
+      let i = 0;
+      const next = () => {
+        if (i === parts.length) return res.end('}');
+        res.write(`${i === 0 ? '{' : ','}${parts[i++]}`);
+        setImmediate(next);
+      };
+      next();
+    };
+    const outcome = await order();
+    expect(outcome.kind).toBe('answered');
+    const body = (outcome as { body: Buffer }).body.toString();
+    expect(body).toBe(`{${parts.join(',')}}`);
+  });
+
+  it('refuses an answer over ORDERS_MAX_RESPONSE_BYTES: delivered maybe, malformed response', async () => {
+    handler = (_req, _body, res) => {
+      res.writeHead(201, { 'content-type': 'application/json' });
+      res.end(`{"x":"${'y'.repeat(5000)}"}`);
+    };
+    const outcome = await order();
+    expect(outcome).toMatchObject({
+      kind: 'failed',
+      delivered: 'maybe',
+      error: { code: ProviderErrorCode.MalformedResponse },
+    });
+    expect((outcome as { error: Error }).error.message).toMatch(/ORDERS_MAX_RESPONSE_BYTES/);
+  });
+
+  it('reports a refused connection as never delivered', async () => {
+    const closed = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    for (const s of sockets) s.destroy();
+    await new Promise((resolve) => server.close(resolve));
+    const outcome = await order(closed);
+    expect(outcome).toMatchObject({
+      kind: 'failed',
+      delivered: 'no',
+      error: { code: ProviderErrorCode.Unreachable },
+    });
+    server = createServer(); // for afterEach
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  });
+
+  it('reports no answer in time as a timeout that may have been delivered', async () => {
+    handler = () => undefined; // never answers
+    const outcome = await order();
+    expect(outcome).toMatchObject({
+      kind: 'failed',
+      delivered: 'maybe',
+      error: { code: ProviderErrorCode.Timeout },
+    });
+  });
+
+  it('reports a connection reset after sending as maybe delivered', async () => {
+    handler = (req) => req.socket.destroy();
+    const outcome = await order();
+    expect(outcome).toMatchObject({
+      kind: 'failed',
+      delivered: 'maybe',
+      error: { code: ProviderErrorCode.Unreachable },
+    });
+  });
+
+  it('reports an answer cut off before its Content-Length as maybe delivered', async () => {
+    handler = (_req, _body, res) => {
+      res.writeHead(201, { 'content-type': 'application/json', 'content-length': '100' });
+      res.write('{"partial":');
+      setTimeout(() => res.socket?.destroy(), 20);
+    };
+    const outcome = await order();
+    expect(outcome).toMatchObject({ kind: 'failed', delivered: 'maybe' });
+  });
+});
