@@ -56,7 +56,7 @@ export class AuditLineWriter {
   }
 
   /** `,"name":<value as JSON>`, for building `fields`. */
-  static field(name: string, value: string | number): string {
+  static field(this: void, name: string, value: string | number): string {
     return `,${JSON.stringify(name)}:${JSON.stringify(value)}`;
   }
 }
