@@ -5,7 +5,12 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
-import { PROVIDER_ORDERS_PATHS, ProviderEmulator } from '../emulator/provider-emulator';
+import { Client } from 'undici';
+import {
+  PROVIDER_ORDERS_PATHS,
+  ProviderEmulator,
+  type ProviderKnobs,
+} from '../emulator/provider-emulator';
 
 /** One measured configuration, as the main bench harness prints it. */
 export interface OrdersBenchRow {
@@ -15,11 +20,29 @@ export interface OrdersBenchRow {
   p99Ms: number;
 }
 
+/** Per-request latency of one caller sending orders one after another, in microseconds. */
+export interface SequentialLatency {
+  name: string;
+  requests: number;
+  p50Us: number;
+  p99Us: number;
+}
+
+/** Everything {@link benchOrders} measured, for the harness to print. */
+export interface OrdersBenchReport {
+  /** Emulator answering at once: direct, the bare forwarder, the broker (CPU-bound). */
+  instant: OrdersBenchRow[];
+  /** Emulator taking {@link OrdersBenchOptions.providerLatencyMs} per order: direct, the bare forwarder, the broker. */
+  delayed: OrdersBenchRow[];
+  /** One connection, one order at a time, emulator answering at once: direct, broker. */
+  sequential: SequentialLatency[];
+}
+
 /** Options of {@link benchOrders}. */
 export interface OrdersBenchOptions {
   /** Length of each measured run. */
   durationSec: number;
-  /** Concurrent connections autocannon keeps open (same for both targets). */
+  /** Concurrent connections autocannon keeps open (same for every target). */
   connections: number;
   /**
    * Interleaved rounds (direct, broker, direct, broker...) averaged into one row per target,
@@ -29,10 +52,21 @@ export interface OrdersBenchOptions {
   rounds?: number;
   /**
    * Also measure the broker with a unique `Idempotency-Key` per request (in-memory store), as
-   * a third row.
+   * another row of the instant section.
    * @default false
    */
   withIdempotencyKey?: boolean;
+  /**
+   * The emulator's time per order in the `delayed` section, standing in for a real provider
+   * across a network.
+   * @default 5
+   */
+  providerLatencyMs?: number;
+  /**
+   * Orders sent one at a time per target in the `sequential` section.
+   * @default 3000
+   */
+  sequentialRequests?: number;
 }
 
 const CREDENTIALS = { client_id: 'bench-merchant', client_secret: 'bench-secret-value' };
@@ -64,7 +98,16 @@ const EMULATOR_ARG = '--orders-bench-emulator';
 
 /**
  * `POST /orders` through one broker process (in-memory stores, no Redis) against the same POST
- * made directly to the provider emulator, same autocannon settings, interleaved.
+ * made directly to the provider emulator, same autocannon settings, interleaved, in three
+ * settings:
+ * - `instant`: the emulator answers at once, so every process is CPU-bound and three of them
+ *   (load generator, broker, emulator) share the machine's cores where the direct call has two.
+ *   The bare forwarder (`bench/bare-forwarder.ts`) is measured beside them as the floor of any
+ *   Node process in the path.
+ * - `delayed`: the emulator takes `providerLatencyMs` per order, as a real provider across a
+ *   network does; what the broker adds is then seen against a realistic call.
+ * - `sequential`: one caller, one order at a time, timed in microseconds: the latency the
+ *   broker adds to each order when it is not saturated.
  *
  * The emulator runs in a process of its own, like a real provider: were it in the load
  * generator's process, direct calls would never wait for another process to be scheduled
@@ -72,10 +115,11 @@ const EMULATOR_ARG = '--orders-bench-emulator';
  *
  * Build first (`npm run build`); this module starts `dist/main.js`.
  */
-export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBenchRow[]> {
+export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBenchReport> {
   const rounds = opts.rounds ?? 3;
   const dir = mkdtempSync(join(tmpdir(), 'tb-orders-bench-'));
   let broker: ChildProcess | undefined;
+  let forwarder: ChildProcess | undefined;
   const emulator = await startEmulatorProcess();
   try {
     const credentialsFile = join(dir, 'credentials.json');
@@ -98,55 +142,140 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
     });
     const brokerUrl = `http://127.0.0.1:${port}`;
     await waitReady(brokerUrl, broker);
-
-    const targets: Array<{ name: string; url: string; unique?: boolean }> = [
-      { name: 'direct POST to the emulator', url: `${emulator.url}${PROVIDER_ORDERS_PATHS[0]}` },
-      { name: 'broker POST /orders', url: `${brokerUrl}/orders` },
-    ];
-    if (opts.withIdempotencyKey) {
-      targets.push({
-        name: 'broker POST /orders + Idempotency-Key',
-        url: `${brokerUrl}/orders`,
-        unique: true,
-      });
-    }
-    // The emulator checks the bearer token: the direct calls use the broker's own token.
+    // The emulator checks the bearer token: direct calls use the broker's own token.
     const token = await brokerToken(brokerUrl);
-    const run = (t: (typeof targets)[number], durationSec: number) =>
-      load(
-        t.url,
-        t.unique === true,
-        durationSec,
-        opts.connections,
-        t.url.startsWith(emulator.url) ? token : undefined,
-      ).finally(
-        // Forget the orders created, so memory use stays flat across rounds.
-        () => emulator.reset(),
-      );
+    const ordersUrl = `${emulator.url}${PROVIDER_ORDERS_PATHS[0]}`;
+    const forwarderPort = await freePort();
+    forwarder = await startForwarder(forwarderPort, ordersUrl, token);
 
-    for (const t of targets) await run(t, 1); // warm-up: JIT, keep-alive pools
-    const samples = targets.map(() => [] as OrdersBenchRow[]);
-    for (let r = 0; r < rounds; r++) {
-      for (let i = 0; i < targets.length; i++) {
-        samples[i].push(await run(targets[i], opts.durationSec));
+    const direct: Target = { name: 'direct POST to the emulator', url: ordersUrl, bearer: token };
+    const viaBroker: Target = { name: 'broker POST /orders', url: `${brokerUrl}/orders` };
+    const floor: Target = {
+      name: 'bare forwarder (node:http + undici)',
+      url: `http://127.0.0.1:${forwarderPort}/orders`,
+    };
+    const measure = async (targets: Target[]): Promise<OrdersBenchRow[]> => {
+      const run = (t: Target, durationSec: number) =>
+        load(t, durationSec, opts.connections).finally(
+          // Forget the orders created, so memory use stays flat across rounds.
+          () => emulator.reset(),
+        );
+      for (const t of targets) await run(t, 1); // warm-up: JIT, keep-alive pools
+      const samples = targets.map(() => [] as OrdersBenchRow[]);
+      for (let r = 0; r < rounds; r++) {
+        for (let i = 0; i < targets.length; i++) {
+          samples[i].push(await run(targets[i], opts.durationSec));
+        }
       }
-    }
-    return targets.map((t, i) => mean(t.name, samples[i]));
+      return targets.map((t, i) => mean(t.name, samples[i]));
+    };
+
+    const instant = await measure([
+      direct,
+      floor,
+      viaBroker,
+      ...(opts.withIdempotencyKey
+        ? [{ ...viaBroker, name: 'broker POST /orders + Idempotency-Key', uniqueKeys: true }]
+        : []),
+    ]);
+    const sequential = await sequentialLatency(
+      [direct, viaBroker],
+      opts.sequentialRequests ?? 3000,
+      () => emulator.reset(),
+    );
+    const latencyMs = opts.providerLatencyMs ?? 5;
+    await emulator.setKnobs({ ordersLatencyMs: latencyMs });
+    const delayed = await measure([
+      { ...direct, name: `direct, emulator taking ${latencyMs} ms` },
+      { ...floor, name: `bare forwarder, emulator taking ${latencyMs} ms` },
+      { ...viaBroker, name: `broker, emulator taking ${latencyMs} ms` },
+    ]);
+    return { instant, delayed, sequential };
   } finally {
-    if (broker && broker.exitCode === null) {
-      const exited = new Promise((resolve) => broker!.once('exit', resolve));
-      broker.kill('SIGTERM');
-      await exited;
+    for (const child of [broker, forwarder]) {
+      if (child && child.exitCode === null) {
+        const exited = new Promise((resolve) => child.once('exit', resolve));
+        child.kill('SIGTERM');
+        await exited;
+      }
     }
     await emulator.close();
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
+interface Target {
+  name: string;
+  url: string;
+  /** The provider token, for calls straight to the emulator. */
+  bearer?: string;
+  /** A new `Idempotency-Key` on every request. */
+  uniqueKeys?: boolean;
+}
+
+/** Forks the bare forwarder (`dist-bench/bench/bare-forwarder.js`) and waits until it listens. */
+async function startForwarder(port: number, target: string, token: string): Promise<ChildProcess> {
+  const script = join(__dirname, '..', '..', 'bench', 'bare-forwarder.js');
+  const child = fork(script, [String(port), target, token], { stdio: 'ignore' });
+  await new Promise<void>((resolve, reject) => {
+    child.once('message', () => resolve());
+    child.once('exit', (code) => reject(new Error(`the bare forwarder exited with ${code}`)));
+  });
+  return child;
+}
+
+/**
+ * Each target in turn, `requests` orders one after another on one keep-alive connection,
+ * interleaved in ten slices so drift hits all targets alike; microsecond timings.
+ */
+async function sequentialLatency(
+  targets: Target[],
+  requests: number,
+  reset: () => Promise<void>,
+): Promise<SequentialLatency[]> {
+  const clients = targets.map((t) => new Client(new URL(t.url).origin, { pipelining: 1 }));
+  const timings = targets.map(() => [] as number[]);
+  const one = async (i: number, record: boolean) => {
+    const t = targets[i];
+    const started = process.hrtime.bigint();
+    const res = await clients[i].request({
+      path: new URL(t.url).pathname,
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        ...(t.bearer !== undefined && { authorization: `Bearer ${t.bearer}` }),
+      },
+      body: ORDER,
+    });
+    await res.body.dump();
+    if (res.statusCode >= 300) throw new Error(`${t.url}: HTTP ${res.statusCode}`);
+    if (record) timings[i].push(Number(process.hrtime.bigint() - started) / 1000);
+  };
+  try {
+    for (let i = 0; i < targets.length; i++) for (let n = 0; n < 200; n++) await one(i, false);
+    const slices = 10;
+    for (let s = 0; s < slices; s++) {
+      for (let i = 0; i < targets.length; i++) {
+        for (let n = 0; n < Math.ceil(requests / slices); n++) await one(i, true);
+      }
+      await reset();
+    }
+  } finally {
+    await Promise.all(clients.map((c) => c.close()));
+  }
+  return targets.map((t, i) => {
+    const sorted = timings[i].sort((x, y) => x - y);
+    const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+    return { name: t.name, requests: sorted.length, p50Us: at(0.5), p99Us: at(0.99) };
+  });
+}
+
 interface EmulatorProcess {
   url: string;
   /** Clears the emulator's stats (the orders it keeps), resolved once done. */
   reset(): Promise<void>;
+  /** Sets knobs that stay in force across resets. */
+  setKnobs(knobs: Partial<ProviderKnobs>): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -159,14 +288,15 @@ async function startEmulatorProcess(): Promise<EmulatorProcess> {
     );
     child.once('exit', (code) => reject(new Error(`the emulator process exited with ${code}`)));
   });
-  const request = (command: string) =>
+  const request = (message: EmulatorCommand) =>
     new Promise<void>((resolve) => {
       child.once('message', () => resolve());
-      child.send({ command });
+      child.send(message);
     });
   return {
     url,
-    reset: () => request('reset'),
+    reset: () => request({ command: 'reset' }),
+    setKnobs: (knobs) => request({ command: 'knobs', knobs }),
     close: async () => {
       const exited = new Promise((resolve) => child.once('exit', resolve));
       child.kill('SIGTERM');
@@ -175,13 +305,19 @@ async function startEmulatorProcess(): Promise<EmulatorProcess> {
   };
 }
 
-/** The forked side: an emulator answering `reset` over IPC. */
+type EmulatorCommand = { command: 'reset' } | { command: 'knobs'; knobs: Partial<ProviderKnobs> };
+
+/** The forked side: an emulator answering `reset` and `knobs` over IPC. */
 async function serveEmulator(): Promise<void> {
   const emulator = await ProviderEmulator.start({
     credentials: { [CREDENTIALS.client_id]: CREDENTIALS.client_secret },
   });
-  process.on('message', (m: { command?: string }) => {
-    if (m.command === 'reset') emulator.reset();
+  // A reset puts the knobs back to their defaults: the bench's own are applied again.
+  let knobs: Partial<ProviderKnobs> = {};
+  process.on('message', (m: EmulatorCommand) => {
+    if (m.command === 'knobs') knobs = m.knobs;
+    else emulator.reset();
+    emulator.setKnobs(knobs);
     process.send!({ done: m.command });
   });
   process.once('SIGTERM', () => void emulator.close().then(() => process.exit(0)));
@@ -192,15 +328,10 @@ if (require.main === module && process.argv.includes(EMULATOR_ARG)) {
   void serveEmulator();
 }
 
-async function load(
-  url: string,
-  uniqueKeys: boolean,
-  durationSec: number,
-  connections: number,
-  bearer: string | undefined,
-): Promise<OrdersBenchRow> {
+async function load(t: Target, durationSec: number, connections: number): Promise<OrdersBenchRow> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
-  if (bearer) headers.authorization = `Bearer ${bearer}`;
+  if (t.bearer !== undefined) headers.authorization = `Bearer ${t.bearer}`;
+  const url = t.url;
   let n = 0;
   const result = await autocannon({
     url,
@@ -209,7 +340,7 @@ async function load(
     body: ORDER,
     connections,
     duration: durationSec,
-    ...(uniqueKeys && {
+    ...(t.uniqueKeys === true && {
       requests: [
         {
           setupRequest: (req) => ({
