@@ -638,6 +638,15 @@ describe('Helm chart helm/token-broker', () => {
     });
   });
 
+  it('renders the orders limits into broker.yaml, where the broker reads them', () => {
+    const config = loadRenderedConfig(render(VALUE_SETS['several clients']));
+    expect(config.orders).toMatchObject({ idempotencyTtlSeconds: 3600, bodyLimitBytes: 262144 });
+    // The rest keep the broker's defaults.
+    expect(config.orders.headersTimeoutMs).toBe(10_000);
+    const defaults = loadRenderedConfig(render(VALUE_SETS.defaults));
+    expect(defaults.orders.idempotencyTtlSeconds).toBe(86_400);
+  });
+
   describe('bad values are refused with a message naming the setting', () => {
     it.each([
       [
@@ -661,6 +670,16 @@ describe('Helm chart helm/token-broker', () => {
         /config\.log\.level: config\.log\.level must be one of/,
       ],
       ['service.port', ['service.port=http'], /service\.port: Invalid type\. Expected: integer/],
+      [
+        'config.orders.bodyLimitBytes',
+        ['config.orders.bodyLimitBytes=10'],
+        /config\.orders\.bodyLimitBytes: Must be greater than or equal to 1024/,
+      ],
+      [
+        'a misspelt orders setting',
+        ['config.orders.idempotencyTTL=60'],
+        /config\.orders: Additional property idempotencyTTL is not allowed/,
+      ],
       ['a misspelt top-level key', ['replicas=3'], /Additional property replicas is not allowed/],
       [
         'a client id',

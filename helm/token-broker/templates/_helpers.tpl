@@ -109,7 +109,7 @@ sections next, config.extra last (deep merge, extra wins). The Redis URL is neve
 {{- $c := .Values.config }}
 {{- $http := merge (dict "port" (.Values.containerPort | int) "host" "0.0.0.0") (deepCopy $c.http) }}
 {{- $cfg := dict "http" $http "log" (deepCopy $c.log) "clients" (deepCopy $c.clients) }}
-{{- range $section := list "token" "provider" "redis" }}
+{{- range $section := list "token" "provider" "redis" "orders" }}
 {{- with (get $c $section) }}
 {{- $_ := set $cfg $section (deepCopy .) }}
 {{- end }}
