@@ -86,9 +86,9 @@ function isoTimePerMillisecond(): () => string {
 
 /**
  * Buffered stdout: the audit trail writes a line per token handed out, and one write(2) per
- * line would cost more than serving the token. Lines are gathered into chunks in front of SonicBoom (see
- * {@link BatchedDestination}), flushed every 200 ms so a quiet broker's lines still appear
- * promptly, and on shutdown and exit.
+ * line would cost more than serving the token. Lines are gathered into chunks in front of
+ * SonicBoom (see {@link BatchedDestination}), flushed every 200 ms so a quiet broker's lines
+ * still appear promptly, and on shutdown and exit.
  */
 function bufferedStdout(): DestinationStream {
   const dest = new BatchedDestination(

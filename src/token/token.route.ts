@@ -41,8 +41,8 @@ type TokenQuery = Record<string, string | string[] | undefined>;
 export class TokenRoute implements OnModuleInit {
   /**
    * One line per token handed out or refused: caller, client, token fingerprint (never the
-   * token), result. A child logger with fixed fields and a constant message: no string is
-   * built per request.
+   * token), result. Refusals go through this child logger; the far more frequent "issued" line
+   * through {@link issuedLine}, in the same format.
    */
   private readonly audit: Logger;
   /**
