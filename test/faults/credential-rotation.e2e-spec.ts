@@ -2,9 +2,9 @@ import {
   SecretsManagerEmulator,
   secretsManagerClientEnv,
 } from '../../src/emulator/secrets-manager-emulator';
-import { type Fleet, FLEET_CLIENT, FLEET_CREDENTIALS, startFleet } from '../support/fleet';
-import { hammer } from '../support/load';
-import { figures, httpGet, TokenWatch } from '../support/token-watch';
+import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
+import { type Fleet, FLEET_CREDENTIALS } from '../support/fleet';
+import { figures, httpGet } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 4;
@@ -35,15 +35,13 @@ describe('credential rotation through Secrets Manager', () => {
     secrets = await SecretsManagerEmulator.start({
       secrets: { [SECRET_ID]: JSON.stringify(FLEET_CREDENTIALS) },
     });
-    fleet = await startFleet({
-      size: 3,
-      knobs: { tokenLifetimeSeconds: LIFETIME_S },
+    fleet = await startFaultFleet({
+      lifetimeS: LIFETIME_S,
+      aheadS: AHEAD_S,
       env: {
         CREDENTIALS_FILE: '',
         CREDENTIALS_SECRET_ID: SECRET_ID,
         ...secretsManagerClientEnv(secrets.url),
-        TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
-        TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
         TOKEN_BACKOFF_BASE_MS: '100',
         TOKEN_BACKOFF_MAX_MS: '1000',
         TOKEN_WAIT_TIMEOUT_MS: '500',
@@ -72,18 +70,8 @@ describe('credential rotation through Secrets Manager', () => {
 
   it('recovers from a rotation without restart, and says what to check when no secret works', async () => {
     const { emulator, brokers } = fleet;
-    const urls = brokers.map((b) => b.url);
-    const watch = new TokenWatch(emulator);
-    let done = false;
-    const load = hammer({
-      urls,
-      path: `/token?client=${FLEET_CLIENT}`,
-      concurrency: 6,
-      until: () => done,
-      durationMs: 60_000,
-      isSuccess: () => true,
-      validate: watch.validate,
-    });
+    const load = startTokenLoad(fleet, { concurrency: 6 });
+    const { urls, watch } = load;
     try {
       // Phase 1: rotation. Secrets Manager serves the new secret, the provider takes only it.
       const steady = await nextIssued(Date.now());
@@ -153,8 +141,7 @@ describe('credential rotation through Secrets Manager', () => {
         async () => (await Promise.all(urls.map(readiness))).every((r) => r.status === 200),
         { timeoutMs: 3000, what: 'every replica to be ready again' },
       );
-      done = true;
-      const result = await load;
+      const result = await load.stop();
 
       const outputs = [
         ...brokers.flatMap((b) => b.logs()),
@@ -216,8 +203,7 @@ describe('credential rotation through Secrets Manager', () => {
       }
       expect(leaked).toEqual([]);
     } finally {
-      done = true;
-      await load;
+      await load.stop();
     }
   }, 60_000);
 });

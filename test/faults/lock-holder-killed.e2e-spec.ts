@@ -1,6 +1,6 @@
-import { type Fleet, FLEET_CLIENT, startFleet } from '../support/fleet';
-import { hammer } from '../support/load';
-import { figures, metricValue, nextRefresh, TokenWatch } from '../support/token-watch';
+import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
+import type { Fleet } from '../support/fleet';
+import { figures, metricValue, nextRefresh } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 8;
@@ -16,12 +16,10 @@ describe('lock holder SIGKILLed between taking the lock and writing the token', 
   let fleet: Fleet;
 
   beforeAll(async () => {
-    fleet = await startFleet({
-      size: 3,
-      knobs: { tokenLifetimeSeconds: LIFETIME_S },
+    fleet = await startFaultFleet({
+      lifetimeS: LIFETIME_S,
+      aheadS: AHEAD_S,
       env: {
-        TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
-        TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
         TOKEN_LOCK_TTL_MS: String(LOCK_TTL_MS),
         TOKEN_WAIT_TIMEOUT_MS: '2000',
         TOKEN_BACKOFF_BASE_MS: '100',
@@ -37,22 +35,12 @@ describe('lock holder SIGKILLed between taking the lock and writing the token', 
 
   it('another replica refreshes before the old token expires', async () => {
     const { emulator, brokers } = fleet;
-    const urls = brokers.map((b) => b.url);
-    const watch = new TokenWatch(emulator);
+    const load = startTokenLoad(fleet);
+    const { urls, watch } = load;
     const acquired = () =>
       Promise.all(
         urls.map((u) => metricValue(u, 'token_broker_lock_attempts_total', { result: 'acquired' })),
       );
-    let done = false;
-    const load = hammer({
-      urls,
-      path: `/token?client=${FLEET_CLIENT}`,
-      concurrency: 8,
-      until: () => done,
-      durationMs: 60_000,
-      isSuccess: () => true,
-      validate: watch.validate,
-    });
 
     try {
       // Right after a refresh, hold the provider's next answer for longer than the lock TTL
@@ -93,8 +81,7 @@ describe('lock holder SIGKILLed between taking the lock and writing the token', 
         { timeoutMs: 3000, what: 'every survivor to serve the new token' },
       );
       await delay(Math.max(0, current.expiresAt + 500 - Date.now()));
-      done = true;
-      const result = await load;
+      const result = await load.stop();
 
       // Requests to the killed replica fail (it is gone); everything else must not.
       const survivorFailures = result.failures.filter((f) => f.url !== victim.url);
@@ -119,8 +106,7 @@ describe('lock holder SIGKILLed between taking the lock and writing the token', 
       // The lease ran out, no sooner: the lock was not stolen from a live holder.
       expect(takeover.issuedAt - killedAt).toBeGreaterThan(LOCK_TTL_MS / 3);
     } finally {
-      done = true;
-      await load;
+      await load.stop();
       emulator.setKnobs({ tokenLatencyMs: 0 });
     }
   }, 60_000);

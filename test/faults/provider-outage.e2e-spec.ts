@@ -1,6 +1,6 @@
-import { type Fleet, FLEET_CLIENT, startFleet } from '../support/fleet';
-import { hammer } from '../support/load';
-import { figures, metricValue, nextRefresh, TokenWatch } from '../support/token-watch';
+import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
+import type { Fleet } from '../support/fleet';
+import { figures, metricValue, nextRefresh } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 6;
@@ -19,12 +19,10 @@ describe('provider token endpoint failing through the refresh window', () => {
   let fleet: Fleet;
 
   beforeAll(async () => {
-    fleet = await startFleet({
-      size: 3,
-      knobs: { tokenLifetimeSeconds: LIFETIME_S },
+    fleet = await startFaultFleet({
+      lifetimeS: LIFETIME_S,
+      aheadS: AHEAD_S,
       env: {
-        TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
-        TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
         TOKEN_BACKOFF_BASE_MS: String(BACKOFF_BASE_MS),
         TOKEN_BACKOFF_MAX_MS: String(BACKOFF_MAX_MS),
         TOKEN_WAIT_TIMEOUT_MS: '1000',
@@ -40,24 +38,14 @@ describe('provider token endpoint failing through the refresh window', () => {
 
   it('serves the current token through 503s, timeouts and garbage, recovers before expiry, and answers 503 + Retry-After after it', async () => {
     const { emulator } = fleet;
-    const urls = fleet.brokers.map((b) => b.url);
-    const watch = new TokenWatch(emulator);
+    const load = startTokenLoad(fleet);
+    const { urls, watch } = load;
     const transientErrors = () =>
       Promise.all(
         urls.map((u) =>
           metricValue(u, 'token_broker_refresh_total', { result: 'transient_error' }),
         ),
       );
-    let done = false;
-    const load = hammer({
-      urls,
-      path: `/token?client=${FLEET_CLIENT}`,
-      concurrency: 8,
-      until: () => done,
-      durationMs: 60_000,
-      isSuccess: () => true,
-      validate: watch.validate,
-    });
 
     try {
       // Start right after a refresh, so the whole refresh window lies ahead.
@@ -108,8 +96,7 @@ describe('provider token endpoint failing through the refresh window', () => {
         () => [...watch.lastServedBy.values()].some((s) => s.at > recoveryRequestedAt),
         { timeoutMs: 4000, what: 'callers to be served again after the provider came back' },
       );
-      done = true;
-      const result = await load;
+      const result = await load.stop();
 
       console.log(
         figures('provider-outage', result, {
@@ -145,8 +132,7 @@ describe('provider token endpoint failing through the refresh window', () => {
         expect(r.detail).toMatch(/HTTP 503/);
       }
     } finally {
-      done = true;
-      await load;
+      await load.stop();
       emulator.setKnobs({ tokenFailure: null });
     }
   }, 60_000);

@@ -1,10 +1,10 @@
 import { Redis } from 'ioredis';
 import { redisKeys } from '../../src/redis/redis.constants';
 import { fingerprintOf } from '../../src/token/token-record';
-import { type Fleet, FLEET_CLIENT, requestsPerCycle, startFleet } from '../support/fleet';
-import { hammer } from '../support/load';
+import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
+import { type Fleet, FLEET_CLIENT, requestsPerCycle } from '../support/fleet';
 import { startRedis, type TestRedis } from '../support/redis-server';
-import { figures, TokenWatch } from '../support/token-watch';
+import { figures, nextRefresh, type TokenWatch } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 6;
@@ -27,13 +27,11 @@ describe('Redis flushed, or restarted empty, under load', () => {
 
   beforeAll(async () => {
     redis = await startRedis({ forceLocal: true });
-    fleet = await startFleet({
-      size: 3,
+    fleet = await startFaultFleet({
+      lifetimeS: LIFETIME_S,
+      aheadS: AHEAD_S,
       redis,
-      knobs: { tokenLifetimeSeconds: LIFETIME_S },
       env: {
-        TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
-        TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
         REDIS_COMMAND_TIMEOUT_MS: '300',
         REDIS_PING_INTERVAL_MS: '200',
         TOKEN_LOCK_TTL_MS: '1000',
@@ -70,46 +68,26 @@ describe('Redis flushed, or restarted empty, under load', () => {
     );
   }
 
-  /** Resolves with the newest issued token right after the next refresh. */
-  async function nextRefresh(fleetToWatch: Fleet) {
-    const issued = fleetToWatch.emulator.stats.tokensIssued;
-    return waitFor(
-      () =>
-        fleetToWatch.emulator.stats.tokensIssued > issued
-          ? fleetToWatch.emulator.stats.issued.at(-1)
-          : undefined,
-      { timeoutMs: LIFETIME_S * 1000, intervalMs: 10, what: 'a refresh' },
-    );
-  }
-
   it('repopulates L2 with one provider request per refresh cycle, after a flush and after a restart', async () => {
-    const { emulator, brokers } = fleet;
-    const urls = brokers.map((b) => b.url);
-    const watch = new TokenWatch(emulator);
-    let done = false;
-    const load = hammer({
-      urls,
-      path: `/token?client=${FLEET_CLIENT}`,
-      concurrency: 8,
-      until: () => done,
-      durationMs: 60_000,
-      isSuccess: () => true,
-      validate: watch.validate,
-    });
+    const { emulator } = fleet;
+    const load = startTokenLoad(fleet);
+    const { urls, watch } = load;
+    /** Resolves with the newest issued token right after the next refresh. */
+    const refreshed = () => nextRefresh(emulator, LIFETIME_S * 1000, 10);
     try {
       // Flush between two refreshes: L2 is empty until the next one, which must be single.
-      await nextRefresh(fleet);
+      await refreshed();
       await delay(JITTER_WINDOW_MS);
       const flushRequests = emulator.stats.tokenRequests;
       const flushedAt = Date.now();
       await redis.flush();
-      const afterFlush = await nextRefresh(fleet);
+      const afterFlush = await refreshed();
       const tokenAfterFlush = await storedAndServed(watch, urls, afterFlush.issuedAt);
       const requestsAfterFlush = emulator.stats.tokenRequests - flushRequests;
 
       // Restart empty between two refreshes (past this cycle's jitter window, so no replica is
       // due while Redis is away): the replicas push their token back, with no provider request.
-      await nextRefresh(fleet);
+      await refreshed();
       await delay(JITTER_WINDOW_MS);
       const restartRequests = emulator.stats.tokenRequests;
       const restartedAt = Date.now();
@@ -117,10 +95,9 @@ describe('Redis flushed, or restarted empty, under load', () => {
       const resynced = await storedAndServed(watch, urls, restartedAt);
       const resyncedMs = Date.now() - restartedAt;
       const requestsForResync = emulator.stats.tokenRequests - restartRequests;
-      const afterRestart = await nextRefresh(fleet);
+      const afterRestart = await refreshed();
       await storedAndServed(watch, urls, afterRestart.issuedAt);
-      done = true;
-      const result = await load;
+      const result = await load.stop();
 
       const times = emulator.stats.tokenRequestTimes.filter((t) => t >= flushedAt - 100);
       const cycles = requestsPerCycle(times, (LIFETIME_S - AHEAD_S - AHEAD_S / 4) * 500);
@@ -146,8 +123,7 @@ describe('Redis flushed, or restarted empty, under load', () => {
       expect(resynced).toBeDefined();
       expect(Math.max(...cycles)).toBe(1);
     } finally {
-      done = true;
-      await load;
+      await load.stop();
     }
   }, 60_000);
 });

@@ -2,10 +2,10 @@ import { Redis } from 'ioredis';
 import { redisKeys } from '../../src/redis/redis.constants';
 import { fingerprintOf } from '../../src/token/token-record';
 import { FaultProxy } from '../support/fault-proxy';
-import { type Fleet, FLEET_CLIENT, requestsPerCycle, startFleet } from '../support/fleet';
-import { hammer } from '../support/load';
+import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
+import { type Fleet, FLEET_CLIENT, requestsPerCycle } from '../support/fleet';
 import { startRedis, type TestRedis } from '../support/redis-server';
-import { currentToken, figures, httpGet, metricValue, TokenWatch } from '../support/token-watch';
+import { currentToken, figures, httpGet, metricValue } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 4;
@@ -37,16 +37,14 @@ describe('Redis blackholed, then killed, for longer than a token lifetime', () =
   beforeAll(async () => {
     redis = await startRedis({ forceLocal: true });
     proxy = await FaultProxy.start({ target: { host: redis.host, port: redis.port } });
-    fleet = await startFleet({
-      size: 3,
+    fleet = await startFaultFleet({
+      lifetimeS: LIFETIME_S,
+      aheadS: AHEAD_S,
       redis,
-      knobs: { tokenLifetimeSeconds: LIFETIME_S },
       env: {
         REDIS_URL: proxy.url('redis'),
         REDIS_COMMAND_TIMEOUT_MS: String(COMMAND_TIMEOUT_MS),
         REDIS_PING_INTERVAL_MS: '200',
-        TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
-        TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
         TOKEN_LOCK_TTL_MS: '1000',
         TOKEN_WAIT_TIMEOUT_MS: '1000',
         TOKEN_BACKOFF_BASE_MS: '50',
@@ -62,7 +60,6 @@ describe('Redis blackholed, then killed, for longer than a token lifetime', () =
   }, 30_000);
 
   it('keeps serving, refreshes at most once per cycle per replica, and converges when Redis returns', async () => {
-    const watch = new TokenWatch(fleet.emulator);
     const urls = fleet.brokers.map((b) => b.url);
     const fetched = () =>
       Promise.all(
@@ -73,23 +70,16 @@ describe('Redis blackholed, then killed, for longer than a token lifetime', () =
     let outageFrom = Infinity;
     let baselineMaxMs = 0;
     let outageMaxMs = 0;
-    let done = false;
-    const load = hammer({
-      urls,
-      path: `/token?client=${FLEET_CLIENT}`,
-      concurrency: 8,
-      until: () => done,
-      durationMs: 60_000,
-      isSuccess: () => true,
-      validate: (res) => {
+    const load = startTokenLoad(fleet, {
+      observe: (res) => {
         if (res.receivedAt - res.latencyMs < outageFrom) {
           baselineMaxMs = Math.max(baselineMaxMs, res.latencyMs);
         } else {
           outageMaxMs = Math.max(outageMaxMs, res.latencyMs);
         }
-        return watch.validate(res);
       },
     });
+    const { watch } = load;
 
     await delay(LIFETIME_S * 1000); // steady state first: one shared token
     const before = await fetched();
@@ -168,8 +158,7 @@ describe('Redis blackholed, then killed, for longer than a token lifetime', () =
       // And it stays one token per cycle for the fleet afterwards.
       const afterRecovery = fleet.emulator.stats.tokenRequests;
       await delay(LIFETIME_S * 1000);
-      done = true;
-      const result = await load;
+      const result = await load.stop();
       const stats = fleet.emulator.stats;
       const recoveryTimes = stats.tokenRequestTimes.slice(afterRecovery);
       const recoveryCycles = requestsPerCycle(recoveryTimes, 500);
@@ -216,8 +205,7 @@ describe('Redis blackholed, then killed, for longer than a token lifetime', () =
       // Back to one provider request per cycle for the whole fleet.
       expect(Math.max(0, ...recoveryCycles)).toBeLessThanOrEqual(1);
     } finally {
-      done = true;
-      await load;
+      await load.stop();
       raw.disconnect();
     }
   }, 60_000);

@@ -5,9 +5,9 @@ import { createRedisConnection } from '../../src/redis/redis.connection';
 import { RedisTokenStore } from '../../src/redis/token-store.redis';
 import { PlainTokenCipher } from '../../src/token/plain-token.cipher';
 import { fingerprintOf, toRecord } from '../../src/token/token-record';
-import { type Fleet, FLEET_CLIENT, startFleet } from '../support/fleet';
-import { hammer } from '../support/load';
-import { figures, nextRefresh, TokenWatch } from '../support/token-watch';
+import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
+import { type Fleet, FLEET_CLIENT } from '../support/fleet';
+import { figures, nextRefresh } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 10;
@@ -26,12 +26,10 @@ describe('two refreshers racing (the lock granted twice)', () => {
   let sub: Redis;
 
   beforeAll(async () => {
-    fleet = await startFleet({
-      size: 3,
-      knobs: { tokenLifetimeSeconds: LIFETIME_S },
+    fleet = await startFaultFleet({
+      lifetimeS: LIFETIME_S,
+      aheadS: AHEAD_S,
       env: {
-        TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
-        TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
         TOKEN_LOCK_TTL_MS: '2000',
         PROVIDER_RESPONSE_TIMEOUT_MS: '10000',
       },
@@ -47,10 +45,8 @@ describe('two refreshers racing (the lock granted twice)', () => {
   }, 30_000);
 
   it('never moves the stored token back to an older expiry', async () => {
-    const { emulator, brokers } = fleet;
-    const urls = brokers.map((b) => b.url);
+    const { emulator } = fleet;
     const tokenKey = redisKeys.token(FLEET_CLIENT);
-    const watch = new TokenWatch(emulator);
 
     // Every successful fenced write publishes its expiry; every poll reads the stored one.
     const published: number[] = [];
@@ -70,16 +66,8 @@ describe('two refreshers racing (the lock granted twice)', () => {
       }
     })();
 
-    let done = false;
-    const load = hammer({
-      urls,
-      path: `/token?client=${FLEET_CLIENT}`,
-      concurrency: 8,
-      until: () => done,
-      durationMs: 60_000,
-      isSuccess: () => true,
-      validate: watch.validate,
-    });
+    const load = startTokenLoad(fleet);
+    const { watch } = load;
     try {
       const current = await nextRefresh(emulator, LIFETIME_S * 1000);
       emulator.setKnobs({ tokenLatencyMs: SLOW_ANSWER_MS });
@@ -148,8 +136,7 @@ describe('two refreshers racing (the lock granted twice)', () => {
         await store.close();
       }
       await delay(Math.max(0, current.expiresAt - Date.now()));
-      done = true;
-      const result = await load;
+      const result = await load.stop();
       polling = false;
       await poller;
 
@@ -185,9 +172,8 @@ describe('two refreshers racing (the lock granted twice)', () => {
       expect(sameWritten).toBe(false);
       expect(await raw.hget(tokenKey, 'fp')).not.toBe(fingerprintOf('an-older-token'));
     } finally {
-      done = true;
       polling = false;
-      await load;
+      await load.stop();
       await poller;
       emulator.setKnobs({ tokenLatencyMs: 0 });
     }

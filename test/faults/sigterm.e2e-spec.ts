@@ -1,15 +1,8 @@
 import { Redis } from 'ioredis';
 import { redisKeys } from '../../src/redis/redis.constants';
-import { type Fleet, FLEET_CLIENT, startFleet } from '../support/fleet';
-import { hammer } from '../support/load';
-import {
-  figures,
-  httpGet,
-  metricValue,
-  nextRefresh,
-  type TokenBody,
-  TokenWatch,
-} from '../support/token-watch';
+import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
+import { type Fleet, FLEET_CLIENT } from '../support/fleet';
+import { figures, httpGet, metricValue, nextRefresh, type TokenBody } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 8;
@@ -34,12 +27,10 @@ describe('SIGTERM under load', () => {
   let raw: Redis;
 
   beforeAll(async () => {
-    fleet = await startFleet({
-      size: 3,
-      knobs: { tokenLifetimeSeconds: LIFETIME_S },
+    fleet = await startFaultFleet({
+      lifetimeS: LIFETIME_S,
+      aheadS: AHEAD_S,
       env: {
-        TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
-        TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
         TOKEN_LOCK_TTL_MS: String(LOCK_TTL_MS),
         TOKEN_WAIT_TIMEOUT_MS: '3000',
         SHUTDOWN_GRACE_MS: String(GRACE_MS),
@@ -57,17 +48,8 @@ describe('SIGTERM under load', () => {
   it('finishes in-flight requests, releases the lock and exits 0 within the grace period', async () => {
     const { emulator, brokers } = fleet;
     const [stopping, ...survivors] = brokers;
-    const watch = new TokenWatch(emulator);
-    let done = false;
-    const load = hammer({
-      urls: brokers.map((b) => b.url),
-      path: `/token?client=${FLEET_CLIENT}`,
-      concurrency: CONCURRENCY,
-      until: () => done,
-      durationMs: 60_000,
-      isSuccess: () => true,
-      validate: watch.validate,
-    });
+    const load = startTokenLoad(fleet, { concurrency: CONCURRENCY });
+    const { watch } = load;
     try {
       const current = await nextRefresh(emulator, LIFETIME_S * 1000);
       // Callers that need more than the current token has left make `stopping` refresh now,
@@ -102,8 +84,7 @@ describe('SIGTERM under load', () => {
       emulator.setKnobs({ tokenLatencyMs: 0 });
       const answers = await Promise.all(inFlight);
       await delay(LIFETIME_S * 1000 - PROVIDER_LATENCY_MS);
-      done = true;
-      const result = await load;
+      const result = await load.stop();
 
       const onStopping = (url: string) => url === stopping.url;
       const survivorFailures = result.failures.filter((f) => !onStopping(f.url));
@@ -155,8 +136,7 @@ describe('SIGTERM under load', () => {
       expect(result.validationErrors).toEqual([]);
       expect(survivors.every((b) => b.isRunning())).toBe(true);
     } finally {
-      done = true;
-      await load;
+      await load.stop();
       emulator.setKnobs({ tokenLatencyMs: 0 });
     }
   }, 60_000);

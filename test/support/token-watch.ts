@@ -204,11 +204,17 @@ export async function currentToken(baseUrl: string, client: string): Promise<str
 /**
  * Waits for the provider's next token grant after this call and returns it: the moment right
  * after a refresh, which the fault scenarios time their faults from.
+ * @param intervalMs Pause between two looks, so also how late after the grant this may
+ *   resolve: shorter where a scenario times its next step from that moment. @default 20
  */
-export function nextRefresh(emulator: ProviderEmulator, timeoutMs: number): Promise<IssuedToken> {
+export function nextRefresh(
+  emulator: ProviderEmulator,
+  timeoutMs: number,
+  intervalMs?: number,
+): Promise<IssuedToken> {
   const issuedBefore = emulator.stats.tokensIssued;
   return waitFor(
     () => (emulator.stats.tokensIssued > issuedBefore ? emulator.stats.issued.at(-1) : undefined),
-    { timeoutMs, what: 'a refresh' },
+    { timeoutMs, intervalMs, what: 'a refresh' },
   );
 }
