@@ -93,8 +93,11 @@ describe(CheckoutClient.name, () => {
     handler = (_req, _body, res) => {
       res.writeHead(201, { 'content-type': 'application/json' });
       let i = 0;
-      const next = () => {
-        if (i === parts.length) return res.end('}');
+      const next = (): void => {
+        if (i === parts.length) {
+          res.end('}');
+          return;
+        }
         res.write(`${i === 0 ? '{' : ','}${parts[i++]}`);
         setImmediate(next);
       };
