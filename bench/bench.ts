@@ -1,5 +1,5 @@
 import { type ChildProcess, fork } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
@@ -45,16 +45,14 @@ function mean(rows: Row[], name: string): Row {
 }
 
 /**
- * The bare server (`bare-server.ts`); with `audit`, writing the broker's audit line per request
- * to a file, as the authenticated brokers' output goes to one.
+ * The bare server (`bare-server.ts`); with `auditLog`, writing the broker's audit line per
+ * request to that file, as the authenticated brokers' output goes to one.
  */
-function startBare(port: number, size: number, audit = false): Promise<ChildProcess> {
-  const out = audit
-    ? openSync(join(mkdtempSync(join(tmpdir(), 'tb-bench-bare-')), 'out.log'), 'w')
-    : 'ignore';
+function startBare(port: number, size: number, auditLog?: string): Promise<ChildProcess> {
+  const out = auditLog === undefined ? 'ignore' : openSync(auditLog, 'w');
   const child = fork(
     join(__dirname, 'bare-server.js'),
-    [String(port), String(size), ...(audit ? ['audit'] : [])],
+    [String(port), String(size), ...(auditLog === undefined ? [] : ['audit'])],
     { stdio: ['ignore', out, 'ignore', 'ipc'] },
   );
   if (typeof out === 'number') closeSync(out);
@@ -89,10 +87,12 @@ async function benchToken(withAuth: boolean): Promise<void> {
     const port = await freePort();
     return { url: `http://127.0.0.1:${port}/`, child: await startBare(port, size) };
   })();
+  const logDir = mkdtempSync(join(tmpdir(), 'tb-bench-bare-'));
   const bareAudit = withAuth
     ? await (async () => {
         const port = await freePort();
-        return { url: `http://127.0.0.1:${port}/`, child: await startBare(port, size, true) };
+        const child = await startBare(port, size, join(logDir, 'audit.log'));
+        return { url: `http://127.0.0.1:${port}/`, child };
       })()
     : undefined;
   const auth = withAuth ? await startAuthBrokers({}) : undefined;
@@ -110,19 +110,19 @@ async function benchToken(withAuth: boolean): Promise<void> {
         headers: t.headers,
       },
     }));
+    const auditFloor =
+      bareAudit && authPairs.length > 0
+        ? {
+            name: 'bare node:http + audit line, api-key request',
+            url: bareAudit.url,
+            headers: authPairs[0].broker.headers,
+          }
+        : undefined;
     const targets: Array<{ name: string; url: string; headers?: Record<string, string> }> = [
       { name: 'bare node:http (constant body)', url: bare.url },
       { name: 'broker GET /token (auth none, audit off)', url: tokenUrl },
       ...authPairs.flatMap((p) => [p.bare, p.broker]),
-      ...(bareAudit && authPairs.length > 0
-        ? [
-            {
-              name: 'bare node:http + audit line, api-key request',
-              url: bareAudit.url,
-              headers: authPairs[0].broker.headers,
-            },
-          ]
-        : []),
+      ...(auditFloor ? [auditFloor] : []),
     ];
     // Warm every target (JIT, keep-alive pools, the kubernetes caller's first verification).
     for (const t of targets) {
@@ -137,6 +137,7 @@ async function benchToken(withAuth: boolean): Promise<void> {
     }
     const commands = (await redisCommands(redis)) - commandsBefore;
     const rows = targets.map((t, j) => mean(samples[j], t.name));
+    const rowOf = (target: (typeof targets)[number]) => rows[targets.indexOf(target)];
     const [b, t] = rows;
     printRows('GET /token vs bare node:http', rows.slice(0, 2));
     console.log(
@@ -154,19 +155,22 @@ async function benchToken(withAuth: boolean): Promise<void> {
         'GET /token with caller authentication (audit log on, LOG_LEVEL=info), same rounds',
         authRows,
       );
-      const auditFloor = authRows.length % 2 === 1 ? authRows[authRows.length - 1] : undefined;
-      for (let k = 0; k + 1 < authRows.length; k += 2) {
-        const [pairBare, broker] = [authRows[k], authRows[k + 1]];
+      for (const pair of authPairs) {
+        const [pairBare, broker] = [rowOf(pair.bare), rowOf(pair.broker)];
         console.log(
           `  ${broker.name}: ${(broker.reqPerSec / pairBare.reqPerSec).toFixed(3)}x the bare server's req/s for the same request ` +
             `(${(broker.reqPerSec / b.reqPerSec).toFixed(3)}x the header-less baseline; target >= 0.85)`,
         );
       }
       if (auditFloor) {
-        const apiKey = authRows[1];
+        const [floor, sameRequest, apiKey] = [
+          rowOf(auditFloor),
+          rowOf(authPairs[0].bare),
+          rowOf(authPairs[0].broker),
+        ];
         console.log(
-          `  the bare server writing the same audit line: ${(auditFloor.reqPerSec / authRows[0].reqPerSec).toFixed(3)}x the bare server for the same request; ` +
-            `the api-key broker ${(apiKey.reqPerSec / auditFloor.reqPerSec).toFixed(3)}x it`,
+          `  the bare server writing the same audit line: ${(floor.reqPerSec / sameRequest.reqPerSec).toFixed(3)}x the bare server for the same request; ` +
+            `the api-key broker ${(apiKey.reqPerSec / floor.reqPerSec).toFixed(3)}x it`,
         );
       }
     }
@@ -174,6 +178,7 @@ async function benchToken(withAuth: boolean): Promise<void> {
     redis.disconnect();
     bare.child.kill('SIGKILL');
     bareAudit?.child.kill('SIGKILL');
+    rmSync(logDir, { recursive: true, force: true });
     await auth?.stop();
     await fleet.stop();
   }

@@ -233,13 +233,14 @@ async function sequentialLatency(
   requests: number,
   reset: () => Promise<void>,
 ): Promise<SequentialLatency[]> {
-  const clients = targets.map((t) => new Client(new URL(t.url).origin, { pipelining: 1 }));
+  const urls = targets.map((t) => new URL(t.url));
+  const clients = urls.map((u) => new Client(u.origin, { pipelining: 1 }));
   const timings = targets.map(() => [] as number[]);
   const one = async (i: number, record: boolean) => {
     const t = targets[i];
     const started = process.hrtime.bigint();
     const res = await clients[i].request({
-      path: new URL(t.url).pathname,
+      path: urls[i].pathname,
       method: 'POST',
       headers: {
         'content-type': 'application/json',
