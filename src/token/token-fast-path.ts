@@ -4,7 +4,8 @@ import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../
 import { requestIdFrom } from '../http/request-id';
 import { SECURITY_HEADERS } from '../http/security-headers';
 import { HttpMetricsHook } from '../metrics/http-metrics.hook';
-import { parseMinTtl, tokenBody, TokenRoute } from './token.route';
+import { tokenBody } from './token-body';
+import { parseMinTtl, TokenRoute } from './token.route';
 import { TokenService } from './token.service';
 
 /**

@@ -198,30 +198,6 @@ function send(reply: FastifyReply, record: TokenRecord): FastifyReply {
     });
 }
 
-/**
- * The 200 body as bytes, built by hand: `access_token` is a validated b64token, so needs no
- * escaping. It changes only when the token or the whole seconds of `expires_in` do, so the
- * bytes are built once per second and shared by every response in it (never mutated).
- */
-export function tokenBody(record: TokenRecord, now: number): Buffer {
-  // Remaining lifetime, rounded down so a caller never believes in time it does not have.
-  const expiresIn = Math.max(0, Math.floor((record.expiresAt - now) / 1000));
-  if (lastBody.record !== record || lastBody.expiresIn !== expiresIn) {
-    lastBody.record = record;
-    lastBody.expiresIn = expiresIn;
-    lastBody.bytes = Buffer.from(
-      `{"access_token":"${record.accessToken}","token_type":"Bearer","expires_in":${expiresIn}` +
-        `,"expires_at":"${new Date(record.expiresAt).toISOString()}"}`,
-    );
-  }
-  return lastBody.bytes;
-}
-
-const lastBody: { record?: TokenRecord; expiresIn: number; bytes: Buffer } = {
-  expiresIn: -1,
-  bytes: Buffer.alloc(0),
-};
-
 /** A query parameter given at most once; a repeated one is ambiguous and refused. */
 function single(query: TokenQuery, name: string): string | undefined {
   const v = query[name];
