@@ -15,6 +15,8 @@ COPY package.json package-lock.json ./
 # nothing a dependency ships runs at build time.
 RUN npm ci --no-audit --no-fund --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
+# The app only: the emulators, the sandbox and the benchmarks live outside src/ (built into
+# dist-dev/ by `npm run build:dev`) and are not even in the build context.
 COPY src ./src
 # --omit=optional as well: every optional package in the production tree is only there because
 # a dev dependency (testcontainers) installed it and it satisfies an optional peer of

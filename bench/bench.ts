@@ -6,8 +6,9 @@ import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
 import { freePort } from '../test/support/ports';
 import { hammer } from '../test/support/load';
-import { startAuthBrokers } from '../src/bench/auth.bench';
-import { benchOrders } from '../src/bench/orders.bench';
+import { startAuthBrokers } from './auth.bench';
+import { benchOrders } from './orders.bench';
+import { benchReplica, REPLICA_TARGETS, replicaNodes } from './replica.bench';
 import { FLEET_CLIENT, requestsPerCycle, startFleet } from '../test/support/fleet';
 
 /**
@@ -26,8 +27,21 @@ interface Row {
   p99Ms: number;
 }
 
-async function load(url: string, headers?: Record<string, string>): Promise<Row> {
-  const r = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_SEC, headers });
+async function load(
+  url: string,
+  headers?: Record<string, string>,
+  method?: 'GET' | 'POST',
+  body?: string,
+): Promise<Row> {
+  const r = await autocannon({
+    url,
+    connections: CONNECTIONS,
+    duration: DURATION_SEC,
+    headers,
+    // autocannon takes an explicit `undefined` as a method, not as its default.
+    method: method ?? 'GET',
+    ...(body === undefined ? {} : { body }),
+  });
   if (r.non2xx > 0 || r.errors > 0) {
     throw new Error(`${url}: ${r.non2xx} non-2xx answers and ${r.errors} errors under load`);
   }
@@ -108,6 +122,8 @@ async function benchToken(withAuth: boolean): Promise<void> {
         name: `bare node:http, ${t.name.replace(/^GET \/token, /, '')} request`,
         url: bare.url,
         headers: t.headers,
+        method: t.method,
+        body: t.body,
       },
     }));
     const auditFloor =
@@ -118,7 +134,13 @@ async function benchToken(withAuth: boolean): Promise<void> {
             headers: authPairs[0].broker.headers,
           }
         : undefined;
-    const targets: Array<{ name: string; url: string; headers?: Record<string, string> }> = [
+    const targets: Array<{
+      name: string;
+      url: string;
+      headers?: Record<string, string>;
+      method?: 'GET' | 'POST';
+      body?: string;
+    }> = [
       { name: 'bare node:http (constant body)', url: bare.url },
       { name: 'broker GET /token (auth none, audit off)', url: tokenUrl },
       ...authPairs.flatMap((p) => [p.bare, p.broker]),
@@ -126,13 +148,21 @@ async function benchToken(withAuth: boolean): Promise<void> {
     ];
     // Warm every target (JIT, keep-alive pools, the kubernetes caller's first verification).
     for (const t of targets) {
-      await autocannon({ url: t.url, headers: t.headers, connections: CONNECTIONS, duration: 1 });
+      await autocannon({
+        url: t.url,
+        headers: t.headers,
+        method: t.method ?? 'GET',
+        ...(t.body === undefined ? {} : { body: t.body }),
+        connections: CONNECTIONS,
+        duration: 1,
+      });
     }
     const samples = targets.map(() => [] as Row[]);
     const commandsBefore = await redisCommands(redis);
     for (let i = 0; i < ROUNDS; i++) {
       for (let j = 0; j < targets.length; j++) {
-        samples[j].push(await load(targets[j].url, targets[j].headers));
+        const t = targets[j];
+        samples[j].push(await load(t.url, t.headers, t.method, t.body));
       }
     }
     const commands = (await redisCommands(redis)) - commandsBefore;
@@ -152,7 +182,7 @@ async function benchToken(withAuth: boolean): Promise<void> {
     if (authPairs.length > 0) {
       const authRows = rows.slice(2);
       printRows(
-        'GET /token with caller authentication (audit log on, LOG_LEVEL=info), same rounds',
+        'GET /token and POST /oauth2/token with caller authentication (audit log on, LOG_LEVEL=info), same rounds',
         authRows,
       );
       for (const pair of authPairs) {
@@ -219,7 +249,28 @@ function printRows(title: string, rows: Row[]): void {
 }
 
 /** Sections to run: `BENCH_ONLY=token,auth` runs just those. */
-const SECTIONS = new Set((process.env.BENCH_ONLY ?? 'token,auth,orders,fleet').split(','));
+const SECTIONS = new Set((process.env.BENCH_ONLY ?? 'token,auth,orders,fleet,replica').split(','));
+
+/** Start-to-ready and idle RSS of one replica, on this Node and on the image's. */
+async function benchReplicaSection(): Promise<void> {
+  const starts = Number(process.env.BENCH_REPLICA_STARTS ?? 5);
+  const idleMs = Number(process.env.BENCH_REPLICA_IDLE_MS ?? 3000);
+  const settleMs = Number(process.env.BENCH_REPLICA_SETTLE_MS ?? 120_000);
+  const rows = await benchReplica({ starts, idleMs, settleMs, nodes: replicaNodes() });
+  console.log(
+    `\n## One replica: spawn to /health/ready 200 (wall, and the broker's CPU time), VmRSS ${idleMs / 1000} s after ready (median of ${starts} starts), and settled (V8's idle memory reducer done; one start each, at most ${settleMs / 1000} s)`,
+  );
+  for (const r of rows) {
+    const settled =
+      r.settledRssMb === undefined
+        ? ''
+        : `, settled ${r.settledRssMb.toFixed(1).padStart(6)} MB after ${r.settledAfterS!.toFixed(0)} s`;
+    console.log(
+      `  ${`${r.name}, ${r.node}`.padEnd(52)} ready ${r.readyMs.toFixed(0).padStart(5)} ms, ${r.readyCpuMs.toFixed(0).padStart(5)} ms CPU (target <= ${REPLICA_TARGETS.readyMs})   ` +
+        `idle RSS ${r.idleRssMb.toFixed(1).padStart(6)} MB${settled} (target <= ${REPLICA_TARGETS.idleRssMb})`,
+    );
+  }
+}
 
 async function benchOrdersSection(): Promise<void> {
   const connections = 20;
@@ -266,6 +317,7 @@ async function main(): Promise<void> {
   if (SECTIONS.has('token') || SECTIONS.has('auth')) await benchToken(SECTIONS.has('auth'));
   if (SECTIONS.has('orders')) await benchOrdersSection();
   if (SECTIONS.has('fleet')) await benchFleet();
+  if (SECTIONS.has('replica')) await benchReplicaSection();
 }
 
 main().then(

@@ -12,6 +12,9 @@ export interface AuthBenchTarget {
   name: string;
   url: string;
   headers: Record<string, string>;
+  /** `POST` with a form body for the token endpoint; `GET` otherwise. */
+  method?: 'GET' | 'POST';
+  body?: string;
 }
 
 const CLIENT_ID = 'bench';
@@ -89,6 +92,7 @@ export async function startAuthBrokers(opts: {
   };
   try {
     const targets: AuthBenchTarget[] = [];
+    let apiKeyBroker: BenchBroker | undefined;
     for (const mode of modes) {
       const broker = await startBroker({ ...common, ...mode.env });
       brokers.push(broker);
@@ -97,7 +101,19 @@ export async function startAuthBrokers(opts: {
         url: `${broker.url}/token?client=${CLIENT_ID}`,
         headers: { authorization: mode.authorization },
       });
+      if (mode.env.CALLER_AUTH_MODE === 'api-key') apiKeyBroker = broker;
     }
+    // The stock OAuth client's request to the same api-key broker: Basic id:key, form body.
+    targets.push({
+      name: 'POST /oauth2/token, api-key caller (client_secret_basic)',
+      url: `${apiKeyBroker!.url}/oauth2/token`,
+      method: 'POST',
+      headers: {
+        authorization: `Basic ${Buffer.from(`bench:${apiKey}`).toString('base64')}`,
+        'content-type': 'application/x-www-form-urlencoded',
+      },
+      body: `grant_type=client_credentials&resource=${CLIENT_ID}`,
+    });
     return { targets, stop };
   } catch (err) {
     await stop();
@@ -111,7 +127,7 @@ interface BenchBroker {
 }
 
 /**
- * `node main.js` next to this file's directory (`dist/` or `dist-bench/src/`), its output
+ * `node main.js` from the dev build next to this file (`dist-dev/src/main.js`), its output
  * drained (the audit lines are part of the cost; a full pipe would stall the broker).
  */
 async function startBroker(env: Record<string, string>): Promise<BenchBroker> {
@@ -120,7 +136,7 @@ async function startBroker(env: Record<string, string>): Promise<BenchBroker> {
   // through a pipe here would spend the load generator's CPU and skew the figures.
   const logFile = join(mkdtempSync(join(tmpdir(), 'tb-bench-log-')), 'broker.log');
   const fd = openSync(logFile, 'w');
-  const child: ChildProcess = spawn(process.execPath, [join(__dirname, '..', 'main.js')], {
+  const child: ChildProcess = spawn(process.execPath, [join(__dirname, '..', 'src', 'main.js')], {
     env: { PATH: process.env.PATH ?? '', ...env, PORT: String(port) },
     stdio: ['ignore', fd, fd],
   });

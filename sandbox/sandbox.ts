@@ -1,10 +1,10 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createBrokerApp } from '../bootstrap';
-import { loadConfig } from '../config/config.loader';
+import { createBrokerApp } from '../src/bootstrap';
+import { loadConfig } from '../src/config/config.loader';
 import { ProviderEmulator } from '../emulator/provider-emulator';
-import { createLogger } from '../logging/logger';
+import { createLogger } from '../src/logging/logger';
 
 /**
  * `npm run sandbox`: the broker plus a local provider emulator, nothing else to install or

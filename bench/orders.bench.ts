@@ -113,7 +113,7 @@ const EMULATOR_ARG = '--orders-bench-emulator';
  * generator's process, direct calls would never wait for another process to be scheduled
  * while brokered ones would, and the comparison would measure the operating system.
  *
- * Build first (`npm run build`); this module starts `dist/main.js`.
+ * Build first (`npm run bench` does): this module starts the dev build's `dist-dev/src/main.js`.
  */
 export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBenchReport> {
   const rounds = opts.rounds ?? 3;
@@ -125,7 +125,7 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
     const credentialsFile = join(dir, 'credentials.json');
     writeFileSync(credentialsFile, JSON.stringify(CREDENTIALS), { mode: 0o600 });
     const port = await freePort();
-    broker = fork(join(__dirname, '..', 'main.js'), [], {
+    broker = fork(join(__dirname, '..', 'src', 'main.js'), [], {
       stdio: 'ignore',
       env: {
         PATH: process.env.PATH,
@@ -213,9 +213,9 @@ interface Target {
   uniqueKeys?: boolean;
 }
 
-/** Forks the bare forwarder (`dist-bench/bench/bare-forwarder.js`) and waits until it listens. */
+/** Forks the bare forwarder (`dist-dev/bench/bare-forwarder.js`) and waits until it listens. */
 async function startForwarder(port: number, target: string, token: string): Promise<ChildProcess> {
-  const script = join(__dirname, '..', '..', 'bench', 'bare-forwarder.js');
+  const script = join(__dirname, 'bare-forwarder.js');
   const child = fork(script, [String(port), target, token], { stdio: 'ignore' });
   await new Promise<void>((resolve, reject) => {
     child.once('message', () => resolve());

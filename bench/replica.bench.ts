@@ -1,0 +1,310 @@
+import { execFileSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { get } from 'node:http';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { ProviderEmulator } from '../emulator/provider-emulator';
+import {
+  SecretsManagerEmulator,
+  secretsManagerClientEnv,
+} from '../emulator/secrets-manager-emulator';
+import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
+import { ManagedProcess, minimalEnv } from '../test/support/managed-process';
+import { freePort } from '../test/support/ports';
+import { startRedis } from '../test/support/redis-server';
+
+/** Issue #17's targets for one replica. */
+export const REPLICA_TARGETS = { readyMs: 600, idleRssMb: 90 } as const;
+
+/** One configuration on one Node binary: medians over the starts. */
+export interface ReplicaRow {
+  name: string;
+  node: string;
+  starts: number;
+  /** Spawn to the first `GET /health/ready` 200, median. */
+  readyMs: number;
+  /**
+   * CPU time (user + system) the broker spent until ready, median: what start-to-ready is on
+   * an idle machine with a core to spare, and unlike wall time not inflated when other
+   * processes compete for the CPU. 10 ms resolution (clock ticks).
+   */
+  readyCpuMs: number;
+  /** VmRSS after `idleMs` of idling once ready, median. */
+  idleRssMb: number;
+  /**
+   * VmRSS once idle memory has settled (one start per row, all rows at once): V8 keeps the
+   * young generation it grew during start-up until its memory reducer runs at idle, which
+   * takes from a few seconds up to its ~100 s watchdog. Absent when `settleMs` is 0.
+   */
+  settledRssMb?: number;
+  /** Seconds after ready at which the settled figure was reached (or `settleMs` ran out). */
+  settledAfterS?: number;
+}
+
+const CLIENT_ID = 'replica-bench';
+const CREDENTIALS = { client_id: 'replica-merchant', client_secret: 'replica-bench-secret' };
+const SUBJECT = 'system:serviceaccount:bench:caller';
+/** Readiness is polled this often: the start-to-ready figure is exact to about this much. */
+const POLL_MS = 5;
+
+/**
+ * Start-to-ready and idle RSS of `node dist/main.js` (the production build), the way a
+ * Kubernetes rollout meets them: a fresh process per start, Redis standalone on a
+ * `redis-server` this bench starts, the provider emulator granting the first token (readiness
+ * waits for it). Two configurations:
+ * - `file + api-key`: credentials and API keys from files, the usual small deployment;
+ * - `Secrets Manager + kubernetes`: credentials from the Secrets Manager emulator through the
+ *   real AWS SDK, callers as service accounts (the JWT stack, a JWKS fetched at start).
+ *
+ * Starts are sequential (a replica starting next to another measures the other), and each
+ * figure is the median of `starts`.
+ */
+export async function benchReplica(opts: {
+  starts: number;
+  idleMs: number;
+  /** How long to wait at most for idle memory to settle; 0 skips that measurement. */
+  settleMs: number;
+  /** Node binaries to run the broker on, with a label each. */
+  nodes: Array<{ label: string; path: string }>;
+}): Promise<ReplicaRow[]> {
+  // BENCH_REPLICA_MAIN compares another build (e.g. one of an earlier commit, in .tmp/).
+  const main = resolve(repoRoot(), process.env.BENCH_REPLICA_MAIN ?? 'dist/main.js');
+  if (!existsSync(main)) throw new Error(`${main} does not exist: run \`npm run build\` first`);
+  const redis = await startRedis({ forceLocal: true });
+  const provider = await ProviderEmulator.start({
+    credentials: { [CREDENTIALS.client_id]: CREDENTIALS.client_secret },
+  });
+  const cacheKey = randomBytes(32).toString('base64');
+  const secrets = await SecretsManagerEmulator.start({
+    secrets: { 'replica/credentials': JSON.stringify(CREDENTIALS), 'replica/cache-key': cacheKey },
+  });
+  const issuer = await ServiceAccountIssuer.start();
+  const dir = mkdtempSync(join(tmpdir(), 'tb-bench-replica-'));
+  const file = (name: string, content: string) => {
+    const path = join(dir, name);
+    writeFileSync(path, content, { mode: 0o600 });
+    return path;
+  };
+  const apiKey = randomBytes(32).toString('base64url');
+  // NODE_ENV=production as in the image (it also makes the cache key mandatory with Redis).
+  const common = {
+    CLIENT_ID,
+    REDIS_URL: redis.url,
+    PROVIDER_AUTH_URL: provider.url,
+    PROVIDER_BASE_URL: provider.url,
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'info',
+    NODE_ENV: 'production',
+  };
+  const configs: Array<{ name: string; env: Record<string, string> }> = [
+    {
+      name: 'file + api-key',
+      env: {
+        ...common,
+        CREDENTIALS_FILE: file('credentials.json', JSON.stringify(CREDENTIALS)),
+        CACHE_KEY_FILE: file('cache-key', cacheKey),
+        CALLER_AUTH_MODE: 'api-key',
+        CALLER_API_KEYS_FILE: file(
+          'api-keys.json',
+          JSON.stringify([
+            {
+              name: 'bench',
+              sha256: createHash('sha256').update(apiKey).digest('hex'),
+              clients: ['*'],
+            },
+          ]),
+        ),
+      },
+    },
+    {
+      name: 'Secrets Manager + kubernetes',
+      env: {
+        ...common,
+        ...secretsManagerClientEnv(secrets.url),
+        CREDENTIALS_SECRET_ID: 'replica/credentials',
+        CACHE_KEY_SECRET_ID: 'replica/cache-key',
+        CALLER_AUTH_MODE: 'kubernetes',
+        CALLER_AUTH_JWKS_URL: issuer.jwksUrl,
+        CALLER_AUTH_ISSUER: issuer.issuer,
+        CALLER_AUTH_AUDIENCE: issuer.audience,
+        CALLER_AUTH_SUBJECTS: SUBJECT,
+      },
+    },
+  ];
+  try {
+    const rows: ReplicaRow[] = [];
+    for (const node of opts.nodes) {
+      for (const config of configs) {
+        const ready: number[] = [];
+        const cpu: number[] = [];
+        const rss: number[] = [];
+        for (let i = 0; i < opts.starts; i++) {
+          const run = await startOnce(node.path, main, config.env, { idleMs: opts.idleMs });
+          ready.push(run.readyMs);
+          cpu.push(run.readyCpuMs);
+          rss.push(run.idleRssMb);
+        }
+        rows.push({
+          name: config.name,
+          node: node.label,
+          starts: opts.starts,
+          readyMs: median(ready),
+          readyCpuMs: median(cpu),
+          idleRssMb: median(rss),
+        });
+      }
+    }
+    if (opts.settleMs > 0) {
+      // Concurrently: RSS does not depend on the CPU left over, and waiting up to ~100 s per
+      // row one after the other would make the section far too long.
+      const pairs = opts.nodes.flatMap((node) => configs.map((config) => ({ node, config })));
+      const settled = await Promise.all(
+        pairs.map(({ node, config }) =>
+          startOnce(node.path, main, config.env, { idleMs: opts.idleMs, settleMs: opts.settleMs }),
+        ),
+      );
+      settled.forEach((run, i) => {
+        rows[i].settledRssMb = run.settledRssMb;
+        rows[i].settledAfterS = run.settledAfterS;
+      });
+    }
+    return rows;
+  } finally {
+    await Promise.all([provider.close(), secrets.close(), issuer.close(), redis.stop()]);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The Node binaries to measure: this one, and the image's major (Dockerfile's first
+ * `FROM node:NN`) through the `node@NN` registry package as `.ci/run` uses it, when it differs.
+ * `BENCH_REPLICA_NODE` names another binary instead of the image's.
+ */
+export function replicaNodes(): Array<{ label: string; path: string }> {
+  const nodes = [{ label: `Node ${process.versions.node}`, path: process.execPath }];
+  const dockerfile = readFileSync(join(repoRoot(), 'Dockerfile'), 'utf8');
+  const major = /^FROM node:(\d+)/m.exec(dockerfile)?.[1];
+  let path = process.env.BENCH_REPLICA_NODE;
+  if (path === undefined && major !== undefined && major !== process.versions.node.split('.')[0]) {
+    path = execFileSync('npx', ['-y', `node@${major}`, '-p', 'process.execPath'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
+  }
+  if (path !== undefined) {
+    const version = execFileSync(path, ['-p', 'process.versions.node'], {
+      encoding: 'utf8',
+    }).trim();
+    nodes.push({ label: `Node ${version} (image)`, path });
+  }
+  return nodes;
+}
+
+/** RSS that fell by this share from its early idle value counts as the memory reducer's work. */
+const SETTLED_DROP = 0.1;
+
+/**
+ * One start: spawn, poll readiness, idle `idleMs`, read VmRSS; with `settleMs`, keep idling
+ * until RSS has dropped by {@link SETTLED_DROP} and held for 3 s, or `settleMs` ran out. Stop.
+ */
+async function startOnce(
+  node: string,
+  main: string,
+  env: Record<string, string>,
+  opts: { idleMs: number; settleMs?: number },
+): Promise<{
+  readyMs: number;
+  readyCpuMs: number;
+  idleRssMb: number;
+  settledRssMb?: number;
+  settledAfterS?: number;
+}> {
+  const port = await freePort();
+  const started = performance.now();
+  const proc = ManagedProcess.start({
+    name: 'replica',
+    command: node,
+    // BENCH_REPLICA_NODE_ARGS: V8/Node flags to try (e.g. `--optimize-for-size`); none are
+    // set in the image.
+    args: [...(process.env.BENCH_REPLICA_NODE_ARGS?.split(' ').filter(Boolean) ?? []), main],
+    env: { ...minimalEnv(), ...env, PORT: String(port) },
+    cwd: repoRoot(),
+  });
+  try {
+    const deadline = started + 15_000;
+    for (;;) {
+      if (!proc.isRunning()) throw new Error(`${proc.describeExit()} at start:\n${proc.tail(30)}`);
+      if ((await readyStatus(port)) === 200) break;
+      if (performance.now() > deadline) {
+        throw new Error(`not ready after 15 s:\n${proc.tail(30)}`);
+      }
+      await new Promise((r) => setTimeout(r, POLL_MS));
+    }
+    const readyMs = performance.now() - started;
+    const readyCpuMs = cpuMs(proc.pid!);
+    const readyAt = performance.now();
+    // Idle, as a replica between rollouts and refreshes.
+    await new Promise((r) => setTimeout(r, opts.idleMs));
+    const idleRssMb = rssMb(proc.pid!);
+    if (!opts.settleMs) return { readyMs, readyCpuMs, idleRssMb };
+    let settledRssMb = idleRssMb;
+    let held = 0;
+    while (performance.now() - readyAt < opts.settleMs && held < 3) {
+      await new Promise((r) => setTimeout(r, 1000));
+      const now = rssMb(proc.pid!);
+      held =
+        now <= idleRssMb * (1 - SETTLED_DROP) && Math.abs(now - settledRssMb) < 1 ? held + 1 : 0;
+      settledRssMb = now;
+    }
+    const settledAfterS = (performance.now() - readyAt) / 1000;
+    return { readyMs, readyCpuMs, idleRssMb, settledRssMb, settledAfterS };
+  } finally {
+    await proc.stop(5000);
+  }
+}
+
+function rssMb(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1]) / 1024;
+}
+
+/** utime + stime of a process, from `/proc/<pid>/stat` (clock ticks of 10 ms on Linux). */
+function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the command name, which is in parentheses and may hold spaces.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const ticks = Number(fields[11]) + Number(fields[12]);
+  return ticks * 10;
+}
+
+function readyStatus(port: number): Promise<number> {
+  return new Promise((done) => {
+    const req = get(
+      { host: '127.0.0.1', port, path: '/health/ready', agent: false, timeout: 1000 },
+      (res) => {
+        res.resume();
+        res.once('end', () => done(res.statusCode ?? 0));
+      },
+    );
+    req.once('timeout', () => req.destroy());
+    req.once('error', () => done(0));
+  });
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/** The directory holding package.json (this file runs from `dist-dev/bench`). */
+function repoRoot(): string {
+  let dir = __dirname;
+  while (!existsSync(join(dir, 'package.json'))) {
+    const parent = dirname(dir);
+    if (parent === dir) return resolve(__dirname, '..');
+    dir = parent;
+  }
+  return dir;
+}
