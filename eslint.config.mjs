@@ -2,11 +2,102 @@
 import eslint from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
+/**
+ * Module boundaries (issue #11): the `src/` folders each folder's code may import. Adapters
+ * (config, logging, secrets, provider, redis, metrics) never reach into features; a feature
+ * reaches an adapter only through its module's ports; `redis` implements ports that the token
+ * and orders folders declare, and may import those files only; `http` maps codes to statuses,
+ * so it reads the domains' `*.exception` files and nothing else of them. Specs are exempt (they
+ * wire real adapters on purpose). Top-level files (app.module, bootstrap, main) compose it all.
+ */
+const SRC_FOLDERS = [
+  'caller-auth',
+  'config',
+  'errors',
+  'health',
+  'http',
+  'logging',
+  'metrics',
+  'orders',
+  'provider',
+  'redis',
+  'secrets',
+  'token',
+];
+/** Folder -> folders it may import wholly, or `{ folder: [files] }` for some files only. */
+const BOUNDARIES = {
+  errors: [],
+  config: ['errors'],
+  logging: ['config', 'errors'],
+  metrics: ['config', 'errors', 'logging'],
+  secrets: ['config', 'errors', 'logging'],
+  provider: ['config', 'errors', 'logging', 'secrets'],
+  redis: [
+    'config',
+    'errors',
+    'logging',
+    'provider',
+    'secrets',
+    {
+      token: [
+        'token-store',
+        'token-store\\.memory',
+        'token-store\\.exception',
+        'token-record',
+        'token-cipher',
+        'token-cipher\\.factory',
+      ],
+    },
+    { orders: ['idempotency-store', 'idempotency-store\\.memory', 'orders\\.constants'] },
+  ],
+  'caller-auth': ['config', 'errors', 'logging', 'secrets', { http: ['request\\.exception'] }],
+  http: [
+    'errors',
+    { 'caller-auth': ['caller-auth\\.exception'] },
+    { orders: ['orders\\.exception'] },
+    { token: ['token\\.exception'] },
+  ],
+  // Not redis: it implements their ports, so the app module hands it to them (`withStore`).
+  token: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'secrets'],
+  orders: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'token'],
+  health: ['config', 'errors', 'logging', 'token'],
+};
+
+/** One `no-restricted-imports` override per folder: every other folder, minus what it may use. */
+function boundaryConfigs() {
+  return Object.entries(BOUNDARIES).map(([folder, allowed]) => {
+    const whole = allowed.filter((a) => typeof a === 'string');
+    const partial = Object.assign({}, ...allowed.filter((a) => typeof a !== 'string'));
+    const forbidden = SRC_FOLDERS.filter(
+      (f) => f !== folder && !whole.includes(f) && !(f in partial),
+    );
+    const patterns = [
+      {
+        regex: `^\\.\\./(${forbidden.join('|')})(/|$)`,
+        message: `${folder}/ may not import this folder (module boundaries in eslint.config.mjs).`,
+      },
+      ...Object.entries(partial).map(([f, files]) => ({
+        regex: `^\\.\\./${f}/(?!(${files.join('|')})$)`,
+        message: `${folder}/ may import only ${files.join(', ').replaceAll('\\', '')} from ${f}/ (module boundaries in eslint.config.mjs).`,
+      })),
+      {
+        regex: '^(\\.\\./)+(emulator|sandbox|bench|test)/',
+        message: 'The app must not import development tools; they are not in the production build.',
+      },
+    ];
+    return {
+      files: [`src/${folder}/**/*.ts`],
+      ignores: ['**/*.spec.ts'],
+      rules: { 'no-restricted-imports': ['error', { patterns }] },
+    };
+  });
+}
+
 export default tseslint.config(
   {
     ignores: [
       'dist/**',
-      'dist-bench/**',
+      'dist-dev/**',
       '.tmp/**',
       'node_modules/**',
       'coverage/**',
@@ -38,4 +129,5 @@ export default tseslint.config(
       '@typescript-eslint/unbound-method': 'off',
     },
   },
+  ...boundaryConfigs(),
 );

@@ -18,6 +18,10 @@ import { TokenModule } from './token/token.module';
 @Module({})
 export class AppModule {
   static forRoot(config: BrokerConfig, logger: Logger): DynamicModule {
+    // The shared store implements ports the token and orders folders declare, so it is handed
+    // to them here rather than imported there. One token module object, imported by all:
+    // Nest keys dynamic modules by reference, so they share one TokenService.
+    const token = TokenModule.withStore(RedisModule);
     return {
       module: AppModule,
       imports: [
@@ -28,9 +32,9 @@ export class AppModule {
         ProviderModule,
         RedisModule,
         CallerAuthModule,
-        TokenModule,
-        OrdersModule,
-        HealthModule,
+        token,
+        OrdersModule.with(token, RedisModule),
+        HealthModule.with(token),
       ],
       providers: [{ provide: APP_FILTER, useClass: ProblemFilter }],
     };

@@ -1,5 +1,6 @@
 import { loadConfig } from './config/config.loader';
 import { ConfigException } from './config/config.exception';
+import { redisConfigured } from './config/config.schema';
 import { createBrokerApp } from './bootstrap';
 import { createLogger } from './logging/logger';
 
@@ -26,7 +27,7 @@ async function main(): Promise<void> {
     {
       port: config.http.port,
       clients: config.clients.map((c) => c.id),
-      store: config.redis.url ? 'redis' : 'memory',
+      store: redisConfigured(config.redis) ? `redis (${config.redis.mode})` : 'memory',
     },
     'token broker listening',
   );

@@ -46,5 +46,5 @@ export async function loadApiKeyGrants(
 }
 
 function malformed(where: string, message: string): SecretsException {
-  return new SecretsException(SecretsErrorCode.Malformed, where, message);
+  return new SecretsException(SecretsErrorCode.Malformed, message, { source: where });
 }

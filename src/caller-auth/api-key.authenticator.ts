@@ -63,7 +63,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
     const next = new Map<string, Entry>();
     for (const g of grants) {
       if (next.has(g.sha256)) {
-        throw new ConfigException(ConfigErrorCode.Invalid, [
+        throw ConfigException.of(ConfigErrorCode.Invalid, [
           `callerAuth: the API key of caller "${g.name}" is listed twice (in callerAuth.apiKeys and the key secret, or twice in one); list each key once`,
         ]);
       }

@@ -1,3 +1,5 @@
+import { BrokerException } from '../errors/broker.exception';
+
 export enum CallerAuthErrorCode {
   /** No credential, a malformed one, or one that does not verify. */
   Unauthenticated = 'unauthenticated',
@@ -7,13 +9,5 @@ export enum CallerAuthErrorCode {
   Unavailable = 'caller_auth_unavailable',
 }
 
-export class CallerAuthException extends Error {
-  constructor(
-    readonly code: CallerAuthErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-    this.name = 'CallerAuthException';
-  }
-}
+/** A caller that cannot be admitted: unauthenticated, not granted the client, or not checkable now. */
+export class CallerAuthException extends BrokerException<CallerAuthErrorCode> {}

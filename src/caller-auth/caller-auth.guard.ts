@@ -1,8 +1,13 @@
 import { type CanActivate, type ExecutionContext, Inject, Injectable } from '@nestjs/common';
 import type { FastifyRequest } from 'fastify';
 import { RequestErrorCode, RequestException } from '../http/request.exception';
-import { TokenService } from '../token/token.service';
-import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from './caller';
+import {
+  CALLER_AUTHENTICATOR,
+  CLIENT_RESOLVER,
+  type Caller,
+  type CallerAuthenticator,
+  type ClientResolver,
+} from './caller';
 import { assertMayUse } from './caller-authorization';
 
 /** Who is calling, and for which configured client: the outcome of {@link CallerAuthGuard}. */
@@ -33,7 +38,7 @@ const SEEN = new WeakMap<FastifyRequest, Seen>();
 export class CallerAuthGuard implements CanActivate {
   constructor(
     @Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator,
-    private readonly tokens: TokenService,
+    @Inject(CLIENT_RESOLVER) private readonly resolveClient: ClientResolver,
   ) {}
 
   async canActivate(context: ExecutionContext): Promise<boolean> {
@@ -47,7 +52,7 @@ export class CallerAuthGuard implements CanActivate {
     SEEN.set(req, seen);
     const caller = await this.auth.authenticate(req.headers.authorization);
     seen.caller = caller;
-    const clientId = this.tokens.manager(clientParam(req.query)).client.id;
+    const clientId = this.resolveClient(clientParam(req.query));
     seen.clientId = clientId;
     assertMayUse(caller, clientId);
     seen.authorized = true;

@@ -1,7 +1,8 @@
-import { Global, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import { BROKER_CONFIG } from '../config/config.constants';
 import { LOGGER } from '../logging/logger';
 import { SECRET_READER } from '../secrets/secrets.constants';
+import { SecretsModule } from '../secrets/secrets.module';
 import { CALLER_AUTHENTICATOR, type CallerAuthenticator } from './caller';
 import { createCallerAuthenticator } from './caller-authenticator.factory';
 
@@ -9,8 +10,8 @@ import { createCallerAuthenticator } from './caller-authenticator.factory';
  * Caller authentication for every route but health and metrics, in the configured mode
  * (`api-key`, `kubernetes`, or `none` for local development).
  */
-@Global()
 @Module({
+  imports: [SecretsModule],
   providers: [
     {
       provide: CALLER_AUTHENTICATOR,

@@ -5,8 +5,6 @@ import { AllowAllAuthenticator } from './allow-all.authenticator';
 import { ApiKeyAuthenticator } from './api-key.authenticator';
 import { loadApiKeyGrants } from './api-key-grants.loader';
 import type { CallerAuthenticator } from './caller';
-import { KubernetesAuthenticator } from './kubernetes.authenticator';
-import { remoteServiceAccountKeys } from './service-account-keys';
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
@@ -65,7 +63,16 @@ async function createApiKeyAuthenticator(
   return auth;
 }
 
-function createKubernetesAuthenticator(config: BrokerConfig, logger: Logger): CallerAuthenticator {
+async function createKubernetesAuthenticator(
+  config: BrokerConfig,
+  logger: Logger,
+): Promise<CallerAuthenticator> {
+  // The JWT stack (jose, the verifier, the JWKS client) is loaded in this mode only: the other
+  // modes never verify a JWT and should not pay its memory and start-up time.
+  const [{ KubernetesAuthenticator }, { remoteServiceAccountKeys }] = await Promise.all([
+    import('./kubernetes.authenticator'),
+    import('./service-account-keys'),
+  ]);
   const settings = config.callerAuth.kubernetes;
   // Presence is checked by the config schema in this mode.
   const jwksUrl = settings.jwksUrl!;

@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { SignJWT } from 'jose';
-import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
+import { ServiceAccountIssuer } from '../../emulator/service-account-issuer';
 import type { Caller } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 import { KubernetesAuthenticator } from './kubernetes.authenticator';

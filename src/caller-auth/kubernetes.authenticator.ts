@@ -5,7 +5,6 @@ import { bearerCredential, MAX_CREDENTIAL_LENGTH, unauthenticated } from './bear
 import type { Caller, CallerAuthenticator } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 import { grantedClients } from './caller-authorization';
-import { SigningKeysUnavailableError } from './service-account-keys';
 import { VerifiedTokenCache } from './verified-token.cache';
 
 /** Kubernetes signs service-account tokens with RSA or ECDSA keys; nothing else is accepted. */
@@ -101,7 +100,8 @@ export class KubernetesAuthenticator implements CallerAuthenticator {
 
 /** jose's verdict as a 401 (or 503 when the keys are unreachable), saying what to fix. */
 function rejection(err: unknown): CallerAuthException {
-  if (err instanceof SigningKeysUnavailableError) {
+  // The key resolver's own verdict (`remoteServiceAccountKeys`), passed through by jose.
+  if (err instanceof CallerAuthException && err.code === CallerAuthErrorCode.Unavailable) {
     return new CallerAuthException(
       CallerAuthErrorCode.Unavailable,
       'the cluster signing keys (JWKS) cannot be fetched right now, so the service-account token cannot be checked; retry shortly',

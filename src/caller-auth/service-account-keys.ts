@@ -1,11 +1,13 @@
 import { createRemoteJWKSet, errors, type JWTVerifyGetKey } from 'jose';
+import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 
 /** The signing keys could not be fetched (endpoint down, timeout, not a JWKS): not the caller's fault. */
-export class SigningKeysUnavailableError extends Error {
-  constructor(options: { cause: unknown }) {
-    super('the service-account signing keys (JWKS) could not be fetched', options);
-    this.name = 'SigningKeysUnavailableError';
-  }
+function signingKeysUnavailable(cause: unknown): CallerAuthException {
+  return new CallerAuthException(
+    CallerAuthErrorCode.Unavailable,
+    'the service-account signing keys (JWKS) could not be fetched',
+    { cause },
+  );
 }
 
 /** Errors that mean "this token names no key we trust", as opposed to "we cannot fetch keys". */
@@ -32,7 +34,10 @@ export interface ServiceAccountKeysOptions {
 
 /** The cluster's service-account signing keys, from its JWKS endpoint. */
 export interface ServiceAccountKeys {
-  /** Key resolver for `jwtVerify`. Throws {@link SigningKeysUnavailableError} when keys cannot be fetched. */
+  /**
+   * Key resolver for `jwtVerify`. Throws a {@link CallerAuthException} coded
+   * `caller_auth_unavailable` when the keys cannot be fetched.
+   */
   readonly getKey: JWTVerifyGetKey;
   /** Fetches the keys now (start-up), so the first caller does not wait and a bad URL shows early. */
   warmUp(): Promise<void>;
@@ -57,15 +62,15 @@ export function remoteServiceAccountKeys(
   let failedUntil = 0;
   const knownKid = (kid: string | undefined) =>
     (jwks.jwks()?.keys ?? []).some((k) => kid === undefined || k.kid === kid);
-  const failed = (cause: unknown): SigningKeysUnavailableError => {
+  const failed = (cause: unknown): CallerAuthException => {
     failedUntil = Date.now() + backoffMs;
     options.onFetchFailure?.(cause);
-    return new SigningKeysUnavailableError({ cause });
+    return signingKeysUnavailable(cause);
   };
 
   const getKey: JWTVerifyGetKey = async (header, token) => {
     if (Date.now() < failedUntil) {
-      if (!jwks.fresh) throw new SigningKeysUnavailableError({ cause: 'backing off' });
+      if (!jwks.fresh) throw signingKeysUnavailable('backing off');
       if (!knownKid(header.kid)) throw new errors.JWKSNoMatchingKey();
     }
     try {

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigErrorCode, ConfigException } from './config.exception';
 import { DEFAULT_CLIENT_ID, loadConfig } from './config.loader';
+import { redisConfigured } from './config.schema';
 
 const BASE = {
   PROVIDER_AUTH_URL: 'https://partner.credify.tech',
@@ -162,6 +163,142 @@ describe(loadConfig.name, () => {
       'tokn: {refreshAheadSeconds: 5}\nclients: [{id: a, authUrl: "https://a", baseUrl: "https://a", credentials: {file: /a}}]',
     );
     expect(problems({ BROKER_CONFIG_FILE: file }).join()).toMatch(/tokn/);
+  });
+
+  describe('redis', () => {
+    it('defaults to standalone without a URL: no Redis, the in-memory stores', () => {
+      const { redis } = loadConfig(BASE);
+      expect(redis.mode).toBe('standalone');
+      expect(redisConfigured(redis)).toBe(false);
+      expect(redis.tls).toEqual({ enabled: false });
+      expect(redis.sentinel).toEqual({});
+      expect(redis.cluster).toEqual({});
+    });
+
+    it('reads a standalone URL with ACL user, password file and TLS settings', () => {
+      const { redis } = loadConfig({
+        ...BASE,
+        REDIS_URL: 'redis://primary.cache.example:6379',
+        REDIS_USERNAME: 'token-broker',
+        REDIS_PASSWORD_FILE: '/var/run/secrets/redis/password',
+        REDIS_TLS: 'true',
+        REDIS_TLS_CA_FILE: '/etc/redis-ca/ca.crt',
+        REDIS_TLS_CERT_FILE: '/etc/redis-client/tls.crt',
+        REDIS_TLS_KEY_FILE: '/etc/redis-client/tls.key',
+        REDIS_TLS_SERVER_NAME: 'cache.example',
+      });
+      expect(redisConfigured(redis)).toBe(true);
+      expect(redis.username).toBe('token-broker');
+      expect(redis.password).toEqual({ file: '/var/run/secrets/redis/password' });
+      expect(redis.tls).toEqual({
+        enabled: true,
+        caFile: '/etc/redis-ca/ca.crt',
+        certFile: '/etc/redis-client/tls.crt',
+        keyFile: '/etc/redis-client/tls.key',
+        serverName: 'cache.example',
+      });
+    });
+
+    it('turns TLS on for a rediss:// URL', () => {
+      const { redis } = loadConfig({ ...BASE, REDIS_URL: 'rediss://primary.cache.example:6379' });
+      expect(redis.tls.enabled).toBe(true);
+    });
+
+    it('reads Sentinel: comma-separated nodes, master name, sentinel auth from a secret', () => {
+      const { redis } = loadConfig({
+        ...BASE,
+        REDIS_MODE: 'sentinel',
+        REDIS_SENTINELS: 'sentinel-0.redis:26379, sentinel-1.redis:26379,[::1]:26379',
+        REDIS_SENTINEL_MASTER: 'mymaster',
+        REDIS_SENTINEL_USERNAME: 'sentinel-user',
+        REDIS_SENTINEL_PASSWORD_SECRET_ID: 'redis/sentinel',
+        REDIS_PASSWORD_SECRET_ID: 'redis/data',
+      });
+      expect(redisConfigured(redis)).toBe(true);
+      expect(redis.sentinel).toEqual({
+        nodes: ['sentinel-0.redis:26379', 'sentinel-1.redis:26379', '[::1]:26379'],
+        masterName: 'mymaster',
+        username: 'sentinel-user',
+        password: { secretId: 'redis/sentinel' },
+      });
+      expect(redis.password).toEqual({ secretId: 'redis/data' });
+    });
+
+    it('reads Cluster seed nodes or a configuration endpoint', () => {
+      const { redis } = loadConfig({
+        ...BASE,
+        REDIS_MODE: 'cluster',
+        REDIS_CLUSTER_NODES: 'clustercfg.tb.abc123.use1.cache.amazonaws.com:6379',
+      });
+      expect(redisConfigured(redis)).toBe(true);
+      expect(redis.cluster.nodes).toEqual(['clustercfg.tb.abc123.use1.cache.amazonaws.com:6379']);
+    });
+
+    it.each([
+      [{ REDIS_MODE: 'replicated' }, 'REDIS_MODE: Invalid option'],
+      [{ REDIS_MODE: 'sentinel' }, 'REDIS_SENTINELS: required in mode "sentinel"'],
+      [
+        { REDIS_MODE: 'sentinel', REDIS_SENTINELS: 's:26379' },
+        'REDIS_SENTINEL_MASTER: required in mode "sentinel"',
+      ],
+      [{ REDIS_MODE: 'cluster' }, 'REDIS_CLUSTER_NODES: required in mode "cluster"'],
+      [
+        { REDIS_MODE: 'cluster', REDIS_CLUSTER_NODES: 'c:6379', REDIS_URL: 'redis://c:6379' },
+        'REDIS_URL: only in mode "standalone"',
+      ],
+      [
+        { REDIS_SENTINELS: 's:26379', REDIS_URL: 'redis://c:6379' },
+        'REDIS_SENTINELS: only in mode "sentinel"',
+      ],
+      [{ REDIS_CLUSTER_NODES: 'c:6379' }, 'REDIS_CLUSTER_NODES: only in mode "cluster"'],
+      [
+        { REDIS_MODE: 'cluster', REDIS_CLUSTER_NODES: 'no-port' },
+        'REDIS_CLUSTER_NODES: must be host:port',
+      ],
+      [
+        { REDIS_MODE: 'cluster', REDIS_CLUSTER_NODES: 'c:70000' },
+        'REDIS_CLUSTER_NODES: port must be 1-65535',
+      ],
+      [
+        { REDIS_URL: 'rediss://c:6379', REDIS_TLS_CERT_FILE: '/c.crt' },
+        'REDIS_TLS_KEY_FILE: set the client certificate and its key together',
+      ],
+      [
+        { REDIS_URL: 'rediss://c:6379', REDIS_TLS_KEY_FILE: '/c.key' },
+        'REDIS_TLS_CERT_FILE: set the client certificate and its key together',
+      ],
+      [
+        { REDIS_URL: 'redis://c:6379', REDIS_TLS_CA_FILE: '/ca.crt' },
+        'REDIS_TLS_CA_FILE: has no effect without TLS',
+      ],
+      [{ REDIS_PASSWORD_FILE: '/p' }, 'REDIS_PASSWORD_FILE: set only with a Redis'],
+      [
+        { REDIS_URL: 'redis://c:6379', REDIS_PASSWORD_FILE: '/p', REDIS_PASSWORD_SECRET_ID: 'p' },
+        'REDIS_PASSWORD_SECRET_ID, REDIS_PASSWORD_FILE: set exactly one of secretId or file',
+      ],
+      [{ REDIS_URL: 'redis://c:6379', REDIS_TLS: 'maybe' }, 'REDIS_TLS'],
+    ])('names the bad Redis setting for %j', (override, expected) => {
+      expect(problems({ ...BASE, ...override }).join('\n')).toContain(expected);
+    });
+
+    it('reads the same settings from the config file', () => {
+      const file = tempFile(
+        'redis.yaml',
+        [
+          'redis:',
+          '  mode: sentinel',
+          '  sentinel:',
+          '    nodes: ["s0:26379", "s1:26379"]',
+          '    masterName: mymaster',
+          '    password: { file: /mnt/sentinel-password }',
+          '  password: { secretId: redis/data }',
+          '  tls: { enabled: true, caFile: /mnt/ca.crt }',
+        ].join('\n'),
+      );
+      const { redis } = loadConfig({ ...BASE, BROKER_CONFIG_FILE: file });
+      expect(redis.sentinel.nodes).toEqual(['s0:26379', 's1:26379']);
+      expect(redis.tls).toEqual({ enabled: true, caFile: '/mnt/ca.crt' });
+    });
   });
 
   it.each([

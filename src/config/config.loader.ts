@@ -45,6 +45,21 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'CALLER_AUTH_SUBJECTS', path: ['callerAuth', 'kubernetes', 'subjects'] },
   { env: 'CACHE_KEY_SECRET_ID', path: ['cacheEncryption', 'key', 'secretId'] },
   { env: 'CACHE_KEY_FILE', path: ['cacheEncryption', 'key', 'file'] },
+  { env: 'REDIS_MODE', path: ['redis', 'mode'] },
+  { env: 'REDIS_SENTINELS', path: ['redis', 'sentinel', 'nodes'] },
+  { env: 'REDIS_SENTINEL_MASTER', path: ['redis', 'sentinel', 'masterName'] },
+  { env: 'REDIS_SENTINEL_USERNAME', path: ['redis', 'sentinel', 'username'] },
+  { env: 'REDIS_SENTINEL_PASSWORD_SECRET_ID', path: ['redis', 'sentinel', 'password', 'secretId'] },
+  { env: 'REDIS_SENTINEL_PASSWORD_FILE', path: ['redis', 'sentinel', 'password', 'file'] },
+  { env: 'REDIS_CLUSTER_NODES', path: ['redis', 'cluster', 'nodes'] },
+  { env: 'REDIS_USERNAME', path: ['redis', 'username'] },
+  { env: 'REDIS_PASSWORD_SECRET_ID', path: ['redis', 'password', 'secretId'] },
+  { env: 'REDIS_PASSWORD_FILE', path: ['redis', 'password', 'file'] },
+  { env: 'REDIS_TLS', path: ['redis', 'tls', 'enabled'] },
+  { env: 'REDIS_TLS_CA_FILE', path: ['redis', 'tls', 'caFile'] },
+  { env: 'REDIS_TLS_CERT_FILE', path: ['redis', 'tls', 'certFile'] },
+  { env: 'REDIS_TLS_KEY_FILE', path: ['redis', 'tls', 'keyFile'] },
+  { env: 'REDIS_TLS_SERVER_NAME', path: ['redis', 'tls', 'serverName'] },
 ];
 
 /**
@@ -55,6 +70,8 @@ const UNSUPPLIED_NAMES = new Map<string, string>([
   ...ENV_SETTINGS.map(({ env, path }) => [path.join('.'), env] as [string, string]),
   ['callerAuth.apiKeysSource', 'CALLER_API_KEYS_SECRET_ID or CALLER_API_KEYS_FILE'],
   ['cacheEncryption.key', 'CACHE_KEY_SECRET_ID or CACHE_KEY_FILE'],
+  ['redis.password', 'REDIS_PASSWORD_SECRET_ID or REDIS_PASSWORD_FILE'],
+  ['redis.sentinel.password', 'REDIS_SENTINEL_PASSWORD_SECRET_ID or REDIS_SENTINEL_PASSWORD_FILE'],
 ]);
 
 /** The single-client variables; they build `clients[0]` when the file defines no clients. */
@@ -90,7 +107,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): B
   const clientEnv = CLIENT_ENV.filter(({ env: name }) => nonEmpty(env[name]) !== undefined);
   if (raw.clients !== undefined) {
     if (clientEnv.length > 0) {
-      throw new ConfigException(ConfigErrorCode.Invalid, [
+      throw ConfigException.of(ConfigErrorCode.Invalid, [
         `${clientEnv.map((c) => c.env).join(', ')}: the config file (BROKER_CONFIG_FILE) already defines clients; configure clients in one place only`,
       ]);
     }
@@ -107,7 +124,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): B
 
   const result = brokerConfigSchema.safeParse(raw);
   if (!result.success) {
-    throw new ConfigException(
+    throw ConfigException.of(
       ConfigErrorCode.Invalid,
       describeIssues(result.error, raw, origins, fileName),
       { cause: result.error },
@@ -127,7 +144,7 @@ function describeIssues(
     const absent = getPath(raw, issue.path) === undefined;
     const unsupplied = absent ? UNSUPPLIED_NAMES.get(key) : undefined;
     const setting =
-      origins.get(key) ??
+      originOf(origins, issue.path) ??
       (unsupplied && fileName
         ? `${unsupplied} (or ${formatPath(issue.path)} in ${fileName})`
         : unsupplied) ??
@@ -136,6 +153,22 @@ function describeIssues(
     const missing = issue.code === 'invalid_type' && absent;
     return `${setting}: ${missing ? 'required' : issue.message}`;
   });
+}
+
+/**
+ * The variable(s) behind a path: its own, else the nearest enclosing one (`REDIS_CLUSTER_NODES`
+ * for `redis.cluster.nodes[0]`), else those that set fields inside it (`REDIS_PASSWORD_FILE`
+ * for `redis.password`).
+ */
+function originOf(origins: Map<string, string>, path: readonly PropertyKey[]): string | undefined {
+  for (let n = path.length; n > 0; n--) {
+    const found = origins.get(path.slice(0, n).map(String).join('.'));
+    if (found !== undefined) return found;
+  }
+  if (path.length === 0) return undefined;
+  const prefix = `${path.map(String).join('.')}.`;
+  const inside = [...origins].filter(([k]) => k.startsWith(prefix)).map(([, env]) => env);
+  return inside.length > 0 ? [...new Set(inside)].join(', ') : undefined;
 }
 
 function getPath(root: unknown, path: readonly PropertyKey[]): unknown {
@@ -159,7 +192,7 @@ function readConfigFile(fileName: string): Record<string, unknown> {
     text = readFileSync(fileName, 'utf8');
   } catch (cause) {
     const reason = (cause as NodeJS.ErrnoException).code ?? 'unreadable';
-    throw new ConfigException(
+    throw ConfigException.of(
       ConfigErrorCode.FileUnreadable,
       [`BROKER_CONFIG_FILE: cannot read the file (${reason}); check the path and permissions`],
       { cause },
@@ -170,14 +203,14 @@ function readConfigFile(fileName: string): Record<string, unknown> {
     // YAML is a superset of JSON, so one parser reads both formats.
     parsed = parseYaml(text);
   } catch (cause) {
-    throw new ConfigException(
+    throw ConfigException.of(
       ConfigErrorCode.FileUnparsable,
       ['BROKER_CONFIG_FILE: not valid YAML or JSON'],
       { cause },
     );
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-    throw new ConfigException(ConfigErrorCode.FileUnparsable, [
+    throw ConfigException.of(ConfigErrorCode.FileUnparsable, [
       'BROKER_CONFIG_FILE: must hold a mapping (an object) at the top level',
     ]);
   }

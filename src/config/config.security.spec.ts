@@ -260,5 +260,35 @@ describe('caller authentication and cache encryption settings', () => {
         loadConfig({ ...CLIENT, ...API_KEYS, REDIS_URL: 'redis://cache:6379' }).cacheEncryption,
       ).toEqual({});
     });
+
+    it('is required in production for Sentinel and Cluster too, not only for REDIS_URL', () => {
+      const prod = { ...CLIENT, ...API_KEYS, NODE_ENV: 'production' };
+      const required = 'CACHE_KEY_SECRET_ID or CACHE_KEY_FILE: required when Redis is used';
+      expect(
+        problems({
+          ...prod,
+          REDIS_MODE: 'sentinel',
+          REDIS_SENTINELS: 's0:26379',
+          REDIS_SENTINEL_MASTER: 'mymaster',
+        }).join(),
+      ).toContain(required);
+      expect(
+        problems({ ...prod, REDIS_MODE: 'cluster', REDIS_CLUSTER_NODES: 'c0:6379' }).join(),
+      ).toContain(required);
+    });
+  });
+
+  describe('redis credentials', () => {
+    it('takes password references, never a password: an inline value is refused unprinted', () => {
+      const file = join(mkdtempSync(join(tmpdir(), 'tb-sec-')), 'b.yaml');
+      writeFileSync(
+        file,
+        'redis: { url: "redis://c:6379", password: "hunter2-DO-NOT-PRINT" }\n' +
+          'clients: [{id: a, authUrl: "https://a", baseUrl: "https://a", credentials: {file: /a}}]\n',
+      );
+      const found = problems({ ...API_KEYS, BROKER_CONFIG_FILE: file });
+      expect(found.join('\n')).toContain('redis.password');
+      expect(found.join('\n')).not.toContain('hunter2');
+    });
   });
 });

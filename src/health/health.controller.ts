@@ -10,7 +10,8 @@ import { TokenService } from '../token/token.service';
  * start-up. A later provider outage does not make the replica unready: callers must keep
  * reaching it to get the still-valid token, and after expiry a 503 with `Retry-After` beats a
  * connection refused. Refused or unreadable credentials make it unready once no valid token is
- * left. Redis down is `degraded`, still ready.
+ * left. Redis down is `degraded`, still ready; Redis refusing the broker's settings
+ * (authentication, ACL, TLS trust) is not ready, naming the cause.
  */
 @Controller('health')
 export class HealthController {
@@ -64,6 +65,16 @@ export class HealthController {
     const { store } = this.tokens.status();
     const session = this.indicators.check('store');
     if (store.kind === 'memory') return session.up({ kind: 'memory', note: 'single replica only' });
+    // Refused credentials, a forbidding ACL or an untrusted certificate never pass by
+    // themselves: take the replica out of rotation so a rollout with a bad setting stops, and
+    // say which setting.
+    if (store.configurationError !== undefined) {
+      return session.down({
+        kind: 'redis',
+        error: 'redis_misconfigured',
+        message: store.configurationError,
+      });
+    }
     return store.healthy
       ? session.up({ kind: 'redis' })
       : session.degraded({

@@ -1,10 +1,15 @@
-import { Module } from '@nestjs/common';
+import { type DynamicModule, Module } from '@nestjs/common';
 import { TerminusModule } from '@nestjs/terminus';
-import { TokenModule } from '../token/token.module';
 import { HealthController } from './health.controller';
 
+/** Liveness and readiness; build it with {@link HealthModule.with} and the app's token module. */
 @Module({
-  imports: [TerminusModule.forRoot({ logger: false }), TokenModule],
+  imports: [TerminusModule.forRoot({ logger: false })],
   controllers: [HealthController],
 })
-export class HealthModule {}
+export class HealthModule {
+  /** This module reading the app's token module (the same instance the app imports). */
+  static with(token: DynamicModule): DynamicModule {
+    return { module: HealthModule, imports: [token] };
+  }
+}

@@ -1,5 +1,6 @@
 import { HttpException } from '@nestjs/common';
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
+import { BrokerException } from '../errors/broker.exception';
 import { OrdersErrorCode, OrdersException } from '../orders/orders.exception';
 import { TokenErrorCode, TokenException } from '../token/token.exception';
 import { RequestErrorCode, RequestException } from './request.exception';
@@ -33,8 +34,16 @@ function assertUnreachable(x: never): never {
   throw new Error(`unmapped problem code: ${String(x)}`);
 }
 
+/** How a code is answered over HTTP. */
+export interface ProblemStatus {
+  status: number;
+  title: string;
+  /** `Retry-After` when the exception does not say (its `retryAfterSeconds` wins); none if absent. */
+  retryAfterSeconds?: number;
+}
+
 /** The one place codes become HTTP statuses. A new code is a compile error until mapped. */
-export function statusFor(code: ProblemCode): { status: number; title: string } {
+export function statusFor(code: ProblemCode): ProblemStatus {
   switch (code) {
     case RequestErrorCode.InvalidRequest:
       return { status: 400, title: 'Invalid request' };
@@ -57,15 +66,15 @@ export function statusFor(code: ProblemCode): { status: number; title: string } 
     case 'internal_error':
       return { status: 500, title: 'Internal error' };
     case TokenErrorCode.Unavailable:
-      return { status: 503, title: 'Token unavailable' };
+      return { status: 503, title: 'Token unavailable', retryAfterSeconds: 1 };
     case TokenErrorCode.CredentialsRejected:
-      return { status: 503, title: 'Provider credentials rejected' };
+      return { status: 503, title: 'Provider credentials rejected', retryAfterSeconds: 1 };
     case TokenErrorCode.CredentialsUnavailable:
-      return { status: 503, title: 'Provider credentials unavailable' };
+      return { status: 503, title: 'Provider credentials unavailable', retryAfterSeconds: 1 };
     case TokenErrorCode.ShuttingDown:
-      return { status: 503, title: 'Shutting down' };
+      return { status: 503, title: 'Shutting down', retryAfterSeconds: 1 };
     case CallerAuthErrorCode.Unavailable:
-      return { status: 503, title: 'Caller verification unavailable' };
+      return { status: 503, title: 'Caller verification unavailable', retryAfterSeconds: 2 };
     case OrdersErrorCode.InvalidBody:
       return { status: 400, title: 'Invalid order body' };
     case OrdersErrorCode.InvalidIdempotencyKey:
@@ -104,25 +113,13 @@ export function toProblem(err: unknown, requestId?: string): ProblemResponse {
   const headers: Record<string, string> = {};
   let code: ProblemCode;
   let detail: string;
-  if (
-    err instanceof TokenException ||
-    err instanceof CallerAuthException ||
-    err instanceof RequestException ||
-    err instanceof OrdersException
-  ) {
+  if (isCallerFacing(err)) {
     code = err.code;
     detail = err.message;
-    if (err instanceof TokenException && statusFor(code).status === 503) {
-      headers['retry-after'] = String(err.retryAfterSeconds ?? 1);
-    }
-    if (err instanceof CallerAuthException && code === CallerAuthErrorCode.Unauthenticated) {
+    const retryAfter = err.retryAfterSeconds ?? statusFor(code).retryAfterSeconds;
+    if (retryAfter !== undefined) headers['retry-after'] = String(retryAfter);
+    if (code === CallerAuthErrorCode.Unauthenticated) {
       headers['www-authenticate'] = 'Bearer realm="token-broker"';
-    }
-    if (err instanceof CallerAuthException && code === CallerAuthErrorCode.Unavailable) {
-      headers['retry-after'] = '2';
-    }
-    if (err instanceof OrdersException && err.retryAfterSeconds !== undefined) {
-      headers['retry-after'] = String(err.retryAfterSeconds);
     }
   } else if (err instanceof HttpException || isFastifyError(err)) {
     ({ code, detail } = fromHttpStatus(err));
@@ -135,6 +132,18 @@ export function toProblem(err: unknown, requestId?: string): ProblemResponse {
     problem: { type: `urn:token-broker:problem:${code}`, title, status, detail, code, requestId },
     headers,
   };
+}
+
+/**
+ * The domains whose codes answer the caller. Any other exception (provider, secrets, stores,
+ * config) is the broker's own failure: its message may name internals, so it becomes a 500.
+ */
+const CALLER_FACING = [TokenException, CallerAuthException, RequestException, OrdersException];
+
+function isCallerFacing(
+  err: unknown,
+): err is BrokerException<Exclude<ProblemCode, 'internal_error'>> {
+  return CALLER_FACING.some((domain) => err instanceof domain);
 }
 
 function isFastifyError(

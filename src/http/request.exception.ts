@@ -1,3 +1,5 @@
+import { BrokerException } from '../errors/broker.exception';
+
 /** Problems with the request itself, found before any domain logic runs. */
 export enum RequestErrorCode {
   InvalidRequest = 'invalid_request',
@@ -7,13 +9,4 @@ export enum RequestErrorCode {
   PayloadTooLarge = 'payload_too_large',
 }
 
-export class RequestException extends Error {
-  constructor(
-    readonly code: RequestErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-    this.name = 'RequestException';
-  }
-}
+export class RequestException extends BrokerException<RequestErrorCode> {}

@@ -1,9 +1,8 @@
-import { Global, Module } from '@nestjs/common';
+import { Module } from '@nestjs/common';
 import { HttpMetricsHook } from './http-metrics.hook';
 import { MetricsController } from './metrics.controller';
 import { MetricsService } from './metrics.service';
 
-@Global()
 @Module({
   controllers: [MetricsController],
   providers: [MetricsService, HttpMetricsHook],

@@ -17,6 +17,10 @@ export interface HitCell {
 /** Outcome of one lock attempt. */
 export type LockResult = 'acquired' | 'held_elsewhere' | 'error';
 
+/** The Redis states of `token_broker_redis_state`. */
+const STORE_STATES = ['up', 'down', 'misconfigured'] as const;
+export type StoreState = (typeof STORE_STATES)[number];
+
 /**
  * The broker's Prometheus metrics. Label values come only from configuration (client ids)
  * or from fixed enums, so cardinality is bounded by the deployment, never by callers.
@@ -71,12 +75,30 @@ export class MetricsService {
     labelNames: ['client'] as const,
     registers: [this.registry],
   });
+  readonly redisDataLoss = new Counter({
+    name: 'token_broker_redis_data_loss_total',
+    help: 'Times this replica found that Redis lost data it had seen there, per client and kind (lost: emptied; rolled_back: a failover to a replica that missed writes). Idempotency records may be gone: repeats of answered orders could be created twice.',
+    labelNames: ['client', 'kind'] as const,
+    registers: [this.registry],
+  });
   private degradedSource: () => boolean = () => false;
   readonly degraded: Gauge = new Gauge({
     name: 'token_broker_degraded',
     help: '1 while the shared store (Redis) is unreachable and this replica refreshes on its own.',
     registers: [this.registry],
     collect: (): void => this.degraded.set(this.degradedSource() ? 1 : 0),
+  });
+  private storeStateSource: () => StoreState | undefined = () => undefined;
+  readonly storeState: Gauge<'state'> = new Gauge({
+    name: 'token_broker_redis_state',
+    help: 'The Redis state as this replica sees it: 1 for the current state (up, down = outage, misconfigured = credentials/ACL/TLS refused), 0 for the others. Absent without Redis.',
+    labelNames: ['state'] as const,
+    registers: [this.registry],
+    collect: (): void => {
+      const current = this.storeStateSource();
+      if (current === undefined) return;
+      for (const state of STORE_STATES) this.storeState.set({ state }, state === current ? 1 : 0);
+    },
   });
   readonly lastRefreshSuccess = new Gauge({
     name: 'token_broker_last_refresh_success_timestamp_seconds',
@@ -87,6 +109,11 @@ export class MetricsService {
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'token_broker_' });
+  }
+
+  /** Where the Redis state gauge reads the state at scrape time (`undefined`: no Redis). */
+  setStoreStateSource(source: () => StoreState | undefined): void {
+    this.storeStateSource = source;
   }
 
   /** Where the degraded gauge reads its state at scrape time. */

@@ -7,7 +7,9 @@ import type {
 } from './idempotency-store';
 
 interface Entry {
+  /** For `in_flight`, `leaseRemainingMs` is filled in on lookup from `leaseUntil`. */
   record: IdempotencyRecord;
+  leaseUntil?: number;
   owner: string;
   expiresAt: number;
 }
@@ -39,9 +41,19 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   ): Promise<ClaimResult> {
     const id = entryId(clientId, keyHash);
     const existing = this.live(id);
-    if (existing) return { claimed: false, existing: existing.record };
+    if (existing) {
+      const record = existing.record;
+      return {
+        claimed: false,
+        existing:
+          record.state === 'in_flight'
+            ? { ...record, leaseRemainingMs: Math.max(0, (existing.leaseUntil ?? 0) - this.now()) }
+            : record,
+      };
+    }
     this.entries.set(id, {
-      record: { state: 'in_flight', bodyHash: claim.bodyHash, leaseUntil: claim.leaseUntil },
+      record: { state: 'in_flight', bodyHash: claim.bodyHash, leaseRemainingMs: claim.leaseMs },
+      leaseUntil: this.now() + claim.leaseMs,
       owner: claim.owner,
       expiresAt: this.now() + ttlMs,
     });

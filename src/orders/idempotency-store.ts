@@ -1,3 +1,5 @@
+import { BrokerException } from '../errors/broker.exception';
+
 /** The provider's answer as kept for replays: status, the headers replayed, and the exact bytes. */
 export interface StoredResponse {
   readonly status: number;
@@ -11,19 +13,26 @@ export interface StoredResponse {
  * sent with the key, so a different body under the same key is recognised in every state.
  */
 export type IdempotencyRecord =
-  /** Claimed and being forwarded; after `leaseUntil` (epoch ms) its holder is presumed dead. */
-  | { readonly state: 'in_flight'; readonly bodyHash: string; readonly leaseUntil: number }
+  /**
+   * Claimed and being forwarded. `leaseRemainingMs` is what the claimant's lease has left, on
+   * the store's clock (Redis's, never a replica's); at 0 its holder is presumed dead.
+   */
+  | { readonly state: 'in_flight'; readonly bodyHash: string; readonly leaseRemainingMs: number }
   /** The provider answered; repeats replay this. */
   | { readonly state: 'completed'; readonly bodyHash: string; readonly response: StoredResponse }
   /** Sent, but the answer never came: the order may exist. Repeats must not send it again. */
   | { readonly state: 'unknown'; readonly bodyHash: string };
 
-/** A new claim: who holds it and until when it is presumed alive. */
+/** A new claim: who holds it and for how long it is presumed alive. */
 export interface IdempotencyClaim {
   readonly bodyHash: string;
   /** Random per request: only the claimant may settle its claim. */
   readonly owner: string;
-  readonly leaseUntil: number;
+  /**
+   * How long (ms) the claimant is presumed alive. A duration, not a deadline: the store sets
+   * the deadline on its own clock so replicas with skewed clocks agree on it.
+   */
+  readonly leaseMs: number;
 }
 
 export type ClaimResult =
@@ -78,13 +87,4 @@ export enum IdempotencyStoreErrorCode {
 }
 
 /** The idempotency store failed; translated by the adapter that met the library error. */
-export class IdempotencyStoreException extends Error {
-  constructor(
-    readonly code: IdempotencyStoreErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-    this.name = 'IdempotencyStoreException';
-  }
-}
+export class IdempotencyStoreException extends BrokerException<IdempotencyStoreErrorCode> {}

@@ -147,14 +147,9 @@ export function assertJsonObject(body: Buffer | undefined): Buffer {
   try {
     parsed = JSON.parse(body.toString('utf8'));
   } catch (cause) {
-    throw new OrdersException(
-      OrdersErrorCode.InvalidBody,
-      'the request body is not valid JSON',
-      undefined,
-      {
-        cause,
-      },
-    );
+    throw new OrdersException(OrdersErrorCode.InvalidBody, 'the request body is not valid JSON', {
+      cause,
+    });
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
     throw new OrdersException(

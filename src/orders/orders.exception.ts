@@ -1,3 +1,5 @@
+import { BrokerException } from '../errors/broker.exception';
+
 /**
  * Why `POST /orders` was not answered with the provider's own response. Stable: callers and
  * dashboards key on these. Statuses live in `src/http/problem.ts`.
@@ -34,14 +36,4 @@ export enum OrdersErrorCode {
 }
 
 /** A `POST /orders` that the broker answers itself. `retryAfterSeconds` feeds `Retry-After`. */
-export class OrdersException extends Error {
-  constructor(
-    readonly code: OrdersErrorCode,
-    message: string,
-    readonly retryAfterSeconds?: number,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-    this.name = 'OrdersException';
-  }
-}
+export class OrdersException extends BrokerException<OrdersErrorCode> {}

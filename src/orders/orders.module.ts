@@ -1,29 +1,28 @@
-import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
-import type { Redis } from 'ioredis';
+import { type DynamicModule, Module, type Type } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { CallerAuthGuard } from '../caller-auth/caller-auth.guard';
+import { CallerAuthModule } from '../caller-auth/caller-auth.module';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { LOGGER } from '../logging/logger';
-import {
-  CheckoutClient,
-  type CheckoutGateway,
-  createCheckoutAgent,
-} from '../provider/checkout.client';
-import { RedisIdempotencyStore } from '../redis/idempotency-store.redis';
-import { REDIS_CONNECTION } from '../redis/redis.constants';
+import { MetricsModule } from '../metrics/metrics.module';
 import { MetricsService } from '../metrics/metrics.service';
-import { TokenModule } from '../token/token.module';
+import type { CheckoutGateway } from '../provider/checkout.client';
+import { CHECKOUT_GATEWAY } from '../provider/provider.constants';
+import { ProviderModule } from '../provider/provider.module';
 import { TokenService } from '../token/token.service';
 import type { IdempotencyStore } from './idempotency-store';
-import { MemoryIdempotencyStore } from './idempotency-store.memory';
-import { CHECKOUT_GATEWAY, IDEMPOTENCY_STORE } from './orders.constants';
+import { IDEMPOTENCY_STORE } from './orders.constants';
 import { OrdersRoute } from './orders.route';
 import { OrdersService } from './orders.service';
 
-/** `POST /orders`: the checkout passthrough with idempotency. */
+/**
+ * `POST /orders`: the checkout passthrough with idempotency. Its ports come from the adapters
+ * (the checkout gateway from the provider module, the idempotency store from the shared-store
+ * module), which build and close them. Build it with {@link OrdersModule.with}.
+ */
 @Module({
-  imports: [TokenModule],
+  imports: [CallerAuthModule, MetricsModule, ProviderModule],
   providers: [
     CallerAuthGuard,
     OrdersRoute,
@@ -46,32 +45,15 @@ import { OrdersService } from './orders.service';
         logger: Logger,
       ) => new OrdersService(tokens, checkout, store, config, metrics, logger),
     },
-    {
-      provide: CHECKOUT_GATEWAY,
-      inject: [BROKER_CONFIG],
-      useFactory: (config: BrokerConfig): CheckoutGateway =>
-        new CheckoutClient(createCheckoutAgent(config.orders), config.orders),
-    },
-    {
-      provide: IDEMPOTENCY_STORE,
-      inject: [REDIS_CONNECTION, LOGGER],
-      useFactory: (redis: Redis | null, logger: Logger): IdempotencyStore => {
-        if (redis) return new RedisIdempotencyStore(redis);
-        logger.warn(
-          'REDIS_URL is not set: Idempotency-Key outcomes are kept in this process only and are lost on restart.',
-        );
-        return new MemoryIdempotencyStore();
-      },
-    },
   ],
 })
-export class OrdersModule implements OnApplicationShutdown {
-  constructor(
-    @Inject(CHECKOUT_GATEWAY) private readonly checkout: CheckoutGateway,
-    @Inject(IDEMPOTENCY_STORE) private readonly store: IdempotencyStore,
-  ) {}
-
-  async onApplicationShutdown(): Promise<void> {
-    await Promise.all([this.checkout.close(), this.store.close()]);
+export class OrdersModule {
+  /**
+   * This module with the app's token module (`TokenModule.withStore(...)`, the same instance
+   * the app imports) and `store`, the module exporting `IDEMPOTENCY_STORE`. The store
+   * implements this folder's port, so this folder cannot import it (a folder cycle).
+   */
+  static with(token: DynamicModule, store: Type): DynamicModule {
+    return { module: OrdersModule, imports: [token, store] };
   }
 }

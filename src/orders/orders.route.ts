@@ -147,21 +147,18 @@ export class OrdersRoute implements OnModuleInit {
         return new OrdersException(
           OrdersErrorCode.BodyTooLarge,
           `the order body exceeds ${this.config.orders.bodyLimitBytes} bytes (ORDERS_BODY_LIMIT_BYTES)`,
-          undefined,
           { cause: err },
         );
       case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
         return new OrdersException(
           OrdersErrorCode.UnsupportedMediaType,
           'send the order as Content-Type: application/json (UTF-8)',
-          undefined,
           { cause: err },
         );
       case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
         return new OrdersException(
           OrdersErrorCode.InvalidBody,
           'the request body does not match its Content-Length',
-          undefined,
           { cause: err },
         );
       default:

@@ -7,7 +7,6 @@ import type {
   CheckoutRequest,
 } from '../provider/checkout.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
-import type { ClientTokenManager } from '../token/client-token-manager';
 import { type TokenRecord, toRecord } from '../token/token-record';
 import { TokenErrorCode, TokenException } from '../token/token.exception';
 import type { TokenService } from '../token/token.service';
@@ -37,35 +36,43 @@ function token(name: string): TokenRecord {
 }
 
 /**
- * The token side as the orders service sees it: a current token that `invalidate` replaces,
- * like the real manager's refresh would, with a counter of tokens fetched.
+ * The token side as the orders service sees it (the {@link TokenService} facade): a current
+ * token that `replaceRejected` replaces, like the real manager's refresh would, with a counter
+ * of tokens fetched.
  */
 class FakeTokens {
   current: TokenRecord = token('t0');
   fetched = 0;
   invalidations: string[] = [];
-  /** Tokens `get` hands out before the current one, to imitate a stale memory read. */
+  /**
+   * Tokens memory holds before the current one, to imitate a stale read. As in the real token
+   * layer, a token once rejected is never handed out again.
+   */
   staleReads: TokenRecord[] = [];
+  private readonly rejected = new Set<string>();
   unavailable = false;
 
-  readonly manager = {
-    client: config.clients[0],
-    get: async (): Promise<TokenRecord> => {
-      if (this.unavailable) throw new TokenException(TokenErrorCode.Unavailable, 'no token', 1);
-      return this.staleReads.shift() ?? this.current;
-    },
-    invalidate: async (fp: string): Promise<boolean> => this.invalidate(CLIENT, fp),
-  } as unknown as ClientTokenManager;
-
-  asService(): TokenService {
+  asService(): Pick<TokenService, 'resolveClient' | 'getToken' | 'replaceRejected'> {
     return {
-      manager: () => this.manager,
-      invalidate: (client: string, fp: string) => this.invalidate(client, fp),
-    } as unknown as TokenService;
+      resolveClient: (client) => client ?? CLIENT,
+      getToken: async (): Promise<TokenRecord> => {
+        if (this.unavailable)
+          throw new TokenException(TokenErrorCode.Unavailable, 'no token', {
+            retryAfterSeconds: 1,
+          });
+        let stale = this.staleReads.shift();
+        while (stale !== undefined && this.rejected.has(stale.fingerprint)) {
+          stale = this.staleReads.shift();
+        }
+        return stale ?? this.current;
+      },
+      replaceRejected: (client, fp) => this.invalidate(client, fp),
+    };
   }
 
   async invalidate(_client: string, fp: string): Promise<boolean> {
     this.invalidations.push(fp);
+    this.rejected.add(fp);
     if (this.current.fingerprint !== fp) return false;
     this.current = token(`t${++this.fetched}`);
     return true;
@@ -272,12 +279,16 @@ describe(OrdersService.name, () => {
         {
           bodyHash: bodyFingerprint(order.body),
           owner: 'dead-replica',
-          leaseUntil: Date.now() - 1,
+          leaseMs: 0,
         },
         60_000,
       );
       expect(await codeOf(svc.create(order, audit()))).toBe(OrdersErrorCode.OutcomeUnknown);
       expect(checkout.calls).toHaveLength(0);
+      // Truthful: nobody knows whether it was even sent (unlike an answer lost after sending).
+      const problem = svc.create(order, audit());
+      await expect(problem).rejects.toThrow(/cannot know whether that order was sent/);
+      await expect(problem).rejects.not.toThrow(/answer was lost/);
     });
 
     it('fails closed when the store is down, for keyed orders only', async () => {

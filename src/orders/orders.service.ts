@@ -1,13 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { BrokerConfig, ClientConfig } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
 import type { CheckoutGateway, CheckoutOutcome } from '../provider/checkout.client';
 import { ProviderErrorCode } from '../provider/provider.exception';
-import type { ClientTokenManager } from '../token/client-token-manager';
 import type { TokenRecord } from '../token/token-record';
-import { TokenErrorCode, TokenException } from '../token/token.exception';
+import { TokenException } from '../token/token.exception';
 import type { TokenService } from '../token/token.service';
 import {
   type IdempotencyRecord,
@@ -21,10 +19,8 @@ import { OrdersErrorCode, OrdersException } from './orders.exception';
 
 /** An order must leave with a token that outlives the trip to the provider. */
 const TOKEN_MIN_REMAINING_MS = 2000;
-/** Slack on an in-flight lease for clock skew between replicas and event-loop delays. */
+/** Slack on an in-flight lease for event-loop delays (the store's clock sets and reads it). */
 const LEASE_MARGIN_MS = 5000;
-/** Pause before re-checking when memory briefly still holds a token the provider rejected. */
-const STALE_TOKEN_RECHECK_MS = 25;
 
 /** A validated `POST /orders`, ready to forward. */
 export interface OrderRequest {
@@ -90,14 +86,15 @@ const NO_LEDGER: Ledger = {
  */
 export class OrdersService {
   private readonly ttlMs: number;
+  private readonly clients: ReadonlyMap<string, ClientConfig>;
   /** How long a claim's holder is presumed alive: its longest possible run, plus slack. */
   private readonly leaseMs: number;
 
   constructor(
-    private readonly tokens: Pick<TokenService, 'manager' | 'invalidate'>,
+    private readonly tokens: Pick<TokenService, 'resolveClient' | 'getToken' | 'replaceRejected'>,
     private readonly checkout: CheckoutGateway,
     private readonly store: IdempotencyStore,
-    private readonly config: Pick<BrokerConfig, 'orders' | 'token'>,
+    config: Pick<BrokerConfig, 'orders' | 'token' | 'clients'>,
     private readonly metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays'>,
     private readonly logger: Logger,
   ) {
@@ -108,6 +105,7 @@ export class OrdersService {
       2 * (o.connectTimeoutMs + o.headersTimeoutMs + o.bodyTimeoutMs) +
       LEASE_MARGIN_MS;
     this.ttlMs = o.idempotencyTtlSeconds * 1000;
+    this.clients = new Map(config.clients.map((c) => [c.id, c]));
   }
 
   /**
@@ -115,17 +113,18 @@ export class OrdersService {
    * whatever its status. Throws {@link OrdersException} or {@link TokenException} problems.
    */
   async create(order: OrderRequest, audit: OrderAudit): Promise<OrderReply> {
-    const manager = this.tokens.manager(order.clientId);
+    // Resolution throws the same 400/404 problems as everywhere else for a client not configured.
+    const client = this.clients.get(this.tokens.resolveClient(order.clientId))!;
     const key = order.headers.idempotencyKey;
     let ledger = NO_LEDGER;
     if (key !== undefined) {
-      const claim = await this.claim(manager.client.id, key, order.body, audit);
+      const claim = await this.claim(client.id, key, order.body, audit);
       if ('replay' in claim) return claim.replay;
       ledger = claim.ledger;
     }
     let outcome: CheckoutOutcome;
     try {
-      outcome = await this.send(manager, order, audit);
+      outcome = await this.send(client, order, audit);
     } catch (err) {
       // No token, or every token refused with 401: nothing reached the provider that it
       // accepted, so the key may be used again. Anything unexpected errs on the safe side.
@@ -135,53 +134,33 @@ export class OrdersService {
       await (refused ? ledger.release() : ledger.markUnknown());
       throw err;
     }
-    return this.conclude(outcome, ledger, manager.client.id, key !== undefined);
+    return this.conclude(outcome, ledger, client.id, key !== undefined);
   }
 
-  /** Sends the order, and once more after a 401 with a token different from the rejected one. */
+  /**
+   * Sends the order, and once more after a 401 with a token different from the rejected one:
+   * the token layer never hands a rejected token out again ({@link TokenService.replaceRejected}).
+   */
   private async send(
-    manager: ClientTokenManager,
+    client: ClientConfig,
     order: OrderRequest,
     audit: OrderAudit,
   ): Promise<CheckoutOutcome> {
-    const client = manager.client;
-    const first = await manager.get(TOKEN_MIN_REMAINING_MS);
+    const first = await this.tokens.getToken(client.id, TOKEN_MIN_REMAINING_MS);
     const outcome = await this.attempt(client, first, order, audit);
     if (!isUnauthorized(outcome)) return outcome;
 
     // Fenced: a no-op when another request (or replica) already replaced this token.
-    await this.tokens.invalidate(client.id, first.fingerprint);
-    const fresh = await this.freshToken(manager, first.fingerprint);
+    await this.tokens.replaceRejected(client.id, first.fingerprint);
+    const fresh = await this.tokens.getToken(client.id, TOKEN_MIN_REMAINING_MS);
     const retried = await this.attempt(client, fresh, order, audit);
     if (!isUnauthorized(retried)) return retried;
 
-    await this.tokens.invalidate(client.id, fresh.fingerprint);
+    await this.tokens.replaceRejected(client.id, fresh.fingerprint);
     throw new OrdersException(
       OrdersErrorCode.TokenRejected,
       `the provider refused a freshly obtained token for client "${client.id}" too (HTTP 401); no order was created. Check that the merchant's credentials are enabled for the checkout API in this environment`,
     );
-  }
-
-  /**
-   * A token other than `rejected`. After the invalidation memory no longer holds `rejected`,
-   * unless a store read that started before it put it back: then drop it again and wait.
-   */
-  private async freshToken(manager: ClientTokenManager, rejected: string): Promise<TokenRecord> {
-    const deadline = Date.now() + this.config.token.waitTimeoutMs;
-    for (;;) {
-      const left = deadline - Date.now();
-      const token = await manager.get(TOKEN_MIN_REMAINING_MS, Math.max(1, left));
-      if (token.fingerprint !== rejected) return token;
-      if (left <= 0) {
-        throw new TokenException(
-          TokenErrorCode.Unavailable,
-          `no token other than the one the provider rejected could be obtained in time for client "${manager.client.id}"; no order was created`,
-          1,
-        );
-      }
-      await manager.invalidate(rejected);
-      await sleep(STALE_TOKEN_RECHECK_MS);
-    }
   }
 
   private async attempt(
@@ -228,8 +207,7 @@ export class OrdersService {
       throw new OrdersException(
         OrdersErrorCode.ProviderUnreachable,
         `${error.message}; the order was not sent, so it is safe to retry`,
-        2,
-        { cause: error },
+        { retryAfterSeconds: 2, cause: error },
       );
     }
     await ledger.markUnknown();
@@ -247,7 +225,7 @@ export class OrdersService {
           ? OrdersErrorCode.ProviderBadResponse
           : OrdersErrorCode.ProviderUnreachable;
     const when = code === OrdersErrorCode.ProviderBadResponse ? '' : ' after the order was sent';
-    throw new OrdersException(code, `${error.message}${when}: ${advice}`, undefined, {
+    throw new OrdersException(code, `${error.message}${when}: ${advice}`, {
       cause: error,
     });
   }
@@ -268,7 +246,7 @@ export class OrdersService {
       result = await this.store.claim(
         clientId,
         keyHash,
-        { bodyHash, owner, leaseUntil: Date.now() + this.leaseMs },
+        { bodyHash, owner, leaseMs: this.leaseMs },
         // Never shorter than a claim can be held, so a record cannot vanish mid-flight.
         Math.max(this.ttlMs, 2 * this.leaseMs),
       );
@@ -291,15 +269,15 @@ export class OrdersService {
         this.metrics.idempotentReplays.labels(clientId).inc();
         return { ...existing.response, replayed: true };
       case 'in_flight':
-        if (existing.leaseUntil > Date.now()) {
+        if (existing.leaseRemainingMs > 0) {
           throw new OrdersException(
             OrdersErrorCode.InFlight,
             'the first request with this Idempotency-Key is still being forwarded; repeat it shortly to get its answer',
-            1,
+            { retryAfterSeconds: 1 },
           );
         }
-        // Its holder died mid-flight (a crashed replica): the order may have been sent.
-        throw outcomeUnknown();
+        // Its holder stopped mid-flight (a crashed replica): the order may have been sent.
+        throw claimAbandoned();
       case 'unknown':
         throw outcomeUnknown();
     }
@@ -349,6 +327,17 @@ function outcomeUnknown(): OrdersException {
   );
 }
 
+/**
+ * A claim whose holder's lease ran out before it recorded anything. Unlike `outcomeUnknown`,
+ * nobody knows whether the order was even sent: say exactly that.
+ */
+function claimAbandoned(): OrdersException {
+  return new OrdersException(
+    OrdersErrorCode.OutcomeUnknown,
+    'the broker replica that took the first request with this Idempotency-Key stopped before recording what happened to it (it crashed, or lost Redis), so the broker cannot know whether that order was sent to the provider or created. The broker will not send it again: check with the provider whether the order exists, and create it under a new key only if it does not',
+  );
+}
+
 /** Fail closed: without the store, a repeat could not be recognised and might duplicate. */
 function storeFailure(err: unknown): OrdersException {
   if (!(err instanceof IdempotencyStoreException)) throw err;
@@ -358,7 +347,6 @@ function storeFailure(err: unknown): OrdersException {
     corrupt
       ? `${err.message}; nothing was sent`
       : 'the idempotency store (Redis) is unreachable, so a duplicate order could not be ruled out; nothing was sent. Retry shortly with the same Idempotency-Key',
-    corrupt ? undefined : 2,
-    { cause: err },
+    { retryAfterSeconds: corrupt ? undefined : 2, cause: err },
   );
 }

@@ -32,7 +32,6 @@ export function translateTransportError(cause: unknown, what: string): ProviderE
     return new ProviderException(
       ProviderErrorCode.Unreachable,
       `${what}: cannot connect to the provider (${code || 'connect timeout'})`,
-      {},
       { cause },
     );
   }
@@ -44,14 +43,12 @@ export function translateTransportError(cause: unknown, what: string): ProviderE
     return new ProviderException(
       ProviderErrorCode.Timeout,
       `${what}: the provider did not answer in time`,
-      {},
       { cause },
     );
   }
   return new ProviderException(
     ProviderErrorCode.Unreachable,
     `${what}: the connection to the provider failed (${code || (cause instanceof Error ? cause.name : 'error')})`,
-    {},
     { cause },
   );
 }

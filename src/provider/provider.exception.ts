@@ -1,3 +1,5 @@
+import { BrokerException, type BrokerExceptionOptions } from '../errors/broker.exception';
+
 /** How a call to the provider failed. Each code decides retry and caller-visible behaviour. */
 export enum ProviderErrorCode {
   /** No TCP/TLS connection (refused, DNS, connect timeout). */
@@ -25,19 +27,31 @@ const TRANSIENT = new Set<ProviderErrorCode>([
   ProviderErrorCode.MalformedResponse,
 ]);
 
+/** What the provider's answer said about the failure, when it answered at all. */
+export interface ProviderFailureDetails {
+  /** The HTTP status. */
+  status?: number;
+  /** Its `Retry-After`, in milliseconds. */
+  retryAfterMs?: number;
+}
+
+export interface ProviderExceptionOptions extends BrokerExceptionOptions, ProviderFailureDetails {}
+
 /**
  * A failed provider call. Messages describe the failure (status, error code, shape) and never
  * include a response body verbatim: a body may echo credentials or a token.
  */
-export class ProviderException extends Error {
-  constructor(
-    readonly code: ProviderErrorCode,
-    message: string,
-    readonly details: { status?: number; retryAfterMs?: number } = {},
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-    this.name = 'ProviderException';
+export class ProviderException extends BrokerException<ProviderErrorCode> {
+  /** What the provider answered, for failure classification and backoff. */
+  readonly details: ProviderFailureDetails;
+
+  constructor(code: ProviderErrorCode, message: string, options: ProviderExceptionOptions = {}) {
+    super(code, message, options);
+    const { status, retryAfterMs } = options;
+    this.details = {
+      ...(status !== undefined && { status }),
+      ...(retryAfterMs !== undefined && { retryAfterMs }),
+    };
   }
 
   /** Whether trying again later, unchanged, may succeed. */

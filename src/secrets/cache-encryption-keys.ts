@@ -64,5 +64,5 @@ function decodeKey(text: string, where: string, which: string): Buffer {
 }
 
 function malformed(where: string, message: string): SecretsException {
-  return new SecretsException(SecretsErrorCode.Malformed, where, message);
+  return new SecretsException(SecretsErrorCode.Malformed, message, { source: where });
 }

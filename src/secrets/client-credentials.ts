@@ -29,8 +29,8 @@ export async function loadClientCredentials(
     // No cause: the parser's message quotes the text, which is the secret.
     throw new SecretsException(
       SecretsErrorCode.Malformed,
-      where,
       `credentials in "${where}" are not JSON; expected {"client_id": "...", "client_secret": "..."}`,
+      { source: where },
     );
   }
   const parsed = credentialsJson.safeParse(json);
@@ -38,8 +38,8 @@ export async function loadClientCredentials(
     const fields = [...new Set(parsed.error.issues.map((i) => i.path.join('.') || '(root)'))];
     throw new SecretsException(
       SecretsErrorCode.Malformed,
-      where,
       `credentials in "${where}" lack a non-empty ${fields.join(', ')}; expected {"client_id": "...", "client_secret": "..."}`,
+      { source: where },
     );
   }
   return { clientId: parsed.data.client_id, clientSecret: parsed.data.client_secret };

@@ -1,9 +1,6 @@
 import { readFile } from 'node:fs/promises';
-import {
-  GetSecretValueCommand,
-  SecretsManagerClient,
-  SecretsManagerServiceException,
-} from '@aws-sdk/client-secrets-manager';
+// Types only: the SDK itself is loaded on the first Secrets Manager read (see loadSdk).
+import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SecretsErrorCode, SecretsException } from './secrets.exception';
 
 /** Where a secret lives: exactly one of a Secrets Manager id (name or ARN) or a file path. */
@@ -19,6 +16,9 @@ export interface SecretReader {
   read(ref: SecretRef): Promise<string>;
 }
 
+/** The AWS SDK module, loaded on demand. */
+type SecretsManagerSdk = typeof import('@aws-sdk/client-secrets-manager');
+
 /** AWS error names that mean "nobody changed anything, try again later". */
 const TRANSIENT_AWS_ERRORS = new Set([
   'InternalServiceError',
@@ -33,6 +33,7 @@ const TRANSIENT_AWS_ERRORS = new Set([
  * environment, e.g. IRSA on EKS), or a local file.
  */
 export class AwsSecretReader implements SecretReader {
+  private sdk?: Promise<SecretsManagerSdk>;
   private client?: SecretsManagerClient;
 
   constructor(private readonly timeoutMs = 5000) {}
@@ -46,25 +47,46 @@ export class AwsSecretReader implements SecretReader {
   }
 
   private async readFromAws(secretId: string): Promise<string> {
+    const sdk = await this.loadSdk(secretId);
     // Created lazily: a file-only deployment must not need AWS_REGION.
-    this.client ??= new SecretsManagerClient({ maxAttempts: 2 });
+    this.client ??= new sdk.SecretsManagerClient({ maxAttempts: 2 });
     let value: string | undefined;
     try {
-      const out = await this.client.send(new GetSecretValueCommand({ SecretId: secretId }), {
+      const out = await this.client.send(new sdk.GetSecretValueCommand({ SecretId: secretId }), {
         abortSignal: AbortSignal.timeout(this.timeoutMs),
       });
       value = out.SecretString;
     } catch (cause) {
-      throw translateAwsError(secretId, cause);
+      throw translateAwsError(secretId, cause, sdk.SecretsManagerServiceException);
     }
     if (value === undefined || value === '') {
       throw new SecretsException(
         SecretsErrorCode.Malformed,
-        secretId,
         `Secrets Manager secret "${secretId}" has no SecretString; store the JSON as a string secret`,
+        { source: secretId },
       );
     }
     return value;
+  }
+
+  /**
+   * The SDK is required on the first Secrets Manager read, not at start-up: it is the largest
+   * dependency the broker has (about 15 MB of RSS and 100+ ms of start on Node 20), and a
+   * deployment whose secrets are all files never needs it. Loaded once; concurrent first
+   * reads share the load.
+   */
+  private async loadSdk(secretId: string): Promise<SecretsManagerSdk> {
+    this.sdk ??= import('@aws-sdk/client-secrets-manager');
+    try {
+      return await this.sdk;
+    } catch (cause) {
+      this.sdk = undefined;
+      throw new SecretsException(
+        SecretsErrorCode.Unavailable,
+        `cannot load the AWS SDK (@aws-sdk/client-secrets-manager) to read "${secretId}"; check that the image ships the production dependencies`,
+        { source: secretId, cause },
+      );
+    }
   }
 
   private async readFromFile(file: string): Promise<string> {
@@ -80,22 +102,24 @@ export class AwsSecretReader implements SecretReader {
             : SecretsErrorCode.Unavailable;
       throw new SecretsException(
         errorCode,
-        file,
         `cannot read secret file "${file}" (${code ?? 'error'}); check the path and the mount`,
-        { cause },
+        { source: file, cause },
       );
     }
   }
 }
 
-function translateAwsError(secretId: string, cause: unknown): SecretsException {
+function translateAwsError(
+  secretId: string,
+  cause: unknown,
+  ServiceException: SecretsManagerSdk['SecretsManagerServiceException'],
+): SecretsException {
   const name = cause instanceof Error ? cause.name : 'Error';
   if (name === 'ResourceNotFoundException') {
     return new SecretsException(
       SecretsErrorCode.NotFound,
-      secretId,
       `Secrets Manager secret "${secretId}" not found; check the name/ARN and AWS_REGION`,
-      { cause },
+      { source: secretId, cause },
     );
   }
   if (
@@ -106,19 +130,17 @@ function translateAwsError(secretId: string, cause: unknown): SecretsException {
   ) {
     return new SecretsException(
       SecretsErrorCode.AccessDenied,
-      secretId,
       `not allowed to read Secrets Manager secret "${secretId}" (${name}); check the IAM role (IRSA) and the KMS key policy`,
-      { cause },
+      { source: secretId, cause },
     );
   }
   const transient =
     TRANSIENT_AWS_ERRORS.has(name) ||
-    !(cause instanceof SecretsManagerServiceException) ||
+    !(cause instanceof ServiceException) ||
     (cause.$metadata.httpStatusCode ?? 500) >= 500;
   return new SecretsException(
     transient ? SecretsErrorCode.Unavailable : SecretsErrorCode.AccessDenied,
-    secretId,
     `reading Secrets Manager secret "${secretId}" failed (${name}); ${transient ? 'will retry' : 'check the secret and the IAM policy'}`,
-    { cause },
+    { source: secretId, cause },
   );
 }

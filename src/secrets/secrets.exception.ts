@@ -1,3 +1,5 @@
+import { BrokerException, type BrokerExceptionOptions } from '../errors/broker.exception';
+
 /** What went wrong reading a secret. */
 export enum SecretsErrorCode {
   /** The secret (or file) does not exist. */
@@ -10,19 +12,22 @@ export enum SecretsErrorCode {
   Malformed = 'secret_malformed',
 }
 
+export interface SecretsExceptionOptions extends BrokerExceptionOptions {
+  /** The secret id or file path: a reference, never a value. */
+  source: string;
+}
+
 /**
  * A secret could not be read. `source` names the secret id or file path (a reference, never
  * a value) so the message tells an operator exactly what to check.
  */
-export class SecretsException extends Error {
-  constructor(
-    readonly code: SecretsErrorCode,
-    readonly source: string,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-    this.name = 'SecretsException';
+export class SecretsException extends BrokerException<SecretsErrorCode> {
+  /** The secret id or file path that could not be read. */
+  readonly source: string;
+
+  constructor(code: SecretsErrorCode, message: string, options: SecretsExceptionOptions) {
+    super(code, message, options);
+    this.source = options.source;
   }
 
   /** Whether a later attempt may succeed without anyone changing anything. */

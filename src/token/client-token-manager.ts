@@ -1,18 +1,25 @@
 import type { Logger } from 'pino';
 import type { ClientConfig, TokenSettings } from '../config/config.schema';
-import type { HitCell, MetricsService, RefreshResult } from '../metrics/metrics.service';
-import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
+import type { HitCell, MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
-import { SecretsException } from '../secrets/secrets.exception';
-import { isDue, refreshAt, retryDelayMs } from './refresh-schedule';
-import { type TokenRecord, toRecord } from './token-record';
+import { CredentialsCache } from '../secrets/credentials-cache';
+import { FleetRefresh, noteStoreFailure } from './fleet-refresh';
+import { judgeFailure, lifetimeTooShort, unavailableError } from './refresh-failure';
+import { isDue, refreshAt } from './refresh-schedule';
+import type { TokenRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
-import { TokenStoreException } from './token-store.exception';
+import { TokenWaiters } from './token-waiters';
 import { TokenErrorCode, TokenException } from './token.exception';
 
 /** Never hand out a token with less than this left: it could expire on the wire. */
 export const MIN_SERVE_MS = 1000;
+
+/**
+ * How many rejected fingerprints a manager remembers. A rejected token is gone from the store
+ * within a refresh or two; the newest few cover every read that can still be in flight.
+ */
+const REMEMBERED_REJECTIONS = 16;
 
 /** Collaborators of one client's manager; shared across clients. */
 export interface ManagerDeps {
@@ -27,15 +34,10 @@ export interface ManagerDeps {
    * (a couple of Redis command timeouts): one late reply is not an outage.
    */
   storeGraceMs: number;
+  /** The clock (epoch ms); tests move it. @default Date.now */
   now?: () => number;
+  /** Jitter source; tests seed it. @default Math.random */
   random?: () => number;
-}
-
-interface Waiter {
-  needUntil: number;
-  resolve: (r: TokenRecord) => void;
-  reject: (e: Error) => void;
-  timer: NodeJS.Timeout;
 }
 
 /** What the last refresh attempt left behind, for readiness and error messages. */
@@ -51,40 +53,49 @@ export interface ClientTokenStatus {
   everObtained: boolean;
 }
 
-/** Outcome of one pass of the refresh loop. */
-type Attempt = { kind: 'token'; record: TokenRecord; fetched: boolean } | { kind: 'wait' };
-
 /**
- * One client's token lifecycle: L1 (this object), L2 (the shared store), source (provider).
+ * One client's token lifecycle, as a state machine: L1 (this object), L2 (the shared store),
+ * source (the provider).
  *
  * - Hot path: {@link peek} reads L1 synchronously; no I/O.
  * - Refresh: a single loop per process (the single flight), started by the refresh-ahead timer,
- *   by a caller in the mandatory window, by an invalidation, or by a store event. Each pass
- *   re-reads L2, takes the fleet lock, re-reads L2 inside it, and only then asks the provider;
- *   the result is written with a fenced compare-and-set. If the store is down, the pass asks
- *   the provider directly: at most one call per replica per lifetime, since the loop stops as
- *   soon as it holds a token that is not yet due.
+ *   by a caller in the mandatory window, by an invalidation, or by a store event. Each pass is a
+ *   {@link FleetRefresh} (L2, lock, L2 again, provider, fenced write); between passes the loop
+ *   sleeps for the backoff of {@link judgeFailure}, or until a store event wakes it.
+ * - Callers in the mandatory window wait in {@link TokenWaiters}, bounded by `waitTimeoutMs`.
  * - Failures: capped exponential backoff with full jitter; the current token keeps being
  *   served until it expires.
  */
 export class ClientTokenManager {
   private l1?: TokenRecord;
   private loop?: Promise<void>;
-  private readonly waiters = new Set<Waiter>();
+  private readonly waiters = new TokenWaiters();
+  private readonly refresh: FleetRefresh;
   private refreshTimer?: NodeJS.Timeout;
   private wake?: () => void;
-  private credentials?: ClientCredentials;
-  private credentialsLoadedAt = 0;
+  /**
+   * A store event arrived while the loop was inside a pass (not asleep, so {@link wake} could
+   * not reach it): the pass may have read the store before the news, so the loop must look again
+   * at once instead of sleeping on a wake-up it already received.
+   */
+  private wokenDuringPass = false;
   private failures = 0;
   private lastError?: Error;
   private permanentError?: TokenException;
   private nextAttemptAt?: number;
+  /** Set while the fleet backs off (a failure or a deferral): no provider request before it. */
+  private backoffUntil?: number;
   private everObtained = false;
   /** Lifetime of the newest token held (ms): what a refresh can offer a caller at most. */
   private lifetimeMs?: number;
+  /** L1 holds a token the shared store may lack (it was down): push it on recovery. */
   private needsResync = false;
-  /** When the current run of store failures began (undefined while the store answers). */
-  private storeFailingSince?: number;
+  /**
+   * Fingerprints the provider refused (oldest first). Never adopted again, whether from a pass,
+   * a store read or a pub/sub message that started before the rejection: so a caller asking
+   * after {@link invalidate} gets a different token without polling.
+   */
+  private readonly rejected = new Set<string>();
   private stopped = false;
   private readonly now: () => number;
   private readonly random: () => number;
@@ -102,6 +113,19 @@ export class ClientTokenManager {
     this.refreshAheadMs = deps.settings.refreshAheadSeconds * 1000;
     this.remainingGauge = deps.metrics.tokenRemaining.labels(client.id);
     this.l1Hits = deps.metrics.l1HitCell(client.id);
+    this.refresh = new FleetRefresh(client, {
+      store: deps.store,
+      grantor: deps.grantor,
+      credentials: new CredentialsCache(
+        () => deps.loadCredentials(client),
+        deps.settings.credentialsReloadSeconds * 1000,
+        this.now,
+      ),
+      metrics: deps.metrics,
+      logger: deps.logger,
+      storeGraceMs: deps.storeGraceMs,
+      now: this.now,
+    });
   }
 
   /** Starts the lifecycle: load credentials and obtain the first token in the background. */
@@ -127,11 +151,7 @@ export class ClientTokenManager {
       ]);
       clearTimeout(timer);
     }
-    for (const w of this.waiters) {
-      clearTimeout(w.timer);
-      w.reject(new TokenException(TokenErrorCode.ShuttingDown, 'the broker is shutting down', 1));
-    }
-    this.waiters.clear();
+    this.waiters.rejectAll(shuttingDown());
   }
 
   /** Hot path: the L1 token if it has at least `minRemainingMs` left. No I/O, no promise. */
@@ -152,29 +172,21 @@ export class ClientTokenManager {
   ): Promise<TokenRecord> {
     const hit = this.peek(minRemainingMs);
     if (hit) return hit;
-    if (this.stopped) {
-      throw new TokenException(TokenErrorCode.ShuttingDown, 'the broker is shutting down', 1);
-    }
+    if (this.stopped) throw shuttingDown();
     // Fail fast: an operator must fix this; the loop keeps probing in the background.
     if (this.permanentError) throw this.permanentError;
     // Even a brand-new token could not meet this: refuse now instead of fetching one per
     // such request (a caller looping with a too large min_ttl would hammer the provider).
     if (this.lifetimeMs !== undefined && minRemainingMs >= this.lifetimeMs) {
-      throw this.lifetimeTooShort(this.lifetimeMs);
+      throw lifetimeTooShort(this.client.id, this.lifetimeMs);
+    }
+    // The fleet backs off past this caller's wait: no token can come in time, so say at once
+    // when the next attempt is instead of holding the caller for the whole wait.
+    if (this.backoffUntil !== undefined && this.backoffUntil - this.now() > waitTimeoutMs) {
+      throw this.unavailable();
     }
     const needUntil = this.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
-    const result = new Promise<TokenRecord>((resolve, reject) => {
-      const waiter: Waiter = {
-        needUntil,
-        resolve,
-        reject,
-        timer: setTimeout(() => {
-          this.waiters.delete(waiter);
-          reject(this.unavailableError());
-        }, waitTimeoutMs),
-      };
-      this.waiters.add(waiter);
-    });
+    const result = this.waiters.wait(needUntil, waitTimeoutMs, () => this.unavailable());
     this.ensureRefreshing('demand');
     return result;
   }
@@ -182,9 +194,11 @@ export class ClientTokenManager {
   /**
    * Generation-aware invalidation: the provider rejected the token with `fingerprint`. Drop it
    * only if it is still the current one, here and in the store, so a storm of rejections of
-   * one stale token costs a single refresh.
+   * one stale token costs a single refresh. The fingerprint is remembered: this manager never
+   * adopts that token again, so the next {@link get} waits for a different one.
    */
   async invalidate(fingerprint: string): Promise<boolean> {
+    this.remember(fingerprint);
     let invalidated = false;
     if (this.l1?.fingerprint === fingerprint) {
       this.l1 = undefined;
@@ -207,6 +221,8 @@ export class ClientTokenManager {
   /** A message from the shared store (another replica refreshed or invalidated). */
   onStoreEvent(event: TokenStoreEvent): void {
     if (event.type === 'invalidated') {
+      // Another replica saw the provider refuse it: it is no better here.
+      this.remember(event.fingerprint);
       if (this.l1?.fingerprint === event.fingerprint) {
         this.l1 = undefined;
         this.remainingGauge.set(0);
@@ -214,10 +230,14 @@ export class ClientTokenManager {
       }
       return;
     }
-    if (this.l1 !== undefined && event.expiresAt <= this.l1.expiresAt) return;
+    // Our own token (we wrote it, or already adopted it): nothing to re-read. Anything else
+    // is re-read, and the adoption keeps whichever of the two expires later.
+    if (this.l1 !== undefined && event.fingerprint === this.l1.fingerprint) return;
     if (this.loop) {
-      // The loop is waiting for exactly this: let it re-read now instead of at its next poll.
-      this.wake?.();
+      // The loop is waiting for exactly this: let it re-read now instead of at its next poll
+      // (asleep: wake it; inside a pass: it looks again once the pass ends).
+      if (this.wake) this.wake();
+      else this.wokenDuringPass = true;
     } else {
       void this.adoptFromStore();
     }
@@ -271,20 +291,41 @@ export class ClientTokenManager {
     let waits = 0;
     while (!this.stopped) {
       let delay: number;
+      this.wokenDuringPass = false;
       try {
-        const attempt = await this.attempt();
-        if (attempt.kind === 'token') {
-          this.adopt(attempt.record, attempt.fetched);
+        const pass = await this.refresh.run({
+          held: () => this.l1,
+          goodEnough: (r) => this.isGoodEnough(r),
+          failed: (err) => this.onAttemptFailed(err),
+        });
+        if (pass.kind === 'deferred' || pass.kind === 'failed') {
+          delay = pass.retryInMs;
+          this.enterBackoff(delay);
+          // When the deferral ends the replicas race for the lock again: the losers must look
+          // again soon, to learn the next deferral while their callers still wait.
+          waits = 0;
+        } else if (pass.kind === 'token' && this.rejected.has(pass.record.fingerprint)) {
+          // Refused by the provider after the pass judged it (the pass still awaited the lock's
+          // release): adopting it would hand the rejected token straight back to the caller
+          // retrying after its 401. Look again: the store no longer offers it.
+          delay = 0;
+        } else if (pass.kind === 'token') {
+          if (pass.unshared) this.needsResync = true;
+          this.adopt(pass.record, pass.fetched);
           this.failures = 0;
           this.lastError = undefined;
           this.permanentError = undefined;
           this.nextAttemptAt = undefined;
+          this.backoffUntil = undefined;
           return;
+        } else {
+          // Another replica holds the lock: wait for its pub/sub message, re-read regardless.
+          // The message may already have come during this pass: then re-read now.
+          delay = this.wokenDuringPass ? 0 : Math.min(100 * 2 ** waits++, 1000);
         }
-        // Another replica holds the lock: wait for its pub/sub message, re-read regardless.
-        delay = Math.min(100 * 2 ** waits++, 1000);
       } catch (err) {
         delay = this.onAttemptFailed(err);
+        this.enterBackoff(delay);
       }
       // Shutting down: no further attempt (stop() is waiting for this loop to end).
       if (this.stopped) return;
@@ -293,95 +334,6 @@ export class ClientTokenManager {
     }
   }
 
-  /** One pass: L2, lock, L2 again, provider, fenced write. */
-  private async attempt(): Promise<Attempt> {
-    const store = this.deps.store;
-    const id = this.client.id;
-    try {
-      if (this.l1 && this.isGoodEnough(this.l1))
-        return { kind: 'token', record: this.l1, fetched: false };
-      const found = await this.readStore();
-      this.storeFailingSince = undefined;
-      if (found && this.isGoodEnough(found)) {
-        this.countRefresh('adopted');
-        return { kind: 'token', record: found, fetched: false };
-      }
-      const lock = await store.tryLock(id);
-      if (!lock) {
-        this.deps.metrics.lockAttempts.labels(id, 'held_elsewhere').inc();
-        return { kind: 'wait' };
-      }
-      this.deps.metrics.lockAttempts.labels(id, 'acquired').inc();
-      try {
-        // Inside the lock, re-read: the previous holder may have written just now.
-        const again = await this.readStore();
-        if (again && this.isGoodEnough(again)) {
-          this.countRefresh('adopted');
-          return { kind: 'token', record: again, fetched: false };
-        }
-        if (this.l1 && this.isGoodEnough(this.l1)) {
-          return { kind: 'token', record: this.l1, fetched: false };
-        }
-        const record = await this.fetch();
-        await this.publish(record);
-        return { kind: 'token', record, fetched: true };
-      } finally {
-        await lock.release();
-      }
-    } catch (err) {
-      if (!(err instanceof TokenStoreException)) throw err;
-      this.noteStoreFailure(err);
-      this.deps.metrics.lockAttempts.labels(id, 'error').inc();
-      // One slow or failed command is not an outage: under CPU pressure a reply can miss the
-      // command timeout while Redis is fine. Fetching at once would make this replica refresh
-      // beside the fleet's lock holder, so retry through the store until it has failed for
-      // `storeGraceMs`, or the token we serve is about to run out.
-      const now = this.now();
-      this.storeFailingSince ??= now;
-      const withinGrace = now - this.storeFailingSince < this.deps.storeGraceMs;
-      const tokenLasts =
-        this.l1 === undefined || this.l1.expiresAt - now > 2 * this.deps.storeGraceMs;
-      if (withinGrace && tokenLasts) return { kind: 'wait' };
-      // Degraded: this replica refreshes on its own; the loop is the per-replica single flight.
-      const record = await this.fetch();
-      this.needsResync = true;
-      return { kind: 'token', record, fetched: true };
-    }
-  }
-
-  private async readStore(): Promise<TokenRecord | undefined> {
-    const stored = await this.deps.store.read(this.client.id);
-    if (stored.status === 'corrupt') {
-      this.deps.logger.warn(
-        { client: this.client.id },
-        'shared token value is unreadable (wrong key, tampered or foreign); discarding it and refreshing',
-      );
-      await this.deps.store.discardCorrupt(this.client.id);
-      return undefined;
-    }
-    this.deps.metrics.cacheLookups
-      .labels(this.client.id, 'l2', stored.status === 'found' ? 'hit' : 'miss')
-      .inc();
-    return stored.status === 'found' ? stored.record : undefined;
-  }
-
-  /** Write the new token to L2; if a newer one is already there, the next read adopts it. */
-  private async publish(record: TokenRecord): Promise<void> {
-    try {
-      const written = await this.deps.store.writeFenced(this.client.id, record);
-      if (!written) {
-        this.deps.logger.info(
-          { client: this.client.id },
-          'a newer token was already stored; the fence kept it',
-        );
-      }
-    } catch (err) {
-      this.noteStoreFailure(err);
-      this.needsResync = true;
-    }
-  }
-
-  /** Accept a stored token only if it is newer than ours, not itself due, and meets waiters. */
   /**
    * Whether `r` ends the refresh: outside its refresh window and enough for every waiter.
    * Judged by the token alone, not by "is it the one we hold": another path (a pub/sub wake-up,
@@ -389,65 +341,9 @@ export class ClientTokenManager {
    * pass must then stop instead of fetching one more.
    */
   private isGoodEnough(r: TokenRecord): boolean {
+    if (this.rejected.has(r.fingerprint)) return false;
     if (isDue(this.refreshAheadMs, r.obtainedAt, r.expiresAt, this.now())) return false;
-    for (const w of this.waiters) if (r.expiresAt < w.needUntil) return false;
-    return true;
-  }
-
-  private async fetch(): Promise<TokenRecord> {
-    const credentials = await this.currentCredentials();
-    const started = this.now();
-    try {
-      const grant = await this.deps.grantor.requestToken(this.client, credentials);
-      this.observe(started, '2xx');
-      this.countRefresh('fetched');
-      this.deps.logger.info(
-        {
-          client: this.client.id,
-          fingerprint: toRecord(grant).fingerprint,
-          lifetimeSeconds: grant.lifetimeSeconds,
-        },
-        'new token obtained from the provider',
-      );
-      return toRecord(grant);
-    } catch (err) {
-      const status = err instanceof ProviderException ? err.details.status : undefined;
-      this.observe(started, status === undefined ? 'none' : `${Math.floor(status / 100)}xx`);
-      if (err instanceof ProviderException && err.code === ProviderErrorCode.InvalidClient) {
-        // Rotation: the secret may have changed since we read it. Re-read once per failure.
-        const fresh = await this.currentCredentials(true);
-        if (
-          fresh.clientId !== credentials.clientId ||
-          fresh.clientSecret !== credentials.clientSecret
-        ) {
-          this.deps.logger.info(
-            { client: this.client.id },
-            'credentials changed; retrying with the new ones',
-          );
-          const grant = await this.deps.grantor.requestToken(this.client, fresh);
-          this.countRefresh('fetched');
-          return toRecord(grant);
-        }
-      }
-      throw err;
-    }
-  }
-
-  private async currentCredentials(force = false): Promise<ClientCredentials> {
-    const maxAge = this.deps.settings.credentialsReloadSeconds * 1000;
-    if (!force && this.credentials && this.now() - this.credentialsLoadedAt < maxAge) {
-      return this.credentials;
-    }
-    try {
-      this.credentials = await this.deps.loadCredentials(this.client);
-      this.credentialsLoadedAt = this.now();
-    } catch (err) {
-      // Keep using the last good credentials through a Secrets Manager blip.
-      if (this.credentials && err instanceof SecretsException && err.transient)
-        return this.credentials;
-      throw err;
-    }
-    return this.credentials;
+    return this.waiters.allMetBy(r);
   }
 
   /**
@@ -466,23 +362,19 @@ export class ClientTokenManager {
     this.remainingGauge.set(Math.max(0, (held.expiresAt - this.now()) / 1000));
     this.deps.metrics.lastRefreshSuccess.labels(this.client.id).set(this.now() / 1000);
     this.schedule(held);
-    for (const w of this.waiters) {
-      if (held.expiresAt >= w.needUntil) {
-        clearTimeout(w.timer);
-        this.waiters.delete(w);
-        w.resolve(held);
-      } else if (fetched) {
-        clearTimeout(w.timer);
-        this.waiters.delete(w);
-        w.reject(this.lifetimeTooShort(held.expiresAt - held.obtainedAt));
-      }
-    }
+    this.waiters.offer(
+      held,
+      fetched
+        ? () => lifetimeTooShort(this.client.id, held.expiresAt - held.obtainedAt)
+        : undefined,
+    );
   }
 
   private async adoptFromStore(): Promise<void> {
     try {
-      const r = await this.readStore();
-      if (r && (!this.l1 || r.expiresAt > this.l1.expiresAt)) this.adopt(r);
+      const r = await this.refresh.readShared();
+      if (r && !this.rejected.has(r.fingerprint) && (!this.l1 || r.expiresAt > this.l1.expiresAt))
+        this.adopt(r);
     } catch (err) {
       this.noteStoreFailure(err);
     }
@@ -502,15 +394,17 @@ export class ClientTokenManager {
   private onAttemptFailed(err: unknown): number {
     this.failures++;
     this.lastError = err instanceof Error ? err : new Error(String(err));
-    const permanent = this.classify(err);
-    this.countRefresh(
-      permanent
-        ? err instanceof SecretsException
-          ? 'credentials_error'
-          : 'permanent_error'
-        : 'transient_error',
-    );
     const valid = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
+    const verdict = judgeFailure(err, {
+      client: this.client,
+      attempt: this.failures,
+      backoffBaseMs: this.deps.settings.backoffBaseMs,
+      backoffMaxMs: this.deps.settings.backoffMaxMs,
+      now: this.now(),
+      servingUntil: valid?.expiresAt,
+      random: this.random,
+    });
+    this.deps.metrics.refreshes.labels(this.client.id, verdict.result).inc();
     const logFields = {
       client: this.client.id,
       attempt: this.failures,
@@ -518,103 +412,69 @@ export class ClientTokenManager {
       err: this.lastError.message,
       servingUntil: valid ? new Date(valid.expiresAt).toISOString() : undefined,
     };
-    if (permanent) {
-      this.permanentError = permanent;
-      this.deps.logger.error(logFields, `token refresh failed permanently: ${permanent.message}`);
-      for (const w of this.waiters) {
-        clearTimeout(w.timer);
-        w.reject(permanent);
-      }
-      this.waiters.clear();
+    if (verdict.permanent) {
+      this.permanentError = verdict.permanent;
+      this.deps.logger.error(
+        logFields,
+        `token refresh failed permanently: ${verdict.permanent.message}`,
+      );
+      this.waiters.rejectAll(verdict.permanent);
     } else {
       this.deps.logger.warn(logFields, 'token refresh failed; will retry');
     }
-    const retryAfterMs = err instanceof ProviderException ? err.details.retryAfterMs : undefined;
-    return retryDelayMs({
-      attempt: this.failures,
-      baseMs: this.deps.settings.backoffBaseMs,
-      // An operator has to act on a permanent failure: probe slowly until they do.
-      maxMs: this.deps.settings.backoffMaxMs,
+    return verdict.delayMs;
+  }
+
+  /**
+   * No provider request for `delayMs`. Callers waiting now whose wait cannot outlast that are
+   * refused at once, with the real time of the next attempt in `Retry-After`.
+   */
+  private enterBackoff(delayMs: number): void {
+    this.backoffUntil = this.now() + delayMs;
+    this.nextAttemptAt = this.backoffUntil;
+    if (delayMs > this.deps.settings.waitTimeoutMs) this.waiters.rejectAll(this.unavailable());
+  }
+
+  /** The 503 (or permanent failure) for a caller no token can reach in time. */
+  private unavailable(): TokenException {
+    return unavailableError({
+      clientId: this.client.id,
+      permanent: this.permanentError,
+      lastError: this.lastError,
+      nextAttemptAt: this.nextAttemptAt,
       now: this.now(),
-      expiresAt: permanent ? undefined : valid?.expiresAt,
-      retryAfterMs: permanent ? this.deps.settings.backoffMaxMs : retryAfterMs,
-      random: this.random,
     });
   }
 
-  /** A permanent failure as the caller-facing exception, or undefined when transient. */
-  private classify(err: unknown): TokenException | undefined {
-    if (err instanceof ProviderException && !err.transient) {
-      const rejected = err.code === ProviderErrorCode.InvalidClient;
-      const source = this.client.credentials;
-      return new TokenException(
-        rejected ? TokenErrorCode.CredentialsRejected : TokenErrorCode.Unavailable,
-        // Say where the refused credentials came from (a reference, never the value): that is
-        // what the operator has to fix; they were already re-read once.
-        rejected
-          ? `${err.message}; they were read from ${source.file !== undefined ? `file "${source.file}"` : `Secrets Manager secret "${source.secretId}"`}`
-          : err.message,
-        Math.ceil(this.deps.settings.backoffMaxMs / 1000),
-        { cause: err },
-      );
+  private remember(fingerprint: string): void {
+    this.rejected.delete(fingerprint);
+    this.rejected.add(fingerprint);
+    if (this.rejected.size > REMEMBERED_REJECTIONS) {
+      this.rejected.delete(this.rejected.values().next().value!);
     }
-    if (err instanceof SecretsException && !err.transient) {
-      return new TokenException(
-        TokenErrorCode.CredentialsUnavailable,
-        `cannot load the credentials for client "${this.client.id}": ${err.message}`,
-        Math.ceil(this.deps.settings.backoffMaxMs / 1000),
-        { cause: err },
-      );
-    }
-    return undefined;
-  }
-
-  private lifetimeTooShort(lifetimeMs: number): TokenException {
-    return new TokenException(
-      TokenErrorCode.Unavailable,
-      `client "${this.client.id}": the provider's tokens live ${Math.round(lifetimeMs / 1000)} s, less than the requested min_ttl`,
-    );
-  }
-
-  private unavailableError(): TokenException {
-    if (this.permanentError) return this.permanentError;
-    const retryAfter =
-      this.nextAttemptAt !== undefined
-        ? Math.max(1, Math.ceil((this.nextAttemptAt - this.now()) / 1000))
-        : 1;
-    const why = this.lastError ? ` (last error: ${this.lastError.message})` : '';
-    return new TokenException(
-      TokenErrorCode.Unavailable,
-      `no token with the requested remaining lifetime could be obtained in time for client "${this.client.id}"${why}`,
-      retryAfter,
-    );
   }
 
   private noteStoreFailure(err: unknown): void {
-    if (!(err instanceof TokenStoreException)) throw err;
-    this.deps.logger.warn({ client: this.client.id, err: err.message }, 'shared store unavailable');
-  }
-
-  private countRefresh(result: RefreshResult): void {
-    this.deps.metrics.refreshes.labels(this.client.id, result).inc();
-  }
-
-  private observe(startedAt: number, statusClass: string): void {
-    this.deps.metrics.providerLatency
-      .labels('token', statusClass)
-      .observe((this.now() - startedAt) / 1000);
+    noteStoreFailure(this.deps.logger, this.client.id, err);
   }
 
   /** Sleeps for `ms`, or less if a store event or shutdown wakes the loop. */
   private sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
-      const timer = setTimeout(done, ms);
-      const wake = () => done();
-      this.wake = wake;
-      function done() {
+      const done = () => {
         clearTimeout(timer);
+        // Awake: a later event must not be spent on this finished sleep.
+        if (this.wake === done) this.wake = undefined;
         resolve();
-      }
+      };
+      const timer = setTimeout(done, ms);
+      this.wake = done;
     });
   }
+}
+
+function shuttingDown(): TokenException {
+  return new TokenException(TokenErrorCode.ShuttingDown, 'the broker is shutting down', {
+    retryAfterSeconds: 1,
+  });
 }

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { BrokerConfig } from '../config/config.schema';
+import { type BrokerConfig, redisConfigured } from '../config/config.schema';
 import { loadCacheKeys } from '../secrets/cache-encryption-keys';
 import type { SecretReader } from '../secrets/secret-reader';
 import { AesGcmTokenCipher } from './aes-gcm-token.cipher';
@@ -17,7 +17,7 @@ export async function createTokenCipher(
 ): Promise<TokenCipher> {
   const source = config.cacheEncryption.key;
   if (source === undefined) {
-    if (config.redis.url !== undefined) {
+    if (redisConfigured(config.redis)) {
       logger.warn(
         'CACHE ENCRYPTION IS OFF: the token is stored in Redis in clear, so anyone who can read Redis can use it. Set CACHE_KEY_SECRET_ID or CACHE_KEY_FILE (a base64 32-byte key); NODE_ENV=production refuses to start without one.',
       );

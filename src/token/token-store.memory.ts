@@ -1,5 +1,11 @@
 import type { TokenRecord } from './token-record';
-import type { RefreshLock, StoredToken, TokenStore, TokenStoreEvent } from './token-store';
+import type {
+  RefreshLock,
+  StoreContinuity,
+  StoredToken,
+  TokenStore,
+  TokenStoreEvent,
+} from './token-store';
 
 interface Entry {
   record: TokenRecord;
@@ -17,10 +23,14 @@ export class MemoryTokenStore implements TokenStore {
   private readonly entries = new Map<string, Entry>();
   private readonly locks = new Set<string>();
   private readonly listeners: Array<(e: TokenStoreEvent) => void> = [];
+  /** Local epoch ms before which no provider request should be made, per client. */
+  private readonly deferredUntil = new Map<string, number>();
+
+  constructor(private readonly now: () => number = Date.now) {}
 
   async read(clientId: string): Promise<StoredToken> {
     const entry = this.entries.get(clientId);
-    if (!entry || entry.invalidatedAt !== undefined || entry.record.expiresAt <= Date.now()) {
+    if (!entry || entry.invalidatedAt !== undefined || entry.record.expiresAt <= this.now()) {
       return { status: 'absent' };
     }
     return { status: 'found', record: entry.record };
@@ -34,7 +44,7 @@ export class MemoryTokenStore implements TokenStore {
       if (!afterInvalidation) return false;
     }
     this.entries.set(clientId, { record });
-    this.emit({ type: 'updated', clientId, expiresAt: record.expiresAt });
+    this.emit({ type: 'updated', clientId, fingerprint: record.fingerprint });
     return true;
   }
 
@@ -43,7 +53,7 @@ export class MemoryTokenStore implements TokenStore {
     if (!cur || cur.record.fingerprint !== fingerprint || cur.invalidatedAt !== undefined) {
       return false;
     }
-    cur.invalidatedAt = Date.now();
+    cur.invalidatedAt = this.now();
     this.emit({ type: 'invalidated', clientId, fingerprint });
     return true;
   }
@@ -56,6 +66,21 @@ export class MemoryTokenStore implements TokenStore {
     if (this.locks.has(clientId)) return null;
     this.locks.add(clientId);
     return { release: async () => void this.locks.delete(clientId) };
+  }
+
+  async deferRefresh(clientId: string, delayMs: number): Promise<number> {
+    const until = Math.max(this.deferredUntil.get(clientId) ?? 0, this.now() + delayMs);
+    this.deferredUntil.set(clientId, until);
+    return until - this.now();
+  }
+
+  async refreshDeferral(clientId: string): Promise<number> {
+    return Math.max(0, (this.deferredUntil.get(clientId) ?? 0) - this.now());
+  }
+
+  async checkContinuity(): Promise<StoreContinuity> {
+    // Process memory lasts exactly as long as the process: nothing to lose behind its back.
+    return 'kept';
   }
 
   onEvent(listener: (event: TokenStoreEvent) => void): void {

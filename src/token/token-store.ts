@@ -1,8 +1,11 @@
 import type { TokenRecord } from './token-record';
 
-/** What another replica (or this one) did to a client's shared token. */
+/**
+ * What another replica (or this one) did to a client's shared token. An update names the new
+ * token by fingerprint, not by expiry: replicas' clocks differ, so a time would not compare.
+ */
 export type TokenStoreEvent =
-  | { type: 'updated'; clientId: string; expiresAt: number }
+  | { type: 'updated'; clientId: string; fingerprint: string }
   | { type: 'invalidated'; clientId: string; fingerprint: string };
 
 /** A held refresh lock. Releasing an already lost lock is harmless. */
@@ -16,6 +19,17 @@ export type StoredToken =
   | { status: 'absent' }
   /** Present but unusable (undecryptable, foreign, garbled): the caller should refresh. */
   | { status: 'corrupt' };
+
+/**
+ * What {@link TokenStore.checkContinuity} found:
+ * - `first`: this replica's first look (nothing to compare with yet);
+ * - `kept`: the store still holds everything this replica saw in it;
+ * - `lost`: the marker this replica saw is gone: the store was emptied (restarted without
+ *   persistence, flushed, or a failover to a node that never had the data);
+ * - `rolled_back`: the marker is older than one this replica already saw: a failover to a
+ *   replica that missed the latest writes.
+ */
+export type StoreContinuity = 'first' | 'kept' | 'lost' | 'rolled_back';
 
 /**
  * The shared (L2) token store: Redis across replicas, or process memory for a single replica.
@@ -39,12 +53,31 @@ export interface TokenStore {
   discardCorrupt(clientId: string): Promise<void>;
   /** Tries once to take the client's refresh lock; `null` when another holder has it. */
   tryLock(clientId: string): Promise<RefreshLock | null>;
+  /**
+   * Defers the fleet's next provider request for this client by at least `delayMs` (after a
+   * 429 or a failed refresh), so the whole fleet makes one attempt per window, not one per
+   * replica. Only ever extends a deferral already set. Returns the ms now left.
+   */
+  deferRefresh(clientId: string, delayMs: number): Promise<number>;
+  /** Ms before the fleet may next ask the provider for this client's token (0: now). */
+  refreshDeferral(clientId: string): Promise<number>;
+  /**
+   * Whether the store still holds the data this replica saw in it: each call advances a marker
+   * that never expires and compares it with the last one this replica saw. Redis that lost its
+   * data also lost the idempotency records, so repeats of answered orders could be sent again.
+   */
+  checkContinuity(clientId: string): Promise<StoreContinuity>;
   /** Receives updates/invalidations from every replica (and this one). */
   onEvent(listener: (event: TokenStoreEvent) => void): void;
   /** Called when the store becomes reachable again after an outage. */
   onRecovered(listener: () => void): void;
   /** Whether the last interaction with the store succeeded. */
   readonly healthy: boolean;
+  /**
+   * Set while the store refuses the broker's configuration (credentials, ACL, TLS trust): a
+   * setting to fix, which fails readiness, unlike an outage. Names the cause, never a secret.
+   */
+  readonly configurationError?: string;
   /**
    * Resolves once the store answers, or after `timeoutMs` (then the broker starts degraded).
    * Starting the fleet before Redis answers would make every replica fetch its own token.

@@ -1,3 +1,5 @@
+import { BrokerException } from '../errors/broker.exception';
+
 /** Why a token could not be handed out. Stable: callers and dashboards key on these. */
 export enum TokenErrorCode {
   /** `client` names no configured client. */
@@ -15,14 +17,4 @@ export enum TokenErrorCode {
 }
 
 /** A token request that cannot be served. `retryAfterSeconds` feeds the `Retry-After` header. */
-export class TokenException extends Error {
-  constructor(
-    readonly code: TokenErrorCode,
-    message: string,
-    readonly retryAfterSeconds?: number,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-    this.name = 'TokenException';
-  }
-}
+export class TokenException extends BrokerException<TokenErrorCode> {}

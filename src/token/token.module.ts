@@ -1,11 +1,43 @@
-import { Module } from '@nestjs/common';
+import { type DynamicModule, Module, type Type } from '@nestjs/common';
+import { CLIENT_RESOLVER, type ClientResolver } from '../caller-auth/caller';
+import { CallerAuthModule } from '../caller-auth/caller-auth.module';
+import { MetricsModule } from '../metrics/metrics.module';
+import { ProviderModule } from '../provider/provider.module';
+import { SecretsModule } from '../secrets/secrets.module';
+import { OAuthTokenRoute } from './oauth-token.route';
 import { TokenFastPath } from './token-fast-path';
+import { TokenResponder } from './token-responder';
 import { TokenRoute } from './token.route';
 import { TokenService } from './token.service';
 
-/** The token lifecycle and `GET /token`. */
+/**
+ * The token lifecycle and `GET /token`. Build it with {@link TokenModule.withStore}: the shared
+ * store implements this folder's `TokenStore` port, so this folder cannot import it (a folder
+ * cycle); the app module hands it in.
+ */
 @Module({
-  providers: [TokenService, TokenRoute, TokenFastPath],
-  exports: [TokenService],
+  imports: [ProviderModule, SecretsModule, MetricsModule, CallerAuthModule],
+  providers: [
+    TokenService,
+    TokenResponder,
+    TokenRoute,
+    TokenFastPath,
+    OAuthTokenRoute,
+    {
+      // `?client=` as GET /token resolves it, for caller admission on the other routes.
+      provide: CLIENT_RESOLVER,
+      inject: [TokenService],
+      useFactory:
+        (tokens: TokenService): ClientResolver =>
+        (requested) =>
+          tokens.resolveClient(requested),
+    },
+  ],
+  exports: [TokenService, CLIENT_RESOLVER],
 })
-export class TokenModule {}
+export class TokenModule {
+  /** This module with `store`, the module exporting `TOKEN_STORE`. Import the one result everywhere. */
+  static withStore(store: Type): DynamicModule {
+    return { module: TokenModule, imports: [store] };
+  }
+}

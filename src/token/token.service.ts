@@ -15,6 +15,7 @@ import { loadClientCredentials } from '../secrets/client-credentials';
 import type { SecretReader } from '../secrets/secret-reader';
 import { SECRET_READER } from '../secrets/secrets.constants';
 import { ClientTokenManager, type ClientTokenStatus } from './client-token-manager';
+import { StoreContinuityWatch } from './store-continuity.watch';
 import type { TokenRecord } from './token-record';
 import { TOKEN_STORE, type TokenStore } from './token-store';
 import { TokenErrorCode, TokenException } from './token.exception';
@@ -23,14 +24,17 @@ import { TokenErrorCode, TokenException } from './token.exception';
 const CLIENT_ID_SHAPE = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 /**
- * Holds one {@link ClientTokenManager} per configured client and routes requests to them.
- * Orders and the HTTP layer use this service, never the managers' collaborators directly.
+ * The token layer as every other module sees it: client resolution, a synchronous L1 read for
+ * the hot path, a bounded get, the replacement of a token the provider rejected, and status.
+ * The per-client {@link ClientTokenManager}s behind it are private; nothing outside
+ * `src/token/` reaches into them.
  */
 @Injectable()
 export class TokenService implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly managers = new Map<string, ClientTokenManager>();
   /** The client used when a request names none: only when exactly one is configured. */
   private readonly soleClient?: ClientTokenManager;
+  private readonly continuity: StoreContinuityWatch;
 
   constructor(
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
@@ -56,10 +60,28 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     }
     if (this.managers.size === 1) this.soleClient = [...this.managers.values()][0];
     store.onEvent((e) => this.managers.get(e.clientId)?.onStoreEvent(e));
+    this.continuity = new StoreContinuityWatch(
+      store,
+      config.clients.map((c) => c.id),
+      metrics,
+      logger,
+      config.redis.pingIntervalMs,
+    );
     store.onRecovered(() => {
+      // Redis may be back empty: say so before the replicas push their tokens into it.
+      void this.continuity.check();
       for (const m of this.managers.values()) void m.resync();
     });
     metrics.setDegradedSource(() => store.kind === 'redis' && !store.healthy);
+    metrics.setStoreStateSource(() =>
+      store.kind !== 'redis'
+        ? undefined
+        : store.healthy
+          ? 'up'
+          : store.configurationError !== undefined
+            ? 'misconfigured'
+            : 'down',
+    );
   }
 
   async onApplicationBootstrap(): Promise<void> {
@@ -72,6 +94,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
       );
     }
     for (const m of this.managers.values()) m.start();
+    this.continuity.start();
   }
 
   /**
@@ -79,15 +102,69 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
    * by half the shutdown grace period, so closing the listener and Redis still fits in it.
    */
   async beforeApplicationShutdown(): Promise<void> {
+    this.continuity.stop();
     const timeoutMs = Math.min(5000, Math.floor(this.config.http.shutdownGraceMs / 2));
     await Promise.all([...this.managers.values()].map((m) => m.stop(timeoutMs)));
   }
 
   /**
-   * The manager for `clientId`, or for the sole client when none is named. Throws 400/404
-   * problems that say what to send.
+   * The configured client a request means: `requested` (`?client=`), or the sole client when
+   * none is named. Throws 400/404 problems that say what to send.
    */
-  manager(clientId: string | undefined): ClientTokenManager {
+  resolveClient(requested: string | undefined): string {
+    return this.manager(requested).client.id;
+  }
+
+  /**
+   * Hot path: the L1 token of `clientId` if it has at least `minRemainingMs` left, counted as
+   * an L1 hit; `undefined` on a miss or an unknown client. No I/O, no promise.
+   */
+  peek(clientId: string, minRemainingMs: number): TokenRecord | undefined {
+    const m = this.managers.get(clientId);
+    if (m === undefined) return undefined;
+    const hit = m.peek(minRemainingMs);
+    if (hit !== undefined) m.l1Hits.count++;
+    return hit;
+  }
+
+  /**
+   * A token for `clientId` with at least `minRemainingMs` left: from L1, or after waiting for
+   * the single refresh, at most `waitTimeoutMs` (then a 503 problem with `Retry-After`).
+   */
+  async getToken(
+    clientId: string,
+    minRemainingMs: number,
+    waitTimeoutMs?: number,
+  ): Promise<TokenRecord> {
+    return this.manager(clientId).get(minRemainingMs, waitTimeoutMs);
+  }
+
+  /**
+   * The provider rejected the token with `fingerprint` (a 401 on a call made with it). It is
+   * dropped if still current, here and in the shared store (fenced: a storm of rejections of
+   * one token costs one refresh), and never handed out again: the next {@link getToken} returns
+   * a different token, or waits for one. Returns whether this call invalidated it.
+   */
+  async replaceRejected(clientId: string, fingerprint: string): Promise<boolean> {
+    return this.manager(clientId).invalidate(fingerprint);
+  }
+
+  /** What each client's lifecycle looks like, and the shared store's health, for readiness. */
+  status(): {
+    store: { kind: string; healthy: boolean; configurationError?: string };
+    clients: ClientTokenStatus[];
+  } {
+    return {
+      store: {
+        kind: this.store.kind,
+        healthy: this.store.healthy,
+        configurationError: this.store.configurationError,
+      },
+      clients: [...this.managers.values()].map((m) => m.status()),
+    };
+  }
+
+  private manager(clientId: string | undefined): ClientTokenManager {
     if (clientId === undefined) {
       if (this.soleClient) return this.soleClient;
       throw new TokenException(
@@ -106,22 +183,5 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
       );
     }
     return m;
-  }
-
-  /** A token for `clientId` with at least `minRemainingMs` left (waits in the mandatory window). */
-  getToken(clientId: string, minRemainingMs: number): Promise<TokenRecord> {
-    return this.manager(clientId).get(minRemainingMs);
-  }
-
-  /** Generation-aware invalidation: see {@link ClientTokenManager.invalidate}. */
-  invalidate(clientId: string, fingerprint: string): Promise<boolean> {
-    return this.manager(clientId).invalidate(fingerprint);
-  }
-
-  status(): { store: { kind: string; healthy: boolean }; clients: ClientTokenStatus[] } {
-    return {
-      store: { kind: this.store.kind, healthy: this.store.healthy },
-      clients: [...this.managers.values()].map((m) => m.status()),
-    };
   }
 }

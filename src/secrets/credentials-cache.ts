@@ -1,0 +1,54 @@
+import type { ClientCredentials } from './client-credentials';
+import { SecretsException } from './secrets.exception';
+
+/**
+ * One client's credentials, read from their source at most every `maxAgeMs` (so a rotation is
+ * picked up without a restart) and on demand after the provider refused them.
+ */
+export class CredentialsCache {
+  private credentials?: ClientCredentials;
+  private loadedAt = 0;
+
+  /**
+   * @param load reads the credentials from their source (Secrets Manager or a file).
+   * @param maxAgeMs re-read after this long even without a failure.
+   * @param now the clock (epoch ms).
+   */
+  constructor(
+    private readonly load: () => Promise<ClientCredentials>,
+    private readonly maxAgeMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /**
+   * The cached credentials, re-read when older than `maxAgeMs` or when `force`d. Through a
+   * transient source failure (a Secrets Manager blip) the last good credentials are kept;
+   * anything else throws {@link SecretsException}.
+   */
+  async get(force = false): Promise<ClientCredentials> {
+    if (!force && this.credentials && this.now() - this.loadedAt < this.maxAgeMs) {
+      return this.credentials;
+    }
+    try {
+      this.credentials = await this.load();
+      this.loadedAt = this.now();
+    } catch (err) {
+      if (this.credentials && err instanceof SecretsException && err.transient)
+        return this.credentials;
+      throw err;
+    }
+    return this.credentials;
+  }
+
+  /**
+   * Rotation: after the provider refused `refused`, re-reads the source once. Returns the new
+   * credentials if they differ, or `undefined` when the source still holds the refused ones
+   * (then retrying is pointless: an operator must act).
+   */
+  async rotated(refused: ClientCredentials): Promise<ClientCredentials | undefined> {
+    const fresh = await this.get(true);
+    return fresh.clientId !== refused.clientId || fresh.clientSecret !== refused.clientSecret
+      ? fresh
+      : undefined;
+  }
+}

@@ -1,0 +1,147 @@
+import pino from 'pino';
+import { brokerConfigSchema } from '../config/config.schema';
+import { MetricsService } from '../metrics/metrics.service';
+import type { TokenGrantor } from '../provider/auth-server.client';
+import type { GrantedToken } from '../provider/token-response.parser';
+import { ClientTokenManager } from './client-token-manager';
+import { type TokenRecord, toRecord } from './token-record';
+import type { RefreshLock } from './token-store';
+import { MemoryTokenStore } from './token-store.memory';
+
+// Nest 12 ships ES modules only, which Jest's CommonJS runtime cannot load; the metrics service
+// only needs its decorator from it, which does nothing outside a Nest container anyway.
+jest.mock('@nestjs/common', () => ({ Injectable: () => () => undefined }));
+
+const CLIENT = {
+  id: 'acme',
+  authUrl: 'http://auth.invalid',
+  baseUrl: 'http://api.invalid',
+  credentials: { file: '/run/acme.json' },
+};
+
+/** A provider that issues `fresh-<n>` for an hour and counts requests. */
+class Grantor implements TokenGrantor {
+  requests = 0;
+  async requestToken(): Promise<GrantedToken> {
+    const now = Date.now();
+    return {
+      accessToken: `fresh-${++this.requests}`,
+      obtainedAt: now,
+      expiresAt: now + 3_600_000,
+      lifetimeSeconds: 3600,
+    };
+  }
+}
+
+/** A token another replica obtained: valid for an hour. */
+function fleetToken(accessToken: string): TokenRecord {
+  const now = Date.now();
+  return toRecord({ accessToken, obtainedAt: now, expiresAt: now + 3_600_000 });
+}
+
+/** A promise and the function that settles it: a step of the store the test releases. */
+function gate(): { opened: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { opened, open };
+}
+
+function manager(store: MemoryTokenStore, grantor = new Grantor()): ClientTokenManager {
+  const config = brokerConfigSchema.parse({
+    clients: [CLIENT],
+    callerAuth: { mode: 'none', allowNone: true },
+  });
+  const m = new ClientTokenManager(config.clients[0], {
+    store,
+    grantor,
+    loadCredentials: async () => ({ clientId: 'id', clientSecret: 'secret' }),
+    metrics: new MetricsService(),
+    logger: pino({ level: 'silent' }),
+    settings: config.token,
+    storeGraceMs: 1000,
+  });
+  store.onEvent((e) => m.onStoreEvent(e));
+  return m;
+}
+
+describe(ClientTokenManager.name, () => {
+  const managers: ClientTokenManager[] = [];
+  afterEach(async () => {
+    jest.useRealTimers();
+    await Promise.all(managers.splice(0).map((m) => m.stop(100)));
+  });
+
+  it('never adopts a token rejected while its pass was releasing the lock', async () => {
+    // The pass reads the fleet's token inside the lock, judges it good, then awaits the lock's
+    // release: the provider's 401 for that very token lands in between.
+    const old = fleetToken('fleet-old');
+    const releasing = gate();
+    const releaseStarted = gate();
+    const store = new (class extends MemoryTokenStore {
+      override async tryLock(clientId: string): Promise<RefreshLock | null> {
+        const lock = await super.tryLock(clientId);
+        // The read outside the lock missed; the previous holder wrote just after it.
+        await super.writeFenced(clientId, old);
+        return (
+          lock && {
+            release: async () => {
+              releaseStarted.open();
+              await releasing.opened;
+              await lock.release();
+            },
+          }
+        );
+      }
+    })();
+    const grantor = new Grantor();
+    const m = manager(store, grantor);
+    managers.push(m);
+
+    const first = m.get(2000);
+    await releaseStarted.opened;
+    await m.invalidate(old.fingerprint);
+    releasing.open();
+
+    // The caller that asked before the rejection may not be handed the rejected token either.
+    expect((await first).fingerprint).not.toBe(old.fingerprint);
+    const after = await m.get(2000);
+    expect(after.fingerprint).not.toBe(old.fingerprint);
+    expect(after.accessToken).toBe('fresh-1');
+    expect(m.peek(2000)?.fingerprint).toBe(after.fingerprint);
+  });
+
+  it('re-reads at once when the fleet publishes a token while its pass is in flight', async () => {
+    jest.useFakeTimers();
+    const store = new (class extends MemoryTokenStore {
+      lockAsked = gate();
+      lockAnswer = gate();
+      override async tryLock(clientId: string): Promise<RefreshLock | null> {
+        this.lockAsked.open();
+        await this.lockAnswer.opened;
+        // Another replica holds the lock (it is the one writing the new token).
+        void clientId;
+        return null;
+      }
+    })();
+    const grantor = new Grantor();
+    const m = manager(store, grantor);
+    managers.push(m);
+
+    let served: TokenRecord | undefined;
+    // Settled either way: shutdown rejects a caller still waiting when the test ends.
+    void m.get(2000).then(
+      (r) => (served = r),
+      () => undefined,
+    );
+    await store.lockAsked.opened;
+    // The other replica's write and its pub/sub message arrive while this pass waits on the lock.
+    const fleet = fleetToken('fleet-new');
+    await store.writeFenced(CLIENT.id, fleet);
+    store.lockAnswer.open();
+
+    // No timer runs: the loop must not sleep on a wake-up it already received.
+    await jest.advanceTimersByTimeAsync(0);
+    expect(served?.fingerprint).toBe(fleet.fingerprint);
+    expect(grantor.requests).toBe(0);
+  });
+});

@@ -1,0 +1,311 @@
+import pino from 'pino';
+import { Counter, Histogram, Registry } from 'prom-client';
+import { clientSchema } from '../config/config.schema';
+import type { TokenGrantor } from '../provider/auth-server.client';
+import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
+import type { GrantedToken } from '../provider/token-response.parser';
+import type { ClientCredentials } from '../secrets/client-credentials';
+import { CredentialsCache } from '../secrets/credentials-cache';
+import { FleetRefresh, type FleetRefreshDeps, type RefreshContext } from './fleet-refresh';
+import { type TokenRecord, toRecord } from './token-record';
+import type { RefreshLock } from './token-store';
+import { TokenStoreErrorCode, TokenStoreException } from './token-store.exception';
+import { MemoryTokenStore } from './token-store.memory';
+
+const CLIENT = 'acme';
+const client = clientSchema.parse({
+  id: CLIENT,
+  authUrl: 'http://auth.invalid',
+  baseUrl: 'http://api.invalid',
+  credentials: { secretId: 'token-broker/acme' },
+});
+const FIRST = { clientId: 'acme', clientSecret: 'one' };
+const SECOND = { clientId: 'acme', clientSecret: 'two' };
+const HOUR = 3_600_000;
+
+function record(name: string, lifetimeMs = HOUR): TokenRecord {
+  const now = Date.now();
+  return toRecord({ accessToken: name, obtainedAt: now, expiresAt: now + lifetimeMs });
+}
+
+/** A provider that accepts `accepted` credentials and counts requests. */
+class Grantor implements TokenGrantor {
+  calls: ClientCredentials[] = [];
+  accepted: ClientCredentials = FIRST;
+  failure?: Error;
+
+  async requestToken(_c: unknown, credentials: ClientCredentials): Promise<GrantedToken> {
+    this.calls.push(credentials);
+    if (this.failure) throw this.failure;
+    if (credentials.clientSecret !== this.accepted.clientSecret) {
+      throw new ProviderException(ProviderErrorCode.InvalidClient, 'refused', { status: 401 });
+    }
+    const now = Date.now();
+    return {
+      accessToken: `token-${this.calls.length}`,
+      obtainedAt: now,
+      expiresAt: now + HOUR,
+      lifetimeSeconds: 3600,
+    };
+  }
+}
+
+/** The in-memory store (same fence rules as Redis), with a hook on lock and a switchable outage. */
+class Store extends MemoryTokenStore {
+  down = false;
+  lockCount = 0;
+  releases = 0;
+  beforeLock?: () => Promise<void>;
+
+  override async read(clientId: string) {
+    if (this.down) throw new TokenStoreException(TokenStoreErrorCode.Unavailable, 'down');
+    return super.read(clientId);
+  }
+
+  override async tryLock(clientId: string): Promise<RefreshLock | null> {
+    await this.beforeLock?.();
+    const lock = await super.tryLock(clientId);
+    if (!lock) return null;
+    this.lockCount++;
+    return { release: () => (this.releases++, lock.release()) };
+  }
+}
+
+function metrics(): FleetRefreshDeps['metrics'] {
+  const registers = [new Registry()];
+  return {
+    lockAttempts: new Counter({
+      name: 'l',
+      help: 'l',
+      labelNames: ['client', 'result'],
+      registers,
+    }),
+    refreshes: new Counter({ name: 'r', help: 'r', labelNames: ['client', 'result'], registers }),
+    cacheLookups: new Counter({
+      name: 'c',
+      help: 'c',
+      labelNames: ['client', 'layer', 'outcome'],
+      registers,
+    }),
+    providerLatency: new Histogram({
+      name: 'p',
+      help: 'p',
+      labelNames: ['call', 'status_class'],
+      registers,
+    }),
+  };
+}
+
+async function count(counter: Counter, result: string): Promise<number> {
+  const { values } = await counter.get();
+  return values.filter((v) => v.labels.result === result).reduce((s, v) => s + v.value, 0);
+}
+
+describe(FleetRefresh.name, () => {
+  let store: Store;
+  let grantor: Grantor;
+  let secret: ClientCredentials;
+  let now: number;
+  let deps: FleetRefreshDeps;
+  let held: TokenRecord | undefined;
+  /** Every token is good enough unless a test says otherwise. */
+  let goodEnough: (r: TokenRecord) => boolean;
+  const ctx: RefreshContext = { held: () => held, goodEnough: (r) => goodEnough(r) };
+
+  beforeEach(() => {
+    store = new Store();
+    grantor = new Grantor();
+    secret = FIRST;
+    now = Date.now();
+    held = undefined;
+    goodEnough = () => true;
+    deps = {
+      store,
+      grantor,
+      credentials: new CredentialsCache(
+        () => Promise.resolve(secret),
+        HOUR,
+        () => now,
+      ),
+      metrics: metrics(),
+      logger: pino({ level: 'silent' }),
+      storeGraceMs: 500,
+      now: () => now,
+    };
+  });
+
+  it('keeps a held token that is still good enough, touching nothing', async () => {
+    held = record('held');
+    store.down = true;
+    await expect(new FleetRefresh(client, deps).run(ctx)).resolves.toEqual({
+      kind: 'token',
+      record: held,
+      fetched: false,
+      unshared: false,
+    });
+    expect(grantor.calls).toHaveLength(0);
+  });
+
+  it('adopts a good stored token without the lock or the provider', async () => {
+    const stored = record('stored');
+    await store.writeFenced(CLIENT, stored);
+    const pass = await new FleetRefresh(client, deps).run(ctx);
+    expect(pass).toMatchObject({ kind: 'token', record: stored, fetched: false });
+    expect(store.lockCount).toBe(0);
+    expect(grantor.calls).toHaveLength(0);
+    expect(await count(deps.metrics.refreshes, 'adopted')).toBe(1);
+  });
+
+  it('takes the lock, asks the provider, writes through the fence and releases', async () => {
+    const pass = await new FleetRefresh(client, deps).run(ctx);
+    expect(pass).toMatchObject({ kind: 'token', fetched: true, unshared: false });
+    const stored = await store.read(CLIENT);
+    expect(stored).toMatchObject({ status: 'found', record: { accessToken: 'token-1' } });
+    expect([store.lockCount, store.releases]).toEqual([1, 1]);
+    expect(await count(deps.metrics.lockAttempts, 'acquired')).toBe(1);
+    expect(await count(deps.metrics.refreshes, 'fetched')).toBe(1);
+  });
+
+  it('re-reads inside the lock and adopts what the previous holder just wrote', async () => {
+    const justWritten = record('previous-holder');
+    store.beforeLock = async () => void (await store.writeFenced(CLIENT, justWritten));
+    const pass = await new FleetRefresh(client, deps).run(ctx);
+    expect(pass).toMatchObject({ kind: 'token', record: justWritten, fetched: false });
+    expect(grantor.calls).toHaveLength(0);
+    expect(store.releases).toBe(1);
+  });
+
+  it('waits when another replica holds the lock', async () => {
+    await store.tryLock(CLIENT);
+    await expect(new FleetRefresh(client, deps).run(ctx)).resolves.toEqual({ kind: 'wait' });
+    expect(grantor.calls).toHaveLength(0);
+    expect(await count(deps.metrics.lockAttempts, 'held_elsewhere')).toBe(1);
+  });
+
+  it('fetches again when the stored token is not good enough', async () => {
+    await store.writeFenced(CLIENT, record('due'));
+    goodEnough = (r) => r.accessToken !== 'due';
+    const pass = await new FleetRefresh(client, deps).run(ctx);
+    expect(pass).toMatchObject({
+      kind: 'token',
+      record: { accessToken: 'token-1' },
+      fetched: true,
+    });
+  });
+
+  describe('fleet-wide backoff', () => {
+    it('shares a failure with the fleet before releasing the lock; the next holder waits', async () => {
+      grantor.failure = new ProviderException(ProviderErrorCode.RateLimited, 'HTTP 429', {
+        status: 429,
+        retryAfterMs: 2000,
+      });
+      const failed = jest.fn(() => 2000);
+      const pass = await new FleetRefresh(client, deps).run({ ...ctx, failed });
+      expect(pass).toEqual({ kind: 'failed', retryInMs: 2000 });
+      expect(failed).toHaveBeenCalledWith(grantor.failure);
+      expect(store.releases).toBe(1);
+      expect(await store.refreshDeferral(CLIENT)).toBeGreaterThan(1900);
+      // Another replica gets the lock: no provider request until the fleet's deferral ends.
+      const other = await new FleetRefresh(client, deps).run({ ...ctx, failed });
+      expect(other.kind).toBe('deferred');
+      expect(other.kind === 'deferred' && other.retryInMs).toBeGreaterThan(1900);
+      expect(grantor.calls).toHaveLength(1);
+      expect(failed).toHaveBeenCalledTimes(1);
+    });
+
+    it('keeps a failure an operator must fix to this replica (its readiness reports it)', async () => {
+      grantor.accepted = SECOND;
+      const pass = await new FleetRefresh(client, deps).run({ ...ctx, failed: () => 1000 });
+      expect(pass).toEqual({ kind: 'failed', retryInMs: 1000 });
+      expect(await store.refreshDeferral(CLIENT)).toBe(0);
+    });
+
+    it('never shortens a longer deferral another replica set', async () => {
+      await store.deferRefresh(CLIENT, 10_000);
+      grantor.failure = new ProviderException(ProviderErrorCode.ServerError, 'HTTP 503');
+      const pass = await new FleetRefresh(client, deps).run({ ...ctx, failed: () => 500 });
+      expect(pass.kind).toBe('deferred');
+      expect(grantor.calls).toHaveLength(0);
+      await store.deferRefresh(CLIENT, 0);
+      expect(await store.refreshDeferral(CLIENT)).toBeGreaterThan(9_000);
+    });
+
+    it('asks the provider again once the deferral is over', async () => {
+      const timed = new Store(() => now);
+      deps.store = timed;
+      await timed.deferRefresh(CLIENT, 1000);
+      now += 999;
+      expect((await new FleetRefresh(client, deps).run({ ...ctx, failed: () => 500 })).kind).toBe(
+        'deferred',
+      );
+      now += 1;
+      const pass = await new FleetRefresh(client, deps).run({ ...ctx, failed: () => 500 });
+      expect(pass).toMatchObject({ kind: 'token', fetched: true });
+    });
+  });
+
+  it('releases the lock when the provider fails, and lets the failure through', async () => {
+    grantor.failure = new ProviderException(ProviderErrorCode.ServerError, 'HTTP 503');
+    await expect(new FleetRefresh(client, deps).run(ctx)).rejects.toBe(grantor.failure);
+    expect(store.releases).toBe(1);
+  });
+
+  describe('store outage', () => {
+    it('waits within the grace period, then fetches on its own, unshared', async () => {
+      store.down = true;
+      const refresh = new FleetRefresh(client, deps);
+      await expect(refresh.run(ctx)).resolves.toEqual({ kind: 'wait' });
+      now += 499;
+      await expect(refresh.run(ctx)).resolves.toEqual({ kind: 'wait' });
+      now += 1;
+      const pass = await refresh.run(ctx);
+      expect(pass).toMatchObject({ kind: 'token', fetched: true, unshared: true });
+      expect(grantor.calls).toHaveLength(1);
+      expect(await count(deps.metrics.lockAttempts, 'error')).toBe(3);
+    });
+
+    it('fetches at once when the token served is about to run out', async () => {
+      store.down = true;
+      held = record('expiring', 900);
+      goodEnough = (r) => r !== held;
+      const pass = await new FleetRefresh(client, deps).run(ctx);
+      expect(pass).toMatchObject({ kind: 'token', fetched: true, unshared: true });
+    });
+
+    it('starts the grace period again once the store answers', async () => {
+      store.down = true;
+      const refresh = new FleetRefresh(client, deps);
+      await refresh.run(ctx);
+      now += 400;
+      store.down = false;
+      await store.tryLock(CLIENT);
+      await expect(refresh.run(ctx)).resolves.toEqual({ kind: 'wait' });
+      store.down = true;
+      now += 400;
+      await expect(refresh.run(ctx)).resolves.toEqual({ kind: 'wait' });
+      expect(grantor.calls).toHaveLength(0);
+    });
+  });
+
+  describe('credential rotation', () => {
+    it('after invalid_client, re-reads the credentials and retries once with new ones', async () => {
+      grantor.accepted = SECOND;
+      secret = FIRST;
+      const refresh = new FleetRefresh(client, deps);
+      // The cache holds FIRST; the source now holds SECOND.
+      await deps.credentials.get();
+      secret = SECOND;
+      const pass = await refresh.run(ctx);
+      expect(pass).toMatchObject({ kind: 'token', fetched: true });
+      expect(grantor.calls).toEqual([FIRST, SECOND]);
+    });
+
+    it('lets invalid_client through when the source still holds the refused credentials', async () => {
+      grantor.accepted = SECOND;
+      await expect(new FleetRefresh(client, deps).run(ctx)).rejects.toMatchObject({
+        code: ProviderErrorCode.InvalidClient,
+      });
+      expect(grantor.calls).toEqual([FIRST]);
+    });
+  });
+});

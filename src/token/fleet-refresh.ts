@@ -1,0 +1,260 @@
+import type { Logger } from 'pino';
+import type { ClientConfig } from '../config/config.schema';
+import type { MetricsService, RefreshResult } from '../metrics/metrics.service';
+import type { TokenGrantor } from '../provider/auth-server.client';
+import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
+import type { CredentialsCache } from '../secrets/credentials-cache';
+import { isFleetWide } from './refresh-failure';
+import { type TokenRecord, toRecord } from './token-record';
+import type { TokenStore } from './token-store';
+import { TokenStoreException } from './token-store.exception';
+
+/** Collaborators of one client's {@link FleetRefresh}. */
+export interface FleetRefreshDeps {
+  store: TokenStore;
+  grantor: TokenGrantor;
+  credentials: CredentialsCache;
+  metrics: Pick<MetricsService, 'lockAttempts' | 'cacheLookups' | 'refreshes' | 'providerLatency'>;
+  logger: Logger;
+  /**
+   * How long the shared store must keep failing before this replica refreshes on its own
+   * (a couple of Redis command timeouts): one late reply is not an outage.
+   */
+  storeGraceMs: number;
+  now: () => number;
+}
+
+/** What the state machine knows that the pass needs, read afresh after every await. */
+export interface RefreshContext {
+  /** The token this replica serves now (L1), if any. */
+  held(): TokenRecord | undefined;
+  /** Whether `record` ends the refresh: outside its refresh window and enough for every waiter. */
+  goodEnough(record: TokenRecord): boolean;
+  /**
+   * Records a failed provider request (counts, logs, answers waiters a permanent failure) and
+   * returns how long this replica would back off; the pass then shares that delay with the
+   * fleet before releasing the lock (for the provider's trouble, see {@link isFleetWide}) and
+   * answers `failed`. Without it the failure is thrown,
+   * and nothing is shared.
+   */
+  failed?(err: unknown): number;
+}
+
+/** Outcome of one pass. */
+export type RefreshPass =
+  | {
+      kind: 'token';
+      record: TokenRecord;
+      /** Asked from the provider by this pass (not adopted). */
+      fetched: boolean;
+      /** Not written to the shared store (it was down): push it once the store is back. */
+      unshared: boolean;
+    }
+  /** Another replica holds the lock, or the store failed within its grace: wait, then retry. */
+  | { kind: 'wait' }
+  /**
+   * No provider request now: the fleet is backing off (`deferred`: set by a replica's failure
+   * or the provider's Retry-After), or this pass's request failed (`failed`, already recorded
+   * through {@link RefreshContext.failed}). `retryInMs`: when the fleet's next attempt is due.
+   */
+  | { kind: 'deferred' | 'failed'; retryInMs: number };
+
+/**
+ * The fleet refresh pass of one client: read the shared store, take the fleet lock, read again
+ * inside it, ask the provider, fenced write. **The one place the refresh lock is taken.**
+ *
+ * If the store is down for longer than `storeGraceMs` (or the token served is about to run
+ * out), the pass asks the provider directly: this replica's loop is then the single flight.
+ */
+export class FleetRefresh {
+  /** When the current run of store failures began (undefined while the store answers). */
+  private storeFailingSince?: number;
+
+  constructor(
+    private readonly client: ClientConfig,
+    private readonly deps: FleetRefreshDeps,
+  ) {}
+
+  /** One pass: L2, lock, L2 again, provider, fenced write. */
+  async run(ctx: RefreshContext): Promise<RefreshPass> {
+    const { store, metrics } = this.deps;
+    const id = this.client.id;
+    try {
+      const held = ctx.held();
+      if (held && ctx.goodEnough(held)) return token(held, false);
+      const found = await this.readShared();
+      this.storeFailingSince = undefined;
+      if (found && ctx.goodEnough(found)) {
+        this.countRefresh('adopted');
+        return token(found, false);
+      }
+      const lock = await store.tryLock(id);
+      if (!lock) {
+        metrics.lockAttempts.labels(id, 'held_elsewhere').inc();
+        return { kind: 'wait' };
+      }
+      metrics.lockAttempts.labels(id, 'acquired').inc();
+      try {
+        // Inside the lock, re-read: the previous holder may have written just now.
+        const again = await this.readShared();
+        if (again && ctx.goodEnough(again)) {
+          this.countRefresh('adopted');
+          return token(again, false);
+        }
+        const heldNow = ctx.held();
+        if (heldNow && ctx.goodEnough(heldNow)) return token(heldNow, false);
+        // The fleet backs off as one: after a 429 or a failure, the next request waits for the
+        // shared deferral however many replicas want a token.
+        const deferredMs = await store.refreshDeferral(id);
+        if (deferredMs > 0) return { kind: 'deferred', retryInMs: deferredMs };
+        let record: TokenRecord;
+        try {
+          record = await this.fetch();
+        } catch (err) {
+          if (!ctx.failed) throw err;
+          const delayMs = ctx.failed(err);
+          // Shared before the lock is released, so the next holder already sees it.
+          const retryInMs = isFleetWide(err) ? await this.deferFleet(delayMs) : delayMs;
+          return { kind: 'failed', retryInMs };
+        }
+        const shared = await this.publish(record);
+        return token(record, true, !shared);
+      } finally {
+        await lock.release();
+      }
+    } catch (err) {
+      if (!(err instanceof TokenStoreException)) throw err;
+      noteStoreFailure(this.deps.logger, id, err);
+      metrics.lockAttempts.labels(id, 'error').inc();
+      // One slow or failed command is not an outage: under CPU pressure a reply can miss the
+      // command timeout while Redis is fine. Fetching at once would make this replica refresh
+      // beside the fleet's lock holder, so retry through the store until it has failed for
+      // `storeGraceMs`, or the token we serve is about to run out.
+      const now = this.deps.now();
+      this.storeFailingSince ??= now;
+      const withinGrace = now - this.storeFailingSince < this.deps.storeGraceMs;
+      const held = ctx.held();
+      const tokenLasts = held === undefined || held.expiresAt - now > 2 * this.deps.storeGraceMs;
+      if (withinGrace && tokenLasts) return { kind: 'wait' };
+      // Degraded: this replica refreshes on its own; the loop is the per-replica single flight.
+      return token(await this.fetch(), true, true);
+    }
+  }
+
+  /**
+   * The shared token, or undefined when there is none or it is unreadable (a corrupt value is
+   * discarded so a fresh token can be written). Throws {@link TokenStoreException}.
+   */
+  async readShared(): Promise<TokenRecord | undefined> {
+    const { store, metrics, logger } = this.deps;
+    const stored = await store.read(this.client.id);
+    if (stored.status === 'corrupt') {
+      logger.warn(
+        { client: this.client.id },
+        'shared token value is unreadable (wrong key, tampered or foreign); discarding it and refreshing',
+      );
+      await store.discardCorrupt(this.client.id);
+      return undefined;
+    }
+    metrics.cacheLookups
+      .labels(this.client.id, 'l2', stored.status === 'found' ? 'hit' : 'miss')
+      .inc();
+    return stored.status === 'found' ? stored.record : undefined;
+  }
+
+  /**
+   * Writes the new token to L2; if a newer one is already there, the fence keeps it and the
+   * next read adopts it. Returns whether the store answered (false: push it on recovery).
+   */
+  private async publish(record: TokenRecord): Promise<boolean> {
+    try {
+      const written = await this.deps.store.writeFenced(this.client.id, record);
+      if (!written) {
+        this.deps.logger.info(
+          { client: this.client.id },
+          'a newer token was already stored; the fence kept it',
+        );
+      }
+      return true;
+    } catch (err) {
+      noteStoreFailure(this.deps.logger, this.client.id, err);
+      return false;
+    }
+  }
+
+  /**
+   * Defers the fleet's next provider request by `delayMs` (never shortening a longer deferral
+   * already set) and returns when the fleet's next attempt is due. Without the store, this
+   * replica's own delay.
+   */
+  private async deferFleet(delayMs: number): Promise<number> {
+    try {
+      return Math.max(delayMs, await this.deps.store.deferRefresh(this.client.id, delayMs));
+    } catch (err) {
+      noteStoreFailure(this.deps.logger, this.client.id, err);
+      return delayMs;
+    }
+  }
+
+  /** Asks the provider; after `invalid_client`, once more if the credentials were rotated. */
+  private async fetch(): Promise<TokenRecord> {
+    const { grantor, credentials, logger } = this.deps;
+    const current = await credentials.get();
+    const started = this.deps.now();
+    try {
+      const grant = await grantor.requestToken(this.client, current);
+      this.observe(started, '2xx');
+      this.countRefresh('fetched');
+      const record = toRecord(grant);
+      logger.info(
+        {
+          client: this.client.id,
+          fingerprint: record.fingerprint,
+          lifetimeSeconds: grant.lifetimeSeconds,
+        },
+        'new token obtained from the provider',
+      );
+      return record;
+    } catch (err) {
+      const status = err instanceof ProviderException ? err.details.status : undefined;
+      this.observe(started, status === undefined ? 'none' : `${Math.floor(status / 100)}xx`);
+      if (err instanceof ProviderException && err.code === ProviderErrorCode.InvalidClient) {
+        // Rotation: the secret may have changed since we read it. Re-read once per failure.
+        const fresh = await credentials.rotated(current);
+        if (fresh) {
+          logger.info(
+            { client: this.client.id },
+            'credentials changed; retrying with the new ones',
+          );
+          const grant = await grantor.requestToken(this.client, fresh);
+          this.countRefresh('fetched');
+          return toRecord(grant);
+        }
+      }
+      throw err;
+    }
+  }
+
+  private countRefresh(result: RefreshResult): void {
+    this.deps.metrics.refreshes.labels(this.client.id, result).inc();
+  }
+
+  private observe(startedAt: number, statusClass: string): void {
+    this.deps.metrics.providerLatency
+      .labels('token', statusClass)
+      .observe((this.deps.now() - startedAt) / 1000);
+  }
+}
+
+function token(record: TokenRecord, fetched: boolean, unshared = false): RefreshPass {
+  return { kind: 'token', record, fetched, unshared };
+}
+
+/**
+ * Logs a shared-store failure at debug level (the store logs its own up/down transitions; one
+ * line per failed command flooded the logs). Rethrows anything that is not a store failure.
+ */
+export function noteStoreFailure(logger: Logger, clientId: string, err: unknown): void {
+  if (!(err instanceof TokenStoreException)) throw err;
+  logger.debug({ client: clientId, err: err.message }, 'shared store unavailable');
+}

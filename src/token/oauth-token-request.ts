@@ -1,0 +1,195 @@
+import type { CallerAuthMode } from '../config/config.schema';
+import { OAuthErrorCode, OAuthException } from './oauth.exception';
+
+/** RFC 7523 §2.2: the one client assertion type accepted. */
+export const JWT_BEARER_ASSERTION = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
+
+/** Largest form body read: a service-account assertion is ~1 KiB, the rest a few names. */
+export const OAUTH_BODY_LIMIT_BYTES = 16_384;
+
+/**
+ * What Kubernetes signs service-account tokens with; the kubernetes authenticator's
+ * `SERVICE_ACCOUNT_ALGORITHMS` (a unit spec keeps them equal). Not imported from there: that
+ * file loads the JWT stack, which the other modes never load.
+ */
+export const ASSERTION_ALGORITHMS = ['RS256', 'ES256'];
+
+/** How a stock client authenticated (RFC 6749 §2.3.1, RFC 7523 §2.2); `none` sent nothing. */
+export type OAuthClientAuthMethod =
+  | 'client_secret_basic'
+  | 'client_secret_post'
+  | 'client_assertion'
+  | 'none';
+
+/** A well-formed `grant_type=client_credentials` request, before any credential is checked. */
+export interface OAuthTokenRequest {
+  readonly method: OAuthClientAuthMethod;
+  /** The credential as the configured authenticator reads it: `Bearer <key or JWT>`. */
+  readonly authorization: string | undefined;
+  /** The client id the caller named (Basic, post, or an assertion's optional `client_id`). */
+  readonly clientId: string | undefined;
+  /** Which provider client the caller asked for, and through which parameter. */
+  readonly target:
+    | { readonly param: 'resource' | 'audience' | 'scope'; readonly value: string }
+    | undefined;
+}
+
+/** Parameters the endpoint understands; any other is ignored (RFC 6749 §3.2). */
+const KNOWN = [
+  'grant_type',
+  'client_id',
+  'client_secret',
+  'client_assertion',
+  'client_assertion_type',
+  'resource',
+  'audience',
+  'scope',
+] as const;
+type Known = (typeof KNOWN)[number];
+
+const BASIC = /^Basic +([A-Za-z0-9+/]+={0,2}) *$/i;
+const FORM = /^application\/x-www-form-urlencoded\s*(;|$)/i;
+
+const invalid = (message: string) => new OAuthException(OAuthErrorCode.InvalidRequest, message);
+
+/**
+ * Parses a `POST /oauth2/token` request: the media type, the form, the grant type, exactly one
+ * client authentication method (two is `invalid_request`, RFC 6749 §2.3), and the target.
+ * Throws an {@link OAuthException}; messages never quote a submitted value, since most of
+ * them are secrets. The credential itself is checked later, by the caller authenticator.
+ */
+export function parseOAuthTokenRequest(
+  contentType: string | undefined,
+  body: string,
+  authorization: string | undefined,
+  mode: CallerAuthMode,
+): OAuthTokenRequest {
+  if (contentType === undefined || !FORM.test(contentType)) {
+    throw invalid('send the parameters as application/x-www-form-urlencoded (RFC 6749 §4.4.2)');
+  }
+  const form = new URLSearchParams(body);
+  const p: Partial<Record<Known, string>> = {};
+  for (const name of KNOWN) {
+    const values = form.getAll(name);
+    if (values.length > 1) throw invalid(`parameter "${name}" is repeated; give it once`);
+    // RFC 6749 §3.2: a parameter sent without a value is treated as omitted.
+    if (values.length === 1 && values[0] !== '') p[name] = values[0];
+  }
+  if (p.grant_type === undefined) throw invalid('parameter "grant_type" is required');
+  if (p.grant_type !== 'client_credentials') {
+    throw new OAuthException(
+      OAuthErrorCode.UnsupportedGrantType,
+      'only grant_type=client_credentials is supported',
+    );
+  }
+  return {
+    ...clientAuthentication(p, authorization, mode),
+    target: target(p),
+  };
+}
+
+function clientAuthentication(
+  p: Partial<Record<Known, string>>,
+  authorization: string | undefined,
+  mode: CallerAuthMode,
+): Pick<OAuthTokenRequest, 'method' | 'authorization' | 'clientId'> {
+  const header = authorization !== undefined && authorization !== '';
+  const post = p.client_secret !== undefined;
+  const assertion = p.client_assertion !== undefined || p.client_assertion_type !== undefined;
+  if (Number(header) + Number(post) + Number(assertion) > 1) {
+    throw invalid('use exactly one client authentication method (RFC 6749 §2.3)');
+  }
+  const basic = header && /^basic /i.test(authorization);
+  const unsupported = (method: string) =>
+    new OAuthException(
+      OAuthErrorCode.InvalidClient,
+      `${method} is not accepted here; this broker authenticates callers with ${methodsFor(mode).join(' or ') || 'nothing'}`,
+      { basicChallenge: basic },
+    );
+  if (header) {
+    if (!basic) throw unsupported('this Authorization scheme');
+    if (mode === 'kubernetes') throw unsupported('client_secret_basic');
+    const [id, secret] = basicCredentials(authorization);
+    if (p.client_id !== undefined && p.client_id !== id) {
+      throw invalid('"client_id" differs from the client id in the Authorization header');
+    }
+    return { method: 'client_secret_basic', authorization: `Bearer ${secret}`, clientId: id };
+  }
+  if (post) {
+    if (mode === 'kubernetes') throw unsupported('client_secret_post');
+    if (p.client_id === undefined) throw invalid('client_secret_post needs "client_id"');
+    return {
+      method: 'client_secret_post',
+      authorization: `Bearer ${p.client_secret}`,
+      clientId: p.client_id,
+    };
+  }
+  if (assertion) {
+    if (p.client_assertion_type !== JWT_BEARER_ASSERTION) {
+      throw invalid(`"client_assertion_type" must be ${JWT_BEARER_ASSERTION}`);
+    }
+    if (p.client_assertion === undefined) throw invalid('"client_assertion" is required');
+    if (mode === 'api-key') throw unsupported('a client assertion');
+    return {
+      method: 'client_assertion',
+      authorization: `Bearer ${p.client_assertion}`,
+      clientId: p.client_id,
+    };
+  }
+  return { method: 'none', authorization: undefined, clientId: p.client_id };
+}
+
+/** RFC 6749 §2.3.1: base64 of `id:secret`, each form-urlencoded first. */
+function basicCredentials(authorization: string): [string, string] {
+  const match = BASIC.exec(authorization);
+  const decoded = match ? Buffer.from(match[1], 'base64').toString('utf8') : '';
+  const colon = decoded.indexOf(':');
+  const bad = () =>
+    new OAuthException(
+      OAuthErrorCode.InvalidClient,
+      'the Authorization header must be "Basic base64(urlencoded client_id:urlencoded client_secret)"',
+      { basicChallenge: true },
+    );
+  if (colon < 1) throw bad();
+  try {
+    const formDecode = (s: string) => decodeURIComponent(s.replace(/\+/g, ' '));
+    return [formDecode(decoded.slice(0, colon)), formDecode(decoded.slice(colon + 1))];
+  } catch (err) {
+    throw new OAuthException(OAuthErrorCode.InvalidClient, bad().message, {
+      basicChallenge: true,
+      cause: err,
+    });
+  }
+}
+
+/**
+ * The provider client asked for: `resource` (RFC 8707), else `audience`, else `scope`; the
+ * first present wins and names a configured client id. Two of them must agree.
+ */
+function target(p: Partial<Record<Known, string>>): OAuthTokenRequest['target'] {
+  const given = (['resource', 'audience', 'scope'] as const).filter((n) => p[n] !== undefined);
+  if (given.length === 0) return undefined;
+  const values = new Set(given.map((n) => p[n]));
+  if (values.size > 1) {
+    throw invalid(`${given.join(', ')} name different clients; name the client once`);
+  }
+  const param = given[0];
+  const value = p[param]!;
+  if (param === 'scope' && /\s/.test(value.trim())) {
+    throw new OAuthException(OAuthErrorCode.InvalidScope, 'give one scope: the client id');
+  }
+  return { param, value: param === 'scope' ? value.trim() : value };
+}
+
+/** `token_endpoint_auth_methods_supported` (RFC 8414) for a caller-auth mode. */
+export function methodsFor(mode: CallerAuthMode): string[] {
+  switch (mode) {
+    case 'api-key':
+      return ['client_secret_basic', 'client_secret_post'];
+    case 'kubernetes':
+      // The registered name for a JWT client assertion (RFC 7523 §2.2, OIDC Core §9).
+      return ['private_key_jwt'];
+    case 'none':
+      return ['none'];
+  }
+}

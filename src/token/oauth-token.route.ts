@@ -1,0 +1,300 @@
+import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
+import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
+import { BROKER_CONFIG } from '../config/config.constants';
+import type { BrokerConfig } from '../config/config.schema';
+import { toProblem } from '../http/problem';
+import { RequestException } from '../http/request.exception';
+import { SECURITY_HEADERS } from '../http/security-headers';
+import { LOGGER } from '../logging/logger';
+import { OAuthErrorCode, OAuthException } from './oauth.exception';
+import {
+  ASSERTION_ALGORITHMS,
+  methodsFor,
+  OAUTH_BODY_LIMIT_BYTES,
+  type OAuthTokenRequest,
+  parseOAuthTokenRequest,
+} from './oauth-token-request';
+import { tokenBody } from './token-body';
+import type { TokenRecord } from './token-record';
+import { TokenResponder } from './token-responder';
+import { TokenErrorCode, TokenException } from './token.exception';
+import { TokenService } from './token.service';
+
+/** The token endpoint's path; the metadata document points at it. */
+export const OAUTH_TOKEN_PATH = '/oauth2/token';
+/** RFC 8414 §3: where discovery-based clients look. */
+export const OAUTH_METADATA_PATH = '/.well-known/oauth-authorization-server';
+
+/** A Host header fit to be echoed into the metadata document. */
+const HOST = /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/;
+
+/** What a request got to before it was answered, for the audit line and error translation. */
+interface Progress {
+  request?: OAuthTokenRequest;
+  caller?: Caller;
+  clientId?: string;
+}
+
+/**
+ * `POST /oauth2/token`: the RFC 6749 client-credentials grant over the same grants, L1 cache
+ * and audit as `GET /token`, so a stock OAuth client (Spring, Go's clientcredentials,
+ * openid-client, simple-oauth2, curl) gets the fleet's token by changing only its token URL.
+ * Plus the RFC 8414 metadata document for clients that discover the endpoint.
+ *
+ * The caller authenticates as stock clients do (see {@link parseOAuthTokenRequest}); the
+ * credential is then checked by the configured {@link CallerAuthenticator}, exactly as a
+ * `Bearer` credential on `GET /token` (an API key's constant-time hash match, or a verified
+ * service-account JWT). Which provider client: `resource`, else `audience`, else `scope`,
+ * naming a configured client id; none given, the caller's only granted client, or the only
+ * configured one. Answers are RFC 6749 §5.1/§5.2, never a problem document.
+ */
+@Injectable()
+export class OAuthTokenRoute implements OnModuleInit {
+  constructor(
+    private readonly adapterHost: HttpAdapterHost,
+    private readonly responder: TokenResponder,
+    private readonly tokens: TokenService,
+    @Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator,
+    @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
+    @Inject(LOGGER) private readonly logger: Logger,
+  ) {}
+
+  onModuleInit(): void {
+    const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
+    void fastify.register(async (scope) => {
+      scope.removeAllContentTypeParsers();
+      // Every media type reaches the handler as text: the parser refuses a wrong one with the
+      // RFC's error rather than Fastify's 415, and URLSearchParams does the form decoding.
+      scope.addContentTypeParser(
+        '*',
+        { parseAs: 'string', bodyLimit: OAUTH_BODY_LIMIT_BYTES },
+        (_req, body, done) => done(null, body),
+      );
+      // Body-reading failures (too large, truncated) arrive here, before the handler.
+      scope.setErrorHandler((err, req, reply) =>
+        this.refuse(
+          new OAuthException(
+            OAuthErrorCode.InvalidRequest,
+            (err as { statusCode?: number }).statusCode === 413
+              ? `the form is larger than ${OAUTH_BODY_LIMIT_BYTES} bytes`
+              : 'the request body could not be read',
+            { cause: err },
+          ),
+          {},
+          req,
+          reply,
+        ),
+      );
+      scope.route({
+        method: 'POST',
+        url: OAUTH_TOKEN_PATH,
+        bodyLimit: OAUTH_BODY_LIMIT_BYTES,
+        handler: (req, reply) => this.handle(req, reply),
+      });
+    });
+    fastify.route({
+      method: 'GET',
+      url: OAUTH_METADATA_PATH,
+      handler: (req, reply) =>
+        reply
+          .headers({ 'cache-control': 'max-age=300', ...SECURITY_HEADERS })
+          .send(this.metadata(req)),
+    });
+  }
+
+  /** The RFC 8414 document; endpoint URLs from the request's Host, as the caller reached us. */
+  metadata(req: FastifyRequest): Record<string, unknown> {
+    const host = HOST.test(req.host ?? '')
+      ? req.host
+      : `${this.config.http.host}:${this.config.http.port}`;
+    const issuer = `${req.protocol}://${host}`;
+    const mode = this.config.callerAuth.mode;
+    return {
+      issuer,
+      token_endpoint: `${issuer}${OAUTH_TOKEN_PATH}`,
+      grant_types_supported: ['client_credentials'],
+      // No authorization endpoint: nothing is issued to a browser.
+      response_types_supported: [],
+      token_endpoint_auth_methods_supported: methodsFor(mode),
+      ...(mode === 'kubernetes'
+        ? { token_endpoint_auth_signing_alg_values_supported: ASSERTION_ALGORITHMS }
+        : {}),
+      // `scope` (like `resource`/`audience`) names the provider client: the configured ids.
+      scopes_supported: this.config.clients.map((c) => c.id),
+    };
+  }
+
+  private handle(req: FastifyRequest, reply: FastifyReply): FastifyReply | Promise<FastifyReply> {
+    const progress: Progress = {};
+    try {
+      progress.request = parseOAuthTokenRequest(
+        req.headers['content-type'],
+        typeof req.body === 'string' ? req.body : '',
+        req.headers.authorization,
+        this.config.callerAuth.mode,
+      );
+      const caller = this.auth.authenticate(progress.request.authorization);
+      if (caller instanceof Promise) {
+        return caller
+          .then((c) => this.serve(c, progress, req, reply))
+          .catch((err: unknown) => this.refuse(err, progress, req, reply));
+      }
+      return this.serve(caller, progress, req, reply);
+    } catch (err) {
+      return this.refuse(err, progress, req, reply);
+    }
+  }
+
+  private serve(
+    caller: Caller,
+    progress: Progress,
+    req: FastifyRequest,
+    reply: FastifyReply,
+  ): FastifyReply | Promise<FastifyReply> {
+    try {
+      progress.caller = caller;
+      const request = progress.request!;
+      // The secret proved a caller; the client id must name that same caller. Same answer as a
+      // wrong secret, so ids cannot be probed. (Mode none has no callers to name.)
+      if (
+        request.clientId !== undefined &&
+        this.config.callerAuth.mode !== 'none' &&
+        request.clientId !== caller.name
+      ) {
+        throw new CallerAuthException(
+          CallerAuthErrorCode.Unauthenticated,
+          'client authentication failed',
+        );
+      }
+      const clientId = this.clientFor(caller, request);
+      progress.clientId = clientId;
+      const record = this.responder.tokenFor(caller, clientId, req.id);
+      if (record instanceof Promise) {
+        return record
+          .then((r) => this.issue(r, reply))
+          .catch((err: unknown) => this.refuse(err, progress, req, reply));
+      }
+      return this.issue(record, reply);
+    } catch (err) {
+      return this.refuse(err, progress, req, reply);
+    }
+  }
+
+  /** `resource` / `audience` / `scope` as a configured client; none: the one implied. */
+  private clientFor(caller: Caller, request: OAuthTokenRequest): string {
+    if (request.target !== undefined) return this.tokens.resolveClient(request.target.value);
+    if (caller.clients !== '*' && caller.clients.size === 1) {
+      return this.tokens.resolveClient([...caller.clients][0]);
+    }
+    return this.tokens.resolveClient(undefined);
+  }
+
+  private issue(record: TokenRecord, reply: FastifyReply): FastifyReply {
+    return reply
+      .code(200)
+      .headers({
+        'content-type': 'application/json; charset=utf-8',
+        'cache-control': 'no-store',
+        pragma: 'no-cache',
+        ...SECURITY_HEADERS,
+      })
+      .send(tokenBody(record, Date.now()));
+  }
+
+  /** An RFC 6749 §5.2 error, audited like a refused `GET /token`. */
+  private refuse(
+    err: unknown,
+    progress: Progress,
+    req: FastifyRequest,
+    reply: FastifyReply,
+  ): FastifyReply {
+    const oauth = this.translate(err, progress);
+    if (oauth.code === OAuthErrorCode.ServerError) {
+      this.logger.error({ err, reqId: req.id }, 'unhandled error');
+    }
+    this.responder.auditRefused(req.id, progress.caller, progress.clientId, oauth.code);
+    const headers: Record<string, string> = {
+      'content-type': 'application/json; charset=utf-8',
+      'cache-control': 'no-store',
+      pragma: 'no-cache',
+      ...SECURITY_HEADERS,
+    };
+    let status = 400;
+    if (oauth.code === OAuthErrorCode.InvalidClient && oauth.basicChallenge) {
+      status = 401;
+      headers['www-authenticate'] = 'Basic realm="token-broker", charset="UTF-8"';
+    } else if (oauth.code === OAuthErrorCode.TemporarilyUnavailable) {
+      status = 503;
+      headers['retry-after'] = String(oauth.retryAfterSeconds ?? 1);
+    } else if (oauth.code === OAuthErrorCode.ServerError) {
+      status = 500;
+    }
+    return reply
+      .code(status)
+      .headers(headers)
+      .send(JSON.stringify({ error: oauth.code, error_description: oauth.message }));
+  }
+
+  /** Any failure as the OAuth error a stock client understands; messages are the broker's own. */
+  private translate(err: unknown, progress: Progress): OAuthException {
+    if (err instanceof OAuthException) return err;
+    const method = progress.request?.method;
+    const mode = this.config.callerAuth.mode;
+    const as = (code: OAuthErrorCode, message: string, retryAfterSeconds?: number) =>
+      new OAuthException(code, message, {
+        cause: err,
+        retryAfterSeconds,
+        // A failed Basic login, or no credential where Basic is what the broker takes.
+        basicChallenge:
+          code === OAuthErrorCode.InvalidClient &&
+          (method === 'client_secret_basic' || (method === 'none' && mode === 'api-key')),
+      });
+    if (err instanceof CallerAuthException) {
+      switch (err.code) {
+        case CallerAuthErrorCode.Unauthenticated:
+          return as(
+            OAuthErrorCode.InvalidClient,
+            method === 'none'
+              ? `authenticate with ${methodsFor(mode).join(' or ')}`
+              : 'client authentication failed',
+          );
+        case CallerAuthErrorCode.Forbidden:
+          return as(OAuthErrorCode.UnauthorizedClient, err.message);
+        case CallerAuthErrorCode.Unavailable:
+          return as(OAuthErrorCode.TemporarilyUnavailable, err.message, 2);
+      }
+    }
+    if (err instanceof TokenException) {
+      switch (err.code) {
+        case TokenErrorCode.UnknownClient:
+          return as(
+            progress.request?.target?.param === 'scope'
+              ? OAuthErrorCode.InvalidScope
+              : OAuthErrorCode.InvalidTarget,
+            err.message,
+          );
+        case TokenErrorCode.ClientRequired:
+          return as(
+            OAuthErrorCode.InvalidRequest,
+            'several clients are possible: name one with resource=<client id>',
+          );
+        case TokenErrorCode.Unavailable:
+        case TokenErrorCode.CredentialsRejected:
+        case TokenErrorCode.CredentialsUnavailable:
+        case TokenErrorCode.ShuttingDown: {
+          const retry = toProblem(err).headers['retry-after'];
+          return as(OAuthErrorCode.TemporarilyUnavailable, err.message, Number(retry ?? 1));
+        }
+      }
+    }
+    if (err instanceof RequestException) return as(OAuthErrorCode.InvalidRequest, err.message);
+    return as(
+      OAuthErrorCode.ServerError,
+      `unexpected error; quote the request's x-request-id when reporting it`,
+    );
+  }
+}

@@ -1,0 +1,139 @@
+import { clientSchema } from '../config/config.schema';
+import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
+import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
+import {
+  judgeFailure,
+  lifetimeTooShort,
+  permanentFailure,
+  unavailableError,
+} from './refresh-failure';
+import { TokenErrorCode, TokenException } from './token.exception';
+
+const client = clientSchema.parse({
+  id: 'acme-preprod',
+  authUrl: 'http://auth.invalid',
+  baseUrl: 'http://api.invalid',
+  credentials: { secretId: 'token-broker/acme' },
+});
+const base = {
+  client,
+  attempt: 1,
+  backoffBaseMs: 500,
+  backoffMaxMs: 30_000,
+  now: 0,
+  random: () => 1,
+};
+const provider = (code: ProviderErrorCode, details = {}) =>
+  new ProviderException(code, `provider said ${code}`, details);
+
+describe('refresh failure', () => {
+  describe(judgeFailure.name, () => {
+    it('calls a 5xx transient and backs off exponentially with full jitter', () => {
+      const err = provider(ProviderErrorCode.ServerError, { status: 503 });
+      expect(judgeFailure(err, base)).toEqual({
+        permanent: undefined,
+        result: 'transient_error',
+        delayMs: 500,
+      });
+      expect(judgeFailure(err, { ...base, attempt: 4 }).delayMs).toBe(4000);
+      expect(judgeFailure(err, { ...base, attempt: 4, random: () => 0.5 }).delayMs).toBe(2000);
+    });
+
+    it("honours a 429's Retry-After", () => {
+      const err = provider(ProviderErrorCode.RateLimited, { status: 429, retryAfterMs: 7000 });
+      expect(judgeFailure(err, base).delayMs).toBe(7000);
+    });
+
+    it('retries faster as the token served nears expiry', () => {
+      const err = provider(ProviderErrorCode.Timeout);
+      // A quarter of the 8 s left caps the delay at 2 s.
+      expect(judgeFailure(err, { ...base, attempt: 10, servingUntil: 8000 }).delayMs).toBe(2000);
+    });
+
+    it('calls refused credentials permanent and probes at the slowest pace', () => {
+      const err = provider(ProviderErrorCode.InvalidClient, { status: 401 });
+      const verdict = judgeFailure(err, { ...base, random: () => 0, servingUntil: 8000 });
+      expect(verdict.result).toBe('permanent_error');
+      expect(verdict.permanent?.code).toBe(TokenErrorCode.CredentialsRejected);
+      expect(verdict.delayMs).toBe(30_000);
+    });
+
+    it('counts an unreadable secret as a credentials error', () => {
+      const err = new SecretsException(SecretsErrorCode.AccessDenied, 'denied', { source: 's' });
+      expect(judgeFailure(err, base).result).toBe('credentials_error');
+    });
+
+    it('treats an unknown error as transient', () => {
+      expect(judgeFailure(new Error('boom'), base).result).toBe('transient_error');
+    });
+  });
+
+  describe(permanentFailure.name, () => {
+    it('names where refused credentials were read from, never their value', () => {
+      const err = provider(ProviderErrorCode.InvalidClient, { status: 401 });
+      const permanent = permanentFailure(err, client, 30_000);
+      expect(permanent).toBeInstanceOf(TokenException);
+      expect(permanent?.message).toBe(
+        'provider said provider_invalid_client; they were read from Secrets Manager secret "token-broker/acme"',
+      );
+      expect(permanent?.retryAfterSeconds).toBe(30);
+      expect(permanent?.cause).toBe(err);
+      const fromFile = permanentFailure(
+        err,
+        { ...client, credentials: { file: '/run/creds.json' } },
+        30_000,
+      );
+      expect(fromFile?.message).toContain('file "/run/creds.json"');
+    });
+
+    it('maps another provider 4xx to unavailable and a permanent secret failure to credentials unavailable', () => {
+      expect(permanentFailure(provider(ProviderErrorCode.Rejected), client, 1000)?.code).toBe(
+        TokenErrorCode.Unavailable,
+      );
+      const secret = new SecretsException(SecretsErrorCode.Malformed, 'not JSON', { source: 's' });
+      expect(permanentFailure(secret, client, 1000)).toMatchObject({
+        code: TokenErrorCode.CredentialsUnavailable,
+        message: 'cannot load the credentials for client "acme-preprod": not JSON',
+      });
+    });
+
+    it('returns undefined for transient failures', () => {
+      expect(permanentFailure(provider(ProviderErrorCode.ServerError), client, 1000)).toBe(
+        undefined,
+      );
+      const blip = new SecretsException(SecretsErrorCode.Unavailable, 'throttled', { source: 's' });
+      expect(permanentFailure(blip, client, 1000)).toBeUndefined();
+    });
+  });
+
+  describe(unavailableError.name, () => {
+    it('points Retry-After at the next attempt and quotes the last error', () => {
+      const err = unavailableError({
+        clientId: 'acme',
+        lastError: new Error('HTTP 503'),
+        nextAttemptAt: 2_500,
+        now: 0,
+      });
+      expect(err.code).toBe(TokenErrorCode.Unavailable);
+      expect(err.retryAfterSeconds).toBe(3);
+      expect(err.message).toBe(
+        'no token with the requested remaining lifetime could be obtained in time for client "acme" (last error: HTTP 503)',
+      );
+      expect(unavailableError({ clientId: 'acme', now: 0 }).retryAfterSeconds).toBe(1);
+      expect(
+        unavailableError({ clientId: 'acme', nextAttemptAt: -5_000, now: 0 }).retryAfterSeconds,
+      ).toBe(1);
+    });
+
+    it('returns the permanent failure when there is one', () => {
+      const permanent = new TokenException(TokenErrorCode.CredentialsRejected, 'refused');
+      expect(unavailableError({ clientId: 'acme', permanent, now: 0 })).toBe(permanent);
+    });
+  });
+
+  it(`${lifetimeTooShort.name} states the provider's lifetime`, () => {
+    expect(lifetimeTooShort('acme', 59_600).message).toBe(
+      `client "acme": the provider's tokens live 60 s, less than the requested min_ttl`,
+    );
+  });
+});

@@ -1,0 +1,128 @@
+/**
+ * What a failed refresh means, as pure functions: whether it needs an operator, how it is
+ * counted, how long to wait before the next attempt, and what a caller still waiting is told.
+ * The state machine ({@link ClientTokenManager}) only records the verdict.
+ */
+import type { ClientConfig } from '../config/config.schema';
+import type { RefreshResult } from '../metrics/metrics.service';
+import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
+import { SecretsException } from '../secrets/secrets.exception';
+import { retryDelayMs } from './refresh-schedule';
+import { TokenErrorCode, TokenException } from './token.exception';
+
+/** The verdict on one failed refresh pass. */
+export interface RefreshFailure {
+  /** The caller-facing exception when an operator must act (credentials refused or unreadable). */
+  permanent?: TokenException;
+  /** The `refreshes` metric label. */
+  result: RefreshResult;
+  /** How long to wait before the next pass (ms). */
+  delayMs: number;
+}
+
+/** Inputs of {@link judgeFailure}. Times are epoch milliseconds. */
+export interface FailureContext {
+  client: ClientConfig;
+  /** 1-based number of consecutive failures, this one included. */
+  attempt: number;
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  now: number;
+  /** Expiry of the token still being served, if any: retries speed up as it nears. */
+  servingUntil?: number;
+  random: () => number;
+}
+
+/** Classifies `err` and picks the delay before the next pass. */
+export function judgeFailure(err: unknown, ctx: FailureContext): RefreshFailure {
+  const permanent = permanentFailure(err, ctx.client, ctx.backoffMaxMs);
+  const result: RefreshResult = permanent
+    ? err instanceof SecretsException
+      ? 'credentials_error'
+      : 'permanent_error'
+    : 'transient_error';
+  const retryAfterMs = err instanceof ProviderException ? err.details.retryAfterMs : undefined;
+  const delayMs = retryDelayMs({
+    attempt: ctx.attempt,
+    baseMs: ctx.backoffBaseMs,
+    // An operator has to act on a permanent failure: probe slowly until they do.
+    maxMs: ctx.backoffMaxMs,
+    now: ctx.now,
+    expiresAt: permanent ? undefined : ctx.servingUntil,
+    retryAfterMs: permanent ? ctx.backoffMaxMs : retryAfterMs,
+    random: ctx.random,
+  });
+  return { permanent, result, delayMs };
+}
+
+/**
+ * Whether the whole fleet should back off after `err`: the provider's trouble (429, 5xx,
+ * timeouts, garbled answers) is the same for every replica, so one attempt per window is
+ * enough. Failures an operator must fix (refused or unreadable credentials) stay per replica:
+ * each replica reads its own secret and reports the problem in its own readiness.
+ */
+export function isFleetWide(err: unknown): boolean {
+  return err instanceof ProviderException && err.transient;
+}
+
+/** A permanent failure as the caller-facing exception, or undefined when transient. */
+export function permanentFailure(
+  err: unknown,
+  client: ClientConfig,
+  backoffMaxMs: number,
+): TokenException | undefined {
+  const retryAfterSeconds = Math.ceil(backoffMaxMs / 1000);
+  if (err instanceof ProviderException && !err.transient) {
+    const rejected = err.code === ProviderErrorCode.InvalidClient;
+    const source = client.credentials;
+    return new TokenException(
+      rejected ? TokenErrorCode.CredentialsRejected : TokenErrorCode.Unavailable,
+      // Say where the refused credentials came from (a reference, never the value): that is
+      // what the operator has to fix; they were already re-read once.
+      rejected
+        ? `${err.message}; they were read from ${source.file !== undefined ? `file "${source.file}"` : `Secrets Manager secret "${source.secretId}"`}`
+        : err.message,
+      { retryAfterSeconds, cause: err },
+    );
+  }
+  if (err instanceof SecretsException && !err.transient) {
+    return new TokenException(
+      TokenErrorCode.CredentialsUnavailable,
+      `cannot load the credentials for client "${client.id}": ${err.message}`,
+      { retryAfterSeconds, cause: err },
+    );
+  }
+  return undefined;
+}
+
+/**
+ * What a caller whose wait ran out is told: the permanent failure if there is one, else a 503
+ * whose `Retry-After` points at the next attempt and whose message quotes the last error.
+ */
+export function unavailableError(opts: {
+  clientId: string;
+  permanent?: TokenException;
+  lastError?: Error;
+  nextAttemptAt?: number;
+  now: number;
+}): TokenException {
+  if (opts.permanent) return opts.permanent;
+  const retryAfter =
+    opts.nextAttemptAt !== undefined
+      ? Math.max(1, Math.ceil((opts.nextAttemptAt - opts.now) / 1000))
+      : 1;
+  const why = opts.lastError ? ` (last error: ${opts.lastError.message})` : '';
+  return new TokenException(
+    TokenErrorCode.Unavailable,
+    `no token with the requested remaining lifetime could be obtained in time for client "${opts.clientId}"${why}`,
+    { retryAfterSeconds: retryAfter },
+  );
+}
+
+/** The refusal of a `min_ttl` that even a brand-new token cannot meet. */
+export function lifetimeTooShort(clientId: string, lifetimeMs: number): TokenException {
+  return new TokenException(
+    TokenErrorCode.Unavailable,
+    `client "${clientId}": the provider's tokens live ${Math.round(lifetimeMs / 1000)} s, less than the requested min_ttl`,
+  );
+}

@@ -1,0 +1,126 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { HttpAdapterHost } from '@nestjs/core';
+import type { HttpMetricsHook } from '../metrics/http-metrics.hook';
+import { TokenFastPath } from './token-fast-path';
+import type { TokenAnswer, TokenQuery, TokenResponder } from './token-responder';
+
+// Nest 12 ships ES modules only, which Jest's CommonJS runtime cannot load; this front only
+// needs decorators and class references (injection metadata) from it and from the providers
+// it is given, which do nothing outside a Nest container. Their stand-ins are built below.
+jest.mock('@nestjs/common', () => ({ Injectable: () => () => undefined }));
+jest.mock('@nestjs/core', () => ({ HttpAdapterHost: class {} }));
+jest.mock('../metrics/http-metrics.hook', () => ({ HttpMetricsHook: class {} }));
+jest.mock('./token-responder', () => ({ TokenResponder: class {} }));
+
+const ANSWER: TokenAnswer = {
+  status: 200,
+  headers: {
+    'content-type': 'application/json; charset=utf-8',
+    'x-request-id': 'r1',
+    'content-length': '20',
+  },
+  body: Buffer.from('{"access_token":"t"}'),
+};
+
+/** The parts of a ServerResponse the front uses, recording what it wrote. */
+function response() {
+  const written: { status?: number; headers?: Record<string, unknown>; body?: Buffer } = {};
+  const res = {
+    writeHead: (status: number, headers: Record<string, unknown>) => {
+      written.status = status;
+      written.headers = headers;
+    },
+    end: (body: Buffer) => void (written.body = body),
+  } as unknown as ServerResponse;
+  return { res, written };
+}
+
+function request(url: string, method = 'GET'): IncomingMessage {
+  return { url, method, headers: { authorization: 'Bearer k' } } as IncomingMessage;
+}
+
+describe(TokenFastPath.name, () => {
+  let queries: TokenQuery[];
+  let answer: TokenAnswer | Promise<TokenAnswer>;
+  let recorded: unknown[][];
+  let preClose: ((done: () => void) => void) | undefined;
+  let front: TokenFastPath;
+
+  beforeEach(() => {
+    queries = [];
+    answer = ANSWER;
+    recorded = [];
+    preClose = undefined;
+    const responder = {
+      respond: (query: TokenQuery) => {
+        queries.push(query);
+        return answer;
+      },
+    } as unknown as TokenResponder;
+    const metrics = {
+      requests: { record: (...args: unknown[]) => recorded.push(args) },
+    } as unknown as HttpMetricsHook;
+    const adapterHost = {
+      httpAdapter: {
+        getInstance: () => ({
+          addHook: (name: string, hook: (done: () => void) => void) => {
+            if (name === 'preClose') preClose = hook;
+          },
+        }),
+      },
+    } as unknown as HttpAdapterHost;
+    front = new TokenFastPath(responder, metrics, adapterHost);
+    front.onModuleInit();
+  });
+
+  it("writes the responder's answer for a plain query and counts it", () => {
+    const { res, written } = response();
+    expect(front.tryServe(request('/token?client=acme&min_ttl=30'), res)).toBe(true);
+    expect(queries).toEqual([{ client: 'acme', min_ttl: '30' }]);
+    expect(written).toEqual({
+      status: 200,
+      headers: ANSWER.headers,
+      body: ANSWER.body,
+    });
+    expect(recorded).toEqual([['/token', 'GET', 200]]);
+  });
+
+  it('writes an answer that needs I/O once it is ready', async () => {
+    let resolve!: (a: TokenAnswer) => void;
+    answer = new Promise((r) => (resolve = r));
+    const { res, written } = response();
+    expect(front.tryServe(request('/token'), res)).toBe(true);
+    expect(written.status).toBeUndefined();
+    resolve({ ...ANSWER, status: 503 });
+    await answer;
+    await Promise.resolve();
+    expect(written.status).toBe(503);
+    expect(recorded).toEqual([['/token', 'GET', 503]]);
+  });
+
+  it.each([
+    ['another method', '/token', 'POST'],
+    ['another path', '/tokens', 'GET'],
+    ['a sub-path', '/token/x', 'GET'],
+    ['an escaped value', '/token?client=ac%6De', 'GET'],
+    ['a plus sign', '/token?client=a+b', 'GET'],
+    ['a repeated parameter', '/token?client=a&client=b', 'GET'],
+    ['an unknown parameter', '/token?scope=x', 'GET'],
+  ])('leaves %s to Fastify', (_what, url, method) => {
+    const { res, written } = response();
+    expect(front.tryServe(request(url, method), res)).toBe(false);
+    expect(queries).toEqual([]);
+    expect(written).toEqual({});
+  });
+
+  it('leaves every request to Fastify once it is closing, for its 503 with Connection: close', () => {
+    expect(preClose).toBeDefined();
+    const done = jest.fn();
+    preClose!(done);
+    expect(done).toHaveBeenCalled();
+    const { res, written } = response();
+    expect(front.tryServe(request('/token?client=acme'), res)).toBe(false);
+    expect(queries).toEqual([]);
+    expect(written).toEqual({});
+  });
+});

@@ -1,0 +1,153 @@
+import pino from 'pino';
+import { brokerConfigSchema } from '../config/config.schema';
+import { MetricsService } from '../metrics/metrics.service';
+import type { TokenGrantor } from '../provider/auth-server.client';
+import type { GrantedToken } from '../provider/token-response.parser';
+import type { SecretReader } from '../secrets/secret-reader';
+import { TokenStoreErrorCode, TokenStoreException } from './token-store.exception';
+import { MemoryTokenStore } from './token-store.memory';
+import { TokenErrorCode } from './token.exception';
+import { TokenService } from './token.service';
+
+// Nest 12 ships ES modules only, which Jest's CommonJS runtime cannot load; the service only
+// needs its decorators from it, which do nothing outside a Nest container anyway.
+jest.mock('@nestjs/common', () => ({
+  Inject: () => () => undefined,
+  Injectable: () => () => undefined,
+}));
+
+const client = (id: string) => ({
+  id,
+  authUrl: 'http://auth.invalid',
+  baseUrl: 'http://api.invalid',
+  credentials: { file: `/run/${id}.json` },
+});
+
+/** A provider that issues `token-<n>` for an hour and counts requests. */
+class Grantor implements TokenGrantor {
+  requests = 0;
+  async requestToken(): Promise<GrantedToken> {
+    const now = Date.now();
+    return {
+      accessToken: `token-${++this.requests}`,
+      obtainedAt: now,
+      expiresAt: now + 3_600_000,
+      lifetimeSeconds: 3600,
+    };
+  }
+}
+
+const secrets: SecretReader = {
+  read: () => Promise.resolve('{"client_id":"id","client_secret":"secret"}'),
+};
+
+describe(TokenService.name, () => {
+  const services: TokenService[] = [];
+
+  function service(ids: string[], grantor = new Grantor(), store = new MemoryTokenStore()) {
+    const config = brokerConfigSchema.parse({
+      clients: ids.map(client),
+      callerAuth: { mode: 'none', allowNone: true },
+    });
+    const metrics = new MetricsService();
+    const s = new TokenService(config, store, grantor, secrets, pino({ level: 'silent' }), metrics);
+    services.push(s);
+    return { s, grantor, metrics };
+  }
+
+  afterEach(async () => {
+    await Promise.all(services.splice(0).map((s) => s.beforeApplicationShutdown()));
+  });
+
+  describe('resolveClient', () => {
+    it('takes the sole client when none is named', () => {
+      const { s } = service(['acme']);
+      expect(s.resolveClient(undefined)).toBe('acme');
+      expect(s.resolveClient('acme')).toBe('acme');
+    });
+
+    it('requires a name when several clients are configured, listing them', () => {
+      const { s } = service(['acme', 'beta']);
+      expect(() => s.resolveClient(undefined)).toThrow(
+        expect.objectContaining({
+          code: TokenErrorCode.ClientRequired,
+          message: 'several clients are configured; pass ?client=<id> (one of: acme, beta)',
+        }),
+      );
+    });
+
+    it('refuses an unknown client, echoing only what could be an id', () => {
+      const { s } = service(['acme']);
+      expect(() => s.resolveClient('other')).toThrow(
+        expect.objectContaining({
+          code: TokenErrorCode.UnknownClient,
+          message: 'no client "other" is configured on this broker',
+        }),
+      );
+      expect(() => s.resolveClient('eyJhbGciOi.Bearer SECRET')).toThrow(
+        'no client with the requested id is configured on this broker',
+      );
+    });
+  });
+
+  it('peek reads L1 without I/O and counts only hits', async () => {
+    const { s, metrics } = service(['acme']);
+    expect(s.peek('acme', 0)).toBeUndefined();
+    expect(s.peek('unknown', 0)).toBeUndefined();
+    const token = await s.getToken('acme', 0);
+    expect(s.peek('acme', 0)).toBe(token);
+    expect(s.peek('acme', 0)).toBe(token);
+    expect(s.peek('acme', 7_200_000)).toBeUndefined();
+    const lookups = await metrics.cacheLookups.get();
+    expect(lookups.values.find((v) => v.labels.layer === 'l1')).toMatchObject({
+      labels: { client: 'acme', outcome: 'hit' },
+      value: 2,
+    });
+  });
+
+  it('replaceRejected: the next getToken returns a different token, and a storm costs one fetch', async () => {
+    const { s, grantor } = service(['acme']);
+    const first = await s.getToken('acme', 0);
+    const results = await Promise.all(
+      Array.from({ length: 10 }, () => s.replaceRejected('acme', first.fingerprint)),
+    );
+    expect(results.filter(Boolean).length).toBeGreaterThanOrEqual(1);
+    const second = await s.getToken('acme', 0);
+    expect(second.fingerprint).not.toBe(first.fingerprint);
+    expect(grantor.requests).toBe(2);
+    expect(await s.replaceRejected('acme', first.fingerprint)).toBe(false);
+    expect(s.peek('acme', 0)).toBe(second);
+  });
+
+  it('getToken and replaceRejected refuse an unknown client like resolveClient', async () => {
+    const { s } = service(['acme']);
+    await expect(s.getToken('nope', 0)).rejects.toMatchObject({
+      code: TokenErrorCode.UnknownClient,
+    });
+    await expect(s.replaceRejected('nope', 'fp')).rejects.toMatchObject({
+      code: TokenErrorCode.UnknownClient,
+    });
+  });
+
+  it('status reports each client and the store', async () => {
+    const store = new MemoryTokenStore();
+    const { s } = service(['acme', 'beta'], new Grantor(), store);
+    await s.getToken('acme', 0);
+    const status = s.status();
+    expect(status.store).toEqual({ kind: 'memory', healthy: true });
+    expect(status.clients.map((c) => [c.client, c.hasToken])).toEqual([
+      ['acme', true],
+      ['beta', false],
+    ]);
+  });
+
+  it('keeps serving from memory when the store fails', async () => {
+    const store = new MemoryTokenStore();
+    const { s } = service(['acme'], new Grantor(), store);
+    const token = await s.getToken('acme', 0);
+    store.invalidate = () =>
+      Promise.reject(new TokenStoreException(TokenStoreErrorCode.Unavailable, 'down'));
+    expect(await s.replaceRejected('acme', 'another-fingerprint')).toBe(false);
+    expect(s.peek('acme', 0)).toBe(token);
+  });
+});
