@@ -1,4 +1,3 @@
-import type { Redis } from 'ioredis';
 import {
   type ClaimResult,
   type IdempotencyClaim,
@@ -9,16 +8,27 @@ import {
   type StoredResponse,
 } from '../orders/idempotency-store';
 import { redisKeys } from './redis.constants';
+import type { RedisClient } from './redis.connection';
+import { classifyRedisError } from './redis-problem';
 
 /**
- * KEYS[1] record hash. ARGV: body hash, owner, lease deadline (epoch ms), TTL ms.
+ * KEYS[1] record hash. ARGV: body hash, owner, lease length (ms), TTL ms.
  * Check and create in one script: of any number of concurrent claims exactly one creates the
- * record, and every other one gets the record back in the same round trip.
+ * record, and every other one gets the record back in the same round trip. The lease deadline
+ * is set and compared on Redis's clock (TIME), never a replica's: a claimant whose wall clock
+ * is ahead would otherwise hold a dead claim "in flight" for longer, one behind would see a
+ * live claim as abandoned. The lease comes back as the ms it has left (0: ended).
  */
 const CLAIM = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cur = redis.call('HMGET', KEYS[1], 'st', 'fp', 'lease', 'status', 'ct', 'body')
-if cur[1] then return cur end
-redis.call('HSET', KEYS[1], 'st', 'f', 'fp', ARGV[1], 'own', ARGV[2], 'lease', ARGV[3])
+if cur[1] then
+  local lease = tonumber(cur[3])
+  if lease then cur[3] = tostring(math.max(0, lease - now)) end
+  return cur
+end
+redis.call('HSET', KEYS[1], 'st', 'f', 'fp', ARGV[1], 'own', ARGV[2], 'lease', now + tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
 `;
@@ -53,15 +63,16 @@ return 1
 
 type RawField = Buffer | null;
 
-interface RedisWithIdempotencyScripts extends Redis {
+type RedisWithIdempotencyScripts = RedisClient & {
   tbIdemClaimBuffer(key: string, ...args: (string | number)[]): Promise<number | RawField[]>;
   tbIdemSettle(key: string, ...args: (string | number | Buffer)[]): Promise<number>;
   tbIdemRelease(key: string, owner: string): Promise<number>;
-}
+};
 
 /**
  * The idempotency store on Redis: one hash per client and key hash (`tb:{client}:idem:<sha256>`)
- * with the state, the body's SHA-256 in `fp`, the claimant in `own`, its lease, and once
+ * with the state, the body's SHA-256 in `fp`, the claimant in `own`, its lease (deadline in
+ * Redis time), and once
  * settled the provider's status, content type and exact body bytes.
  *
  * It uses the shared command connection: commands time out after `redis.commandTimeoutMs` and
@@ -72,7 +83,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   readonly kind = 'redis' as const;
   private readonly redis: RedisWithIdempotencyScripts;
 
-  constructor(redis: Redis) {
+  constructor(redis: RedisClient) {
     redis.defineCommand('tbIdemClaim', { numberOfKeys: 1, lua: CLAIM });
     redis.defineCommand('tbIdemSettle', { numberOfKeys: 1, lua: SETTLE });
     redis.defineCommand('tbIdemRelease', { numberOfKeys: 1, lua: RELEASE });
@@ -91,7 +102,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
         redisKeys.idempotency(clientId, keyHash),
         claim.bodyHash,
         claim.owner,
-        claim.leaseUntil,
+        Math.ceil(claim.leaseMs),
         Math.ceil(ttlMs),
       ),
     );
@@ -154,16 +165,21 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     try {
       return await command();
     } catch (cause) {
+      // An ACL or credentials problem is named as such: "check the server" would send the
+      // operator to the wrong place. Readiness reports it through the token store's health.
+      const problem = classifyRedisError(cause);
       throw new IdempotencyStoreException(
         IdempotencyStoreErrorCode.Unavailable,
-        `Redis failed while ${what} (${cause instanceof Error ? cause.message : String(cause)}); check REDIS_URL and the Redis server`,
+        problem
+          ? `Redis failed while ${what}: ${problem.message}`
+          : `Redis failed while ${what} (${cause instanceof Error ? cause.message : String(cause)}); check the Redis settings (REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES) and the Redis server`,
         { cause },
       );
     }
   }
 }
 
-/** Reads the claim script's HMGET reply: st, fp, lease, status, ct, body. */
+/** Reads the claim script's reply: st, fp, lease (ms left), status, ct, body. */
 function parseRecord(fields: RawField[]): IdempotencyRecord {
   const [st, fp, lease, status, ct, body] = fields;
   const text = (b: RawField) => (b === null ? undefined : b.toString('utf8'));
@@ -172,9 +188,9 @@ function parseRecord(fields: RawField[]): IdempotencyRecord {
   const state = text(st) ?? '';
   switch (state) {
     case 'f': {
-      const leaseUntil = Number(text(lease));
-      if (!Number.isFinite(leaseUntil)) throw corrupt('in-flight record without a lease');
-      return { state: 'in_flight', bodyHash, leaseUntil };
+      const leaseRemainingMs = Number(text(lease));
+      if (!Number.isFinite(leaseRemainingMs)) throw corrupt('in-flight record without a lease');
+      return { state: 'in_flight', bodyHash, leaseRemainingMs };
     }
     case 'c': {
       const code = Number(text(status));

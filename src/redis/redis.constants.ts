@@ -9,5 +9,9 @@ export const redisKeys = {
   token: (clientId: string) => `tb:{${clientId}}:token`,
   lock: (clientId: string) => `tb:{${clientId}}:lock`,
   events: (clientId: string) => `tb:{${clientId}}:events`,
+  /** The fleet's shared "no provider request before" marker: exists while it is backing off. */
+  backoff: (clientId: string) => `tb:{${clientId}}:backoff`,
+  /** Never-expiring marker of the data's continuity (see `TokenStore.checkContinuity`). */
+  epoch: (clientId: string) => `tb:{${clientId}}:epoch`,
   idempotency: (clientId: string, keyHash: string) => `tb:{${clientId}}:idem:${keyHash}`,
 } as const;

@@ -1,29 +1,54 @@
-import { Global, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { BROKER_CONFIG } from '../config/config.constants';
-import type { BrokerConfig } from '../config/config.schema';
+import { type BrokerConfig, redisConfigured } from '../config/config.schema';
 import { LOGGER } from '../logging/logger';
+import type { IdempotencyStore } from '../orders/idempotency-store';
+import { MemoryIdempotencyStore } from '../orders/idempotency-store.memory';
+import { IDEMPOTENCY_STORE } from '../orders/orders.constants';
 import { TOKEN_CIPHER, type TokenCipher } from '../token/token-cipher';
 import { TOKEN_STORE, type TokenStore } from '../token/token-store';
 import { MemoryTokenStore } from '../token/token-store.memory';
+import type { SecretReader } from '../secrets/secret-reader';
 import { SECRET_READER } from '../secrets/secrets.constants';
+import { SecretsModule } from '../secrets/secrets.module';
 import { createTokenCipher } from '../token/token-cipher.factory';
+import { RedisIdempotencyStore } from './idempotency-store.redis';
 import { REDIS_CONNECTION } from './redis.constants';
-import { createRedisConnection } from './redis.connection';
+import {
+  createRedisConnection,
+  type RedisClient,
+  type RedisSecrets,
+  readRedisSecrets,
+} from './redis.connection';
+
+/** The Redis passwords, read once at start-up; module-private, never exported. */
+const REDIS_SECRETS = 'TOKEN_BROKER:REDIS_SECRETS';
 import { RedisTokenStore } from './token-store.redis';
 
 /**
- * The shared-store adapter. With `REDIS_URL`: Redis (token store, and the connection other
- * features share). Without: process memory, valid for a single replica only.
+ * The shared-store adapter. With a Redis configured (`REDIS_URL`, Sentinel or Cluster): Redis
+ * (token store, and the connection other features share). Without: process memory, valid for
+ * a single replica only.
  */
-@Global()
 @Module({
+  imports: [SecretsModule],
   providers: [
     {
+      // Like the cache-encryption key: read at start-up, so a missing secret stops the broker
+      // with its name instead of surfacing later as a refused connection.
+      provide: REDIS_SECRETS,
+      inject: [BROKER_CONFIG, SECRET_READER],
+      useFactory: (config: BrokerConfig, secrets: SecretReader): Promise<RedisSecrets> =>
+        readRedisSecrets(config.redis, secrets),
+    },
+    {
       provide: REDIS_CONNECTION,
-      inject: [BROKER_CONFIG],
-      useFactory: (config: BrokerConfig) =>
-        config.redis.url ? createRedisConnection(config.redis, 'command') : null,
+      inject: [BROKER_CONFIG, REDIS_SECRETS],
+      useFactory: (config: BrokerConfig, secrets: RedisSecrets): RedisClient | null =>
+        redisConfigured(config.redis)
+          ? createRedisConnection(config.redis, 'command', secrets)
+          : null,
     },
     {
       // AES-256-GCM with the configured key(s); plain (with a warning) when none is set.
@@ -33,36 +58,52 @@ import { RedisTokenStore } from './token-store.redis';
     },
     {
       provide: TOKEN_STORE,
-      inject: [BROKER_CONFIG, REDIS_CONNECTION, TOKEN_CIPHER, LOGGER],
+      inject: [BROKER_CONFIG, REDIS_CONNECTION, REDIS_SECRETS, TOKEN_CIPHER, LOGGER],
       useFactory: (
         config: BrokerConfig,
-        redis: ReturnType<typeof createRedisConnection> | null,
+        redis: RedisClient | null,
+        secrets: RedisSecrets,
         cipher: TokenCipher,
         logger: Logger,
       ): TokenStore => {
         if (!redis) {
           logger.warn(
-            'REDIS_URL is not set: using an in-memory token store. Run a single replica only; several replicas would each fetch their own token.',
+            'No Redis configured (REDIS_URL, or REDIS_MODE sentinel/cluster): using an in-memory token store. Run a single replica only; several replicas would each fetch their own token.',
           );
           return new MemoryTokenStore();
         }
         return new RedisTokenStore(
           redis,
-          createRedisConnection(config.redis, 'subscriber'),
+          createRedisConnection(config.redis, 'subscriber', secrets),
           cipher,
           config.redis,
           config.token.lockTtlMs,
           config.clients.map((c) => c.id),
+          logger,
         );
       },
     },
+    {
+      provide: IDEMPOTENCY_STORE,
+      inject: [REDIS_CONNECTION, LOGGER],
+      useFactory: (redis: RedisClient | null, logger: Logger): IdempotencyStore => {
+        if (redis) return new RedisIdempotencyStore(redis);
+        logger.warn(
+          'No Redis configured: Idempotency-Key outcomes are kept in this process only and are lost on restart.',
+        );
+        return new MemoryIdempotencyStore();
+      },
+    },
   ],
-  exports: [REDIS_CONNECTION, TOKEN_STORE, TOKEN_CIPHER],
+  exports: [TOKEN_STORE, IDEMPOTENCY_STORE],
 })
 export class RedisModule implements OnApplicationShutdown {
-  constructor(@Inject(TOKEN_STORE) private readonly store: TokenStore) {}
+  constructor(
+    @Inject(TOKEN_STORE) private readonly store: TokenStore,
+    @Inject(IDEMPOTENCY_STORE) private readonly idempotency: IdempotencyStore,
+  ) {}
 
   async onApplicationShutdown(): Promise<void> {
-    await this.store.close();
+    await Promise.all([this.store.close(), this.idempotency.close()]);
   }
 }

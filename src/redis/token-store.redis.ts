@@ -1,56 +1,135 @@
+import { randomUUID } from 'node:crypto';
 import { ExecutionError, Redlock, ResourceLockedError } from '@sesamecare-oss/redlock';
-import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
 import type { RedisSettings } from '../config/config.schema';
 // The parser caps every lifetime at this; a stored token claiming more was not written by us.
 import { MAX_LIFETIME_SECONDS } from '../provider/token-response.parser';
 import type { TokenCipher } from '../token/token-cipher';
 import type { TokenRecord } from '../token/token-record';
-import type { RefreshLock, StoredToken, TokenStore, TokenStoreEvent } from '../token/token-store';
+import type {
+  RefreshLock,
+  StoreContinuity,
+  StoredToken,
+  TokenStore,
+  TokenStoreEvent,
+} from '../token/token-store';
 import { TokenStoreErrorCode, TokenStoreException } from '../token/token-store.exception';
+import { RedisClockOffset } from './redis-clock';
 import { redisKeys } from './redis.constants';
+import { closeRedisClient, type RedisClient } from './redis.connection';
+import { type RedisState, RedisStateTracker, type StateLogger } from './redis-state';
 
 /**
- * KEYS[1] token hash. ARGV: expiresAt, obtainedAt, fingerprint, sealed value, channel,
- * longest believable lifetime (ms).
+ * Redis's own clock in epoch ms. Every time the fleet compares is taken here, never on a
+ * replica: a replica whose wall clock is off must not decide when a token or lease expires.
+ */
+const REDIS_NOW = `
+local function redisNow()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`;
+
+/**
+ * KEYS[1] token hash. ARGV: remaining lifetime (ms), total lifetime (ms), fingerprint, sealed
+ * value, channel, longest believable lifetime (ms), the writer's own expiry (epoch ms, a hint).
+ *
+ * The writer sends durations measured on its own clock; the absolute expiry (`exp`) and request
+ * time (`obt`) are stored in Redis time, so replicas with different wall clocks compare the same
+ * numbers.
  *
  * The lock makes one refresher per fleet likely, not certain (a failover can grant it twice).
  * This fence is what is certain: an older token never replaces a newer one. After an
  * invalidation the stored expiry stays as a fence, and any token *requested after* the
  * invalidation may replace it even if the provider shortened lifetimes meanwhile.
  */
-const WRITE_FENCED = `
+const WRITE_FENCED = `${REDIS_NOW}
 -- A foreign value of another type would make every write fail (WRONGTYPE) for good.
 local t = redis.call('TYPE', KEYS[1]).ok
 if t ~= 'hash' and t ~= 'none' then redis.call('DEL', KEYS[1]) end
-local cur = redis.call('HMGET', KEYS[1], 'exp', 'inv')
+local remaining = tonumber(ARGV[1])
+-- Already expired on arrival: storing it would only serve a dead token.
+if remaining <= 0 then return 0 end
+local now = redisNow()
+local exp = now + remaining
+local obt = exp - tonumber(ARGV[2])
+local cur = redis.call('HMGET', KEYS[1], 'exp', 'inv', 'fp')
 local curExp = tonumber(cur[1])
 local inv = tonumber(cur[2])
-local exp = tonumber(ARGV[1])
-local obt = tonumber(ARGV[2])
--- No token we wrote expires this far beyond a request made now: corrupt, not a fence.
-if curExp and curExp > obt + tonumber(ARGV[6]) then curExp = nil end
+-- The stored token (or the rejected one still fencing) never comes back: converting durations
+-- costs a millisecond here and there, which must not make the same token look newer.
+if cur[3] == ARGV[3] then return 0 end
+-- No token we wrote expires this far beyond now: corrupt, not a fence.
+if curExp and curExp > now + tonumber(ARGV[6]) then curExp = nil end
 if curExp then
   if exp <= curExp and not (inv and obt > inv) then return 0 end
 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'exp', ARGV[1], 'obt', ARGV[2], 'fp', ARGV[3], 'val', ARGV[4])
-redis.call('PEXPIREAT', KEYS[1], exp)
-redis.call('PUBLISH', ARGV[5], 'u:' .. ARGV[1])
+redis.call('HSET', KEYS[1], 'exp', exp, 'obt', obt, 'fp', ARGV[3], 'val', ARGV[4], 'wexp', ARGV[7])
+redis.call('PEXPIRE', KEYS[1], remaining)
+-- The fingerprint, not a time: another replica's clock could not compare a time anyway.
+redis.call('PUBLISH', ARGV[5], 'u:' .. ARGV[3])
 return 1
 `;
 
 /**
- * KEYS[1] token hash. ARGV: fingerprint, now, channel.
- * Only invalidate if the stored token is still the one the caller saw rejected: a storm of
- * 401s for an old token must cost one refresh, and must never discard the new token.
+ * KEYS[1] token hash. ARGV: none. Returns exp, obt, fp, val, inv, wexp and Redis's now, or
+ * 'wrongtype'. Now comes from the same script so the remaining lifetime is exact in Redis time.
  */
-const INVALIDATE = `
+const READ = `${REDIS_NOW}
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'hash' and t ~= 'none' then return 'wrongtype' end
+local r = redis.call('HMGET', KEYS[1], 'exp', 'obt', 'fp', 'val', 'inv', 'wexp')
+r[7] = tostring(redisNow())
+return r
+`;
+
+/**
+ * KEYS[1] token hash. ARGV: fingerprint, channel.
+ * Only invalidate if the stored token is still the one the caller saw rejected: a storm of
+ * 401s for an old token must cost one refresh, and must never discard the new token. The
+ * marker is Redis's time: the fence compares it with request times stored in Redis time.
+ */
+const INVALIDATE = `${REDIS_NOW}
 if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return 0 end
 if redis.call('HEXISTS', KEYS[1], 'inv') == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'inv', ARGV[2])
+redis.call('HSET', KEYS[1], 'inv', redisNow())
 redis.call('HDEL', KEYS[1], 'val')
-redis.call('PUBLISH', ARGV[3], 'i:' .. ARGV[1])
+redis.call('PUBLISH', ARGV[2], 'i:' .. ARGV[1])
 return 1
+`;
+
+/**
+ * KEYS[1] backoff marker. ARGV: delay (ms). Sets the marker to expire after the delay unless it
+ * already lives longer: a short backoff from one replica must not cut short a provider's
+ * Retry-After another replica honours. The key's TTL runs on Redis's clock. Returns ms left.
+ */
+const DEFER_REFRESH = `
+local delay = tonumber(ARGV[1])
+local left = redis.call('PTTL', KEYS[1])
+if left >= delay then return left end
+if delay <= 0 then return math.max(left, 0) end
+redis.call('SET', KEYS[1], '1', 'PX', delay)
+return delay
+`;
+
+/**
+ * KEYS[1] epoch hash. ARGV: an id for a new epoch. Creates the epoch if missing (no TTL: it
+ * must only vanish with the data), then advances its sequence. A replica that remembers an id
+ * which is gone saw the data lost; one that gets a sequence not above the last it saw saw the
+ * store go back in time (a failover to a replica that missed writes). Returns id, sequence and
+ * Redis's now (ms): the watch runs every ping interval, which keeps the clock bound fresh.
+ */
+const EPOCH_ADVANCE = `
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'hash' and t ~= 'none' then redis.call('DEL', KEYS[1]) end
+local id = redis.call('HGET', KEYS[1], 'id')
+if not id then
+  id = ARGV[1]
+  redis.call('HSET', KEYS[1], 'id', id, 'seq', 0)
+end
+local now = redis.call('TIME')
+return {id, redis.call('HINCRBY', KEYS[1], 'seq', 1), now[1] * 1000 + math.floor(now[2] / 1000)}
 `;
 
 /**
@@ -71,21 +150,49 @@ end
 return 0
 `;
 
+/**
+ * KEYS[1] token hash, KEYS[2] a key of the same slot that never exists. ARGV[1] a channel
+ * nobody subscribes to. The health probe: it needs what the broker needs (scripts, reads,
+ * writes and PUBLISH on `tb:{client}:*`), so an ACL that
+ * forbids any of them shows as NOPERM here, at start-up, rather than on the first refresh.
+ * PEXPIRE on a missing key changes nothing.
+ */
+const PROBE = `
+redis.call('HEXISTS', KEYS[1], 'exp')
+redis.call('PEXPIRE', KEYS[2], 1)
+redis.call('PUBLISH', ARGV[1], '')
+return 1
+`;
+
 /** The longest lifetime a token we wrote can have, in ms. */
 const MAX_LIFETIME_MS = MAX_LIFETIME_SECONDS * 1000;
-/** Clock skew between replicas tolerated before a stored expiry counts as corrupt. */
-const FENCE_SKEW_MS = 5 * 60_000;
+/** Slack before a stored expiry counts as corrupt (all times are Redis's: no skew to allow). */
+const FENCE_SLACK_MS = 60_000;
 
-interface RedisWithScripts extends Redis {
+type RedisWithScripts = RedisClient & {
+  tbProbe(token: string, never: string, channel: string): Promise<number>;
   tbWriteFenced(key: string, ...args: (string | number)[]): Promise<number>;
   tbInvalidate(key: string, ...args: (string | number)[]): Promise<number>;
+  tbRead(key: string): Promise<'wrongtype' | (string | null)[]>;
+  tbDeferRefresh(key: string, delayMs: number): Promise<number>;
+  tbEpochAdvance(key: string, id: string): Promise<[string, number, number]>;
   tbDiscardCorrupt(key: string, value: string): Promise<number>;
-}
+};
+
+const SILENT: StateLogger = {
+  info: () => undefined,
+  warn: () => undefined,
+  error: () => undefined,
+};
 
 /**
- * The shared token store on Redis: a hash per client (`exp`, `obt`, `fp` in clear for the
- * fence, `val` sealed by the {@link TokenCipher}), a redlock lease for the refresher and a
- * pub/sub channel per client to wake the other replicas.
+ * The shared token store on Redis: a hash per client (`exp`, `obt` on Redis's clock and `fp`
+ * in clear for the fence, `wexp` the writer's own expiry as a hint, `val` sealed by the
+ * {@link TokenCipher}), a redlock lease for the refresher, a pub/sub channel per client to wake
+ * the other replicas, the fleet's refresh deferral and a continuity marker.
+ *
+ * No replica's wall clock decides anything here: replicas send and receive durations, and every
+ * absolute time is Redis's (`TIME` inside the scripts).
  */
 export class RedisTokenStore implements TokenStore {
   readonly kind = 'redis' as const;
@@ -94,19 +201,41 @@ export class RedisTokenStore implements TokenStore {
   private readonly listeners: Array<(e: TokenStoreEvent) => void> = [];
   private readonly recoveredListeners: Array<() => void> = [];
   private readonly lastCorrupt = new Map<string, string>();
+  /** The last epoch this replica saw per client (see {@link checkContinuity}). */
+  private readonly epochs = new Map<string, { id: string; seq: number }>();
+  /**
+   * This replica's wall clock (epoch ms). Only durations taken on it reach Redis, so an offset
+   * cancels out; tests replace it to play a skewed replica.
+   */
+  now: () => number = Date.now;
+  /** Bounds on Redis's clock against this replica's, from recent round trips. */
+  private readonly clock = new RedisClockOffset();
   private pingTimer?: NodeJS.Timeout;
-  private isHealthy = false;
+  private readonly tracker: RedisStateTracker;
+  private readonly probeClient: string;
+  private closing = false;
 
+  /**
+   * @param logger receives one line per state transition (up, down, misconfigured); omitted
+   *   in tests that do not look at logs.
+   */
   constructor(
-    redis: Redis,
-    private readonly subscriber: Redis,
+    redis: RedisClient,
+    private readonly subscriber: RedisClient,
     private readonly cipher: TokenCipher,
     settings: RedisSettings,
     private readonly lockTtlMs: number,
     clientIds: readonly string[],
+    logger: StateLogger | Logger = SILENT,
   ) {
+    this.tracker = new RedisStateTracker(logger, describeRedis(settings));
+    this.probeClient = clientIds[0] ?? 'probe';
+    redis.defineCommand('tbProbe', { numberOfKeys: 2, lua: PROBE });
     redis.defineCommand('tbWriteFenced', { numberOfKeys: 1, lua: WRITE_FENCED });
     redis.defineCommand('tbInvalidate', { numberOfKeys: 1, lua: INVALIDATE });
+    redis.defineCommand('tbRead', { numberOfKeys: 1, lua: READ });
+    redis.defineCommand('tbDeferRefresh', { numberOfKeys: 1, lua: DEFER_REFRESH });
+    redis.defineCommand('tbEpochAdvance', { numberOfKeys: 1, lua: EPOCH_ADVANCE });
     redis.defineCommand('tbDiscardCorrupt', { numberOfKeys: 1, lua: DISCARD_CORRUPT });
     this.redis = redis as RedisWithScripts;
     // One attempt, no retries: a held lock means another replica is refreshing, and waiting
@@ -119,18 +248,23 @@ export class RedisTokenStore implements TokenStore {
       const clientId = channels.get(channel);
       if (clientId !== undefined) this.dispatch(clientId, message);
     });
-    // Errors surface through `healthy` and the ping; an unhandled 'error' event would crash.
-    subscriber.on('error', () => undefined);
-    redis.on('error', () => undefined);
+    // Connection errors carry the real cause (WRONGPASS, a TLS code, ECONNREFUSED) that the
+    // failing commands do not; an unhandled 'error' event would also crash the process.
+    const onConnectionError = (err: unknown) => this.tracker.failed(err, true);
+    for (const client of [redis, subscriber]) {
+      client.on('error', onConnectionError);
+      // A Cluster reports its nodes' errors separately from its own.
+      client.on('node error', onConnectionError);
+    }
     // Every reconnection counts as a recovery, even when no command failed in between (a blip
     // shorter than the ping interval): Redis may have restarted empty, and the replicas must
     // push their token back into it.
-    let connectedBefore = false;
-    redis.on('ready', () => {
-      if (connectedBefore) this.isHealthy = false;
-      connectedBefore = true;
-      void this.ping();
+    // A closed connection is a (maybe short) outage: the next success logs the way back and
+    // runs the recovery listeners. A demoted master's READONLY closes it too, on purpose.
+    redis.on('close', () => {
+      if (!this.closing) this.tracker.failed(new Error('connection to Redis closed'));
     });
+    redis.on('ready', () => void this.ping());
     // A resubscribed subscriber missed what was published while it was away: re-read, as after
     // an outage, rather than wait for the next refresh to notice a newer token.
     let subscribedBefore = false;
@@ -144,7 +278,20 @@ export class RedisTokenStore implements TokenStore {
   }
 
   get healthy(): boolean {
-    return this.isHealthy;
+    return this.tracker.state === 'up';
+  }
+
+  /** `up`, `down` (an outage) or `misconfigured` (see {@link configurationError}). */
+  get state(): RedisState {
+    return this.tracker.state;
+  }
+
+  /**
+   * Why Redis refuses the broker (authentication, ACL, TLS trust), while it does: a setting to
+   * fix, not an outage to wait out. `undefined` otherwise.
+   */
+  get configurationError(): string | undefined {
+    return this.tracker.problem?.message;
   }
 
   onEvent(listener: (event: TokenStoreEvent) => void): void {
@@ -156,54 +303,64 @@ export class RedisTokenStore implements TokenStore {
   }
 
   async read(clientId: string): Promise<StoredToken> {
-    const fields = await this.run(() =>
-      this.redis
-        .hmget(redisKeys.token(clientId), 'exp', 'obt', 'fp', 'val', 'inv')
-        .catch((err: unknown) => {
-          // Redis answered: it is up, but the key holds something else than our hash.
-          if (err instanceof Error && err.message.startsWith('WRONGTYPE')) return undefined;
-          throw err;
-        }),
-    );
-    if (fields === undefined) return this.corrupt(clientId, '');
-    const [exp, obt, fp, val, inv] = fields;
+    const sentAt = this.now();
+    const fields = await this.run(() => this.redis.tbRead(redisKeys.token(clientId)));
+    const arrivedAt = this.now();
+    // Redis answered: it is up, but the key holds something else than our hash.
+    if (!Array.isArray(fields)) return this.corrupt(clientId, '');
+    const [exp, obt, fp, val, inv, writerExp, redisNowText] = fields;
     if (exp === null && val === null && inv === null) return { status: 'absent' };
     // Invalidated (the value is gone, the expiry stays as a fence), unless the marker is junk.
     if (inv !== null && Number.isFinite(Number(inv))) return { status: 'absent' };
-    const expiresAt = Number(exp);
-    const obtainedAt = Number(obt);
+    const expRedis = Number(exp);
+    const obtRedis = Number(obt);
+    const redisNow = Number(redisNowText);
     if (
-      !Number.isFinite(expiresAt) ||
-      !Number.isFinite(obtainedAt) ||
+      !Number.isFinite(expRedis) ||
+      !Number.isFinite(obtRedis) ||
       !fp ||
       !val ||
       inv !== null ||
       // Lifetimes we store are positive and capped: anything else was not written by a broker.
-      expiresAt <= obtainedAt ||
-      expiresAt - obtainedAt > MAX_LIFETIME_MS
+      expRedis <= obtRedis ||
+      expRedis - obtRedis > MAX_LIFETIME_MS ||
+      expRedis - redisNow > MAX_LIFETIME_MS + FENCE_SLACK_MS
     ) {
       return this.corrupt(clientId, val ?? '');
     }
+    // Expired in Redis time (the key outlived it by less than its own expiry granularity).
+    if (expRedis <= redisNow) return { status: 'absent' };
     let accessToken: string;
     try {
       accessToken = this.cipher.open(clientId, val);
     } catch {
       return this.corrupt(clientId, val);
     }
-    return { status: 'found', record: { accessToken, expiresAt, obtainedAt, fingerprint: fp } };
+    const offset = this.clock.observe(sentAt, arrivedAt, redisNow);
+    const expiresAt = localExpiry(expRedis, offset, Number(writerExp));
+    const record = {
+      accessToken,
+      expiresAt,
+      obtainedAt: expiresAt - (expRedis - obtRedis),
+      fingerprint: fp,
+    };
+    return { status: 'found', record };
   }
 
   async writeFenced(clientId: string, record: TokenRecord): Promise<boolean> {
     const sealed = this.cipher.seal(clientId, record.accessToken);
+    // Durations from this replica's clock: whatever its offset, it cancels out here.
+    const remainingMs = record.expiresAt - this.now();
     const written = await this.run(() =>
       this.redis.tbWriteFenced(
         redisKeys.token(clientId),
-        record.expiresAt,
-        record.obtainedAt,
+        remainingMs,
+        record.expiresAt - record.obtainedAt,
         record.fingerprint,
         sealed,
         redisKeys.events(clientId),
-        MAX_LIFETIME_MS + FENCE_SKEW_MS,
+        MAX_LIFETIME_MS + FENCE_SLACK_MS,
+        record.expiresAt,
       ),
     );
     return written === 1;
@@ -211,14 +368,34 @@ export class RedisTokenStore implements TokenStore {
 
   async invalidate(clientId: string, fingerprint: string): Promise<boolean> {
     const done = await this.run(() =>
-      this.redis.tbInvalidate(
-        redisKeys.token(clientId),
-        fingerprint,
-        Date.now(),
-        redisKeys.events(clientId),
-      ),
+      this.redis.tbInvalidate(redisKeys.token(clientId), fingerprint, redisKeys.events(clientId)),
     );
     return done === 1;
+  }
+
+  async deferRefresh(clientId: string, delayMs: number): Promise<number> {
+    return this.run(() =>
+      this.redis.tbDeferRefresh(redisKeys.backoff(clientId), Math.max(0, Math.ceil(delayMs))),
+    );
+  }
+
+  async refreshDeferral(clientId: string): Promise<number> {
+    // PTTL is -2 (no key) or -1 (no expiry, never set by us): both mean "not deferred".
+    const left = await this.run(() => this.redis.pttl(redisKeys.backoff(clientId)));
+    return Math.max(0, left);
+  }
+
+  async checkContinuity(clientId: string): Promise<StoreContinuity> {
+    const sentAt = this.now();
+    const [id, seq, redisNow] = await this.run(() =>
+      this.redis.tbEpochAdvance(redisKeys.epoch(clientId), randomUUID()),
+    );
+    this.clock.observe(sentAt, this.now(), Number(redisNow));
+    const seen = this.epochs.get(clientId);
+    this.epochs.set(clientId, { id, seq: Number(seq) });
+    if (seen === undefined) return 'first';
+    if (seen.id !== id) return 'lost';
+    return Number(seq) > seen.seq ? 'kept' : 'rolled_back';
   }
 
   async discardCorrupt(clientId: string): Promise<void> {
@@ -261,15 +438,18 @@ export class RedisTokenStore implements TokenStore {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       await this.ping();
-      if (this.isHealthy) return true;
+      if (this.healthy) return true;
+      // A configuration error will not pass within the wait: start now, not ready, and say why.
+      if (this.tracker.state === 'misconfigured') return false;
       await new Promise((r) => setTimeout(r, 50));
     }
-    return this.isHealthy;
+    return this.healthy;
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     clearInterval(this.pingTimer);
-    await Promise.allSettled([this.subscriber.quit(), this.redis.quit()]);
+    await Promise.all([closeRedisClient(this.subscriber), closeRedisClient(this.redis)]);
   }
 
   private corrupt(clientId: string, val: string): StoredToken {
@@ -280,8 +460,7 @@ export class RedisTokenStore implements TokenStore {
   private dispatch(clientId: string, message: string): void {
     let event: TokenStoreEvent | undefined;
     if (message.startsWith('u:')) {
-      const expiresAt = Number(message.slice(2));
-      if (Number.isFinite(expiresAt)) event = { type: 'updated', clientId, expiresAt };
+      event = { type: 'updated', clientId, fingerprint: message.slice(2) };
     } else if (message.startsWith('i:')) {
       event = { type: 'invalidated', clientId, fingerprint: message.slice(2) };
     }
@@ -290,37 +469,90 @@ export class RedisTokenStore implements TokenStore {
 
   private async ping(): Promise<void> {
     try {
-      await this.run(() => this.redis.ping());
+      await this.run(
+        () =>
+          this.redis.tbProbe(
+            redisKeys.token(this.probeClient),
+            `tb:{${this.probeClient}}:probe-never-exists`,
+            `tb:{${this.probeClient}}:probe`,
+          ),
+        true,
+      );
     } catch {
       // `run` already marked the store unhealthy.
     }
   }
 
-  private async run<T>(command: () => Promise<T>): Promise<T> {
+  /**
+   * Runs one command, tracking the Redis state. `probe`: the health probe, the only success
+   * that clears an ACL problem (a plain read succeeding says nothing about the scripts).
+   */
+  private async run<T>(command: () => Promise<T>, probe = false): Promise<T> {
     try {
       const result = await command();
-      this.markHealthy();
+      this.markHealthy(probe);
       return result;
     } catch (cause) {
       throw this.unavailable(cause, 'a Redis command');
     }
   }
 
-  private markHealthy(): void {
-    if (this.isHealthy) return;
-    this.isHealthy = true;
+  private markHealthy(probe = false): void {
+    if (!this.tracker.succeeded(probe)) return;
     for (const l of this.recoveredListeners) l();
   }
 
   private unavailable(cause: unknown, what: string): TokenStoreException {
-    this.isHealthy = false;
+    this.tracker.failed(cause);
+    const problem = this.tracker.problem;
     const reason = cause instanceof Error ? cause.message : 'unknown error';
     return new TokenStoreException(
       TokenStoreErrorCode.Unavailable,
-      `Redis failed during ${what} (${reason}); serving from memory until it returns. Check REDIS_URL and the Redis server; see "commandTimeoutMs" for how long a command may take`,
+      problem
+        ? `Redis failed during ${what}: ${problem.message}`
+        : `Redis failed during ${what} (${reason}); serving from memory until it returns. Check the Redis settings (REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES) and the Redis server; see "commandTimeoutMs" for how long a command may take`,
       { cause },
     );
   }
+}
+
+/** Millisecond granularity of the two clocks compared (Redis's TIME, the replica's Date.now). */
+const CLOCK_GRAIN_MS = 2;
+
+/**
+ * How far below the measured range the writer's hint is still taken. Redis anchors the writer's
+ * duration when the script runs, a write's latency after the writer read its clock, so the
+ * stored expiry can claim that much too much; a writer whose clock agrees with ours knows the
+ * exact figure, and a hint a little too early only under-claims (always safe).
+ */
+const HINT_BELOW_MS = 500;
+
+/**
+ * A stored token's expiry in this replica's clock, from its expiry in Redis time and the bounds
+ * of Redis's clock offset (see {@link RedisClockOffset}).
+ *
+ * The true local expiry lies in `[expRedis − upper, expRedis − lower]`; the conservative answer
+ * is its start. The writer's own figure (`writerExpiresAt`) is only a hint: used when it lies
+ * inside that range (or up to {@link HINT_BELOW_MS} before it: earlier is safe), where nothing
+ * this replica measured can tell it from the truth, so replicas whose clocks agree keep the exact
+ * same expiry. A writer whose clock is off lands
+ * outside the range and is ignored.
+ */
+export function localExpiry(
+  expRedis: number,
+  offset: { upper: number; lower: number },
+  writerExpiresAt: number,
+): number {
+  const earliest = expRedis - offset.upper;
+  const latest = expRedis - offset.lower;
+  if (
+    Number.isFinite(writerExpiresAt) &&
+    writerExpiresAt >= earliest - HINT_BELOW_MS &&
+    writerExpiresAt <= latest + CLOCK_GRAIN_MS
+  ) {
+    return writerExpiresAt;
+  }
+  return earliest;
 }
 
 /** True when redlock failed only because another holder has the lock. */
@@ -329,4 +561,19 @@ async function isHeldElsewhere(cause: unknown): Promise<boolean> {
   const stats = await Promise.all(cause.attempts);
   const errors = stats.flatMap((s) => [...s.votesAgainst.values()]);
   return errors.length > 0 && errors.every((e) => e instanceof ResourceLockedError);
+}
+
+/** How the transition log names the Redis in use: the mode and its addresses, never a password. */
+function describeRedis(settings: RedisSettings): string {
+  switch (settings.mode) {
+    case 'standalone':
+      // Only scheme and host: the URL may carry a password.
+      return URL.canParse(settings.url ?? '')
+        ? `standalone ${new URL(settings.url!).protocol}//${new URL(settings.url!).host}`
+        : 'standalone';
+    case 'sentinel':
+      return `sentinel ${settings.sentinel.masterName ?? ''} via ${(settings.sentinel.nodes ?? []).join(',')}`;
+    case 'cluster':
+      return `cluster via ${(settings.cluster.nodes ?? []).join(',')}`;
+  }
 }

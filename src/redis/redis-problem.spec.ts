@@ -1,0 +1,63 @@
+import { classifyRedisError } from './redis-problem';
+
+function withCode(message: string, code: string): Error {
+  return Object.assign(new Error(message), { code });
+}
+
+describe(classifyRedisError.name, () => {
+  it.each([
+    [
+      new Error('WRONGPASS invalid username-password pair or user is disabled.'),
+      'authentication',
+      'REDIS_PASSWORD_FILE',
+    ],
+    [new Error('NOAUTH Authentication required.'), 'authentication', 'none is configured'],
+    [new Error('Ready check failed: NOAUTH Authentication required.'), 'authentication', 'NOAUTH'],
+    [
+      new Error("NOPERM this user has no permissions to run the 'evalsha' command"),
+      'permission',
+      'evalsha',
+    ],
+    [
+      withCode('unable to verify the first certificate', 'UNABLE_TO_VERIFY_LEAF_SIGNATURE'),
+      'tls',
+      'REDIS_TLS_CA_FILE',
+    ],
+    [
+      withCode('self-signed certificate', 'DEPTH_ZERO_SELF_SIGNED_CERT'),
+      'tls',
+      'DEPTH_ZERO_SELF_SIGNED_CERT',
+    ],
+    [
+      withCode('self-signed certificate in certificate chain', 'SELF_SIGNED_CERT_IN_CHAIN'),
+      'tls',
+      'SELF_SIGNED_CERT_IN_CHAIN',
+    ],
+    [
+      withCode("Hostname/IP does not match certificate's altnames", 'ERR_TLS_CERT_ALTNAME_INVALID'),
+      'tls',
+      'REDIS_TLS_SERVER_NAME',
+    ],
+  ])('classifies %s as a configuration error', (err, kind, named) => {
+    const problem = classifyRedisError(err);
+    expect(problem?.kind).toBe(kind);
+    expect(problem?.message).toContain(named);
+  });
+
+  it('looks inside a cluster error at its last node error', () => {
+    const err = Object.assign(new Error('Failed to refresh slots cache.'), {
+      lastNodeError: new Error('WRONGPASS invalid username-password pair'),
+    });
+    expect(classifyRedisError(err)?.kind).toBe('authentication');
+  });
+
+  it.each([
+    withCode('connect ECONNREFUSED 127.0.0.1:6379', 'ECONNREFUSED'),
+    new Error('Command timed out'),
+    new Error("Stream isn't writeable and enableOfflineQueue options is false"),
+    new Error("READONLY You can't write against a read only replica."),
+    'not even an error',
+  ])('leaves an outage or anything else alone: %s', (err) => {
+    expect(classifyRedisError(err)).toBeUndefined();
+  });
+});
