@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { redisSettingsSchema } from '../src/config/config.schema';
-import { ProviderEmulator } from '../src/emulator/provider-emulator';
+import { ProviderEmulator } from '../emulator/provider-emulator';
 import { redisKeys } from '../src/redis/redis.constants';
 import { createRedisConnection } from '../src/redis/redis.connection';
 import { RedisTokenStore } from '../src/redis/token-store.redis';
@@ -85,7 +85,7 @@ describe('cache encryption at rest (real Redis)', () => {
       const r = record(token('acme'));
       await store.writeFenced('acme-prod', r);
       const hash = await rawHash(raw, 'acme-prod');
-      expect(Object.keys(hash).sort()).toEqual(['exp', 'fp', 'obt', 'val']);
+      expect(Object.keys(hash).sort()).toEqual(['exp', 'fp', 'obt', 'val', 'wexp']);
       expect(hash.val).toMatch(/^gcm1:[0-9a-f]{8}:/);
       for (const value of Object.values(hash)) {
         expect(value).not.toContain(r.accessToken);

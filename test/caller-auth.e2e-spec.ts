@@ -3,12 +3,12 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SignJWT } from 'jose';
-import { ProviderEmulator } from '../src/emulator/provider-emulator';
+import { ProviderEmulator } from '../emulator/provider-emulator';
 import {
   SecretsManagerEmulator,
   secretsManagerClientEnv,
-} from '../src/emulator/secrets-manager-emulator';
-import { ServiceAccountIssuer } from '../src/emulator/service-account-issuer';
+} from '../emulator/secrets-manager-emulator';
+import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
 import { waitFor } from './support/wait';
 

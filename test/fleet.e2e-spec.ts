@@ -1,19 +1,23 @@
 import { hammer } from './support/load';
 import { type Fleet, FLEET_CLIENT, requestsPerCycle, startFleet } from './support/fleet';
+import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis-topology';
 
 /**
  * The product's promise: a whole fleet makes one provider token request per token lifetime,
  * under load, and never serves an expired token.
  */
-describe('fleet of 5 brokers sharing one Redis', () => {
+describe.each(TOPOLOGY_KINDS)('fleet of 5 brokers sharing one Redis (%s)', (kind) => {
   const LIFETIME_S = 3;
   const AHEAD_S = 1;
   const LIFETIMES = 10;
-  let fleet: Fleet;
+  let topology: RedisTopology;
+  let fleet: Fleet<RedisTopology>;
 
   beforeAll(async () => {
+    topology = await startTopology(kind);
     fleet = await startFleet({
       size: 5,
+      redis: topology,
       knobs: { tokenLifetimeSeconds: LIFETIME_S },
       env: {
         TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
@@ -24,6 +28,7 @@ describe('fleet of 5 brokers sharing one Redis', () => {
 
   afterAll(async () => {
     await fleet?.stop();
+    await topology?.stop();
   });
 
   it(`makes one provider token request per refresh cycle over ${LIFETIMES} lifetimes, with no caller error and no expired token`, async () => {
@@ -61,7 +66,7 @@ describe('fleet of 5 brokers sharing one Redis', () => {
     const minCycleMs = (LIFETIME_S - AHEAD_S - 0.25) * 1000;
     const cycles = requestsPerCycle(times, minCycleMs * 0.5);
     console.log(
-      `fleet: ${result.calls} calls, ${result.failures.length} failures, ${result.validationErrors.length} invalid; ` +
+      `fleet (${kind}): ${result.calls} calls, ${result.failures.length} failures, ${result.validationErrors.length} invalid; ` +
         `${stats.tokenRequests - startRequests} token requests in ${cycles.length} cycles (max ${Math.max(...cycles)} per cycle), ` +
         `min gap ${Math.min(...gaps)} ms`,
     );

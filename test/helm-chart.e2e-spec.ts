@@ -540,16 +540,20 @@ describe('Helm chart helm/token-broker', () => {
       expect(sm.metadata.labels.release).toBe('kube-prometheus-stack');
     });
 
-    it('alerts on a token near expiry without refresh, refresh failures and degraded mode', () => {
+    it('alerts on a token near expiry without refresh, refresh failures, degraded mode and Redis data loss', () => {
       const rules = (only(objects, 'PrometheusRule').spec.groups as K8sObject[]).flatMap(
         (g) => g.rules as K8sObject[],
       );
       const byName = new Map(rules.map((r) => [r.alert as string, r]));
       expect([...byName.keys()].sort()).toEqual([
         'TokenBrokerDegraded',
+        'TokenBrokerRedisDataLoss',
         'TokenBrokerRefreshFailing',
         'TokenBrokerTokenNearExpiryNoRefresh',
       ]);
+      expect(byName.get('TokenBrokerRedisDataLoss')?.expr).toContain(
+        'token_broker_redis_data_loss_total',
+      );
       const nearExpiry = byName.get('TokenBrokerTokenNearExpiryNoRefresh')?.expr as string;
       expect(nearExpiry).toContain('token_broker_token_remaining_seconds');
       expect(nearExpiry).toContain('token_broker_last_refresh_success_timestamp_seconds');
@@ -645,6 +649,125 @@ describe('Helm chart helm/token-broker', () => {
     expect(config.orders.headersTimeoutMs).toBe(10_000);
     const defaults = loadRenderedConfig(render(VALUE_SETS.defaults));
     expect(defaults.orders.idempotencyTtlSeconds).toBe(86_400);
+  });
+
+  describe('Redis topologies', () => {
+    const SETS: Record<string, string[]> = {
+      sentinel: ['required', 'redis-sentinel'],
+      cluster: ['required', 'redis-cluster'],
+    };
+
+    it.each(Object.entries(SETS))(
+      '%s: passes helm lint --strict and validates offline',
+      (_n, files) => {
+        const r = helm(['lint', '--strict', CHART, ...valueArgs(files)]);
+        expect([r.status, r.stdout + r.stderr]).toEqual([
+          0,
+          expect.stringContaining('0 chart(s) failed'),
+        ]);
+        for (const o of render(files)) validate(o);
+      },
+    );
+
+    it('sentinel: broker.yaml names the sentinels, ACL users and the mounted password and TLS files', () => {
+      const objects = render(SETS.sentinel);
+      const config = loadRenderedConfig(objects);
+      expect(config.redis.mode).toBe('sentinel');
+      expect(config.redis.sentinel).toEqual({
+        nodes: [
+          'redis-sentinel-0.redis-sentinel.data.svc:26379',
+          'redis-sentinel-1.redis-sentinel.data.svc:26379',
+          'redis-sentinel-2.redis-sentinel.data.svc:26380',
+        ],
+        masterName: 'tokens',
+        username: 'broker-sentinel',
+        password: { file: '/etc/token-broker-redis/sentinel-password/password' },
+      });
+      expect(config.redis.username).toBe('token-broker');
+      expect(config.redis.password).toEqual({ file: '/etc/token-broker-redis/password/password' });
+      expect(config.redis.tls).toEqual({
+        enabled: true,
+        serverName: 'redis.data.svc',
+        caFile: '/etc/token-broker-redis/tls-ca/ca.crt',
+        certFile: '/etc/token-broker-redis/tls-client/tls.crt',
+        keyFile: '/etc/token-broker-redis/tls-client/tls.key',
+      });
+      // Every file broker.yaml names is mounted, read-only, from the object the values name.
+      const mounts = broker(objects).volumeMounts as K8sObject[];
+      const volumes = podSpec(objects).volumes as K8sObject[];
+      const source = (path: string) => {
+        const mount = mounts.find((m) => path.startsWith(`${m.mountPath as string}/`));
+        expect(mount?.readOnly).toBe(true);
+        return volumes.find((v) => v.name === mount?.name);
+      };
+      expect(source(config.redis.password!.file!)?.secret?.secretName).toBe('redis-auth');
+      expect(source(config.redis.sentinel.password!.file!)?.secret?.secretName).toBe(
+        'redis-sentinel-auth',
+      );
+      expect(source(config.redis.tls.caFile!)?.configMap?.name).toBe('redis-ca');
+      expect(source(config.redis.tls.certFile!)?.secret?.secretName).toBe(
+        'token-broker-redis-client',
+      );
+      // No URL at all: Sentinel finds the master.
+      expect((broker(objects).env as K8sObject[]).map((e) => e.name as string)).not.toContain(
+        'REDIS_URL',
+      );
+    });
+
+    it('cluster: broker.yaml names the configuration endpoint and a Secrets Manager password', () => {
+      const config = loadRenderedConfig(render(SETS.cluster));
+      expect(config.redis.mode).toBe('cluster');
+      expect(config.redis.cluster.nodes).toEqual([
+        'clustercfg.token-broker.abc123.euw1.cache.amazonaws.com:6379',
+      ]);
+      expect(config.redis.password).toEqual({
+        secretId: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:token-broker/redis',
+      });
+      expect(config.redis.tls.enabled).toBe(true);
+    });
+
+    it('opens egress to the data nodes and to every port the sentinel or cluster nodes use', () => {
+      const redisPorts = (objects: K8sObject[]) => {
+        const egress = only(objects, 'NetworkPolicy').spec.egress as K8sObject[];
+        const rule = egress.find((r) =>
+          (r.to as K8sObject[]).some((t) => t.ipBlock?.cidr === '10.0.64.0/20'),
+        );
+        return (rule?.ports as K8sObject[]).map((p) => `${p.port}/${p.protocol}`);
+      };
+      expect(redisPorts(render(SETS.sentinel))).toEqual(['6379/TCP', '26379/TCP', '26380/TCP']);
+      expect(redisPorts(render(SETS.cluster))).toEqual(['6379/TCP']);
+      expect(
+        redisPorts(render(SETS.cluster, ['redis.cluster.nodes=["c0:7000","c1:7001"]'])),
+      ).toEqual(['6379/TCP', '7000/TCP', '7001/TCP']);
+    });
+
+    it('refuses combinations that cannot work, naming the setting', () => {
+      expect(renderError(SETS.sentinel, ['redis.sentinel.masterName='])).toContain(
+        'redis.sentinel.nodes and redis.sentinel.masterName are required in redis.mode sentinel',
+      );
+      expect(renderError(SETS.cluster, ['redis.cluster.nodes=[]'])).toContain(
+        'redis.cluster.nodes is required in redis.mode cluster',
+      );
+      expect(renderError(SETS.cluster, ['redis.url=rediss://clustercfg.example:6379'])).toContain(
+        'redis.url / redis.existingSecret: only in redis.mode standalone',
+      );
+      expect(renderError(['required'], ['redis.cluster.nodes=["c0:6379"]'])).toContain(
+        'redis.cluster.nodes: set redis.mode cluster',
+      );
+      expect(renderError(SETS.cluster, ['redis.password.file=/mnt/redis-password'])).toContain(
+        'redis.password: set at most one of secretId, file or existingSecret.name',
+      );
+      expect(
+        renderError(SETS.cluster, ['redis.tls.enabled=false', 'redis.tls.serverName=x']),
+      ).toContain('have no effect without redis.tls.enabled=true');
+      expect(renderError(['required'], ['config.extra.redis.mode=cluster'])).toContain(
+        'config.redis.mode / config.extra.redis.mode: set redis.mode instead',
+      );
+      expect(renderError(['required'], ['redis.mode=replicated'])).toMatch(/redis\.mode/);
+      expect(renderError(SETS.cluster, ['redis.cluster.nodes=["no-port"]'])).toMatch(
+        /redis\.cluster\.nodes\.0: Does not match pattern/,
+      );
+    });
   });
 
   describe('bad values are refused with a message naming the setting', () => {

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import { redisSettingsSchema } from '../src/config/config.schema';
 import {
   type IdempotencyClaim,
@@ -10,33 +10,41 @@ import {
 import { MemoryIdempotencyStore } from '../src/orders/idempotency-store.memory';
 import { idempotencyKeyHash } from '../src/orders/order-request';
 import { RedisIdempotencyStore } from '../src/redis/idempotency-store.redis';
-import { createRedisConnection } from '../src/redis/redis.connection';
+import { createRedisConnection, type RedisClient } from '../src/redis/redis.connection';
 import { redisKeys } from '../src/redis/redis.constants';
 import { freePort } from './support/ports';
-import { startRedis, type TestRedis } from './support/redis-server';
+import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis-topology';
 import { waitFor } from './support/wait';
 
 const CLIENT = 'acme-preprod';
 const TTL_MS = 60_000;
 
 function claimOf(bodyHash = 'body-a'): IdempotencyClaim {
-  return { bodyHash, owner: randomUUID(), leaseUntil: Date.now() + 30_000 };
+  return { bodyHash, owner: randomUUID(), leaseMs: 30_000 };
 }
 
 /** Every byte value, so a replay is proven byte-exact (no UTF-8 round trip). */
 const BINARY_BODY = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
 
+/** Every key on every master: KEYS asks one node, and a cluster spreads the keys. */
+async function allKeys(client: Redis | Cluster): Promise<string[]> {
+  await waitFor(() => client.status === 'ready', { timeoutMs: 10_000, what: 'the raw client' });
+  const nodes = client instanceof Cluster ? client.nodes('master') : [client];
+  return (await Promise.all(nodes.map((n) => n.keys('*')))).flat();
+}
+
 /**
- * One contract, two implementations: the Redis store against a real Redis, and the memory
- * store. The behaviour must not change with the deployment, only its reach.
+ * One contract, two implementations: the Redis store against a real Redis (standalone,
+ * Sentinel and Cluster), and the memory store. The behaviour must not change with the
+ * deployment, only its reach.
  */
-describe('IdempotencyStore', () => {
-  let redis: TestRedis;
-  const connections: Redis[] = [];
+describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
+  let redis: RedisTopology;
+  const connections: RedisClient[] = [];
 
   /** A store on its own broker-style connection (no offline queue), once it is connected. */
   async function redisStore(): Promise<RedisIdempotencyStore> {
-    const settings = redisSettingsSchema.parse({ url: redis.url, commandTimeoutMs: 1000 });
+    const settings = redisSettingsSchema.parse({ ...redis.settings(), commandTimeoutMs: 1000 });
     const connection = createRedisConnection(settings, 'command');
     connection.on('error', () => undefined);
     connections.push(connection);
@@ -48,7 +56,7 @@ describe('IdempotencyStore', () => {
   }
 
   beforeAll(async () => {
-    redis = await startRedis();
+    redis = await startTopology(kind);
   });
 
   afterEach(async () => {
@@ -62,7 +70,10 @@ describe('IdempotencyStore', () => {
 
   describe.each([
     ['RedisIdempotencyStore', () => redisStore()],
-    ['MemoryIdempotencyStore', () => new MemoryIdempotencyStore()],
+    // The memory store does not depend on the topology: once is enough.
+    ...(kind === 'standalone'
+      ? [['MemoryIdempotencyStore', () => new MemoryIdempotencyStore()]]
+      : []),
   ] as Array<[string, () => Promise<IdempotencyStore> | IdempotencyStore]>)('%s', (_name, make) => {
     let store: IdempotencyStore;
     let key: string;
@@ -79,10 +90,28 @@ describe('IdempotencyStore', () => {
     it('grants the first claim and shows later ones the in-flight record', async () => {
       const first = claimOf('body-a');
       expect(await store.claim(CLIENT, key, first, TTL_MS)).toEqual({ claimed: true });
-      expect(await store.claim(CLIENT, key, claimOf('body-b'), TTL_MS)).toEqual({
+      const second = await store.claim(CLIENT, key, claimOf('body-b'), TTL_MS);
+      expect(second).toEqual({
         claimed: false,
-        existing: { state: 'in_flight', bodyHash: 'body-a', leaseUntil: first.leaseUntil },
+        existing: { state: 'in_flight', bodyHash: 'body-a', leaseRemainingMs: expect.any(Number) },
       });
+      // The lease has what is left of its 30 s, measured on the store's clock.
+      if (second.claimed || second.existing.state !== 'in_flight') throw new Error('not in flight');
+      expect(second.existing.leaseRemainingMs).toBeGreaterThan(29_000);
+      expect(second.existing.leaseRemainingMs).toBeLessThanOrEqual(30_000);
+    });
+
+    it('reports a lease that ran out as 0 ms left', async () => {
+      await store.claim(CLIENT, key, { ...claimOf('body-a'), leaseMs: 100 }, TTL_MS);
+      await waitFor(
+        async () => {
+          const r = await store.claim(CLIENT, key, claimOf('body-a'), TTL_MS);
+          return (
+            !r.claimed && r.existing.state === 'in_flight' && r.existing.leaseRemainingMs === 0
+          );
+        },
+        { timeoutMs: 3000, intervalMs: 20, what: 'the lease to run out' },
+      );
     });
 
     it('grants exactly one of many concurrent claims', async () => {
@@ -192,7 +221,7 @@ describe('IdempotencyStore', () => {
   describe('RedisIdempotencyStore specifics', () => {
     it("stores under the client's hash tag, keyed by the key's hash, with the TTL", async () => {
       const store = await redisStore();
-      const raw = new Redis(redis.url);
+      const raw = redis.client();
       try {
         const callerKey = 'order-42-secret-ish';
         const keyHash = idempotencyKeyHash(callerKey);
@@ -205,7 +234,7 @@ describe('IdempotencyStore', () => {
           { status: 201, body: Buffer.from('{}') },
           90_000,
         );
-        const keys = await raw.keys('*');
+        const keys = await allKeys(raw);
         expect(keys).toEqual([redisKeys.idempotency(CLIENT, keyHash)]);
         expect(keys[0]).toBe(`tb:{${CLIENT}}:idem:${keyHash}`);
         expect(keys[0]).not.toContain(callerKey);

@@ -18,7 +18,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { basename, join, posix, relative, resolve } from 'node:path';
 import { promisify } from 'node:util';
-import { ProviderEmulator } from '../src/emulator/provider-emulator';
+import { ProviderEmulator } from '../emulator/provider-emulator';
 
 /**
  * The Docker image's runtime stage, proven without a container engine: this suite reads the
@@ -359,6 +359,20 @@ describe('Docker runtime stage', () => {
     // No sources, tests or build configuration: only what `node dist/main.js` needs.
     expect(readdirSync(appDir).filter((f) => /^(src|test|tsconfig.*|\..*)$/.test(f))).toEqual([]);
     expect(walk(join(appDir, 'dist')).filter((f) => /\.spec\.js$|\.ts$/.test(f))).toEqual([]);
+    // No dev tools: the emulators, the sandbox and the benchmarks live outside `src/` and are
+    // built into `dist-dev/`; neither a file of theirs nor a reference to one is in the image.
+    const distFiles = walk(join(appDir, 'dist'));
+    expect(distFiles.filter((f) => /(^|[/.-])(emulator|sandbox|bench)([/.-]|$)/.test(f))).toEqual(
+      [],
+    );
+    const devToolNames =
+      /\b(ProviderEmulator|SecretsManagerEmulator|ServiceAccountIssuer|EmulatorHttpServer|startAuthBrokers|benchOrders)\b|require\("[./]*\/(emulator|sandbox|bench)\//;
+    expect(
+      distFiles.filter(
+        (f) =>
+          f.endsWith('.js') && devToolNames.test(readFileSync(join(appDir, 'dist', f), 'utf8')),
+      ),
+    ).toEqual([]);
   });
 
   it('starts from a read-only tree, as the image user, and becomes ready', async () => {

@@ -1,4 +1,4 @@
-import { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { redisSettingsSchema } from '../src/config/config.schema';
 import { redisKeys } from '../src/redis/redis.constants';
 import { createRedisConnection } from '../src/redis/redis.connection';
@@ -7,7 +7,12 @@ import { PlainTokenCipher } from '../src/token/plain-token.cipher';
 import { type TokenRecord, toRecord } from '../src/token/token-record';
 import type { TokenStoreEvent } from '../src/token/token-store';
 import { TokenStoreException } from '../src/token/token-store.exception';
-import { startRedis, type TestRedis } from './support/redis-server';
+import {
+  type RedisTopology,
+  StandaloneRedis,
+  startTopology,
+  TOPOLOGY_KINDS,
+} from './support/redis-topology';
 import { waitFor } from './support/wait';
 
 const CLIENT = 'acme-preprod';
@@ -17,14 +22,15 @@ function record(token: string, obtainedAt: number, lifetimeMs: number): TokenRec
   return toRecord({ accessToken: token, obtainedAt, expiresAt: obtainedAt + lifetimeMs });
 }
 
-describe(RedisTokenStore.name, () => {
-  let redis: TestRedis;
+/** The same suite on each topology: the scripts, lock and pub/sub must not depend on it. */
+describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
+  let topology: RedisTopology;
   const stores: RedisTokenStore[] = [];
-  let raw: Redis;
+  let raw: Redis | Cluster;
 
   function newStore(commandTimeoutMs = 300): RedisTokenStore {
     const settings = redisSettingsSchema.parse({
-      url: redis.url,
+      ...topology.settings(),
       commandTimeoutMs,
       pingIntervalMs: 100,
     });
@@ -41,18 +47,19 @@ describe(RedisTokenStore.name, () => {
   }
 
   beforeAll(async () => {
-    redis = await startRedis();
-    raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+    topology = await startTopology(kind);
+    raw = topology.client();
   });
 
   afterEach(async () => {
     await Promise.all(stores.splice(0).map((s) => s.close()));
-    if (redis.isRunning()) await redis.flush();
+    if (!(topology instanceof StandaloneRedis) || topology.redis.isRunning()) {
+      await topology.flush();
+    }
   });
 
   afterAll(async () => {
-    raw.disconnect();
-    await redis.stop();
+    await topology?.stop();
   });
 
   describe('fenced write', () => {
@@ -173,6 +180,138 @@ describe(RedisTokenStore.name, () => {
     });
   });
 
+  describe('one clock for the fleet (replicas with skewed wall clocks)', () => {
+    const SKEW_MS = 30_000;
+
+    /** A store whose replica's wall clock is `offsetMs` off. */
+    function skewedStore(offsetMs: number): RedisTokenStore {
+      const store = newStore();
+      store.now = () => Date.now() + offsetMs;
+      return store;
+    }
+
+    it.each([
+      ['+30 s writer, -30 s reader', SKEW_MS, -SKEW_MS],
+      ['-30 s writer, +30 s reader', -SKEW_MS, SKEW_MS],
+      ['+30 s writer, true reader', SKEW_MS, 0],
+    ])('%s: the reader sees the true remaining lifetime', async (_label, wOff, rOff) => {
+      const writer = skewedStore(wOff);
+      const reader = skewedStore(rOff);
+      await Promise.all([writer.waitUntilReady(2000), reader.waitUntilReady(2000)]);
+      const wNow = writer.now();
+      const t = record('skewed', wNow, 60_000);
+      expect(await writer.writeFenced(CLIENT, t)).toBe(true);
+      const read = await reader.read(CLIENT);
+      expect(read.status).toBe('found');
+      const got = (read as { record: TokenRecord }).record;
+      const remaining = got.expiresAt - reader.now();
+      // True remaining: 60 s minus the few ms since the write; never more (conservative).
+      expect(remaining).toBeLessThanOrEqual(60_000);
+      expect(remaining).toBeGreaterThan(59_000);
+      expect(got.expiresAt - got.obtainedAt).toBe(60_000);
+      // The key itself expires with the token, in Redis time.
+      const pttl = await raw.pttl(redisKeys.token(CLIENT));
+      expect(pttl).toBeGreaterThan(59_000);
+      expect(pttl).toBeLessThanOrEqual(60_000);
+    });
+
+    it("does not let a fast replica's token fence out a later one", async () => {
+      const fast = skewedStore(SKEW_MS);
+      const honest = skewedStore(0);
+      await Promise.all([fast.waitUntilReady(2000), honest.waitUntilReady(2000)]);
+      // With wall-clock expiries the fast replica's token would look 30 s newer than it is.
+      expect(await fast.writeFenced(CLIENT, record('early', fast.now(), 60_000))).toBe(true);
+      const later = record('later', honest.now() + 1000, 60_000);
+      expect(await honest.writeFenced(CLIENT, later)).toBe(true);
+      const read = await fast.read(CLIENT);
+      expect(read.status === 'found' && read.record.accessToken).toBe('later');
+    });
+
+    it('stamps an invalidation in Redis time, so a replacement requested after it is stored', async () => {
+      const fast = skewedStore(SKEW_MS);
+      const honest = skewedStore(0);
+      await Promise.all([fast.waitUntilReady(2000), honest.waitUntilReady(2000)]);
+      const rejected = record('rejected', honest.now() - 10_000, 60_000);
+      await honest.writeFenced(CLIENT, rejected);
+      // The fast replica sees the 401; its wall clock would have put the marker 30 s ahead.
+      expect(await fast.invalidate(CLIENT, rejected.fingerprint)).toBe(true);
+      const replacement = record('replacement', honest.now() + 5, 10_000);
+      expect(await honest.writeFenced(CLIENT, replacement)).toBe(true);
+      expect((await fast.read(CLIENT)).status).toBe('found');
+    });
+
+    it("reports an expired token as absent, whatever the reader's clock says", async () => {
+      const slow = skewedStore(-SKEW_MS);
+      await slow.waitUntilReady(2000);
+      // Written with 200 ms left; a reader 30 s behind would have served it for 30 s more.
+      expect(await slow.writeFenced(CLIENT, record('brief', slow.now() - 59_800, 60_000))).toBe(
+        true,
+      );
+      const reader = skewedStore(-SKEW_MS);
+      await reader.waitUntilReady(2000);
+      await waitFor(async () => (await reader.read(CLIENT)).status === 'absent', {
+        timeoutMs: 3000,
+        what: 'the token to expire in Redis time',
+      });
+    });
+  });
+
+  describe('fleet-wide backoff', () => {
+    it('shares one deferral across replicas, only ever extended, on Redis time', async () => {
+      const a = newStore();
+      const b = newStore();
+      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      expect(await b.refreshDeferral(CLIENT)).toBe(0);
+      expect(await a.deferRefresh(CLIENT, 5_000)).toBe(5_000);
+      const seen = await b.refreshDeferral(CLIENT);
+      expect(seen).toBeGreaterThan(4_000);
+      expect(seen).toBeLessThanOrEqual(5_000);
+      // A shorter backoff from another replica does not cut the provider's Retry-After short.
+      expect(await b.deferRefresh(CLIENT, 100)).toBeGreaterThan(4_000);
+      expect(await a.refreshDeferral(CLIENT)).toBeGreaterThan(4_000);
+      // A longer one extends it.
+      expect(await b.deferRefresh(CLIENT, 8_000)).toBe(8_000);
+      expect(await a.refreshDeferral(CLIENT)).toBeGreaterThan(7_000);
+      expect(await a.refreshDeferral('other')).toBe(0);
+    });
+
+    it('ends by itself', async () => {
+      const a = newStore();
+      await a.waitUntilReady(2000);
+      await a.deferRefresh(CLIENT, 150);
+      await waitFor(async () => (await a.refreshDeferral(CLIENT)) === 0, {
+        timeoutMs: 2000,
+        what: 'the deferral to end',
+      });
+    });
+  });
+
+  describe('continuity (did Redis lose its data?)', () => {
+    it('says "kept" while the data stays, "lost" once it is gone, for every replica', async () => {
+      const a = newStore();
+      const b = newStore();
+      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      expect(await a.checkContinuity(CLIENT)).toBe('first');
+      expect(await b.checkContinuity(CLIENT)).toBe('first');
+      expect(await a.checkContinuity(CLIENT)).toBe('kept');
+      expect(await b.checkContinuity(CLIENT)).toBe('kept');
+      await topology.flush();
+      expect(await a.checkContinuity(CLIENT)).toBe('lost');
+      expect(await b.checkContinuity(CLIENT)).toBe('lost');
+      expect(await a.checkContinuity(CLIENT)).toBe('kept');
+    });
+
+    it('says "rolled_back" when the store went back in time (a failover that missed writes)', async () => {
+      const a = newStore();
+      await a.waitUntilReady(2000);
+      await a.checkContinuity(CLIENT);
+      await a.checkContinuity(CLIENT);
+      // What a replica that missed the last writes holds: the same epoch, an older sequence.
+      await raw.hincrby(redisKeys.epoch(CLIENT), 'seq', -2);
+      expect(await a.checkContinuity(CLIENT)).toBe('rolled_back');
+    });
+  });
+
   describe('lock', () => {
     it('grants the lock to one holder at a time', async () => {
       const a = newStore();
@@ -217,7 +356,7 @@ describe(RedisTokenStore.name, () => {
       // The subscriber connects on its own; wait until a probe message arrives.
       await waitFor(
         async () => {
-          await raw.publish(redisKeys.events(CLIENT), 'u:1');
+          await raw.publish(redisKeys.events(CLIENT), 'u:probe');
           return seen.length > 0;
         },
         { timeoutMs: 3000, what: 'the subscription' },
@@ -226,18 +365,21 @@ describe(RedisTokenStore.name, () => {
       const t = record('pub', Date.now(), 60_000);
       await a.writeFenced(CLIENT, t);
       await a.invalidate(CLIENT, t.fingerprint);
-      // Late copies of the subscription probe (expiresAt 1) may still arrive: leave them out.
-      const real = () => seen.filter((e) => !(e.type === 'updated' && e.expiresAt === 1));
+      // Late copies of the subscription probe may still arrive: leave them out.
+      const real = () => seen.filter((e) => !(e.type === 'updated' && e.fingerprint === 'probe'));
       await waitFor(() => real().length >= 2, { timeoutMs: 3000, what: 'two events' });
       expect(real()).toEqual([
-        { type: 'updated', clientId: CLIENT, expiresAt: t.expiresAt },
+        { type: 'updated', clientId: CLIENT, fingerprint: t.fingerprint },
         { type: 'invalidated', clientId: CLIENT, fingerprint: t.fingerprint },
       ]);
     });
   });
 
-  describe('outage', () => {
+  // Killing and restarting empty is a standalone server's outage; Sentinel and Cluster lose a
+  // node instead, which the failover scenarios (test/faults/redis-failover) cover.
+  (kind === 'standalone' ? describe : describe.skip)('outage', () => {
     it('fails fast while Redis is down and reports recovery', async () => {
+      const redis = (topology as StandaloneRedis).redis;
       const store = newStore(200);
       await store.waitUntilReady(2000);
       let recovered = 0;
@@ -251,6 +393,18 @@ describe(RedisTokenStore.name, () => {
       await waitFor(() => store.healthy, { timeoutMs: 5000, what: 'the store to recover' });
       expect(recovered).toBeGreaterThanOrEqual(1);
       expect((await store.read(CLIENT)).status).toBe('absent');
+    });
+
+    it('says "lost" after Redis restarted empty', async () => {
+      const redis = (topology as StandaloneRedis).redis;
+      const a = newStore(200);
+      await a.waitUntilReady(2000);
+      expect(await a.checkContinuity(CLIENT)).toBe('first');
+      await redis.restart();
+      await waitFor(() => a.checkContinuity(CLIENT).catch(() => undefined), {
+        timeoutMs: 5000,
+        what: 'Redis to answer again',
+      }).then((c) => expect(c).toBe('lost'));
     });
   });
 });

@@ -1,8 +1,8 @@
-import { ProviderEmulator } from '../src/emulator/provider-emulator';
+import { ProviderEmulator } from '../emulator/provider-emulator';
 import {
   SecretsManagerEmulator,
   secretsManagerClientEnv,
-} from '../src/emulator/secrets-manager-emulator';
+} from '../emulator/secrets-manager-emulator';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
 import { waitFor } from './support/wait';
 

@@ -4,7 +4,7 @@ import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { ProviderEmulator, type TokenFailure } from '../../src/emulator/provider-emulator';
+import { ProviderEmulator, type TokenFailure } from '../../emulator/provider-emulator';
 import { redisKeys } from '../../src/redis/redis.constants';
 import { AesGcmTokenCipher } from '../../src/token/aes-gcm-token.cipher';
 import { fingerprintOf } from '../../src/token/token-record';

@@ -1,7 +1,7 @@
 import {
   SecretsManagerEmulator,
   secretsManagerClientEnv,
-} from '../../src/emulator/secrets-manager-emulator';
+} from '../../emulator/secrets-manager-emulator';
 import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
 import { type Fleet, FLEET_CREDENTIALS } from '../support/fleet';
 import { figures, httpGet } from '../support/token-watch';

@@ -138,7 +138,7 @@ export async function spawnBroker(opts: SpawnBrokerOptions): Promise<BrokerProce
 
 /**
  * The directory holding package.json. Walking up rather than a fixed `../..` because these
- * helpers also run compiled, from `dist-bench/test/support` (`npm run bench`).
+ * helpers also run compiled, from `dist-dev/test/support` (`npm run bench`).
  */
 function repoRoot(): string {
   let dir = __dirname;

@@ -1,6 +1,7 @@
 import { type Fleet, FLEET_CLIENT, startFleet } from './fleet';
 import { hammer, type HammerResponse, type HammerResult } from './load';
 import type { TestRedis } from './redis-server';
+import type { RedisTopology } from './redis-topology';
 import { TokenWatch } from './token-watch';
 
 /**
@@ -10,7 +11,7 @@ import { TokenWatch } from './token-watch';
 const FAULT_FLEET_SIZE = 3;
 
 /** Options for {@link startFaultFleet}. */
-export interface FaultFleetOptions {
+export interface FaultFleetOptions<R extends TestRedis | RedisTopology = TestRedis> {
   /** Lifetime of every token the provider emulator issues, in seconds. */
   lifetimeS: number;
   /** How long before expiry the broker refreshes (`TOKEN_REFRESH_AHEAD_SECONDS`), in seconds. */
@@ -24,7 +25,7 @@ export interface FaultFleetOptions {
    * A Redis the scenario flushes, kills or restarts itself, and stops after the fleet. Without
    * it the fleet starts (and stops) its own.
    */
-  redis?: TestRedis;
+  redis?: R;
 }
 
 /**
@@ -36,8 +37,10 @@ export interface FaultFleetOptions {
  * default (30 minutes) an answer without `expires_in` would be believed to last far longer
  * than the provider let it.
  */
-export async function startFaultFleet(opts: FaultFleetOptions): Promise<Fleet> {
-  return startFleet({
+export async function startFaultFleet<R extends TestRedis | RedisTopology = TestRedis>(
+  opts: FaultFleetOptions<R>,
+): Promise<Fleet<R>> {
+  return startFleet<R>({
     size: FAULT_FLEET_SIZE,
     redis: opts.redis,
     knobs: { tokenLifetimeSeconds: opts.lifetimeS },
@@ -86,7 +89,10 @@ export interface TokenLoad {
  * scenario's own timeout) only matters when a scenario fails before stopping the load: the
  * callers then stop by themselves instead of outliving the test.
  */
-export function startTokenLoad(fleet: Fleet, opts: TokenLoadOptions = {}): TokenLoad {
+export function startTokenLoad(
+  fleet: Fleet<TestRedis | RedisTopology>,
+  opts: TokenLoadOptions = {},
+): TokenLoad {
   const urls = fleet.brokers.map((b) => b.url);
   const watch = new TokenWatch(fleet.emulator);
   const observe = opts.observe;

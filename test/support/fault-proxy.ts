@@ -60,7 +60,7 @@ export class FaultProxy {
 
   private constructor(
     private readonly server: Server,
-    private readonly target: { host: string; port: number },
+    private target: { host: string; port: number },
     /** Address to connect clients to. */
     readonly host: string,
     /** Port to connect clients to. */
@@ -93,6 +93,15 @@ export class FaultProxy {
   /** `<protocol>://host:port` of the proxy, e.g. `proxy.url('redis')`, `proxy.url('http')`. */
   url(protocol: string): string {
     return `${protocol}://${this.host}:${this.port}`;
+  }
+
+  /**
+   * Sends *new* connections to `target` from now on, as a DNS name repointed to another node
+   * does (an ElastiCache primary endpoint after a failover). Open connections stay where they
+   * are: a client only moves when it reconnects.
+   */
+  retarget(target: { host: string; port: number }): void {
+    this.target = { ...target };
   }
 
   /** The current mode. */

@@ -1,16 +1,22 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ProviderEmulator, type ProviderKnobs } from '../../src/emulator/provider-emulator';
+import { ProviderEmulator, type ProviderKnobs } from '../../emulator/provider-emulator';
 import { type BrokerProcess, spawnBroker } from './broker-process';
 import { startRedis, type TestRedis } from './redis-server';
+import type { RedisTopology } from './redis-topology';
 
 /** A client id and credentials the fleet helpers use everywhere. */
 export const FLEET_CLIENT = 'fleet-test';
 export const FLEET_CREDENTIALS = { client_id: 'fleet-client', client_secret: 'fleet-secret-value' };
 
-export interface Fleet {
-  redis: TestRedis;
+/**
+ * A fleet of brokers. `R` is what the fleet's Redis was given as: a standalone
+ * {@link TestRedis} (the default, which fault tests kill and restart), or a
+ * {@link RedisTopology} (Sentinel, Cluster, a failover pair) whose `env()` the brokers get.
+ */
+export interface Fleet<R extends TestRedis | RedisTopology = TestRedis> {
+  redis: R;
   emulator: ProviderEmulator;
   brokers: BrokerProcess[];
   credentialsFile: string;
@@ -23,13 +29,14 @@ export interface Fleet {
  * Starts `size` real broker processes sharing one Redis and one provider emulator, and waits
  * until every one is ready. `env` adds to (or overrides) the common settings.
  */
-export async function startFleet(opts: {
+export async function startFleet<R extends TestRedis | RedisTopology = TestRedis>(opts: {
   size: number;
   knobs?: Partial<ProviderKnobs>;
   env?: Record<string, string>;
-  redis?: TestRedis;
-}): Promise<Fleet> {
-  const redis = opts.redis ?? (await startRedis());
+  /** A Redis the caller stops itself; without it the fleet starts (and stops) its own. */
+  redis?: R;
+}): Promise<Fleet<R>> {
+  const redis = opts.redis ?? ((await startRedis()) as R);
   const emulator = await ProviderEmulator.start({
     credentials: { [FLEET_CREDENTIALS.client_id]: FLEET_CREDENTIALS.client_secret },
     knobs: opts.knobs,
@@ -39,7 +46,7 @@ export async function startFleet(opts: {
   writeFileSync(credentialsFile, JSON.stringify(FLEET_CREDENTIALS), { mode: 0o600 });
   const env: Record<string, string> = {
     CLIENT_ID: FLEET_CLIENT,
-    REDIS_URL: redis.url,
+    ...redisEnv(redis),
     PROVIDER_AUTH_URL: emulator.url,
     PROVIDER_BASE_URL: emulator.url,
     CREDENTIALS_FILE: credentialsFile,
@@ -72,6 +79,11 @@ export async function startFleet(opts: {
       if (!opts.redis) await redis.stop();
     },
   };
+}
+
+/** The broker settings that point at `redis`. */
+function redisEnv(redis: TestRedis | RedisTopology): Record<string, string> {
+  return 'env' in redis ? redis.env() : { REDIS_URL: redis.url };
 }
 
 /**

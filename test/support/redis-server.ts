@@ -303,7 +303,7 @@ async function waitForPing(
  * logic that could outlive the probe. Only `+PONG` counts: a Redis that is still loading
  * answers `-LOADING`.
  */
-async function ping(host: string, port: number): Promise<boolean> {
+export async function ping(host: string, port: number): Promise<boolean> {
   return new Promise<boolean>((resolve) => {
     const socket = new Socket();
     let reply = '';

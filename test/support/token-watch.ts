@@ -1,5 +1,5 @@
 import { get } from 'node:http';
-import type { IssuedToken, ProviderEmulator } from '../../src/emulator/provider-emulator';
+import type { IssuedToken, ProviderEmulator } from '../../emulator/provider-emulator';
 import { waitFor } from './wait';
 import type { HammerResponse, HammerResult } from './load';
 

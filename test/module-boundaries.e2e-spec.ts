@@ -1,0 +1,197 @@
+import { execFile } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+
+/**
+ * The module boundaries of issue #11, proven two ways:
+ *
+ * - the folder graph of `src/` (non-spec files) has no cycle once the problem mapping's reads of
+ *   the domains' `*.exception` files (leaves: they import only the exception base) are set
+ *   aside;
+ * - the lint rule that keeps it so (`no-restricted-imports` overrides in `eslint.config.mjs`,
+ *   run by `npm run lint`) refuses each kind of forbidden import and lets the allowed ones
+ *   through. ESLint runs in a child process, as `npm run lint` does, on probe sources linted as
+ *   if they were real files of each folder.
+ */
+
+const ROOT = resolve(__dirname, '..');
+const SRC = join(ROOT, 'src');
+const run = promisify(execFile);
+
+/** `folder -> imported folder -> imported files` for every non-spec file under `src/<folder>/`. */
+function folderGraph(): Map<string, Map<string, Set<string>>> {
+  const graph = new Map<string, Map<string, Set<string>>>();
+  for (const folder of readdirSync(SRC, { withFileTypes: true }).filter((e) => e.isDirectory())) {
+    const edges = new Map<string, Set<string>>();
+    graph.set(folder.name, edges);
+    for (const file of readdirSync(join(SRC, folder.name))) {
+      if (!file.endsWith('.ts') || file.endsWith('.spec.ts')) continue;
+      const text = readFileSync(join(SRC, folder.name, file), 'utf8');
+      for (const m of text.matchAll(/from '\.\.\/([a-z-]+)\/([\w.-]+)'/g)) {
+        const files = edges.get(m[1]) ?? new Set<string>();
+        files.add(m[2]);
+        edges.set(m[1], files);
+      }
+    }
+  }
+  return graph;
+}
+
+/** One cycle in `edges` as a path `[a, b, ..., a]`, or undefined. */
+function findCycle(edges: Map<string, string[]>): string[] | undefined {
+  const state = new Map<string, 'open' | 'done'>();
+  const path: string[] = [];
+  const visit = (node: string): string[] | undefined => {
+    if (state.get(node) === 'open') return [...path.slice(path.indexOf(node)), node];
+    if (state.get(node) === 'done') return undefined;
+    state.set(node, 'open');
+    path.push(node);
+    for (const next of edges.get(node) ?? []) {
+      const cycle = visit(next);
+      if (cycle) return cycle;
+    }
+    path.pop();
+    state.set(node, 'done');
+    return undefined;
+  };
+  for (const node of edges.keys()) {
+    const cycle = visit(node);
+    if (cycle) return cycle;
+  }
+  return undefined;
+}
+
+interface Probe {
+  /** The file the probe is linted as (an existing file, so the type-aware parser knows it). */
+  as: string;
+  /** Import sources, one per line; the expectation lists which lines are refused. */
+  imports: string[];
+  refused: string[];
+}
+
+const PROBES: Probe[] = [
+  {
+    as: 'src/orders/orders.constants.ts',
+    imports: [
+      '../redis/idempotency-store.redis',
+      '../redis/redis.module',
+      '../token/token.service',
+      '../provider/checkout.client',
+    ],
+    refused: ['../redis/idempotency-store.redis', '../redis/redis.module'],
+  },
+  {
+    as: 'src/token/token-record.ts',
+    imports: ['../redis/redis.module', '../orders/orders.service', '../caller-auth/caller'],
+    refused: ['../redis/redis.module', '../orders/orders.service'],
+  },
+  {
+    as: 'src/redis/redis.constants.ts',
+    imports: [
+      '../token/token.service',
+      '../token/token-store',
+      '../orders/orders.service',
+      '../orders/idempotency-store',
+    ],
+    refused: ['../token/token.service', '../orders/orders.service'],
+  },
+  {
+    as: 'src/http/request-id.ts',
+    imports: ['../token/token.service', '../token/token.exception', '../metrics/metrics.service'],
+    refused: ['../token/token.service', '../metrics/metrics.service'],
+  },
+  {
+    as: 'src/caller-auth/caller.ts',
+    imports: ['../token/token.service', '../http/problem', '../http/request.exception'],
+    refused: ['../token/token.service', '../http/problem'],
+  },
+  {
+    as: 'src/provider/provider.constants.ts',
+    imports: ['../orders/orders.service', '../token/token.exception', '../secrets/secret-reader'],
+    refused: ['../orders/orders.service', '../token/token.exception'],
+  },
+  {
+    as: 'src/config/config.constants.ts',
+    imports: [
+      '../../emulator/provider-emulator',
+      '../../test/support/ports',
+      '../errors/broker.exception',
+    ],
+    refused: ['../../emulator/provider-emulator', '../../test/support/ports'],
+  },
+  {
+    // Specs wire real adapters on purpose: exempt.
+    as: 'src/orders/order-request.spec.ts',
+    imports: ['../redis/idempotency-store.redis'],
+    refused: [],
+  },
+];
+
+/** Lints every probe in one ESLint process; returns the refused import sources per probe. */
+async function lintProbes(probes: Probe[]): Promise<string[][]> {
+  const script = `
+    const { ESLint } = require('eslint');
+    const probes = JSON.parse(process.argv[1]);
+    (async () => {
+      const eslint = new ESLint({ cwd: process.cwd() });
+      const out = [];
+      for (const p of probes) {
+        const code = p.imports.map((s, i) => "import type * as m" + i + " from '" + s + "';").join('\\n');
+        const [result] = await eslint.lintText(code + '\\n', { filePath: p.as });
+        out.push(result.messages
+          .filter((m) => m.ruleId === 'no-restricted-imports')
+          .map((m) => p.imports[m.line - 1]));
+      }
+      process.stdout.write(JSON.stringify(out));
+    })().catch((err) => { console.error(err); process.exit(1); });
+  `;
+  const { stdout } = await run(process.execPath, ['-e', script, JSON.stringify(probes)], {
+    cwd: ROOT,
+    maxBuffer: 16 * 1024 * 1024,
+  });
+  return JSON.parse(stdout) as string[][];
+}
+
+describe('module boundaries', () => {
+  it('src/ has no folder cycle besides the problem mapping reading *.exception files', () => {
+    const graph = folderGraph();
+    const edges = new Map<string, string[]>();
+    for (const [folder, targets] of graph) {
+      edges.set(
+        folder,
+        [...targets]
+          .filter(
+            ([target, files]) =>
+              folder !== 'http' || ![...files].every((f) => f === `${target}.exception`),
+          )
+          .map(([target]) => target),
+      );
+    }
+    expect(findCycle(edges)).toBeUndefined();
+    // The exemption is as narrow as it says: http reads nothing else of the domains.
+    for (const [target, files] of graph.get('http') ?? []) {
+      if (target !== 'errors')
+        expect([target, [...files]]).toEqual([target, [`${target}.exception`]]);
+    }
+  });
+
+  it('finds a cycle when there is one (the check above can fail)', () => {
+    expect(
+      findCycle(
+        new Map([
+          ['orders', ['token', 'redis']],
+          ['redis', ['orders']],
+          ['token', []],
+        ]),
+      ),
+    ).toEqual(['orders', 'redis', 'orders']);
+  });
+
+  it('the lint rule refuses forbidden imports per folder and allows the rest', async () => {
+    const refused = await lintProbes(PROBES);
+    expect(PROBES.map((p, i) => ({ as: p.as, refused: refused[i] }))).toEqual(
+      PROBES.map((p) => ({ as: p.as, refused: p.refused })),
+    );
+  }, 120_000);
+});

@@ -1,0 +1,169 @@
+import { type RedisSettings, redisSettingsSchema } from '../src/config/config.schema';
+import { RedisIdempotencyStore } from '../src/redis/idempotency-store.redis';
+import {
+  closeRedisClient,
+  createRedisConnection,
+  type RedisClient,
+} from '../src/redis/redis.connection';
+import { RedisTokenStore } from '../src/redis/token-store.redis';
+import { idempotencyKeyHash } from '../src/orders/order-request';
+import { PlainTokenCipher } from '../src/token/plain-token.cipher';
+import { toRecord } from '../src/token/token-record';
+import type { TokenStoreEvent } from '../src/token/token-store';
+import {
+  RedisNode,
+  type RedisClusterNodes,
+  type SentinelGroup,
+  startCluster,
+  startSentinelGroup,
+} from './support/redis-node';
+import { waitFor } from './support/wait';
+
+/** Several clients, so that on the cluster their hash tags land on different masters. */
+const CLIENTS = ['acme-a', 'acme-b', 'acme-c', 'acme-d'];
+
+/**
+ * The same store operations through each topology's connection: a standalone server, a
+ * Sentinel-managed master, a Redis Cluster. What must work everywhere: the Lua scripts (one
+ * hash slot each), redlock, and pub/sub between replicas.
+ */
+describe('Redis topologies', () => {
+  let standalone: RedisNode;
+  let sentinel: SentinelGroup;
+  let cluster: RedisClusterNodes;
+  const closers: Array<() => Promise<unknown>> = [];
+
+  beforeAll(async () => {
+    [standalone, sentinel, cluster] = await Promise.all([
+      RedisNode.start(),
+      startSentinelGroup(),
+      startCluster(3),
+    ]);
+  }, 60_000);
+
+  afterEach(async () => {
+    await Promise.allSettled(closers.splice(0).map((c) => c()));
+  });
+
+  afterAll(async () => {
+    await Promise.allSettled([standalone?.stop(), sentinel?.stop(), cluster?.stop()]);
+  });
+
+  const topologies: Array<[string, () => RedisSettings]> = [
+    ['standalone', () => settingsFor({ url: `redis://${standalone.address}` })],
+    [
+      'sentinel',
+      () =>
+        settingsFor({
+          mode: 'sentinel',
+          sentinel: { nodes: [sentinel.sentinel.address], masterName: sentinel.masterName },
+        }),
+    ],
+    [
+      'cluster',
+      () => settingsFor({ mode: 'cluster', cluster: { nodes: [cluster.nodes[0].address] } }),
+    ],
+  ];
+
+  function newStore(settings: RedisSettings): RedisTokenStore {
+    const store = new RedisTokenStore(
+      createRedisConnection(settings, 'command'),
+      createRedisConnection(settings, 'subscriber'),
+      new PlainTokenCipher(),
+      settings,
+      1000,
+      CLIENTS,
+    );
+    closers.push(() => store.close());
+    return store;
+  }
+
+  it.each(topologies)(
+    '%s: scripts, lock, pub/sub and idempotency work for every client',
+    async (_mode, settingsOf) => {
+      const settings = settingsOf();
+      const writer = newStore(settings);
+      const listener = newStore(settings);
+      expect(await writer.waitUntilReady(10_000)).toBe(true);
+      expect(await listener.waitUntilReady(10_000)).toBe(true);
+      const events: TokenStoreEvent[] = [];
+      listener.onEvent((e) => events.push(e));
+
+      const now = Date.now();
+      for (const client of CLIENTS) {
+        const record = toRecord({
+          accessToken: `token-${client}`,
+          obtainedAt: now,
+          expiresAt: now + 60_000,
+        });
+        // The subscriber may still be subscribing: write until its event arrives.
+        await waitFor(
+          async () => {
+            await writer.writeFenced(client, {
+              ...record,
+              expiresAt: record.expiresAt + events.length,
+            });
+            return events.some((e) => e.clientId === client && e.type === 'updated');
+          },
+          { timeoutMs: 5000, intervalMs: 100, what: `the update event for ${client}` },
+        );
+        const read = await listener.read(client);
+        expect(read.status).toBe('found');
+        const lock = await writer.tryLock(client);
+        expect(lock).not.toBeNull();
+        expect(await listener.tryLock(client)).toBeNull();
+        await lock!.release();
+      }
+
+      const connection = createRedisConnection(settings, 'command');
+      closers.push(() => closeRedisClient(connection));
+      await waitForReady(connection);
+      const idempotency = new RedisIdempotencyStore(connection);
+      for (const client of CLIENTS) {
+        const keyHash = idempotencyKeyHash(`order-${client}`);
+        const claim = { bodyHash: 'b'.repeat(64), owner: 'me', leaseMs: 5000 };
+        expect(await idempotency.claim(client, keyHash, claim, 60_000)).toEqual({ claimed: true });
+        const again = await idempotency.claim(
+          client,
+          keyHash,
+          { ...claim, owner: 'other' },
+          60_000,
+        );
+        expect(again.claimed).toBe(false);
+      }
+    },
+    30_000,
+  );
+
+  it('cluster: the clients really are spread over several masters', async () => {
+    const slots = await Promise.all(
+      CLIENTS.map((c) => cluster.nodes[0].cli('CLUSTER', 'KEYSLOT', `tb:{${c}}:token`)),
+    );
+    const owners = new Set<string>();
+    const shards = await cluster.nodes[0].cli('CLUSTER', 'SLOTS');
+    // `CLUSTER SLOTS` lines: start, end, ip, port, id, ... per range.
+    const lines = shards.split('\n');
+    for (const slot of slots.map(Number)) {
+      for (let i = 0; i + 3 < lines.length; i++) {
+        const start = Number(lines[i]);
+        const end = Number(lines[i + 1]);
+        if (/^\d+$/.test(lines[i]) && /^\d+$/.test(lines[i + 1]) && lines[i + 2] === '127.0.0.1') {
+          if (slot >= start && slot <= end) owners.add(lines[i + 3]);
+        }
+      }
+    }
+    expect(owners.size).toBeGreaterThan(1);
+  });
+});
+
+function settingsFor(raw: Record<string, unknown>): RedisSettings {
+  return redisSettingsSchema.parse({ commandTimeoutMs: 1000, pingIntervalMs: 200, ...raw });
+}
+
+async function waitForReady(client: RedisClient): Promise<void> {
+  client.on('error', () => undefined);
+  await waitFor(() => client.status === 'ready', {
+    timeoutMs: 10_000,
+    what: 'the Redis connection to be ready',
+  });
+}
