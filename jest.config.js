@@ -21,7 +21,8 @@ module.exports = {
       testEnvironment: 'node',
       transform: { '^.+\\.ts$': tsJest, ...esmTransform },
       transformIgnorePatterns,
-      testMatch: ['<rootDir>/src/**/*.spec.ts'],
+      // The dev tools' own unit specs run with the app's: `npm test` covers both.
+      testMatch: ['<rootDir>/src/**/*.spec.ts', '<rootDir>/emulator/**/*.spec.ts'],
     },
     {
       displayName: 'e2e',

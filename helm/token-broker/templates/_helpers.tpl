@@ -83,7 +83,117 @@ Replicas that can run at the same time, at least: decides the PDB and whether Re
 {{- end }}
 
 {{- define "token-broker.redisConfigured" -}}
-{{- if or .Values.redis.url .Values.redis.existingSecret.name }}true{{ end }}
+{{- if or .Values.redis.url .Values.redis.existingSecret.name (ne (.Values.redis.mode | default "standalone") "standalone") }}true{{ end }}
+{{- end }}
+
+{{/*
+Where the chart mounts Redis passwords and TLS files it takes from Kubernetes objects.
+*/}}
+{{- define "token-broker.redisDir" -}}/etc/token-broker-redis{{- end }}
+
+{{/*
+A password reference for broker.yaml ({secretId} or {file}), or nothing. Called with
+(dict "p" <password values> "dir" <mount dir>).
+*/}}
+{{- define "token-broker.redisPasswordRef" -}}
+{{- if .p.secretId }}{{ toYaml (dict "secretId" .p.secretId) }}
+{{- else if .p.file }}{{ toYaml (dict "file" .p.file) }}
+{{- else if .p.existingSecret.name }}{{ toYaml (dict "file" (printf "%s/%s" .dir (.p.existingSecret.key | default "password"))) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The redis section of broker.yaml that the chart models: topology, user, password references and
+TLS file paths (never a URL: that comes from REDIS_URL, it may carry a password).
+*/}}
+{{- define "token-broker.redisConfig" -}}
+{{- $r := .Values.redis }}
+{{- $dir := include "token-broker.redisDir" . }}
+{{- $out := dict "mode" ($r.mode | default "standalone") }}
+{{- if eq $r.mode "sentinel" }}
+{{- $s := dict "nodes" $r.sentinel.nodes "masterName" $r.sentinel.masterName }}
+{{- with $r.sentinel.username }}{{ $_ := set $s "username" . }}{{ end }}
+{{- with include "token-broker.redisPasswordRef" (dict "p" $r.sentinel.password "dir" (printf "%s/sentinel-password" $dir)) }}
+{{- $_ := set $s "password" (fromYaml .) }}
+{{- end }}
+{{- $_ := set $out "sentinel" $s }}
+{{- end }}
+{{- if eq $r.mode "cluster" }}
+{{- $_ := set $out "cluster" (dict "nodes" $r.cluster.nodes) }}
+{{- end }}
+{{- with $r.username }}{{ $_ := set $out "username" . }}{{ end }}
+{{- with include "token-broker.redisPasswordRef" (dict "p" $r.password "dir" (printf "%s/password" $dir)) }}
+{{- $_ := set $out "password" (fromYaml .) }}
+{{- end }}
+{{- if $r.tls.enabled }}
+{{- $tls := dict "enabled" true }}
+{{- with $r.tls.serverName }}{{ $_ := set $tls "serverName" . }}{{ end }}
+{{- if or $r.tls.ca.secretName $r.tls.ca.configMapName }}
+{{- $_ := set $tls "caFile" (printf "%s/tls-ca/%s" $dir ($r.tls.ca.key | default "ca.crt")) }}
+{{- end }}
+{{- if $r.tls.clientCertSecret }}
+{{- $_ := set $tls "certFile" (printf "%s/tls-client/tls.crt" $dir) }}
+{{- $_ := set $tls "keyFile" (printf "%s/tls-client/tls.key" $dir) }}
+{{- end }}
+{{- $_ := set $out "tls" $tls }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/*
+Volumes (mode "volumes") or their mounts (mode "mounts") for the Redis files above.
+*/}}
+{{- define "token-broker.redisVolumes" -}}
+{{- $r := .ctx.Values.redis }}
+{{- $dir := include "token-broker.redisDir" .ctx }}
+{{- $items := list }}
+{{- if and (eq $r.mode "sentinel") $r.sentinel.password.existingSecret.name }}
+{{- $items = append $items (dict "name" "redis-sentinel-password" "path" "sentinel-password" "secret" $r.sentinel.password.existingSecret.name) }}
+{{- end }}
+{{- if $r.password.existingSecret.name }}
+{{- $items = append $items (dict "name" "redis-password" "path" "password" "secret" $r.password.existingSecret.name) }}
+{{- end }}
+{{- if and $r.tls.enabled $r.tls.ca.secretName }}
+{{- $items = append $items (dict "name" "redis-tls-ca" "path" "tls-ca" "secret" $r.tls.ca.secretName) }}
+{{- else if and $r.tls.enabled $r.tls.ca.configMapName }}
+{{- $items = append $items (dict "name" "redis-tls-ca" "path" "tls-ca" "configMap" $r.tls.ca.configMapName) }}
+{{- end }}
+{{- if and $r.tls.enabled $r.tls.clientCertSecret }}
+{{- $items = append $items (dict "name" "redis-tls-client" "path" "tls-client" "secret" $r.tls.clientCertSecret) }}
+{{- end }}
+{{- range $items }}
+{{- if eq $.mode "mounts" }}
+- name: {{ .name }}
+  mountPath: {{ printf "%s/%s" $dir .path }}
+  readOnly: true
+{{- else if .configMap }}
+- name: {{ .name }}
+  configMap:
+    name: {{ .configMap }}
+{{- else }}
+- name: {{ .name }}
+  secret:
+    secretName: {{ .secret }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+TCP ports the broker needs towards Redis: the data nodes' port, extra ports, and the ports of the
+listed sentinel or cluster nodes.
+*/}}
+{{- define "token-broker.redisPorts" -}}
+{{- $np := .Values.networkPolicy.egress.redis }}
+{{- $ports := list ($np.port | int) }}
+{{- range $np.extraPorts }}{{ $ports = append $ports (. | int) }}{{ end }}
+{{- $nodes := list }}
+{{- if eq .Values.redis.mode "sentinel" }}{{ $nodes = .Values.redis.sentinel.nodes }}{{ end }}
+{{- if eq .Values.redis.mode "cluster" }}{{ $nodes = .Values.redis.cluster.nodes }}{{ end }}
+{{- range $nodes }}
+{{- $ports = append $ports (regexFind "[0-9]+$" . | int) }}
+{{- end }}
+{{- toYaml (uniq $ports) }}
 {{- end }}
 
 {{/*
@@ -109,10 +219,15 @@ sections next, config.extra last (deep merge, extra wins). The Redis URL is neve
 {{- $c := .Values.config }}
 {{- $http := merge (dict "port" (.Values.containerPort | int) "host" "0.0.0.0") (deepCopy $c.http) }}
 {{- $cfg := dict "http" $http "log" (deepCopy $c.log) "clients" (deepCopy $c.clients) }}
-{{- range $section := list "token" "provider" "redis" "orders" }}
+{{- range $section := list "token" "provider" "orders" }}
 {{- with (get $c $section) }}
 {{- $_ := set $cfg $section (deepCopy .) }}
 {{- end }}
+{{- end }}
+{{- if include "token-broker.redisConfigured" . }}
+{{- $_ := set $cfg "redis" (merge (include "token-broker.redisConfig" . | fromYaml) (deepCopy ($c.redis | default dict))) }}
+{{- else if $c.redis }}
+{{- $_ := set $cfg "redis" (deepCopy $c.redis) }}
 {{- end }}
 {{- $cfg = mergeOverwrite $cfg (deepCopy ($c.extra | default dict)) }}
 {{- toYaml $cfg }}
@@ -154,10 +269,46 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- fail "redis.url must be a redis:// or rediss:// URL (rediss:// for ElastiCache with in-transit encryption)" }}
 {{- end }}
 {{- if and (gt (include "token-broker.maxReplicas" . | int) 1) (not (include "token-broker.redisConfigured" .)) }}
-{{- fail (printf "Redis is required for more than one replica (replicas up to %s): without redis.url or redis.existingSecret.name the broker uses its in-memory store, which is single replica only (each replica would fetch its own token). Set Redis, or replicaCount=1 with autoscaling.enabled=false" (include "token-broker.maxReplicas" .)) }}
+{{- fail (printf "Redis is required for more than one replica (replicas up to %s): without redis.url, redis.existingSecret.name or redis.mode sentinel/cluster the broker uses its in-memory store, which is single replica only (each replica would fetch its own token). Set Redis, or replicaCount=1 with autoscaling.enabled=false" (include "token-broker.maxReplicas" .)) }}
 {{- end }}
 {{- if or (hasKey ($v.config.redis | default dict) "url") (hasKey ((($v.config.extra | default dict).redis) | default dict) "url") }}
 {{- fail "config.redis.url / config.extra.redis.url: the Redis URL does not go in the ConfigMap; set redis.url or redis.existingSecret" }}
+{{- end }}
+{{- range $key := list "mode" "sentinel" "cluster" "username" "password" "tls" }}
+{{- if or (hasKey ($v.config.redis | default dict) $key) (hasKey ((($v.config.extra | default dict).redis) | default dict) $key) }}
+{{- fail (printf "config.redis.%s / config.extra.redis.%s: set redis.%s instead (the chart mounts the files it names)" $key $key $key) }}
+{{- end }}
+{{- end }}
+{{- $r := $v.redis }}
+{{- if and (ne $r.mode "standalone") (or $r.url $r.existingSecret.name) }}
+{{- fail (printf "redis.url / redis.existingSecret: only in redis.mode standalone; mode %s finds its nodes from redis.%s.nodes" $r.mode $r.mode) }}
+{{- end }}
+{{- if and (eq $r.mode "sentinel") (not (and $r.sentinel.nodes $r.sentinel.masterName)) }}
+{{- fail "redis.sentinel.nodes and redis.sentinel.masterName are required in redis.mode sentinel" }}
+{{- end }}
+{{- if and (eq $r.mode "cluster") (not $r.cluster.nodes) }}
+{{- fail "redis.cluster.nodes is required in redis.mode cluster (seed nodes or the configuration endpoint, host:port)" }}
+{{- end }}
+{{- if and (ne $r.mode "sentinel") (or $r.sentinel.nodes $r.sentinel.masterName) }}
+{{- fail "redis.sentinel.*: set redis.mode sentinel to use them" }}
+{{- end }}
+{{- if and (ne $r.mode "cluster") $r.cluster.nodes }}
+{{- fail "redis.cluster.nodes: set redis.mode cluster to use them" }}
+{{- end }}
+{{- range $name, $p := dict "redis.password" $r.password "redis.sentinel.password" $r.sentinel.password }}
+{{- $set := 0 }}
+{{- if $p.secretId }}{{ $set = add1 $set }}{{ end }}
+{{- if $p.file }}{{ $set = add1 $set }}{{ end }}
+{{- if $p.existingSecret.name }}{{ $set = add1 $set }}{{ end }}
+{{- if gt $set 1 }}
+{{- fail (printf "%s: set at most one of secretId, file or existingSecret.name" $name) }}
+{{- end }}
+{{- end }}
+{{- if and (not $r.tls.enabled) (or $r.tls.ca.secretName $r.tls.ca.configMapName $r.tls.clientCertSecret $r.tls.serverName) }}
+{{- fail "redis.tls.ca / clientCertSecret / serverName have no effect without redis.tls.enabled=true" }}
+{{- end }}
+{{- if and $r.tls.ca.secretName $r.tls.ca.configMapName }}
+{{- fail "redis.tls.ca: set secretName or configMapName, not both" }}
 {{- end }}
 {{- if and $v.autoscaling.enabled (lt ($v.autoscaling.maxReplicas | int) ($v.autoscaling.minReplicas | int)) }}
 {{- fail "autoscaling.maxReplicas must be at least autoscaling.minReplicas" }}
