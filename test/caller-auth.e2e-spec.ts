@@ -432,8 +432,15 @@ describe('caller authentication (real brokers)', () => {
     expect(lines).toContainEqual(
       expect.objectContaining({ msg: 'token refused', result: 'unauthenticated' }),
     );
-    const k8sLines = k8sBroker.logs().filter((l) => l.includes('"audit":"token"'));
-    expect(k8sLines.some((l) => l.includes(`"caller":"${CHECKOUT_SA}"`))).toBe(true);
+    // The kubernetes broker's lines are flushed on its own 200 ms timer: wait for them too.
+    const k8sLine = await waitFor(
+      () =>
+        k8sBroker
+          .logs()
+          .find((l) => l.includes('"audit":"token"') && l.includes(`"caller":"${CHECKOUT_SA}"`)),
+      { timeoutMs: 5000, what: "the kubernetes caller's audit line" },
+    );
+    expect(JSON.parse(k8sLine)).toMatchObject({ caller: CHECKOUT_SA, audit: 'token' });
   });
 
   // Last: every test above has logged by now.
