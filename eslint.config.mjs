@@ -98,6 +98,7 @@ export default tseslint.config(
     ignores: [
       'dist/**',
       'dist-dev/**',
+      'packages/*/dist/**',
       '.tmp/**',
       'node_modules/**',
       'coverage/**',
