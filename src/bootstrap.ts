@@ -13,6 +13,7 @@ import { requestIdFrom } from './http/request-id';
 import { SECURITY_HEADERS } from './http/security-headers';
 import { lazyChildLogger } from './logging/lazy-request-logger';
 import { TokenFastPath } from './token/token-fast-path';
+import { DrainState } from './health/drain-state';
 import { PinoNestLogger } from './logging/logger';
 
 /** Request line plus headers; a longer query string is refused by Node's parser. */
@@ -48,11 +49,17 @@ export async function createBrokerApp(
   config: BrokerConfig,
   logger: Logger,
 ): Promise<NestFastifyApplication> {
-  const front: { tryServe?: (req: IncomingMessage, res: ServerResponse) => boolean } = {};
+  const front: {
+    tryServe?: (req: IncomingMessage, res: ServerResponse) => boolean;
+    drain?: DrainState;
+  } = {};
   const adapter = new FastifyAdapter({
     // maxHeaderSize bounds the query string too: an oversized request line is refused early.
     serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) =>
       createServer({ maxHeaderSize: MAX_HEADER_BYTES }, (req, res) => {
+        // Draining: still answered, but the caller's keep-alive connection ends with this
+        // answer, so its next request opens a connection the Service sends elsewhere.
+        if (front.drain?.draining === true) res.shouldKeepAlive = false;
         if (front.tryServe?.(req, res) !== true) handler(req, res);
       }),
     loggerInstance: logger,
@@ -81,5 +88,6 @@ export async function createBrokerApp(
   // The GET /token cache hit is answered before Fastify (see TokenFastPath).
   const fastPath = app.get(TokenFastPath);
   front.tryServe = (req, res) => fastPath.tryServe(req, res);
+  front.drain = app.get(DrainState);
   return app;
 }

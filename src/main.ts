@@ -3,11 +3,14 @@ import { ConfigException } from './config/config.exception';
 import { redisConfigured } from './config/config.schema';
 import { createBrokerApp } from './bootstrap';
 import { createLogger } from './logging/logger';
+import { DrainState } from './health/drain-state';
 
 /**
- * Bootstraps the broker: config, logger, app, listen, and graceful shutdown: on SIGTERM the
- * listener stops taking requests (new ones get 503), in-flight ones finish, the refresh lock
- * is released, and the process exits 0 within the grace period.
+ * Bootstraps the broker: config, logger, app, listen, and graceful shutdown. On SIGTERM the
+ * replica drains: readiness answers 503 at once and every answer closes its connection, while
+ * requests are still served for `SHUTDOWN_DRAIN_DELAY_MS` (the Service forgets the pod
+ * meanwhile); then the listener stops taking requests (new ones get 503), in-flight ones
+ * finish, the refresh lock is released, and the process exits 0 within the grace period.
  */
 async function main(): Promise<void> {
   let config;
@@ -32,22 +35,31 @@ async function main(): Promise<void> {
     'token broker listening',
   );
 
+  const { shutdownDrainDelayMs: drainMs, shutdownGraceMs: graceMs } = config.http;
   const shutdown = (signal: NodeJS.Signals): void => {
-    logger.info({ signal, graceMs: config.http.shutdownGraceMs }, 'shutting down');
+    app.get(DrainState).begin();
+    logger.info({ signal, drainMs, graceMs }, 'shutting down');
+    // The grace period starts when the listener stops, after the drain.
     setTimeout(() => {
       logger.error('shutdown grace period exceeded; exiting');
       process.exit(1);
-    }, config.http.shutdownGraceMs).unref();
-    app.close().then(
-      () => {
-        logger.info('stopped');
-        logger.flush(() => process.exit(0));
-      },
-      (err: unknown) => {
-        logger.error({ err }, 'error during shutdown');
-        process.exit(1);
-      },
-    );
+    }, drainMs + graceMs).unref();
+    const drained =
+      drainMs > 0
+        ? new Promise<void>((resolve) => setTimeout(resolve, drainMs))
+        : Promise.resolve();
+    drained
+      .then(() => app.close())
+      .then(
+        () => {
+          logger.info('stopped');
+          logger.flush(() => process.exit(0));
+        },
+        (err: unknown) => {
+          logger.error({ err }, 'error during shutdown');
+          process.exit(1);
+        },
+      );
   };
   process.once('SIGTERM', shutdown);
   process.once('SIGINT', shutdown);

@@ -894,6 +894,10 @@ describe('Helm chart helm/token-broker', () => {
       expect(renderError(['required'], ['terminationGracePeriodSeconds=12'])).toContain(
         'terminationGracePeriodSeconds (12 s) must exceed',
       );
+      // The broker's own drain counts too: 25 s + 10 s of grace do not fit in 30 s.
+      expect(renderError(['required'], ['config.http.shutdownDrainDelayMs=25000'])).toContain(
+        'config.http.shutdownDrainDelayMs + config.http.shutdownGraceMs (35000 ms)',
+      );
       expect(renderError(['required'], ['networkPolicy.egress.redis.cidrs=[]'])).toContain(
         'networkPolicy.egress.redis.cidrs (or .peers) is required with Redis',
       );

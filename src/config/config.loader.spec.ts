@@ -46,6 +46,10 @@ describe(loadConfig.name, () => {
     expect(cfg.token.refreshAheadSeconds).toBe(300);
     expect(cfg.token.defaultLifetimeSeconds).toBe(1800);
     expect(cfg.redis.url).toBeUndefined();
+    expect(cfg.http.shutdownDrainDelayMs).toBe(0);
+    expect(loadConfig({ ...BASE, SHUTDOWN_DRAIN_DELAY_MS: '5000' }).http.shutdownDrainDelayMs).toBe(
+      5000,
+    );
   });
 
   it('reads every contract variable', () => {
@@ -82,6 +86,8 @@ describe(loadConfig.name, () => {
     [{ CREDENTIALS_SECRET_ID: undefined }, 'CREDENTIALS_SECRET_ID or CREDENTIALS_FILE'],
     [{ CREDENTIALS_FILE: '/x.json' }, 'CREDENTIALS_SECRET_ID or CREDENTIALS_FILE'],
     [{ CLIENT_ID: 'Acme Prod' }, 'CLIENT_ID'],
+    [{ SHUTDOWN_DRAIN_DELAY_MS: '-5' }, 'SHUTDOWN_DRAIN_DELAY_MS'],
+    [{ SHUTDOWN_DRAIN_DELAY_MS: '200000' }, 'SHUTDOWN_DRAIN_DELAY_MS'],
   ])('names the bad setting for %j', (override, expected) => {
     const found = problems({ ...BASE, ...override });
     expect(found.join('\n')).toContain(expected);

@@ -17,6 +17,7 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'TOKEN_DEFAULT_LIFETIME_SECONDS', path: ['token', 'defaultLifetimeSeconds'] },
   { env: 'HOST', path: ['http', 'host'] },
   { env: 'SHUTDOWN_GRACE_MS', path: ['http', 'shutdownGraceMs'] },
+  { env: 'SHUTDOWN_DRAIN_DELAY_MS', path: ['http', 'shutdownDrainDelayMs'] },
   { env: 'LOG_LEVEL', path: ['log', 'level'] },
   { env: 'REDIS_COMMAND_TIMEOUT_MS', path: ['redis', 'commandTimeoutMs'] },
   { env: 'REDIS_PING_INTERVAL_MS', path: ['redis', 'pingIntervalMs'] },

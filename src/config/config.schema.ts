@@ -275,7 +275,13 @@ export const httpSettingsSchema = z
     port: z.coerce.number().int().min(0).max(65_535).default(8080),
     /** @default '0.0.0.0' */
     host: z.string().min(1).default('0.0.0.0'),
-    /** Grace period for in-flight requests on SIGTERM. @default 10000 */
+    /**
+     * On SIGTERM, how long the replica keeps serving (answering readiness 503 and every request
+     * with `Connection: close`) before it stops accepting connections: the time the endpoints
+     * controller and kube-proxy need to stop sending it traffic. @default 0
+     */
+    shutdownDrainDelayMs: millis(0, 120_000).default(0),
+    /** Grace period for in-flight requests once the listener stops. @default 10000 */
     shutdownGraceMs: millis(0, 300_000).default(10_000),
   })
   .strict();

@@ -2,6 +2,7 @@ import { Controller, Get, Res, ServiceUnavailableException } from '@nestjs/commo
 import type { FastifyReply } from 'fastify';
 import { HealthCheck, HealthCheckService, HealthIndicatorService } from '@nestjs/terminus';
 import { TokenService } from '../token/token.service';
+import { DrainState } from './drain-state';
 
 /**
  * Liveness and readiness. Neither requires caller authentication.
@@ -19,6 +20,7 @@ export class HealthController {
     private readonly health: HealthCheckService,
     private readonly indicators: HealthIndicatorService,
     private readonly tokens: TokenService,
+    private readonly drain: DrainState,
   ) {}
 
   @Get('live')
@@ -30,7 +32,11 @@ export class HealthController {
   @HealthCheck()
   async ready(@Res({ passthrough: true }) reply: FastifyReply): Promise<unknown> {
     try {
-      return await this.health.check([() => this.tokenIndicator(), () => this.storeIndicator()]);
+      return await this.health.check([
+        () => this.drainIndicator(),
+        () => this.tokenIndicator(),
+        () => this.storeIndicator(),
+      ]);
     } catch (err) {
       // Terminus reports "not ready" by throwing; answer its report with 503 rather than
       // letting the problem filter turn it into a generic error.
@@ -40,6 +46,15 @@ export class HealthController {
       }
       throw err;
     }
+  }
+
+  /** Not ready from the moment SIGTERM arrives: the pod leaves the Service while it drains. */
+  private drainIndicator() {
+    const session = this.indicators.check('lifecycle');
+    const since = this.drain.startedAt;
+    return since === undefined
+      ? session.up({ state: 'serving' })
+      : session.down({ state: 'draining', since: new Date(since).toISOString() });
   }
 
   private tokenIndicator() {

@@ -1,11 +1,14 @@
 import { type DynamicModule, Module } from '@nestjs/common';
 import { TerminusModule } from '@nestjs/terminus';
+import { DrainState } from './drain-state';
 import { HealthController } from './health.controller';
 
 /** Liveness and readiness; build it with {@link HealthModule.with} and the app's token module. */
 @Module({
   imports: [TerminusModule.forRoot({ logger: false })],
   controllers: [HealthController],
+  providers: [DrainState],
+  exports: [DrainState],
 })
 export class HealthModule {
   /** This module reading the app's token module (the same instance the app imports). */

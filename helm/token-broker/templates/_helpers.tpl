@@ -313,9 +313,9 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- if and $v.autoscaling.enabled (lt ($v.autoscaling.maxReplicas | int) ($v.autoscaling.minReplicas | int)) }}
 {{- fail "autoscaling.maxReplicas must be at least autoscaling.minReplicas" }}
 {{- end }}
-{{- $graceMs := add (mul ($v.lifecycle.preStopSleepSeconds | int) 1000) ($v.config.http.shutdownGraceMs | default 10000 | int) }}
+{{- $graceMs := add (mul ($v.lifecycle.preStopSleepSeconds | int) 1000) ($v.config.http.shutdownDrainDelayMs | default 0 | int) ($v.config.http.shutdownGraceMs | default 10000 | int) }}
 {{- if le (mul ($v.terminationGracePeriodSeconds | int) 1000) $graceMs }}
-{{- fail (printf "terminationGracePeriodSeconds (%d s) must exceed lifecycle.preStopSleepSeconds + config.http.shutdownGraceMs (%d ms), or the kubelet kills the broker mid-drain" ($v.terminationGracePeriodSeconds | int) $graceMs) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d s) must exceed lifecycle.preStopSleepSeconds + config.http.shutdownDrainDelayMs + config.http.shutdownGraceMs (%d ms), or the kubelet kills the broker mid-drain" ($v.terminationGracePeriodSeconds | int) $graceMs) }}
 {{- end }}
 {{- if and $v.networkPolicy.enabled (include "token-broker.redisConfigured" .) (not (or $v.networkPolicy.egress.redis.cidrs $v.networkPolicy.egress.redis.peers)) }}
 {{- fail "networkPolicy.egress.redis.cidrs (or .peers) is required with Redis: the NetworkPolicy would block the broker from reaching it (ElastiCache: its subnets' CIDRs)" }}
