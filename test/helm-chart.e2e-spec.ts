@@ -546,7 +546,10 @@ describe('Helm chart helm/token-broker', () => {
       );
       const byName = new Map(rules.map((r) => [r.alert as string, r]));
       expect([...byName.keys()].sort()).toEqual([
+        'TokenBrokerCallersRateLimited',
+        'TokenBrokerCredentialsRejected',
         'TokenBrokerDegraded',
+        'TokenBrokerLockContention',
         'TokenBrokerRedisDataLoss',
         'TokenBrokerRefreshFailing',
         'TokenBrokerTokenNearExpiryNoRefresh',

@@ -327,3 +327,12 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- fail "csi.objects: list at least one secret to mount when csi.enabled is true" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The runbook annotation of an alert: where in the README's Operations table the row about it is.
+Args: (list $prometheusRuleValues "row name").
+*/}}
+{{- define "token-broker.runbook" -}}
+{{- $r := index . 0 -}}
+{{- printf "%q" (printf "README.md, Operations table, row %q%s" (index . 1) (ternary (printf " (%s)" $r.runbookUrl) "" (ne ($r.runbookUrl | default "") ""))) -}}
+{{- end }}
