@@ -258,14 +258,14 @@ describe('the chart’s alert rules under promtool', () => {
       expect(a.annotations.runbook_url).toBe('https://runbooks.example/token-broker');
     }
     const tested = new Set(CASES.flatMap((c) => c.expect.map((e) => e.alert)));
-    expect(alerts.map((a) => a.alert).filter((a) => !tested.has(a))).toEqual([]);
+    expect(alerts.map((a) => String(a.alert)).filter((a) => !tested.has(a))).toEqual([]);
   });
 
   it.each(CASES.map((c) => [c.name, c] as const))('%s', (_name, c) => {
     // Annotations are checked above and by `check rules`; the unit test is about when alerts fire.
     const bare = groups.map((g) => ({
       ...g,
-      rules: (g.rules as Rule[]).map(({ annotations: _a, ...rule }) => rule),
+      rules: (g.rules as Rule[]).map(({ annotations: _a, ...rule }): Rule => ({ ...rule })),
     }));
     const rulesFile = join(dir, `rules-${CASES.indexOf(c)}.yaml`);
     writeFileSync(rulesFile, stringify({ groups: bare }));
