@@ -409,7 +409,7 @@ describe('a lock lost in a failover (fixed endpoint, lagging replica)', () => {
       await load.stop();
       await stored.stop();
     }
-  }, 90_000);
+  }, 200_000);
 });
 
 /** `POST /orders` once with a fresh key; the status, or 0 on a transport error. */
