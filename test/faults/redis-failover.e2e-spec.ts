@@ -159,7 +159,7 @@ describe.each(scenarios)('Redis failover under load: %s', (name, scenario) => {
       redis: topology,
       env: BROKER_ENV,
     });
-  }, 60_000);
+  }, 150_000);
 
   afterAll(async () => {
     await fleet?.stop();
@@ -288,7 +288,7 @@ describe.each(scenarios)('Redis failover under load: %s', (name, scenario) => {
       await load.stop();
       await stored.stop();
     }
-  }, 90_000);
+  }, 200_000);
 });
 
 /**
@@ -409,7 +409,7 @@ describe('a lock lost in a failover (fixed endpoint, lagging replica)', () => {
       await load.stop();
       await stored.stop();
     }
-  }, 200_000);
+  }, 90_000);
 });
 
 /** `POST /orders` once with a fresh key; the status, or 0 on a transport error. */
