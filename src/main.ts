@@ -1,9 +1,8 @@
 import { loadConfig } from './config/config.loader';
 import { ConfigException } from './config/config.exception';
 import { redisConfigured } from './config/config.schema';
-import { createBrokerApp } from './bootstrap';
 import { createLogger } from './logging/logger';
-import { DrainState } from './health/drain-state';
+import { startTracing } from './tracing/tracing';
 
 /**
  * Bootstraps the broker: config, logger, app, listen, and graceful shutdown. On SIGTERM the
@@ -24,6 +23,12 @@ async function main(): Promise<void> {
     throw err;
   }
   const logger = createLogger(config.log.level);
+  // Tracing first: its instrumentations hook ioredis, undici and the AWS SDK as they load, so
+  // the app (which loads them) is imported only afterwards.
+  const stopTracing = await startTracing(process.env);
+  if (stopTracing) logger.info('OpenTelemetry tracing on (OTEL_* variables)');
+  const { createBrokerApp } = await import('./bootstrap');
+  const { DrainState } = await import('./health/drain-state');
   const app = await createBrokerApp(config, logger);
   await app.listen({ port: config.http.port, host: config.http.host });
   logger.info(
@@ -51,7 +56,11 @@ async function main(): Promise<void> {
     drained
       .then(() => app.close())
       .then(
-        () => {
+        async () => {
+          // Spans still queued are sent before the process goes.
+          await stopTracing?.().catch((err: unknown) =>
+            logger.warn({ err }, 'could not flush the last trace spans'),
+          );
           logger.info('stopped');
           logger.flush(() => process.exit(0));
         },

@@ -15,6 +15,7 @@ const SECRET_ID = 'token-broker/lazy-credentials';
 const SUBJECT = 'system:serviceaccount:shop:checkout';
 const AWS_SDK = /\/node_modules\/@aws-sdk\/client-secrets-manager\//;
 const JOSE = /\/node_modules\/jose\//;
+const OTEL_SDK = /\/node_modules\/@opentelemetry\/(sdk-|instrumentation)/;
 
 /**
  * A replica loads only what its configuration uses (issue #17): the AWS SDK when a secret is
@@ -125,6 +126,8 @@ process.once('exit', () => {
     const modules = await modulesOf('file-api-key', apiKeyEnv(), `Bearer ${apiKey}`);
     expect(modules.filter((m) => AWS_SDK.test(m))).toEqual([]);
     expect(modules.filter((m) => JOSE.test(m))).toEqual([]);
+    // No OTEL_* variables: the OpenTelemetry SDK and its instrumentations stay unloaded.
+    expect(modules.filter((m) => OTEL_SDK.test(m))).toEqual([]);
   });
 
   it('a Secrets Manager secret id loads the AWS SDK, and only it', async () => {

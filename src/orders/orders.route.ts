@@ -13,9 +13,15 @@ import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
 import { AuditLineWriter } from '../logging/audit-line.writer';
 import { LOGGER } from '../logging/logger';
-import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
+import {
+  assertJsonObject,
+  isJsonContentType,
+  type OrderHeaders,
+  readOrderHeaders,
+} from './order-request';
 import { type OrderAudit, type OrderReply, OrdersService } from './orders.service';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
+import { inCallerSpan, spansEnabled } from '../tracing/spans';
 
 /**
  * `POST /orders`, registered on Fastify in its own encapsulated context rather than as a Nest
@@ -92,7 +98,19 @@ export class OrdersRoute implements OnModuleInit {
       if (!context) throw new Error('POST /orders reached its handler without caller context');
       const headers = readOrderHeaders(req.headers, req.raw.rawHeaders, req.id);
       const body = assertJsonObject(req.body as Buffer | undefined);
-      const result = await this.orders.create({ clientId: context.clientId, body, headers }, audit);
+      const clientId = context.clientId;
+      const result = await inCallerSpan(
+        req.headers,
+        'POST /orders',
+        { 'token_broker.client': clientId },
+        () =>
+          this.orders.create(
+            // Traced: the provider request carries this span's context (injected by the undici
+            // instrumentation), a child of the caller's, not the caller's own header.
+            { clientId, body, headers: spansEnabled() ? withoutTraceContext(headers) : headers },
+            audit,
+          ),
+      );
       this.log(req, reply, audit, result.status, result.replayed ? 'replayed' : 'forwarded');
       if (this.closing) reply.header('connection', 'close');
       return send(reply, result);
@@ -174,4 +192,14 @@ function send(reply: FastifyReply, result: OrderReply): FastifyReply {
   if (result.retryAfter !== undefined) reply.header('retry-after', result.retryAfter);
   if (result.replayed) reply.header('idempotent-replayed', 'true');
   return reply.send(result.body.length > 0 ? result.body : undefined);
+}
+
+/** The headers to forward without the caller's W3C trace context. */
+function withoutTraceContext(headers: OrderHeaders): OrderHeaders {
+  const forward = Object.fromEntries(
+    Object.entries(headers.forward).filter(
+      ([name]) => name !== 'traceparent' && name !== 'tracestate',
+    ),
+  );
+  return { ...headers, forward };
 }

@@ -11,6 +11,7 @@ import type { TokenRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
 import { TokenWaiters } from './token-waiters';
 import { TokenErrorCode, TokenException } from './token.exception';
+import { inSpan } from '../tracing/spans';
 
 /** Never hand out a token with less than this left: it could expire on the wire. */
 export const MIN_SERVE_MS = 1000;
@@ -293,11 +294,13 @@ export class ClientTokenManager {
       let delay: number;
       this.wokenDuringPass = false;
       try {
-        const pass = await this.refresh.run({
-          held: () => this.l1,
-          goodEnough: (r) => this.isGoodEnough(r),
-          failed: (err) => this.onAttemptFailed(err),
-        });
+        const pass = await inSpan('token.refresh', { 'token_broker.client': this.client.id }, () =>
+          this.refresh.run({
+            held: () => this.l1,
+            goodEnough: (r) => this.isGoodEnough(r),
+            failed: (err) => this.onAttemptFailed(err),
+          }),
+        );
         if (pass.kind === 'deferred' || pass.kind === 'failed') {
           delay = pass.retryInMs;
           this.enterBackoff(delay);

@@ -45,7 +45,7 @@ export class TokenFastPath implements OnModuleInit {
     const query = plainQuery(url);
     if (query === undefined) return false;
     const reqId = requestIdFrom(req.headers['x-request-id']);
-    const answer = this.responder.respond(query, req.headers.authorization, reqId);
+    const answer = this.responder.respond(query, req.headers.authorization, reqId, req.headers);
     if (answer instanceof Promise) void answer.then((a) => this.write(res, a));
     else this.write(res, answer);
     return true;

@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import { Inject, Injectable } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
@@ -11,6 +12,7 @@ import { MetricsService } from '../metrics/metrics.service';
 import { tokenBody } from './token-body';
 import type { TokenRecord } from './token-record';
 import { TokenService } from './token.service';
+import { inCallerSpan } from '../tracing/spans';
 
 /** The largest `min_ttl` accepted: a day, the longest lifetime the broker believes. */
 export const MAX_MIN_TTL_SECONDS = 86_400;
@@ -69,11 +71,16 @@ export class TokenResponder {
     this.issuedLine = new AuditLineWriter(this.audit, 'token issued');
   }
 
-  /** The answer to `GET /token?<query>` with this `Authorization` header and request id. */
+  /**
+   * The answer to `GET /token?<query>` with this `Authorization` header and request id.
+   * `headers` (the request's) are read only when the caller has to wait: a traced wait continues
+   * the caller's W3C trace; an L1 hit never looks at them.
+   */
   respond(
     query: TokenQuery,
     authorization: string | undefined,
     reqId: string,
+    headers?: IncomingHttpHeaders,
   ): TokenAnswer | Promise<TokenAnswer> {
     let caller: Caller | Promise<Caller>;
     try {
@@ -83,11 +90,11 @@ export class TokenResponder {
     }
     if (caller instanceof Promise) {
       return caller.then(
-        (c) => this.serve(c, query, reqId),
+        (c) => this.serve(c, query, reqId, headers),
         (err: unknown) => this.refuse(err, undefined, undefined, reqId),
       );
     }
-    return this.serve(caller, query, reqId);
+    return this.serve(caller, query, reqId, headers);
   }
 
   /**
@@ -123,6 +130,7 @@ export class TokenResponder {
     caller: Caller,
     query: TokenQuery,
     reqId: string,
+    headers: IncomingHttpHeaders | undefined,
   ): TokenAnswer | Promise<TokenAnswer> {
     let clientId: string | undefined;
     try {
@@ -132,7 +140,10 @@ export class TokenResponder {
       const hit = this.tokens.peek(clientId, minMs);
       if (hit) return this.issue(caller, clientId, hit, reqId);
       this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
-      return this.wait(caller, clientId, minMs, reqId);
+      const id = clientId;
+      return inCallerSpan(headers, 'GET /token (wait)', { 'token_broker.client': id }, () =>
+        this.wait(caller, id, minMs, reqId),
+      );
     } catch (err) {
       return this.refuse(err, caller, clientId, reqId);
     }

@@ -27,6 +27,7 @@ export class TokenRoute implements OnModuleInit {
           req.query as TokenQuery,
           req.headers.authorization,
           req.id,
+          req.headers,
         );
         return answer instanceof Promise ? answer.then((a) => send(reply, a)) : send(reply, answer);
       },

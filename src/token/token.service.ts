@@ -18,6 +18,7 @@ import { ClientTokenManager, type ClientTokenStatus } from './client-token-manag
 import { StoreContinuityWatch } from './store-continuity.watch';
 import type { TokenRecord } from './token-record';
 import { TOKEN_STORE, type TokenStore } from './token-store';
+import { tracedGrantor, tracedTokenStore } from './traced-ports';
 import { TokenErrorCode, TokenException } from './token.exception';
 
 /** What a configured client id looks like (`config.schema.ts`); other input is not echoed. */
@@ -48,8 +49,8 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
       this.managers.set(
         client.id,
         new ClientTokenManager(client, {
-          store,
-          grantor,
+          store: tracedTokenStore(store),
+          grantor: tracedGrantor(grantor),
           loadCredentials: (c) => loadClientCredentials(secrets, c.credentials),
           metrics,
           logger,

@@ -1,0 +1,39 @@
+import type { TokenGrantor } from '../provider/auth-server.client';
+import { inSpan, spansEnabled } from '../tracing/spans';
+import type { TokenStore } from './token-store';
+
+/**
+ * The refresh pass's ports with a span around each call (see `tracing/spans.ts`); without
+ * tracing, the ports themselves.
+ */
+/** The token store with a span around each command of the refresh pass. */
+export function tracedTokenStore(store: TokenStore): TokenStore {
+  if (!spansEnabled()) return store;
+  const traced = Object.create(store) as TokenStore;
+  traced.read = (clientId) =>
+    inSpan('token.store.read', { 'token_broker.client': clientId }, () => store.read(clientId));
+  traced.tryLock = (clientId) =>
+    inSpan('token.lock', { 'token_broker.client': clientId }, async (span) => {
+      const lock = await store.tryLock(clientId);
+      span.setAttribute('token_broker.lock.acquired', lock !== null);
+      return lock;
+    });
+  traced.writeFenced = (clientId, record) =>
+    inSpan('token.store.write_fenced', { 'token_broker.client': clientId }, async (span) => {
+      const written = await store.writeFenced(clientId, record);
+      span.setAttribute('token_broker.fence.written', written);
+      return written;
+    });
+  return traced;
+}
+
+/** The grantor with a span around each token request (the HTTP call is its child). */
+export function tracedGrantor(grantor: TokenGrantor): TokenGrantor {
+  if (!spansEnabled()) return grantor;
+  return {
+    requestToken: (client, credentials) =>
+      inSpan('provider.token_request', { 'token_broker.client': client.id }, () =>
+        grantor.requestToken(client, credentials),
+      ),
+  };
+}
