@@ -21,6 +21,7 @@ async function main(): Promise<void> {
     throw err;
   }
   const logger = createLogger(config.log.level);
+  startupLogger = logger;
   const app = await createBrokerApp(config, logger);
   await app.listen({ port: config.http.port, host: config.http.host });
   logger.info(
@@ -53,9 +54,15 @@ async function main(): Promise<void> {
   process.once('SIGINT', shutdown);
 }
 
+/** The logger once the configuration is read: a start-up failure after that is a JSON line. */
+let startupLogger: ReturnType<typeof createLogger> | undefined;
+
 main().catch((err: unknown) => {
-  process.stderr.write(
-    `token broker failed to start: ${err instanceof Error ? err.message : String(err)}\n`,
-  );
-  process.exit(1);
+  const message = `token broker failed to start: ${err instanceof Error ? err.message : String(err)}`;
+  if (startupLogger === undefined) {
+    process.stderr.write(`${message}\n`);
+    process.exit(1);
+  }
+  startupLogger.fatal(message);
+  startupLogger.flush(() => process.exit(1));
 });
