@@ -71,7 +71,7 @@ export interface OrdersBenchOptions {
 
 const CREDENTIALS = { client_id: 'bench-merchant', client_secret: 'bench-secret-value' };
 
-/** A create-order body shaped like the provider plugin's (SPEC.md), about 600 bytes. */
+/** A create-order body shaped like the provider's own storefront plugin's, about 600 bytes. */
 const ORDER = JSON.stringify({
   merchantConfig: {
     cancelUrl: 'https://shop.example.test/checkout/cancel',

@@ -10,10 +10,11 @@ import {
   type RequestBody,
 } from './emulator-http-server';
 
-/** SPEC.md §1. */
+/** The provider's token endpoint (below `{auth_url}`). */
 export const PROVIDER_TOKEN_PATH = '/api/auth/v1/oauth/token';
 /**
- * SPEC.md §2: the documented orders path, then the one the provider's own plugin posts to.
+ * The provider's create-order paths (below `{base_url}`): the documented one, then the one the
+ * provider's own plugin posts to.
  * Both are served so the broker's configurable orders path can be tested either way.
  */
 export const PROVIDER_ORDERS_PATHS: readonly string[] = [
@@ -41,16 +42,16 @@ export interface ProviderKnobs {
   /**
    * Lifetime of issued tokens, which the orders endpoint enforces and `expires_in` reports.
    * Zero or negative issues tokens that are already expired.
-   * @default 1800 (SPEC.md: 30 minutes)
+   * @default 1800 (the provider's documented lifetime: 30 minutes)
    */
   tokenLifetimeSeconds: number;
   /**
    * How `expires_in` appears in the token response: a JSON number, a numeric string (seen in
-   * the wild) or absent (SPEC.md: optional).
+   * the wild) or absent (the provider does not document it: optional).
    * @default 'number'
    */
   expiresIn: 'number' | 'string' | 'omit';
-  /** `token_type` value; `null` omits it (SPEC.md: optional). @default 'Bearer' */
+  /** `token_type` value; `null` omits it (the provider leaves it optional). @default 'Bearer' */
   tokenType: string | null;
   /** Delay before answering the token endpoint, failures included. @default 0 */
   tokenLatencyMs: number;
@@ -149,9 +150,9 @@ function emptyStats(): ProviderStats {
 }
 
 /**
- * The financing provider of SPEC.md over real HTTP, in process: the client-credentials token
- * endpoint and the create-order endpoint, with knobs for the response shapes SPEC.md leaves
- * open and for faults (latency, error statuses, hangs, resets, garbage bodies).
+ * The financing provider's interface over real HTTP, in process: the client-credentials token
+ * endpoint and the create-order endpoint, with knobs for the response shapes its documentation
+ * leaves open and for faults (latency, error statuses, hangs, resets, garbage bodies).
  *
  * It deliberately does no idempotency on orders: every accepted request creates an order, so
  * a duplicate the broker lets through shows up in `stats.orders`.
@@ -333,7 +334,8 @@ export class ProviderEmulator {
       return;
     }
     if (body.bytes.length > 0) {
-      // Stock OAuth libraries put grant_type in a form body; SPEC.md §1 says no body.
+      // Stock OAuth libraries put grant_type in a form body; the provider documents it in the
+      // query string, with no body.
       sendJson(
         res,
         400,
@@ -390,8 +392,9 @@ export class ProviderEmulator {
   }
 
   /**
-   * RFC 6749 §2.3.1 says id and secret are form-urlencoded before Basic encoding, but SPEC.md
-   * just says `base64(client_id:client_secret)` and the provider's plugin does not encode.
+   * RFC 6749 §2.3.1 says id and secret are form-urlencoded before Basic encoding, but the
+   * provider's documentation just says `base64(client_id:client_secret)` and its plugin does not
+   * encode.
    * Both spellings are accepted; they only differ for credentials with special characters.
    */
   private authenticateClient(

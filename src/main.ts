@@ -23,6 +23,7 @@ async function main(): Promise<void> {
     throw err;
   }
   const logger = createLogger(config.log.level);
+  startupLogger = logger;
   // Tracing first: its instrumentations hook ioredis, undici and the AWS SDK as they load, so
   // the app (which loads them) is imported only afterwards.
   const stopTracing = await startTracing(process.env);
@@ -74,9 +75,15 @@ async function main(): Promise<void> {
   process.once('SIGINT', shutdown);
 }
 
+/** The logger once the configuration is read: a start-up failure after that is a JSON line. */
+let startupLogger: ReturnType<typeof createLogger> | undefined;
+
 main().catch((err: unknown) => {
-  process.stderr.write(
-    `token broker failed to start: ${err instanceof Error ? err.message : String(err)}\n`,
-  );
-  process.exit(1);
+  const message = `token broker failed to start: ${err instanceof Error ? err.message : String(err)}`;
+  if (startupLogger === undefined) {
+    process.stderr.write(`${message}\n`);
+    process.exit(1);
+  }
+  startupLogger.fatal(message);
+  startupLogger.flush(() => process.exit(1));
 });

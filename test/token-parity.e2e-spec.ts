@@ -115,7 +115,12 @@ describe('GET /token parity: fast path and Fastify route', () => {
       auth,
     ],
     ['no client named (400)', '/token?min_ttl=0', '/token?min_ttl=%30', auth],
-    ['an unknown client (404)', '/token?client=nope', '/token?client=nop%65', auth],
+    [
+      'an unknown client (403 to a caller not granted it, as for one that exists)',
+      '/token?client=nope',
+      '/token?client=nop%65',
+      auth,
+    ],
     [
       'a bad min_ttl (400)',
       '/token?client=acme-preprod&min_ttl=abc',

@@ -1,4 +1,4 @@
-import { BrokerException } from '../errors/broker.exception';
+import { BrokerException, type BrokerExceptionOptions } from '../errors/broker.exception';
 
 export enum CallerAuthErrorCode {
   /** No credential, a malformed one, or one that does not verify. */
@@ -10,4 +10,21 @@ export enum CallerAuthErrorCode {
 }
 
 /** A caller that cannot be admitted: unauthenticated, not granted the client, or not checkable now. */
-export class CallerAuthException extends BrokerException<CallerAuthErrorCode> {}
+export class CallerAuthException extends BrokerException<CallerAuthErrorCode> {
+  /**
+   * What the audit line records besides the code, where the answer hides it from the caller:
+   * for a client outside the caller's grant, `client` when it is configured, else
+   * `reason: 'unknown_client'`.
+   */
+  readonly audit: { readonly client?: string; readonly reason?: string };
+
+  constructor(
+    code: CallerAuthErrorCode,
+    message: string,
+    options: BrokerExceptionOptions & { audit?: { client?: string; reason?: string } } = {},
+  ) {
+    const { audit, ...rest } = options;
+    super(code, message, rest);
+    this.audit = audit ?? {};
+  }
+}

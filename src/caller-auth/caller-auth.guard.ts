@@ -28,7 +28,8 @@ const SEEN = new WeakMap<FastifyRequest, Seen>();
 /**
  * Caller authentication for every route that acts for a client, with the same rules and order
  * of checks as `GET /token`: the `Authorization` header (401), then `?client=` resolved like the
- * token route resolves it (400 when ambiguous, 404 when unknown), then the caller's grant (403).
+ * token route resolves it: outside the caller's grant 403 (configured or not, so that a caller
+ * cannot enumerate clients), 400 when ambiguous, 404 when granted but not configured.
  *
  * Use it on a Nest controller with `@UseGuards(CallerAuthGuard)`, or call {@link authorize} from
  * a raw Fastify `onRequest` hook, so that a request is refused before its body is read. Either
@@ -52,7 +53,7 @@ export class CallerAuthGuard implements CanActivate {
     SEEN.set(req, seen);
     const caller = await this.auth.authenticate(req.headers.authorization);
     seen.caller = caller;
-    const clientId = this.resolveClient(clientParam(req.query));
+    const clientId = this.resolveClient(clientParam(req.query), caller);
     seen.clientId = clientId;
     assertMayUse(caller, clientId);
     seen.authorized = true;

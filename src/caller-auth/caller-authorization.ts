@@ -1,12 +1,33 @@
 import type { Caller } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 
-/** Throws 403 unless `caller` may use `clientId`. */
-export function assertMayUse(caller: Caller, clientId: string): void {
-  if (caller.clients === '*' || caller.clients.has(clientId)) return;
+/** What a configured client id looks like; anything else is not echoed back to the caller. */
+export const CLIENT_ID_SHAPE = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+/** Whether `caller`'s grant covers `clientId` (configured or not). */
+export function mayUse(caller: Caller, clientId: string): boolean {
+  return caller.clients === '*' || caller.clients.has(clientId);
+}
+
+/**
+ * Throws 403 `forbidden` unless `caller` may use `clientId`.
+ *
+ * The answer is the same whether the client is configured or not (`configured` only reaches
+ * the audit line): an authenticated caller must not learn which clients exist beyond its own
+ * grant by comparing answers. 403 rather than 404 because that is what the caller can act on
+ * (ask for a grant) and what the contract says for "not allowed"; a client inside the grant
+ * that is not configured still answers 404 `unknown_client` (the grant names it, so nothing
+ * is revealed, and it is a configuration mistake to fix).
+ */
+export function assertMayUse(caller: Caller, clientId: string, configured = true): void {
+  if (mayUse(caller, clientId)) return;
+  // Caller input of any length or content (an access token pasted into the wrong parameter)
+  // must not come back in bodies or logs.
+  const named = CLIENT_ID_SHAPE.test(clientId) ? `"${clientId}"` : 'with the requested id';
   throw new CallerAuthException(
     CallerAuthErrorCode.Forbidden,
-    `caller "${caller.name}" may not use client "${clientId}"; ask the platform team to grant it`,
+    `caller "${caller.name}" may not use client ${named}; ask the platform team to grant it`,
+    { audit: configured ? { client: clientId } : { reason: 'unknown_client' } },
   );
 }
 

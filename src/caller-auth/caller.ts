@@ -21,9 +21,10 @@ export const CALLER_AUTHENTICATOR = 'TOKEN_BROKER:CALLER_AUTHENTICATOR';
 
 /**
  * Resolves a request's `?client=` (absent: the sole configured client) to a configured client
- * id, or throws the token domain's 400/404 problem. Provided by the token module, so caller
+ * id `caller` may use, or throws the token domain's 400/404 problem or the 403 `forbidden` one
+ * (for a client outside the grant, configured or not). Provided by the token module, so caller
  * admission uses the token route's own resolution without depending on the token folder.
  */
-export type ClientResolver = (requested: string | undefined) => string;
+export type ClientResolver = (requested: string | undefined, caller: Caller) => string;
 
 export const CLIENT_RESOLVER = 'TOKEN_BROKER:CLIENT_RESOLVER';

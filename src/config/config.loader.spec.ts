@@ -31,7 +31,7 @@ function tempFile(name: string, content: string): string {
 }
 
 describe(loadConfig.name, () => {
-  it('builds one default client from the DESIGN.md variables, with documented defaults', () => {
+  it('builds one default client from the contract environment variables, with documented defaults', () => {
     const cfg = loadConfig(BASE);
     expect(cfg.clients).toEqual([
       {

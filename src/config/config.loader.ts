@@ -7,8 +7,9 @@ import { type BrokerConfig, brokerConfigSchema } from './config.schema';
 type Path = readonly (string | number)[];
 
 /**
- * Environment variables and where each lands in the config. The first block is the contract
- * from DESIGN.md; the rest are operational knobs with the same precedence (env over file).
+ * Environment variables and where each lands in the config. The first block is the broker's
+ * fixed contract (names deployments rely on: never rename them); the rest are operational knobs
+ * with the same precedence (env over file).
  */
 export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'PORT', path: ['http', 'port'] },

@@ -4,9 +4,9 @@ import { z } from 'zod';
  * The broker's configuration, validated once at start-up.
  *
  * Two sources feed it (see `config.loader.ts`): environment variables for the one-client case
- * (names fixed by DESIGN.md) and an optional YAML/JSON file (`BROKER_CONFIG_FILE`) for many
- * clients and callers. This file only describes the *shape* and defaults; nothing here reads
- * the environment.
+ * (names fixed by the broker's contract) and an optional YAML/JSON file (`BROKER_CONFIG_FILE`)
+ * for many clients and callers. This file only describes the *shape* and defaults; nothing here
+ * reads the environment.
  *
  * Secret *values* never live here: credentials and keys are referenced by a Secrets Manager id
  * or a file path, so a printed or logged config cannot leak them.
@@ -19,7 +19,8 @@ const httpUrl = z
   .refine((v) => URL.canParse(v) && /^https?:\/\/[^/]/.test(v), {
     message: 'must be an absolute http:// or https:// URL',
   })
-  // A trailing slash would produce `//api/...` when joined with the SPEC paths.
+  // A trailing slash would produce `//api/...` when joined with the provider's paths
+  // (`/api/auth/v1/oauth/token`, `/api/checkout/v1/orders`).
   .transform((v) => v.replace(/\/+$/, ''));
 
 const path = z

@@ -7,6 +7,7 @@ import {
   callerContext,
   partialCallerContext,
 } from '../caller-auth/caller-auth.guard';
+import { CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
@@ -127,7 +128,7 @@ export class OrdersRoute implements OnModuleInit {
     audit: OrderAudit = { attempts: 0 },
   ): FastifyReply {
     const { problem } = toProblem(err);
-    this.log(req, reply, audit, problem.status, problem.code);
+    this.log(req, reply, audit, problem.status, problem.code, hiddenFrom(err));
     if (this.closing) reply.header('connection', 'close');
     return sendProblem(reply, err, req.id);
   }
@@ -138,9 +139,12 @@ export class OrdersRoute implements OnModuleInit {
     audit: OrderAudit,
     status: number,
     result: string,
+    hidden: { client?: string; reason?: string } = {},
   ): void {
     if (!this.line.enabled) return;
-    const { caller, clientId } = partialCallerContext(req);
+    const seen = partialCallerContext(req);
+    const caller = seen.caller;
+    const clientId = seen.clientId ?? hidden.client;
     const field = AuditLineWriter.field;
     // Fields the broker does not know (yet) are left out, as pino leaves out `undefined`.
     this.line.write(
@@ -154,6 +158,7 @@ export class OrdersRoute implements OnModuleInit {
         field('attempts', audit.attempts) +
         field('status', status) +
         field('result', result) +
+        (hidden.reason !== undefined ? field('reason', hidden.reason) : '') +
         field('durationMs', Math.round(reply.elapsedTime * 10) / 10),
     );
   }
@@ -202,4 +207,9 @@ function withoutTraceContext(headers: OrderHeaders): OrderHeaders {
     ),
   );
   return { ...headers, forward };
+}
+
+/** What the audit line records besides the answered code (see `CallerAuthException.audit`). */
+function hiddenFrom(err: unknown): { client?: string; reason?: string } {
+  return err instanceof CallerAuthException ? err.audit : {};
 }

@@ -5,7 +5,11 @@ import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { parseRetryAfter, readCapped, translateTransportError } from './provider-http';
 import { type GrantedToken, parseTokenResponse } from './token-response.parser';
 
-/** SPEC.md §1: the token endpoint path below `{auth_url}`. */
+/**
+ * The provider's token endpoint path, appended to a client's `authUrl` (`{auth_url}`): with
+ * `authUrl: https://partner.upgrade.com` the broker requests
+ * `https://partner.upgrade.com/api/auth/v1/oauth/token`.
+ */
 export const TOKEN_PATH = '/api/auth/v1/oauth/token';
 
 /** The provider's token endpoint, as the token service sees it. */
@@ -15,7 +19,7 @@ export interface TokenGrantor {
 }
 
 /**
- * Client-credentials grant exactly as SPEC.md §1 has it: `POST` with `grant_type` in the
+ * Client-credentials grant exactly as the provider documents it: `POST` with `grant_type` in the
  * **query string**, HTTP Basic client authentication and no body. Stock OAuth clients send
  * the grant in a form body, which this provider does not document, so this is hand-written.
  */

@@ -54,7 +54,7 @@ describe(CheckoutClient.name, () => {
       headers: { 'idempotency-key': 'k-1', 'x-request-id': 'r-1' },
     });
 
-  it("sends SPEC.md §2's request and returns the answer's status, type and bytes", async () => {
+  it("sends the provider's create-order request, returns the answer's status, type, bytes", async () => {
     let seen: {
       method?: string;
       url?: string;

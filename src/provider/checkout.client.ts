@@ -12,7 +12,7 @@ export interface CheckoutRequest {
   readonly body: Buffer;
   /**
    * Headers to pass on (idempotency key, request id, trace context), names lowercased. The
-   * adapter adds SPEC.md §2's own headers and the bearer token.
+   * adapter adds the provider's own create-order headers and the bearer token.
    */
   readonly headers: Readonly<Record<string, string>>;
 }
@@ -75,8 +75,9 @@ export function createCheckoutAgent(settings: OrdersSettings): Agent {
 }
 
 /**
- * SPEC.md §2: `POST {base_url}{ordersPath}` with `Content-Type: application/json`,
- * `Accept: application/json` and the bearer token; the body is passed through untouched.
+ * The provider's create-order call: `POST {base_url}{ordersPath}` with
+ * `Content-Type: application/json`, `Accept: application/json` and the bearer token; the body
+ * is passed through untouched.
  *
  * It never retries: a POST that may have reached the provider must not be sent twice, and the
  * one safe retry (after a 401, which the provider refused) is the orders service's decision.

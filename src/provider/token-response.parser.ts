@@ -19,10 +19,10 @@ const MAX_TOKEN_LENGTH = 8192;
 const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/;
 
 /**
- * Parses a token endpoint body leniently in what it accepts (SPEC.md: only `access_token` is
- * certain; `token_type` and `expires_in` optional, `expires_in` possibly a numeric string) and
- * strictly in what it passes on. Throws {@link ProviderException} `MalformedResponse` with a
- * message that describes the body's shape, never its content.
+ * Parses a token endpoint body leniently in what it accepts (the provider's interface: only
+ * `access_token` is certain; `token_type` and `expires_in` optional, `expires_in` possibly a
+ * numeric string) and strictly in what it passes on. Throws {@link ProviderException}
+ * `MalformedResponse` with a message that describes the body's shape, never its content.
  */
 export function parseTokenResponse(
   body: string,

@@ -48,4 +48,17 @@ describe(RedisStateTracker.name, () => {
     expect(t.succeeded(true)).toBe(true);
     expect(lines).toEqual(['misconfigured', 'up']);
   });
+
+  it('logs a replica started while Redis is unreachable as down once, on its first connection error', () => {
+    const { t, lines } = tracker();
+    // Commands failing before the connection says why are not the transition yet.
+    t.failed(stream);
+    expect(lines).toEqual([]);
+    for (let i = 0; i < 100; i++) t.failed(refused, true);
+    for (let i = 0; i < 100; i++) t.failed(stream);
+    expect(lines).toEqual(['down']);
+    t.succeeded();
+    t.failed(refused, true);
+    expect(lines).toEqual(['down', 'up', 'down']);
+  });
 });

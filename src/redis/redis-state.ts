@@ -20,6 +20,12 @@ export class RedisStateTracker {
   private current: RedisState = 'down';
   private currentProblem?: RedisProblem;
   private everUp = false;
+  /**
+   * Whether the current `down` was logged. The tracker starts `down` without a line: the first
+   * connection error of a replica started while Redis is unreachable is that transition, and
+   * it is logged then (the README's "warn once per outage" holds from start-up on).
+   */
+  private downLogged = false;
   /** The last connection-level error since Redis was last up: the real reason for a failure. */
   private lastConnectionReason?: string;
 
@@ -81,11 +87,12 @@ export class RedisStateTracker {
       );
       return;
     }
-    if (this.current === 'down') return;
+    if (this.current === 'down' && (this.downLogged || !connectionError)) return;
     if (this.current === 'misconfigured' && !(connectionError && isOutage(cause))) return;
-    const from = this.current;
+    const from = this.current === 'down' ? 'starting' : this.current;
     this.current = 'down';
     this.currentProblem = undefined;
+    this.downLogged = true;
     this.logger.warn(
       // A command's own error is often only "Stream isn't writeable": the connection's says why.
       {

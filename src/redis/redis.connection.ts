@@ -156,8 +156,42 @@ export function createRedisConnection(
   secrets: RedisSecrets = {},
 ): RedisClient {
   const plan = connectionPlan(settings, role, secrets);
-  if (plan.kind === 'cluster') return new Cluster(plan.nodes, plan.options);
-  return plan.url === undefined ? new Redis(plan.options) : new Redis(plan.url, plan.options);
+  const client =
+    plan.kind === 'cluster'
+      ? new Cluster(plan.nodes, plan.options)
+      : plan.url === undefined
+        ? new Redis(plan.options)
+        : new Redis(plan.url, plan.options);
+  // The connection starts at once, but its owner (the token store) is built later, after the
+  // cache key is read, maybe from Secrets Manager. An error in between with no listener would
+  // make ioredis print a raw "[ioredis] Unhandled error event" line to stderr, the only
+  // non-JSON line the broker wrote. Keep the last one for the owner instead (see
+  // `takeEarlyError`).
+  const early: EarlyErrors = { listener: (err: unknown) => (early.last = err) };
+  client.on('error', early.listener);
+  client.on('node error', early.listener);
+  earlyErrors.set(client, early);
+  return client;
+}
+
+interface EarlyErrors {
+  last?: unknown;
+  readonly listener: (err: unknown) => void;
+}
+
+const earlyErrors = new WeakMap<RedisClient, EarlyErrors>();
+
+/**
+ * For the owner of a connection, once its own `error` listener is attached: stops keeping
+ * errors and returns the last one reported before, if any.
+ */
+export function takeEarlyError(client: RedisClient): unknown {
+  const early = earlyErrors.get(client);
+  if (early === undefined) return undefined;
+  earlyErrors.delete(client);
+  client.off('error', early.listener);
+  client.off('node error', early.listener);
+  return early.last;
 }
 
 function clusterOptions(node: RedisOptions): ClusterOptions {
@@ -200,14 +234,30 @@ export function parseHostPort(value: string): { host: string; port: number } {
  * Closes a connection politely (QUIT, so pending replies arrive) and then for good: in mode
  * `sentinel`, QUIT alone leaves the failover detector's sentinel subscriptions open, which
  * would keep the process alive after shutdown.
+ *
+ * QUIT is only sent on a connection that is up, and only waited for `quitTimeoutMs`: on a
+ * connection still (re)connecting, ioredis queues QUIT behind whatever waits in the offline
+ * queue (the subscriber's SUBSCRIBE), and that queue only drains once Redis answers. A replica
+ * started while Redis was unreachable then never finished shutting down.
  */
-export async function closeRedisClient(client: RedisClient): Promise<void> {
-  try {
-    await client.quit();
-  } catch {
-    // Already closed or unreachable: nothing left to say goodbye to.
+export async function closeRedisClient(client: RedisClient, quitTimeoutMs = 1000): Promise<void> {
+  if (client.status === 'ready') {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        client.quit(),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, quitTimeoutMs);
+        }),
+      ]);
+    } catch {
+      // Already closed or unreachable: nothing left to say goodbye to.
+    } finally {
+      clearTimeout(timer);
+    }
   }
-  // Only what QUIT left open (the sentinel subscriptions): disconnecting a client that QUIT
-  // already ended was seen to keep the process alive.
+  // Whatever QUIT left open (the sentinel subscriptions, a connection that never came up, a
+  // QUIT without answer): disconnecting a client that QUIT already ended was seen to keep the
+  // process alive, hence the check.
   if (client.status !== 'end') client.disconnect();
 }

@@ -16,7 +16,7 @@ import type {
 import { TokenStoreErrorCode, TokenStoreException } from '../token/token-store.exception';
 import { RedisClockOffset } from './redis-clock';
 import { redisKeys } from './redis.constants';
-import { closeRedisClient, type RedisClient } from './redis.connection';
+import { closeRedisClient, type RedisClient, takeEarlyError } from './redis.connection';
 import { type RedisState, RedisStateTracker, type StateLogger } from './redis-state';
 
 /**
@@ -255,6 +255,9 @@ export class RedisTokenStore implements TokenStore {
       client.on('error', onConnectionError);
       // A Cluster reports its nodes' errors separately from its own.
       client.on('node error', onConnectionError);
+      // One reported before this store existed (see createRedisConnection).
+      const early = takeEarlyError(client);
+      if (early !== undefined) onConnectionError(early);
     }
     // Every reconnection counts as a recovery, even when no command failed in between (a blip
     // shorter than the ping interval): Redis may have restarted empty, and the replicas must

@@ -186,11 +186,13 @@ export class OAuthTokenRoute implements OnModuleInit {
 
   /** `resource` / `audience` / `scope` as a configured client; none: the one implied. */
   private clientFor(caller: Caller, request: OAuthTokenRequest): string {
-    if (request.target !== undefined) return this.tokens.resolveClient(request.target.value);
-    if (caller.clients !== '*' && caller.clients.size === 1) {
-      return this.tokens.resolveClient([...caller.clients][0]);
+    if (request.target !== undefined) {
+      return this.tokens.resolveClient(request.target.value, caller);
     }
-    return this.tokens.resolveClient(undefined);
+    if (caller.clients !== '*' && caller.clients.size === 1) {
+      return this.tokens.resolveClient([...caller.clients][0], caller);
+    }
+    return this.tokens.resolveClient(undefined, caller);
   }
 
   private issue(record: TokenRecord, reply: FastifyReply): FastifyReply {
@@ -216,7 +218,14 @@ export class OAuthTokenRoute implements OnModuleInit {
     if (oauth.code === OAuthErrorCode.ServerError) {
       this.logger.error({ err, reqId: req.id }, 'unhandled error');
     }
-    this.responder.auditRefused(req.id, progress.caller, progress.clientId, oauth.code);
+    const hidden = err instanceof CallerAuthException ? err.audit : {};
+    this.responder.auditRefused(
+      req.id,
+      progress.caller,
+      progress.clientId ?? hidden.client,
+      oauth.code,
+      hidden.reason,
+    );
     const headers: Record<string, string> = {
       'content-type': 'application/json; charset=utf-8',
       'cache-control': 'no-store',

@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { Inject, Injectable } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
+import { CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { assertMayUse } from '../caller-auth/caller-authorization';
 import { PROBLEM_CONTENT_TYPE, toProblem } from '../http/problem';
 import { RequestErrorCode, RequestException } from '../http/request.exception';
@@ -122,8 +123,12 @@ export class TokenResponder {
     caller: Caller | undefined,
     clientId: string | undefined,
     result: string,
+    reason?: string,
   ): void {
-    this.audit.info({ reqId, caller: caller?.name, client: clientId, result }, 'token refused');
+    this.audit.info(
+      { reqId, caller: caller?.name, client: clientId, result, reason },
+      'token refused',
+    );
   }
 
   private serve(
@@ -134,8 +139,7 @@ export class TokenResponder {
   ): TokenAnswer | Promise<TokenAnswer> {
     let clientId: string | undefined;
     try {
-      clientId = this.tokens.resolveClient(single(query, 'client'));
-      assertMayUse(caller, clientId);
+      clientId = this.tokens.resolveClient(single(query, 'client'), caller);
       const minMs = parseMinTtl(single(query, 'min_ttl')) * 1000;
       const hit = this.tokens.peek(clientId, minMs);
       if (hit) return this.issue(caller, clientId, hit, reqId);
@@ -211,8 +215,17 @@ export class TokenResponder {
     if (problem.status >= 500 && problem.code === 'internal_error') {
       this.logger.error({ err, reqId }, 'unhandled error');
     }
+    // A client outside the caller's grant is refused alike whether it exists or not; the
+    // audit line still says which (`reason`).
+    const hidden = err instanceof CallerAuthException ? err.audit : {};
     this.audit.info(
-      { reqId, caller: caller?.name, client: clientId, result: problem.code },
+      {
+        reqId,
+        caller: caller?.name,
+        client: clientId ?? hidden.client,
+        result: problem.code,
+        reason: hidden.reason,
+      },
       'token refused',
     );
     const body = Buffer.from(JSON.stringify(problem));

@@ -29,8 +29,8 @@ import { TokenService } from './token.service';
       inject: [TokenService],
       useFactory:
         (tokens: TokenService): ClientResolver =>
-        (requested) =>
-          tokens.resolveClient(requested),
+        (requested, caller) =>
+          tokens.resolveClient(requested, caller),
     },
   ],
   exports: [TokenService, CLIENT_RESOLVER],

@@ -5,6 +5,8 @@ import {
   type BeforeApplicationShutdown,
 } from '@nestjs/common';
 import type { Logger } from 'pino';
+import type { Caller } from '../caller-auth/caller';
+import { assertMayUse, CLIENT_ID_SHAPE, mayUse } from '../caller-auth/caller-authorization';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { LOGGER } from '../logging/logger';
@@ -20,9 +22,6 @@ import type { TokenRecord } from './token-record';
 import { TOKEN_STORE, type TokenStore } from './token-store';
 import { tracedGrantor, tracedTokenStore } from './traced-ports';
 import { TokenErrorCode, TokenException } from './token.exception';
-
-/** What a configured client id looks like (`config.schema.ts`); other input is not echoed. */
-const CLIENT_ID_SHAPE = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 /**
  * The token layer as every other module sees it: client resolution, a synchronous L1 read for
@@ -111,9 +110,27 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   /**
    * The configured client a request means: `requested` (`?client=`), or the sole client when
    * none is named. Throws 400/404 problems that say what to send.
+   *
+   * With `caller`, it also admits the caller, and answers so that the caller learns nothing
+   * about clients outside its grant: a client it may not use is 403 whether it is configured
+   * or not, and the 400 for a missing `client` lists only the clients it may use.
    */
-  resolveClient(requested: string | undefined): string {
-    return this.manager(requested).client.id;
+  resolveClient(requested: string | undefined, caller?: Caller): string {
+    if (caller !== undefined) {
+      if (requested !== undefined) assertMayUse(caller, requested, this.managers.has(requested));
+      else if (this.soleClient === undefined) {
+        const usable = [...this.managers.keys()].filter((id) => mayUse(caller, id));
+        throw new TokenException(
+          TokenErrorCode.ClientRequired,
+          usable.length > 0
+            ? `several clients are configured; pass ?client=<id> (one of: ${usable.join(', ')})`
+            : `several clients are configured and caller "${caller.name}" may use none of them; ask the platform team to grant one`,
+        );
+      }
+    }
+    const id = this.manager(requested).client.id;
+    if (caller !== undefined) assertMayUse(caller, id);
+    return id;
   }
 
   /**

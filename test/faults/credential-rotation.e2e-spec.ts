@@ -22,7 +22,7 @@ interface Readiness {
 }
 
 /**
- * DESIGN.md: `invalid_client` from the auth server means "reload the credentials once (they may
+ * Design: `invalid_client` from the auth server means "reload the credentials once (they may
  * have been rotated), then fail loudly". Credentials come from Secrets Manager (the real AWS SDK
  * against the emulator), so a rotation needs no restart; with no valid secret anywhere,
  * readiness and the 503s say what to check.

@@ -8,7 +8,7 @@ const AHEAD_S = 4;
 const LOCK_TTL_MS = 800;
 
 /**
- * DESIGN.md "One refresher per fleet": the lock is a lease. A holder that dies after taking
+ * Design, "one refresher per fleet": the lock is a lease. A holder that dies after taking
  * it and before writing the new token must not leave the fleet without one: the lease runs out
  * and another replica refreshes before the old token expires.
  */

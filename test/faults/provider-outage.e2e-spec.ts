@@ -11,7 +11,7 @@ const BACKOFF_MAX_MS = 1000;
 const MAX_ATTEMPTS_PER_REPLICA = 30;
 
 /**
- * DESIGN.md "Provider down": keep serving the current token until it expires, retry with
+ * Design, "provider down": keep serving the current token until it expires, retry with
  * capped exponential backoff and full jitter (the cap shrinking as expiry nears), and answer
  * 503 with Retry-After once no valid token is left.
  */

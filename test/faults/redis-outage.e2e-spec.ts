@@ -24,7 +24,7 @@ const BLACKHOLE_MS = 4000;
 const DOWN_MS = 4000;
 
 /**
- * DESIGN.md "Redis down": serve from L1, refresh per replica (at most once per lifetime),
+ * Design, "Redis down": serve from L1, refresh per replica (at most once per lifetime),
  * report degraded, and resynchronise L2 when Redis returns. Redis sits behind a fault proxy:
  * first blackholed (commands hang until the command timeout), then killed (connections fail
  * at once), for more than two token lifetimes in all, then restarted empty.

@@ -16,7 +16,7 @@ const AHEAD_S = 4;
 const SLOW_ANSWER_MS = 3000;
 
 /**
- * DESIGN.md: the lock is an efficiency lock; if it is ever granted twice, both refreshers fetch,
+ * Design: the lock is an efficiency lock; if it is ever granted twice, both refreshers fetch,
  * and the fenced write guarantees that the older token never overwrites the newer one. The
  * double grant is simulated by deleting the lock key while its holder waits for the provider.
  */

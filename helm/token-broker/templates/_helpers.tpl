@@ -326,6 +326,35 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- if and $v.csi.enabled (not $v.csi.objects) }}
 {{- fail "csi.objects: list at least one secret to mount when csi.enabled is true" }}
 {{- end }}
+{{- /* The image runs with NODE_ENV=production: without these the pod would exit 78 in a loop. */}}
+{{- $env := dict }}
+{{- range $v.extraEnv }}{{ $_ := set $env .name true }}{{ end }}
+{{- $extra := $v.config.extra | default dict }}
+{{- $auth := $extra.callerAuth | default dict }}
+{{- $mode := $auth.mode | default "" | toString }}
+{{- if not (or $mode (hasKey $env "CALLER_AUTH_MODE")) }}
+{{- fail "config.extra.callerAuth.mode is required: the image runs with NODE_ENV=production, where the broker refuses to start (exit 78) without caller authentication. Set api-key (with config.extra.callerAuth.apiKeysSource: {secretId: <ARN of the list of key hashes>}) or kubernetes (with config.extra.callerAuth.kubernetes.jwksUrl, issuer and subjects); see the README's Deploy section" }}
+{{- end }}
+{{- if eq $mode "none" }}
+{{- fail "config.extra.callerAuth.mode none is refused by the broker in production (the image runs with NODE_ENV=production): use api-key or kubernetes" }}
+{{- end }}
+{{- if and (eq $mode "api-key") (not (or $auth.apiKeysSource $auth.apiKeys (hasKey $env "CALLER_API_KEYS_SECRET_ID") (hasKey $env "CALLER_API_KEYS_FILE"))) }}
+{{- fail "config.extra.callerAuth.apiKeysSource is required in mode api-key: {secretId: <Secrets Manager name or ARN of the JSON list of key hashes>} or {file: <mounted path>}" }}
+{{- end }}
+{{- if eq $mode "kubernetes" }}
+{{- $k8s := $auth.kubernetes | default dict }}
+{{- range $key, $envName := dict "jwksUrl" "CALLER_AUTH_JWKS_URL" "issuer" "CALLER_AUTH_ISSUER" "subjects" "CALLER_AUTH_SUBJECTS" }}
+{{- if not (or (get $k8s $key) (hasKey $env $envName)) }}
+{{- fail (printf "config.extra.callerAuth.kubernetes.%s is required in mode kubernetes (see the README's Caller access)" $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and (include "token-broker.redisConfigured" .) (not (($extra.cacheEncryption | default dict).key)) (not (or (hasKey $env "CACHE_KEY_SECRET_ID") (hasKey $env "CACHE_KEY_FILE"))) }}
+{{- fail "config.extra.cacheEncryption.key is required with Redis: the image runs with NODE_ENV=production, where the broker refuses to store the token in Redis unencrypted (exit 78). Set {secretId: <Secrets Manager name or ARN of a base64 32-byte key>} (openssl rand -base64 32) or {file: <mounted path>}" }}
+{{- end }}
+{{- if and $v.tests.tokenFetch.enabled (eq $mode "api-key") (not $v.tests.tokenFetch.apiKeySecret.name) }}
+{{- fail "tests.tokenFetch.apiKeySecret.name is required in mode api-key: a Secret holding a caller API key granted the test client, so that helm test can fetch a token (or set tests.tokenFetch.enabled=false)" }}
+{{- end }}
 {{- end }}
 
 {{/*
