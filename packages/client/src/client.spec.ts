@@ -156,14 +156,14 @@ describe('createBrokerClient', () => {
     });
 
     it('asks again once the token is within the margin of expiry', async () => {
-      broker.script(token('tok-1', 2), token('tok-2', 1800));
+      broker.script(token('tok-1', 4), token('tok-2', 1800));
       const c = client({ refreshAheadMs: 0 });
       expect((await c.getToken({ client: 'acme-prod' })).accessToken).toBe('tok-1');
-      // 2 s token: margin 0.5 s. Before it: cached; inside it: a new request.
-      await sleep(1000);
+      // 4 s token: margin 1 s. Before it: cached; inside it: a new request.
+      await sleep(1500);
       expect((await c.getToken({ client: 'acme-prod' })).accessToken).toBe('tok-1');
       expect(broker.seen).toHaveLength(1);
-      await sleep(700);
+      await sleep(1800);
       expect((await c.getToken({ client: 'acme-prod' })).accessToken).toBe('tok-2');
       expect(broker.seen).toHaveLength(2);
     });
@@ -230,10 +230,10 @@ describe('createBrokerClient', () => {
     });
 
     it('serves a still-valid token when the broker fails inside the margin', async () => {
-      broker.script(token('tok-1', 2), problem(503, 'token_unavailable'));
+      broker.script(token('tok-1', 4), problem(503, 'token_unavailable'));
       const c = client({ refreshAheadMs: 0 });
       await c.getToken({ client: 'acme-prod' });
-      await sleep(1600); // inside the 0.5 s margin, still valid
+      await sleep(3400); // inside the 1 s margin, still valid
       expect((await c.getToken({ client: 'acme-prod' })).accessToken).toBe('tok-1');
       // One try only, since a valid token was in hand: the caller did not wait for retries.
       expect(broker.seen).toHaveLength(2);
