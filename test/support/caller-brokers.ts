@@ -35,6 +35,17 @@ export interface CallerBrokersOptions {
   callers?: Record<string, string[]>;
   /** Also start a broker in caller-auth mode `kubernetes` (a local JWKS issuer). */
   kubernetes?: boolean;
+  /**
+   * Service-account subjects and the clients each may use (mode `kubernetes`).
+   * @default { [CHECKOUT_SA]: ['acme-prod'], [OPS_SA]: ['*'] }
+   */
+  subjects?: Record<string, string[]>;
+  /**
+   * Also configure `initech-prod`, whose credentials the provider refuses (for
+   * `temporarily_unavailable`/503). Without it the brokers become ready and are awaited so.
+   * @default true
+   */
+  unavailableClient?: boolean;
   /** Provider emulator behaviour. */
   knobs?: Partial<ProviderKnobs>;
   /** Added to (or overriding) both brokers' environment. */
@@ -62,8 +73,8 @@ export interface CallerBrokers {
  * (`acme-prod`, `globex-prod`) and refusing a third (`initech-prod`), their secrets and the
  * callers' API-key hashes in a Secrets Manager emulator, a service-account issuer, and real
  * brokers (`node dist/main.js`, run `npm run build` first) with the in-memory token store.
- * Readiness is polled on the two working clients (GET /token answering 200), not
- * /health/ready: initech-prod never gets a token, by design.
+ * With `initech-prod`, readiness is polled on the two working clients (GET /token answering
+ * 200), not /health/ready: initech-prod never gets a token, by design.
  */
 export async function startCallerBrokers(opts: CallerBrokersOptions): Promise<CallerBrokers> {
   const merchant = (prefix: string) => ({
@@ -74,6 +85,7 @@ export async function startCallerBrokers(opts: CallerBrokersOptions): Promise<Ca
   const globex = merchant('globex');
   const initech = { client_id: 'initech-merchant', client_secret: 'not-what-the-provider-knows' };
   const callers = opts.callers ?? { checkout: ['acme-prod'], ops: ['*'] };
+  const withUnavailable = opts.unavailableClient ?? true;
   const keys = Object.fromEntries(Object.keys(callers).map((name) => [name, newKey()]));
   const secretIds = {
     acme: 'token-broker/acme-prod',
@@ -119,14 +131,14 @@ export async function startCallerBrokers(opts: CallerBrokersOptions): Promise<Ca
       clients: [
         client('acme-prod', secretIds.acme),
         client('globex-prod', secretIds.globex),
-        client(UNAVAILABLE_CLIENT, secretIds.initech),
+        ...(withUnavailable ? [client(UNAVAILABLE_CLIENT, secretIds.initech)] : []),
       ],
       callerAuth: {
         kubernetes: {
           jwksUrl: issuer.jwksUrl,
           issuer: issuer.issuer,
           audience: 'token-broker',
-          subjects: { [CHECKOUT_SA]: ['acme-prod'], [OPS_SA]: ['*'] },
+          subjects: opts.subjects ?? { [CHECKOUT_SA]: ['acme-prod'], [OPS_SA]: ['*'] },
         },
       },
     }),
@@ -157,6 +169,9 @@ export async function startCallerBrokers(opts: CallerBrokersOptions): Promise<Ca
         })
       : undefined;
     if (k8sBroker) brokers.push(k8sBroker);
+    if (!withUnavailable) {
+      await Promise.all(brokers.map((b) => b.waitReady()));
+    }
     const wildcard = Object.keys(callers).find((name) => callers[name].includes('*'));
     await waitFor(
       async () => {
