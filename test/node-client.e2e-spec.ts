@@ -111,7 +111,9 @@ describe('@token-broker/client against real brokers', () => {
     console.log(
       `getToken during a broker restart: ${calls.length} calls, p50 ${percentile(ms, 0.5)} ms, p99 ${percentile(ms, 0.99)} ms, max ${Math.max(...ms)} ms`,
     );
-    expect(percentile(ms, 0.99)).toBeLessThan(100);
+    // Far below a request timeout (5 s) or a retry's backoff: nobody waited on the dead broker
+    // (the margin absorbs event-loop stalls of a busy test machine).
+    expect(percentile(ms, 0.99)).toBeLessThan(500);
   });
 
   it('a provider outage: no failed call while a valid token exists, then the next token', async () => {
