@@ -21,8 +21,13 @@ module.exports = {
       testEnvironment: 'node',
       transform: { '^.+\\.ts$': tsJest, ...esmTransform },
       transformIgnorePatterns,
-      // The dev tools' own unit specs run with the app's: `npm test` covers both.
-      testMatch: ['<rootDir>/src/**/*.spec.ts', '<rootDir>/emulator/**/*.spec.ts'],
+      // The dev tools' and workspace packages' own unit specs run with the app's: `npm test`
+      // covers them all.
+      testMatch: [
+        '<rootDir>/src/**/*.spec.ts',
+        '<rootDir>/emulator/**/*.spec.ts',
+        '<rootDir>/packages/*/src/**/*.spec.ts',
+      ],
     },
     {
       displayName: 'e2e',

@@ -5,6 +5,7 @@ import { CallerAuthModule } from './caller-auth/caller-auth.module';
 import { ConfigModule } from './config/config.module';
 import type { BrokerConfig } from './config/config.schema';
 import { HealthModule } from './health/health.module';
+import { OpenApiRoute } from './http/openapi.route';
 import { ProblemFilter } from './http/problem.filter';
 import { LoggingModule } from './logging/logging.module';
 import { MetricsModule } from './metrics/metrics.module';
@@ -36,7 +37,7 @@ export class AppModule {
         OrdersModule.with(token, RedisModule),
         HealthModule.with(token),
       ],
-      providers: [{ provide: APP_FILTER, useClass: ProblemFilter }],
+      providers: [{ provide: APP_FILTER, useClass: ProblemFilter }, OpenApiRoute],
     };
   }
 }

@@ -1,36 +1,20 @@
 import { createHash, createHmac, randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { SignJWT } from 'jose';
-import { ProviderEmulator } from '../emulator/provider-emulator';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
+import type { ServiceAccountIssuer } from '../emulator/service-account-issuer';
+import type { BrokerProcess } from './support/broker-process';
 import {
-  SecretsManagerEmulator,
-  secretsManagerClientEnv,
-} from '../emulator/secrets-manager-emulator';
-import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
+  type CallerBrokers,
+  CHECKOUT_SA,
+  newKey,
+  sha256,
+  startCallerBrokers,
+} from './support/caller-brokers';
 import { waitFor } from './support/wait';
 
-const ACME = {
-  client_id: 'acme-merchant',
-  client_secret: `acme-${randomBytes(12).toString('hex')}`,
-};
-const GLOBEX = {
-  client_id: 'globex-merchant',
-  client_secret: `globex-${randomBytes(12).toString('hex')}`,
-};
-const SECRET_IDS = {
-  acme: 'token-broker/acme-prod',
-  globex: 'token-broker/globex-prod',
-  apiKeys: 'token-broker/caller-api-keys',
-};
-const CHECKOUT_SA = 'system:serviceaccount:shop:checkout';
 const BILLING_SA = 'system:serviceaccount:shop:billing';
 const STRANGER_SA = 'system:serviceaccount:other:stranger';
 
-const newKey = () => randomBytes(32).toString('base64url');
-const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 const b64 = (json: unknown) => Buffer.from(JSON.stringify(json)).toString('base64url');
 
 interface Answer {
@@ -49,19 +33,13 @@ interface Answer {
 jest.setTimeout(60_000);
 
 describe('caller authentication (real brokers)', () => {
-  const checkoutKey = newKey();
-  const opsKey = newKey();
+  let checkoutKey: string;
+  let opsKey: string;
   /** Every credential presented and every token seen: none may appear in a log. */
-  const secretsSeen = new Set<string>([
-    ACME.client_secret,
-    GLOBEX.client_secret,
-    checkoutKey,
-    opsKey,
-  ]);
+  const secretsSeen = new Set<string>();
+  let set: CallerBrokers;
   let provider: ProviderEmulator;
-  let secrets: SecretsManagerEmulator;
   let issuer: ServiceAccountIssuer;
-  let dir: string;
   let apiKeyBroker: BrokerProcess;
   let k8sBroker: BrokerProcess;
 
@@ -83,65 +61,21 @@ describe('caller authentication (real brokers)', () => {
     `Bearer ${await issuer.token(opts)}`;
 
   beforeAll(async () => {
-    provider = await ProviderEmulator.start({
-      credentials: {
-        [ACME.client_id]: ACME.client_secret,
-        [GLOBEX.client_id]: GLOBEX.client_secret,
-      },
+    set = await startCallerBrokers({
+      name: 'caller-auth',
+      kubernetes: true,
+      subjects: { [CHECKOUT_SA]: ['acme-prod'], [BILLING_SA]: ['globex-prod'] },
+      unavailableClient: false,
     });
-    secrets = await SecretsManagerEmulator.start({
-      secrets: {
-        [SECRET_IDS.acme]: JSON.stringify(ACME),
-        [SECRET_IDS.globex]: JSON.stringify(GLOBEX),
-        [SECRET_IDS.apiKeys]: JSON.stringify([
-          { name: 'checkout', sha256: sha256(checkoutKey), clients: ['acme-prod'] },
-          { name: 'ops', sha256: sha256(opsKey), clients: ['*'] },
-        ]),
-      },
-    });
-    issuer = await ServiceAccountIssuer.start();
-    dir = mkdtempSync(join(tmpdir(), 'tb-caller-auth-'));
-    const configFile = join(dir, 'broker.json');
-    const client = (id: string, secretId: string) => ({
-      id,
-      authUrl: provider.url,
-      baseUrl: provider.url,
-      credentials: { secretId },
-    });
-    writeFileSync(
-      configFile,
-      JSON.stringify({
-        clients: [client('acme-prod', SECRET_IDS.acme), client('globex-prod', SECRET_IDS.globex)],
-        callerAuth: {
-          kubernetes: {
-            jwksUrl: issuer.jwksUrl,
-            issuer: issuer.issuer,
-            audience: 'token-broker',
-            subjects: { [CHECKOUT_SA]: ['acme-prod'], [BILLING_SA]: ['globex-prod'] },
-          },
-        },
-      }),
-    );
-    const env = {
-      BROKER_CONFIG_FILE: configFile,
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'debug',
-      ...secretsManagerClientEnv(secrets.url),
-    };
-    [apiKeyBroker, k8sBroker] = await Promise.all([
-      spawnBroker({
-        name: 'api-key-broker',
-        env: { ...env, CALLER_AUTH_MODE: 'api-key', CALLER_API_KEYS_SECRET_ID: SECRET_IDS.apiKeys },
-      }),
-      spawnBroker({ name: 'k8s-broker', env: { ...env, CALLER_AUTH_MODE: 'kubernetes' } }),
-    ]);
-    await Promise.all([apiKeyBroker.waitReady(), k8sBroker.waitReady()]);
+    ({ provider, issuer, apiKeyBroker } = set);
+    k8sBroker = set.k8sBroker!;
+    ({ checkout: checkoutKey, ops: opsKey } = set.keys);
+    // The provider secrets and both API keys.
+    for (const secret of set.secretValues) secretsSeen.add(secret);
   });
 
   afterAll(async () => {
-    await Promise.all([apiKeyBroker?.stop(), k8sBroker?.stop()]);
-    await Promise.all([provider?.close(), secrets?.close(), issuer?.close()]);
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await set?.stop();
   });
 
   describe('good callers', () => {

@@ -1,41 +1,20 @@
 import { execFile } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
 import { get } from 'node:http';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { ProviderEmulator } from '../emulator/provider-emulator';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
+import type { ServiceAccountIssuer } from '../emulator/service-account-issuer';
+import type { BrokerProcess } from './support/broker-process';
 import {
-  SecretsManagerEmulator,
-  secretsManagerClientEnv,
-} from '../emulator/secrets-manager-emulator';
-import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
+  type CallerBrokers,
+  CHECKOUT_SA,
+  JWT_BEARER,
+  newKey,
+  OPS_SA,
+  sha256,
+  startCallerBrokers,
+} from './support/caller-brokers';
 import { waitFor } from './support/wait';
 
-const ACME = {
-  client_id: 'acme-merchant',
-  client_secret: `acme-${randomBytes(12).toString('hex')}`,
-};
-const GLOBEX = {
-  client_id: 'globex-merchant',
-  client_secret: `globex-${randomBytes(12).toString('hex')}`,
-};
-/** A client whose stored secret the provider refuses: no token can ever be had for it. */
-const INITECH = { client_id: 'initech-merchant', client_secret: 'not-what-the-provider-knows' };
-const SECRET_IDS = {
-  acme: 'token-broker/acme-prod',
-  globex: 'token-broker/globex-prod',
-  initech: 'token-broker/initech-prod',
-  apiKeys: 'token-broker/caller-api-keys',
-};
-const CHECKOUT_SA = 'system:serviceaccount:shop:checkout';
-const OPS_SA = 'system:serviceaccount:shop:ops';
-const JWT_BEARER = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
-
-const newKey = () => randomBytes(32).toString('base64url');
-const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 const basic = (id: string, secret: string) =>
   `Basic ${Buffer.from(`${encodeURIComponent(id)}:${encodeURIComponent(secret)}`).toString('base64')}`;
 
@@ -62,12 +41,11 @@ interface Answer {
 jest.setTimeout(60_000);
 
 describe('POST /oauth2/token (real brokers)', () => {
-  const checkoutKey = newKey();
-  const opsKey = newKey();
+  let checkoutKey: string;
+  let opsKey: string;
+  let set: CallerBrokers;
   let provider: ProviderEmulator;
-  let secrets: SecretsManagerEmulator;
   let issuer: ServiceAccountIssuer;
-  let dir: string;
   let apiKeyBroker: BrokerProcess;
   let k8sBroker: BrokerProcess;
 
@@ -99,97 +77,14 @@ describe('POST /oauth2/token (real brokers)', () => {
   const grant = { grant_type: 'client_credentials' };
 
   beforeAll(async () => {
-    provider = await ProviderEmulator.start({
-      credentials: {
-        [ACME.client_id]: ACME.client_secret,
-        [GLOBEX.client_id]: GLOBEX.client_secret,
-        [INITECH.client_id]: 'the-real-initech-secret',
-      },
-    });
-    secrets = await SecretsManagerEmulator.start({
-      secrets: {
-        [SECRET_IDS.acme]: JSON.stringify(ACME),
-        [SECRET_IDS.globex]: JSON.stringify(GLOBEX),
-        [SECRET_IDS.initech]: JSON.stringify(INITECH),
-        [SECRET_IDS.apiKeys]: JSON.stringify([
-          { name: 'checkout', sha256: sha256(checkoutKey), clients: ['acme-prod'] },
-          { name: 'ops', sha256: sha256(opsKey), clients: ['*'] },
-        ]),
-      },
-    });
-    issuer = await ServiceAccountIssuer.start();
-    dir = mkdtempSync(join(tmpdir(), 'tb-oauth-'));
-    const configFile = join(dir, 'broker.json');
-    const client = (id: string, secretId: string) => ({
-      id,
-      authUrl: provider.url,
-      baseUrl: provider.url,
-      credentials: { secretId },
-    });
-    writeFileSync(
-      configFile,
-      JSON.stringify({
-        clients: [
-          client('acme-prod', SECRET_IDS.acme),
-          client('globex-prod', SECRET_IDS.globex),
-          client('initech-prod', SECRET_IDS.initech),
-        ],
-        callerAuth: {
-          kubernetes: {
-            jwksUrl: issuer.jwksUrl,
-            issuer: issuer.issuer,
-            audience: 'token-broker',
-            subjects: { [CHECKOUT_SA]: ['acme-prod'], [OPS_SA]: ['*'] },
-          },
-        },
-      }),
-    );
-    const env = {
-      BROKER_CONFIG_FILE: configFile,
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'debug',
-      ...secretsManagerClientEnv(secrets.url),
-    };
-    [apiKeyBroker, k8sBroker] = await Promise.all([
-      spawnBroker({
-        name: 'oauth-api-key-broker',
-        env: { ...env, CALLER_AUTH_MODE: 'api-key', CALLER_API_KEYS_SECRET_ID: SECRET_IDS.apiKeys },
-      }),
-      spawnBroker({ name: 'oauth-k8s-broker', env: { ...env, CALLER_AUTH_MODE: 'kubernetes' } }),
-    ]);
-    // Not /health/ready: initech-prod never gets a token, by design. Ready enough for these
-    // tests is: both working clients answer GET /token.
-    await Promise.all(
-      [apiKeyBroker].map((b) =>
-        waitFor(
-          async () => {
-            const codes = await Promise.all(
-              ['acme-prod', 'globex-prod'].map(
-                async (c) =>
-                  (
-                    await fetch(`${b.url}/token?client=${c}`, {
-                      headers: { authorization: `Bearer ${opsKey}` },
-                    }).catch(() => ({ status: 0 }))
-                  ).status,
-              ),
-            );
-            return codes.every((s) => s === 200) || undefined;
-          },
-          { timeoutMs: 20_000, what: `${b.name} serving tokens` },
-        ),
-      ),
-    );
-    await waitFor(
-      async () =>
-        (await fetch(`${k8sBroker.url}/health/live`).catch(() => ({ ok: false }))).ok || undefined,
-      { timeoutMs: 20_000, what: 'the kubernetes broker listening' },
-    );
+    set = await startCallerBrokers({ name: 'oauth', kubernetes: true });
+    ({ provider, issuer, apiKeyBroker } = set);
+    k8sBroker = set.k8sBroker!;
+    ({ checkout: checkoutKey, ops: opsKey } = set.keys);
   });
 
   afterAll(async () => {
-    await Promise.all([apiKeyBroker?.stop(), k8sBroker?.stop()]);
-    await Promise.all([provider?.close(), secrets?.close(), issuer?.close()]);
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await set?.stop();
   });
 
   function expectTokenAnswer(res: Answer): void {

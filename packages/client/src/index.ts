@@ -1,3 +1,18 @@
-// The client's public API is written in the `callers` work; this placeholder keeps the
-// workspace buildable until then.
-export {};
+export {
+  createBrokerClient,
+  type BrokerClient,
+  type BrokerClientOptions,
+  type BrokerToken,
+  type CreateOrderOptions,
+  type GetTokenOptions,
+  type OrderResult,
+} from './client';
+export type { CredentialSource } from './credentials';
+export {
+  BrokerAuthError,
+  BrokerError,
+  type BrokerErrorCode,
+  BrokerRequestError,
+  BrokerUnavailableError,
+  OrderOutcomeUnknownError,
+} from './errors';

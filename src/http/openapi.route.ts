@@ -1,0 +1,70 @@
+import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import type { FastifyInstance } from 'fastify';
+import { describedRoutes, OPENAPI_DOCUMENT } from './openapi';
+import { SECURITY_HEADERS } from './security-headers';
+
+/** Where the OpenAPI description is served. */
+export const OPENAPI_PATH = '/openapi.json';
+
+/**
+ * `GET /openapi.json`: the checked-in {@link OPENAPI_DOCUMENT}, serialised once. No caller
+ * authentication: it holds no secret and no configuration value.
+ *
+ * It also watches every route Fastify registers (from construction, before any module
+ * registers one) and, at start-up, logs them at debug level and warns about any route the
+ * document does not describe or any described route nothing serves: the test of the document
+ * reads that line from real broker processes.
+ */
+@Injectable()
+export class OpenApiRoute implements OnModuleInit {
+  private readonly body = JSON.stringify(OPENAPI_DOCUMENT);
+  private readonly registered: string[] = [];
+  private readonly logger = new Logger('OpenApi');
+
+  constructor(private readonly adapterHost: HttpAdapterHost) {
+    this.fastify().addHook('onRoute', (route) => {
+      // HEAD is Fastify's automatic twin of each GET: described by the GET.
+      for (const method of [route.method].flat()) {
+        if (method !== 'HEAD') this.registered.push(`${method} ${route.url}`);
+      }
+    });
+    // Routes registered in encapsulated plugins (orders, the OAuth endpoint) exist only once
+    // Fastify has loaded its plugins: compare then.
+    this.fastify().addHook('onReady', (done) => {
+      this.compare();
+      done();
+    });
+  }
+
+  onModuleInit(): void {
+    this.fastify().route({
+      method: 'GET',
+      url: OPENAPI_PATH,
+      handler: (_req, reply) =>
+        reply
+          .headers({
+            'content-type': 'application/json; charset=utf-8',
+            'cache-control': 'max-age=300',
+            ...SECURITY_HEADERS,
+          })
+          .send(this.body),
+    });
+  }
+
+  private compare(): void {
+    const described = describedRoutes();
+    const undocumented = this.registered.filter((r) => !described.includes(r));
+    const unserved = described.filter((r) => !this.registered.includes(r));
+    this.logger.debug(`routes registered: ${JSON.stringify([...this.registered].sort())}`);
+    if (undocumented.length > 0 || unserved.length > 0) {
+      this.logger.warn(
+        `${OPENAPI_PATH} is out of date: undocumented ${JSON.stringify(undocumented)}, not served ${JSON.stringify(unserved)}`,
+      );
+    }
+  }
+
+  private fastify(): FastifyInstance {
+    return this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
+  }
+}
