@@ -122,8 +122,10 @@ describe('two refreshers racing (the lock granted twice)', () => {
         const storedExp = Number(storedAfterRace[0]);
         const older = toRecord({
           accessToken: 'an-older-token',
-          obtainedAt: storedExp - LIFETIME_S * 1000 - 1000,
-          expiresAt: storedExp - 1000,
+          // Seconds older, not one: a write's own transit time counts towards its expiry, and
+          // on a machine starved enough (load average 12 on 2 cores) it passed a second.
+          obtainedAt: storedExp - LIFETIME_S * 1000 - 5000,
+          expiresAt: storedExp - 5000,
         });
         olderWritten = await store.writeFenced(FLEET_CLIENT, older);
         sameWritten = await store.writeFenced(FLEET_CLIENT, {
