@@ -26,7 +26,16 @@ async function main(): Promise<void> {
   startupLogger = logger;
   // Tracing first: its instrumentations hook ioredis, undici and the AWS SDK as they load, so
   // the app (which loads them) is imported only afterwards.
-  const stopTracing = await startTracing(process.env);
+  let stopTracing: Awaited<ReturnType<typeof startTracing>>;
+  try {
+    stopTracing = await startTracing(process.env);
+  } catch (err) {
+    // An OTEL_* value the broker cannot honour is a configuration error like any other.
+    logger.fatal({ err }, 'tracing is misconfigured');
+    process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
+    logger.flush(() => process.exit(78));
+    return;
+  }
   if (stopTracing) logger.info('OpenTelemetry tracing on (OTEL_* variables)');
   const { createBrokerApp } = await import('./bootstrap');
   const { DrainState } = await import('./health/drain-state');

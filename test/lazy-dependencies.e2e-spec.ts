@@ -15,7 +15,7 @@ const SECRET_ID = 'token-broker/lazy-credentials';
 const SUBJECT = 'system:serviceaccount:shop:checkout';
 const AWS_SDK = /\/node_modules\/@aws-sdk\/client-secrets-manager\//;
 const JOSE = /\/node_modules\/jose\//;
-const OTEL_SDK = /\/node_modules\/@opentelemetry\/(sdk-|instrumentation)/;
+const OTEL_SDK = /\/node_modules\/@opentelemetry\/(sdk-|instrumentation|exporter-)/;
 
 /**
  * A replica loads only what its configuration uses (issue #17): the AWS SDK when a secret is

@@ -12,34 +12,82 @@ export function tracesConfigured(env: NodeJS.ProcessEnv): boolean {
   return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT);
 }
 
+/** The exporters the broker ships: OTLP over HTTP (protobuf or JSON) and the console. */
+type ExporterKind = 'otlp-proto' | 'otlp-json' | 'console';
+
 /**
- * Starts the OpenTelemetry SDK when {@link tracesConfigured}, before the instrumented libraries
- * (ioredis, undici, the AWS SDK) are loaded; otherwise loads nothing. The SDK reads every
- * `OTEL_*` variable itself (endpoint, protocol, headers, sampler, `OTEL_SERVICE_NAME`); the
- * broker adds only its defaults: service name `token-broker`, and no metrics or logs export
- * (metrics are on `/metrics`, logs on stdout) unless asked for.
+ * Which exporter the variables ask for; throws naming the variable for one the broker does not
+ * ship (gRPC, Zipkin, Jaeger), rather than silently exporting nothing.
+ */
+export function exporterKind(env: NodeJS.ProcessEnv): ExporterKind {
+  const exporter = (env.OTEL_TRACES_EXPORTER?.trim() || 'otlp').toLowerCase();
+  if (exporter === 'console') return 'console';
+  if (exporter !== 'otlp') {
+    throw new Error(
+      `OTEL_TRACES_EXPORTER=${exporter} is not supported; use otlp (OTLP over HTTP), console or none`,
+    );
+  }
+  const name = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
+    ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL'
+    : 'OTEL_EXPORTER_OTLP_PROTOCOL';
+  const protocol = (env[name]?.trim() || 'http/protobuf').toLowerCase();
+  if (protocol === 'http/protobuf') return 'otlp-proto';
+  if (protocol === 'http/json') return 'otlp-json';
+  throw new Error(
+    `${name}=${protocol} is not supported; use http/protobuf (the default) or http/json`,
+  );
+}
+
+/**
+ * Starts tracing when {@link tracesConfigured}, before the instrumented libraries (ioredis,
+ * undici, the AWS SDK) are loaded; otherwise loads nothing. The OpenTelemetry packages read the
+ * standard variables themselves (endpoint, headers, timeouts, `OTEL_TRACES_SAMPLER`,
+ * `OTEL_BSP_*`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`); the broker picks the exporter
+ * and names the service `token-broker` unless told otherwise. Traces only: metrics stay on
+ * `/metrics` and logs on stdout. The tracer provider, span processor and exporters are the
+ * SDK's own, not `@opentelemetry/sdk-node`, whose gRPC exporters would ship gRPC and
+ * protobuf.js (and with them `@types/node`) in the image.
  *
- * Returns the SDK's shutdown (flushes pending spans), or undefined when tracing is off.
+ * Returns a shutdown that flushes pending spans, or undefined when tracing is off.
  */
 export async function startTracing(
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<(() => Promise<void>) | undefined> {
   if (!tracesConfigured(env)) return undefined;
-  env.OTEL_SERVICE_NAME ??= 'token-broker';
-  env.OTEL_METRICS_EXPORTER ??= 'none';
-  env.OTEL_LOGS_EXPORTER ??= 'none';
+  const kind = exporterKind(env);
   const [
-    { NodeSDK },
+    { NodeTracerProvider },
+    { BatchSpanProcessor, ConsoleSpanExporter },
+    { detectResources, envDetector, resourceFromAttributes },
+    { registerInstrumentations },
     { UndiciInstrumentation },
     { IORedisInstrumentation },
     { AwsInstrumentation },
   ] = await Promise.all([
-    import('@opentelemetry/sdk-node'),
+    import('@opentelemetry/sdk-trace-node'),
+    import('@opentelemetry/sdk-trace-base'),
+    import('@opentelemetry/resources'),
+    import('@opentelemetry/instrumentation'),
     import('@opentelemetry/instrumentation-undici'),
     import('@opentelemetry/instrumentation-ioredis'),
     import('@opentelemetry/instrumentation-aws-sdk'),
   ]);
-  const sdk = new NodeSDK({
+  const exporter =
+    kind === 'console'
+      ? new ConsoleSpanExporter()
+      : kind === 'otlp-json'
+        ? new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter()
+        : new (await import('@opentelemetry/exporter-trace-otlp-proto')).OTLPTraceExporter();
+  const resource = resourceFromAttributes({ 'service.name': 'token-broker' }).merge(
+    detectResources({ detectors: [envDetector] }),
+  );
+  const provider = new NodeTracerProvider({
+    resource,
+    spanProcessors: [new BatchSpanProcessor(exporter)],
+  });
+  provider.register();
+  registerInstrumentations({
+    tracerProvider: provider,
     instrumentations: [
       new UndiciInstrumentation(),
       // Only commands made inside a broker span (the refresh, orders): the health pings and
@@ -48,7 +96,6 @@ export async function startTracing(
       new AwsInstrumentation(),
     ],
   });
-  sdk.start();
   enableSpans();
-  return () => sdk.shutdown();
+  return () => provider.shutdown();
 }
