@@ -1,3 +1,5 @@
+// ajv and ajv-formats come with Fastify (its schema compiler), pinned by the lockfile; they
+// are not devDependencies because the image ships them as Fastify's.
 import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import { CallerAuthErrorCode } from '../src/caller-auth/caller-auth.exception';
