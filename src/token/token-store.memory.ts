@@ -25,6 +25,8 @@ export class MemoryTokenStore implements TokenStore {
   private readonly listeners: Array<(e: TokenStoreEvent) => void> = [];
   /** Local epoch ms before which no provider request should be made, per client. */
   private readonly deferredUntil = new Map<string, number>();
+  /** Local epoch ms before which no further token may be requested (the refresh floor). */
+  private readonly heldUntil = new Map<string, number>();
 
   constructor(private readonly now: () => number = Date.now) {}
 
@@ -54,12 +56,14 @@ export class MemoryTokenStore implements TokenStore {
       return false;
     }
     cur.invalidatedAt = this.now();
+    this.heldUntil.delete(clientId);
     this.emit({ type: 'invalidated', clientId, fingerprint });
     return true;
   }
 
   async discardCorrupt(clientId: string): Promise<void> {
     this.entries.delete(clientId);
+    this.heldUntil.delete(clientId);
   }
 
   async tryLock(clientId: string): Promise<RefreshLock | null> {
@@ -76,6 +80,14 @@ export class MemoryTokenStore implements TokenStore {
 
   async refreshDeferral(clientId: string): Promise<number> {
     return Math.max(0, (this.deferredUntil.get(clientId) ?? 0) - this.now());
+  }
+
+  async holdRefreshes(clientId: string, intervalMs: number): Promise<void> {
+    this.heldUntil.set(clientId, this.now() + intervalMs);
+  }
+
+  async refreshHold(clientId: string): Promise<number> {
+    return Math.max(0, (this.heldUntil.get(clientId) ?? 0) - this.now());
   }
 
   async checkContinuity(): Promise<StoreContinuity> {

@@ -62,6 +62,14 @@ export interface TokenStore {
   /** Ms before the fleet may next ask the provider for this client's token (0: now). */
   refreshDeferral(clientId: string): Promise<number>;
   /**
+   * Starts the fleet's refresh floor after a token was granted: no replica asks the provider
+   * for another for `intervalMs` (`TOKEN_MIN_REFRESH_INTERVAL_MS`). {@link invalidate} and
+   * {@link discardCorrupt} lift it: the fleet then has no usable token and needs one now.
+   */
+  holdRefreshes(clientId: string, intervalMs: number): Promise<void>;
+  /** Ms before the refresh floor lets the fleet ask the provider for a new token (0: now). */
+  refreshHold(clientId: string): Promise<number>;
+  /**
    * Whether the store still holds the data this replica saw in it: each call advances a marker
    * that never expires and compares it with the last one this replica saw. Redis that lost its
    * data also lost the idempotency records, so repeats of answered orders could be sent again.
