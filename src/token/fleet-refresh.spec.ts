@@ -324,9 +324,10 @@ describe(FleetRefresh.name, () => {
     });
 
     it('a token too short-lived to serve is neither stored nor returned, and starts the floor', async () => {
-      grantor.lifetimeMs = 999;
+      // Arrives with under 1 s left (the grantor's clock is real time, past the test's `now`).
+      grantor.lifetimeMs = 900;
       const pass = await new FleetRefresh(client, deps).run(ctx);
-      expect(pass).toEqual({ kind: 'unusable', lifetimeMs: 999, retryInMs: FLOOR_MS });
+      expect(pass).toEqual({ kind: 'unusable', lifetimeMs: 900, retryInMs: FLOOR_MS });
       expect(await timed.read(CLIENT)).toEqual({ status: 'absent' });
       expect(await timed.refreshHold(CLIENT)).toBe(FLOOR_MS);
       expect(timed.releases).toBe(1);
