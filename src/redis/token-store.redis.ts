@@ -7,6 +7,7 @@ import { MAX_LIFETIME_SECONDS } from '../provider/token-response.parser';
 import type { TokenCipher } from '../token/token-cipher';
 import type { TokenRecord } from '../token/token-record';
 import type {
+  RefreshHold,
   RefreshLock,
   StoreContinuity,
   StoredToken,
@@ -116,6 +117,16 @@ return delay
 `;
 
 /**
+ * KEYS[1] refresh floor. Returns its PTTL and value (the lifetime of the grant that started it,
+ * ms) in one round trip; a key of another type reads as no lifetime.
+ */
+const REFRESH_HOLD = `
+local left = redis.call('PTTL', KEYS[1])
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return {left, false} end
+return {left, redis.call('GET', KEYS[1])}
+`;
+
+/**
  * KEYS[1] epoch hash. ARGV: an id for a new epoch. Creates the epoch if missing (no TTL: it
  * must only vanish with the data), then advances its sequence. A replica that remembers an id
  * which is gone saw the data lost; one that gets a sequence not above the last it saw saw the
@@ -178,6 +189,7 @@ type RedisWithScripts = RedisClient & {
   tbInvalidate(key: string, ...args: (string | number)[]): Promise<number>;
   tbRead(key: string): Promise<'wrongtype' | (string | null)[]>;
   tbDeferRefresh(key: string, delayMs: number): Promise<number>;
+  tbRefreshHold(key: string): Promise<[number, string | false | null]>;
   tbEpochAdvance(key: string, id: string): Promise<[string, number, number]>;
   tbDiscardCorrupt(key: string, floorKey: string, value: string): Promise<number>;
 };
@@ -238,6 +250,7 @@ export class RedisTokenStore implements TokenStore {
     redis.defineCommand('tbInvalidate', { numberOfKeys: 2, lua: INVALIDATE });
     redis.defineCommand('tbRead', { numberOfKeys: 1, lua: READ });
     redis.defineCommand('tbDeferRefresh', { numberOfKeys: 1, lua: DEFER_REFRESH });
+    redis.defineCommand('tbRefreshHold', { numberOfKeys: 1, lua: REFRESH_HOLD });
     redis.defineCommand('tbEpochAdvance', { numberOfKeys: 1, lua: EPOCH_ADVANCE });
     redis.defineCommand('tbDiscardCorrupt', { numberOfKeys: 2, lua: DISCARD_CORRUPT });
     this.redis = redis as RedisWithScripts;
@@ -393,16 +406,26 @@ export class RedisTokenStore implements TokenStore {
     return Math.max(0, left);
   }
 
-  async holdRefreshes(clientId: string, intervalMs: number): Promise<void> {
+  async holdRefreshes(clientId: string, intervalMs: number, lifetimeMs: number): Promise<void> {
     await this.run(() =>
-      this.redis.set(redisKeys.floor(clientId), '1', 'PX', Math.max(1, Math.ceil(intervalMs))),
+      this.redis.set(
+        redisKeys.floor(clientId),
+        String(Math.max(0, Math.round(lifetimeMs))),
+        'PX',
+        Math.max(1, Math.ceil(intervalMs)),
+      ),
     );
   }
 
-  async refreshHold(clientId: string): Promise<number> {
+  async refreshHold(clientId: string): Promise<RefreshHold> {
+    const [left, value] = await this.run(() => this.redis.tbRefreshHold(redisKeys.floor(clientId)));
     // PTTL is -2 (no key) or -1 (no expiry, never set by us): both mean "no floor".
-    const left = await this.run(() => this.redis.pttl(redisKeys.floor(clientId)));
-    return Math.max(0, left);
+    if (!(left > 0)) return { ms: 0 };
+    const lifetimeMs = Number(value);
+    // Anything but a plain number (written by hand, foreign) names no lifetime.
+    return Number.isSafeInteger(lifetimeMs) && lifetimeMs > 0
+      ? { ms: left, lifetimeMs }
+      : { ms: left };
   }
 
   async checkContinuity(clientId: string): Promise<StoreContinuity> {

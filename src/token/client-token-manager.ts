@@ -332,7 +332,9 @@ export class ClientTokenManager {
         });
         if (pass.kind === 'floor') {
           // A token was granted less than the floor ago: the callers it does not satisfy (a
-          // min_ttl near the lifetime, or a lifetime too short) wait for the floor's end.
+          // min_ttl near the lifetime, or a lifetime too short) wait for the floor's end. Its
+          // lifetime tells this replica what the provider grants, even if it was unusable.
+          if (pass.lifetimeMs !== undefined) this.noteLifetime(pass.lifetimeMs);
           delay = pass.retryInMs;
           this.enterBackoff(delay, true);
           waits = 0;

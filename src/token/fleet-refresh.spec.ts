@@ -306,7 +306,7 @@ describe(FleetRefresh.name, () => {
       now += FLOOR_MS - 1;
       // Another replica (its own FleetRefresh) wants a token nobody has good enough.
       const other = await new FleetRefresh(client, deps).run(ctx);
-      expect(other).toEqual({ kind: 'floor', retryInMs: 1 });
+      expect(other).toEqual({ kind: 'floor', retryInMs: 1, lifetimeMs: HOUR });
       expect(grantor.calls).toHaveLength(1);
       expect(timed.releases).toBe(2);
       now += 1;
@@ -329,7 +329,8 @@ describe(FleetRefresh.name, () => {
       const pass = await new FleetRefresh(client, deps).run(ctx);
       expect(pass).toEqual({ kind: 'unusable', lifetimeMs: 900, retryInMs: FLOOR_MS });
       expect(await timed.read(CLIENT)).toEqual({ status: 'absent' });
-      expect(await timed.refreshHold(CLIENT)).toBe(FLOOR_MS);
+      // The other replicas learn the provider's lifetime from the floor.
+      expect(await timed.refreshHold(CLIENT)).toEqual({ ms: FLOOR_MS, lifetimeMs: 900 });
       expect(timed.releases).toBe(1);
     });
 

@@ -66,7 +66,12 @@ export type RefreshPass =
    * through the store, or by this replica while the store is down). `retryInMs`: when the
    * floor ends.
    */
-  | { kind: 'floor'; retryInMs: number }
+  | {
+      kind: 'floor';
+      retryInMs: number;
+      /** Lifetime of the grant that started the floor (another replica's, perhaps unusable). */
+      lifetimeMs?: number;
+    }
   /**
    * The provider granted a token too short-lived to serve (less than the minimum left when it
    * arrived): neither stored nor served. The floor started with it. `lifetimeMs`: its lifetime.
@@ -127,8 +132,8 @@ export class FleetRefresh {
         const deferredMs = await store.refreshDeferral(id);
         if (deferredMs > 0) return { kind: 'deferred', retryInMs: deferredMs };
         // The floor: whatever the lifetime or the callers' min_ttl, one grant per interval.
-        const heldMs = await store.refreshHold(id);
-        if (heldMs > 0) return { kind: 'floor', retryInMs: heldMs };
+        const hold = await store.refreshHold(id);
+        if (hold.ms > 0) return { kind: 'floor', retryInMs: hold.ms, lifetimeMs: hold.lifetimeMs };
         let record: TokenRecord;
         try {
           record = await this.fetch();
@@ -140,7 +145,7 @@ export class FleetRefresh {
           return { kind: 'failed', retryInMs };
         }
         // Started before the lock is released, so the next holder already sees it.
-        await this.holdFleet();
+        await this.holdFleet(record);
         if (!this.servable(record)) return this.unusable(record);
         const shared = await this.publish(record);
         return token(record, true, !shared);
@@ -183,10 +188,14 @@ export class FleetRefresh {
   }
 
   /** Starts the floor, fleet-wide and here (the store may be down by the next pass). */
-  private async holdFleet(): Promise<void> {
+  private async holdFleet(record: TokenRecord): Promise<void> {
     this.lastGrantAt = this.deps.now();
     try {
-      await this.deps.store.holdRefreshes(this.client.id, this.deps.minRefreshIntervalMs);
+      await this.deps.store.holdRefreshes(
+        this.client.id,
+        this.deps.minRefreshIntervalMs,
+        record.expiresAt - record.obtainedAt,
+      );
     } catch (err) {
       noteStoreFailure(this.deps.logger, this.client.id, err);
     }

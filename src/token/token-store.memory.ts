@@ -1,5 +1,6 @@
 import type { TokenRecord } from './token-record';
 import type {
+  RefreshHold,
   RefreshLock,
   StoreContinuity,
   StoredToken,
@@ -26,7 +27,7 @@ export class MemoryTokenStore implements TokenStore {
   /** Local epoch ms before which no provider request should be made, per client. */
   private readonly deferredUntil = new Map<string, number>();
   /** Local epoch ms before which no further token may be requested (the refresh floor). */
-  private readonly heldUntil = new Map<string, number>();
+  private readonly heldUntil = new Map<string, { until: number; lifetimeMs: number }>();
 
   constructor(private readonly now: () => number = Date.now) {}
 
@@ -82,12 +83,14 @@ export class MemoryTokenStore implements TokenStore {
     return Math.max(0, (this.deferredUntil.get(clientId) ?? 0) - this.now());
   }
 
-  async holdRefreshes(clientId: string, intervalMs: number): Promise<void> {
-    this.heldUntil.set(clientId, this.now() + intervalMs);
+  async holdRefreshes(clientId: string, intervalMs: number, lifetimeMs: number): Promise<void> {
+    this.heldUntil.set(clientId, { until: this.now() + intervalMs, lifetimeMs });
   }
 
-  async refreshHold(clientId: string): Promise<number> {
-    return Math.max(0, (this.heldUntil.get(clientId) ?? 0) - this.now());
+  async refreshHold(clientId: string): Promise<RefreshHold> {
+    const hold = this.heldUntil.get(clientId);
+    const ms = Math.max(0, (hold?.until ?? 0) - this.now());
+    return ms > 0 ? { ms, lifetimeMs: hold!.lifetimeMs } : { ms: 0 };
   }
 
   async checkContinuity(): Promise<StoreContinuity> {
