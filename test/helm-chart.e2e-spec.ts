@@ -491,6 +491,7 @@ describe('Helm chart helm/token-broker', () => {
       expect(config.clients.map((c) => c.id)).toEqual(['acme-prod', 'acme-preprod', 'globex-prod']);
       // config.extra is merged in, and wins over the modelled sections.
       expect(config.token.refreshAheadSeconds).toBe(240);
+      expect(config.token.minRefreshIntervalMs).toBe(8000);
       expect(config.token.waitTimeoutMs).toBe(3000);
       expect(config.log.level).toBe('warn');
     });

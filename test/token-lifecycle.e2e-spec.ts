@@ -86,6 +86,8 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
         lockTtlMs: LOCK_TTL_MS,
         backoffBaseMs: 50,
         backoffMaxMs: 1000,
+        // 2 s tokens in some scenarios: the default 5 s floor would make them unservable.
+        minRefreshIntervalMs: 100,
       }),
       ...overrides,
     };

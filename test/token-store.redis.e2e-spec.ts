@@ -286,6 +286,52 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     });
   });
 
+  describe('refresh floor', () => {
+    it('holds the fleet after a grant, on Redis time, until it ends by itself', async () => {
+      const a = newStore();
+      const b = newStore();
+      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      expect(await b.refreshHold(CLIENT)).toEqual({ ms: 0 });
+      await a.holdRefreshes(CLIENT, 300, 1000);
+      const seen = await b.refreshHold(CLIENT);
+      expect(seen.ms).toBeGreaterThan(100);
+      expect(seen.ms).toBeLessThanOrEqual(300);
+      // The grant's lifetime travels with it: every replica can name it in readiness.
+      expect(seen.lifetimeMs).toBe(1000);
+      expect(await b.refreshHold('other')).toEqual({ ms: 0 });
+      await waitFor(async () => (await b.refreshHold(CLIENT)).ms === 0, {
+        timeoutMs: 2000,
+        what: 'the floor to end',
+      });
+    });
+
+    it('is lifted with the token a replica saw rejected, not by a stale rejection', async () => {
+      const a = newStore();
+      const b = newStore();
+      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      const t0 = Date.now();
+      const current = record('current', t0, 60_000);
+      await a.writeFenced(CLIENT, current);
+      await a.holdRefreshes(CLIENT, 60_000, 60_000);
+      // A rejection of an older token changes nothing.
+      await b.invalidate(CLIENT, record('stale', t0 - 1000, 60_000).fingerprint);
+      expect((await a.refreshHold(CLIENT)).ms).toBeGreaterThan(50_000);
+      expect(await b.invalidate(CLIENT, current.fingerprint)).toBe(true);
+      expect(await a.refreshHold(CLIENT)).toEqual({ ms: 0 });
+    });
+
+    it('is lifted when a corrupt value is discarded (the fleet has no usable token)', async () => {
+      const a = newStore();
+      await a.waitUntilReady(2000);
+      await raw.hset(redisKeys.token(CLIENT), { exp: 'soon', val: 'garbage' });
+      await a.holdRefreshes(CLIENT, 60_000, 60_000);
+      expect((await a.read(CLIENT)).status).toBe('corrupt');
+      await a.discardCorrupt(CLIENT);
+      expect(await a.refreshHold(CLIENT)).toEqual({ ms: 0 });
+      expect(await raw.exists(redisKeys.token(CLIENT))).toBe(0);
+    });
+  });
+
   describe('continuity (did Redis lose its data?)', () => {
     it('says "kept" while the data stays, "lost" once it is gone, for every replica', async () => {
       const a = newStore();

@@ -190,7 +190,11 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
 
   it('re-reads rotated credentials when the provider refuses the old ones', async () => {
     provider.setKnobs({ tokenLifetimeSeconds: 4 });
-    const b = await broker({ TOKEN_REFRESH_AHEAD_SECONDS: '2' });
+    // 4 s tokens: the refresh floor must stay below 3 s for them to be servable.
+    const b = await broker({
+      TOKEN_REFRESH_AHEAD_SECONDS: '2',
+      TOKEN_MIN_REFRESH_INTERVAL_MS: '1000',
+    });
     await b.waitReady(10_000);
     const first = (await (await fetch(`${b.url}/token`)).json()) as TokenBody;
     const rotated = { client_id: CREDS.client_id, client_secret: 'rotated-secret-2' };

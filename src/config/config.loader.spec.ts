@@ -45,6 +45,7 @@ describe(loadConfig.name, () => {
     expect(cfg.http.port).toBe(8080);
     expect(cfg.token.refreshAheadSeconds).toBe(300);
     expect(cfg.token.defaultLifetimeSeconds).toBe(1800);
+    expect(cfg.token.minRefreshIntervalMs).toBe(5000);
     expect(cfg.redis.url).toBeUndefined();
     expect(cfg.http.shutdownDrainDelayMs).toBe(0);
     expect(loadConfig({ ...BASE, SHUTDOWN_DRAIN_DELAY_MS: '5000' }).http.shutdownDrainDelayMs).toBe(
@@ -62,7 +63,9 @@ describe(loadConfig.name, () => {
       PROVIDER_ORDERS_PATH: '/api/flexpay/v1/orders',
       TOKEN_REFRESH_AHEAD_SECONDS: '120',
       TOKEN_DEFAULT_LIFETIME_SECONDS: '900',
+      TOKEN_MIN_REFRESH_INTERVAL_MS: '10000',
     });
+    expect(cfg.token.minRefreshIntervalMs).toBe(10_000);
     expect(cfg.http.port).toBe(9090);
     expect(cfg.redis.url).toBe('rediss://:pw@cache.example:6379/0');
     expect(cfg.clients[0].ordersPath).toBe('/api/flexpay/v1/orders');
@@ -82,6 +85,13 @@ describe(loadConfig.name, () => {
     [{ TOKEN_DEFAULT_LIFETIME_SECONDS: '1.5' }, 'TOKEN_DEFAULT_LIFETIME_SECONDS'],
     [{ TOKEN_REFRESH_AHEAD_SECONDS: '2000' }, 'TOKEN_REFRESH_AHEAD_SECONDS'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
+    [{ TOKEN_MIN_REFRESH_INTERVAL_MS: 'soon' }, 'TOKEN_MIN_REFRESH_INTERVAL_MS'],
+    [{ TOKEN_MIN_REFRESH_INTERVAL_MS: '50' }, 'TOKEN_MIN_REFRESH_INTERVAL_MS'],
+    [{ TOKEN_MIN_REFRESH_INTERVAL_MS: '600001' }, 'TOKEN_MIN_REFRESH_INTERVAL_MS'],
+    [
+      { TOKEN_MIN_REFRESH_INTERVAL_MS: '60000', TOKEN_DEFAULT_LIFETIME_SECONDS: '60' },
+      'TOKEN_MIN_REFRESH_INTERVAL_MS: must be at least 1 s shorter than token.defaultLifetimeSeconds',
+    ],
     [{ PROVIDER_AUTH_URL: undefined }, 'PROVIDER_AUTH_URL: required'],
     [{ CREDENTIALS_SECRET_ID: undefined }, 'CREDENTIALS_SECRET_ID or CREDENTIALS_FILE'],
     [{ CREDENTIALS_FILE: '/x.json' }, 'CREDENTIALS_SECRET_ID or CREDENTIALS_FILE'],

@@ -26,6 +26,7 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'TOKEN_LOCK_TTL_MS', path: ['token', 'lockTtlMs'] },
   { env: 'TOKEN_BACKOFF_BASE_MS', path: ['token', 'backoffBaseMs'] },
   { env: 'TOKEN_BACKOFF_MAX_MS', path: ['token', 'backoffMaxMs'] },
+  { env: 'TOKEN_MIN_REFRESH_INTERVAL_MS', path: ['token', 'minRefreshIntervalMs'] },
   { env: 'CREDENTIALS_RELOAD_SECONDS', path: ['token', 'credentialsReloadSeconds'] },
   { env: 'PROVIDER_CONNECT_TIMEOUT_MS', path: ['provider', 'connectTimeoutMs'] },
   { env: 'PROVIDER_RESPONSE_TIMEOUT_MS', path: ['provider', 'responseTimeoutMs'] },

@@ -79,6 +79,12 @@ export const tokenSettingsSchema = z
     backoffBaseMs: millis(10, 60_000).default(500),
     /** Largest retry delay; shrinks further as expiry approaches. @default 30000 */
     backoffMaxMs: millis(100, 600_000).default(30_000),
+    /**
+     * Fleet-wide floor between two tokens obtained from the provider (Redis-enforced; per
+     * replica while Redis is down). Bounds the provider's request rate whatever the token
+     * lifetime or the callers' `min_ttl`; a rejected or corrupt token lifts it. @default 5000
+     */
+    minRefreshIntervalMs: millis(100, 600_000).default(5000),
     /** Re-read credentials this often even without a failure (rotation). @default 3600 */
     credentialsReloadSeconds: seconds(10, 604_800).default(3600),
   })
@@ -474,6 +480,14 @@ export const brokerConfigSchema = z
         code: 'custom',
         path: ['token', 'refreshAheadSeconds'],
         message: 'must be shorter than token.defaultLifetimeSeconds',
+      });
+    }
+    if (cfg.token.minRefreshIntervalMs + 1000 > cfg.token.defaultLifetimeSeconds * 1000) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['token', 'minRefreshIntervalMs'],
+        message:
+          'must be at least 1 s shorter than token.defaultLifetimeSeconds: tokens of that lifetime could not be served between two refreshes',
       });
     }
   });

@@ -64,15 +64,24 @@ export class HealthController {
       hasToken: c.hasToken,
       expiresAt: c.expiresAt !== undefined ? new Date(c.expiresAt).toISOString() : undefined,
       refreshing: c.refreshing,
-      error: c.permanentError?.code,
-      detail: c.permanentError?.message ?? c.lastError,
+      error:
+        c.permanentError?.code ??
+        (c.lifetimeError !== undefined ? 'token_lifetime_too_short' : undefined),
+      detail: c.permanentError?.message ?? c.lifetimeError ?? c.lastError,
     }));
     // A replica that still holds a valid token can serve it: it stays ready (the error shows in
     // `detail`) until that token expires. Every replica shares the credentials, so taking them
     // all out of service at the first refused refresh would fail callers while tokens are valid.
+    // Tokens too short-lived to serve and refresh are a mismatch to fix (the provider's lifetime
+    // or TOKEN_MIN_REFRESH_INTERVAL_MS): not ready, whatever is held for the odd second.
     const failing = this.tokens
       .status()
-      .clients.filter((c) => (c.permanentError !== undefined && !c.hasToken) || !c.everObtained);
+      .clients.filter(
+        (c) =>
+          (c.permanentError !== undefined && !c.hasToken) ||
+          !c.everObtained ||
+          c.lifetimeError !== undefined,
+      );
     return failing.length === 0 ? session.up({ clients }) : session.down({ clients });
   }
 

@@ -11,6 +11,11 @@ export const redisKeys = {
   events: (clientId: string) => `tb:{${clientId}}:events`,
   /** The fleet's shared "no provider request before" marker: exists while it is backing off. */
   backoff: (clientId: string) => `tb:{${clientId}}:backoff`,
+  /**
+   * The fleet's refresh floor: exists (PX `TOKEN_MIN_REFRESH_INTERVAL_MS`) after each token the
+   * provider granted; no replica asks the provider for another while it does.
+   */
+  floor: (clientId: string) => `tb:{${clientId}}:floor`,
   /** Never-expiring marker of the data's continuity (see `TokenStore.checkContinuity`). */
   epoch: (clientId: string) => `tb:{${clientId}}:epoch`,
   idempotency: (clientId: string, keyHash: string) => `tb:{${clientId}}:idem:${keyHash}`,

@@ -7,6 +7,7 @@ import { MAX_LIFETIME_SECONDS } from '../provider/token-response.parser';
 import type { TokenCipher } from '../token/token-cipher';
 import type { TokenRecord } from '../token/token-record';
 import type {
+  RefreshHold,
   RefreshLock,
   StoreContinuity,
   StoredToken,
@@ -85,7 +86,8 @@ return r
 `;
 
 /**
- * KEYS[1] token hash. ARGV: fingerprint, channel.
+ * KEYS[1] token hash, KEYS[2] refresh floor. ARGV: fingerprint, channel.
+ * Lifts the floor with the token: its replacement is needed now, whatever the last grant.
  * Only invalidate if the stored token is still the one the caller saw rejected: a storm of
  * 401s for an old token must cost one refresh, and must never discard the new token. The
  * marker is Redis's time: the fence compares it with request times stored in Redis time.
@@ -95,6 +97,7 @@ if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return 0 end
 if redis.call('HEXISTS', KEYS[1], 'inv') == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'inv', redisNow())
 redis.call('HDEL', KEYS[1], 'val')
+redis.call('DEL', KEYS[2])
 redis.call('PUBLISH', ARGV[2], 'i:' .. ARGV[1])
 return 1
 `;
@@ -111,6 +114,16 @@ if left >= delay then return left end
 if delay <= 0 then return math.max(left, 0) end
 redis.call('SET', KEYS[1], '1', 'PX', delay)
 return delay
+`;
+
+/**
+ * KEYS[1] refresh floor. Returns its PTTL and value (the lifetime of the grant that started it,
+ * ms) in one round trip; a key of another type reads as no lifetime.
+ */
+const REFRESH_HOLD = `
+local left = redis.call('PTTL', KEYS[1])
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return {left, false} end
+return {left, redis.call('GET', KEYS[1])}
 `;
 
 /**
@@ -133,18 +146,19 @@ return {id, redis.call('HINCRBY', KEYS[1], 'seq', 1), now[1] * 1000 + math.floor
 `;
 
 /**
- * KEYS[1] token hash. ARGV: the corrupt value seen ('' when there was none). Deletes it only
- * if nobody replaced it: a token written since then has another (always present) value.
+ * KEYS[1] token hash, KEYS[2] refresh floor. ARGV: the corrupt value seen ('' when there was
+ * none). Deletes it (and lifts the floor: the fleet has no usable token) only if nobody
+ * replaced it: a token written since then has another (always present) value.
  */
 const DISCARD_CORRUPT = `
 local t = redis.call('TYPE', KEYS[1]).ok
 if t ~= 'hash' then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[2])
   return 1
 end
 local val = redis.call('HGET', KEYS[1], 'val') or ''
 if val == ARGV[1] or not tonumber(redis.call('HGET', KEYS[1], 'exp')) then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[2])
   return 1
 end
 return 0
@@ -175,8 +189,9 @@ type RedisWithScripts = RedisClient & {
   tbInvalidate(key: string, ...args: (string | number)[]): Promise<number>;
   tbRead(key: string): Promise<'wrongtype' | (string | null)[]>;
   tbDeferRefresh(key: string, delayMs: number): Promise<number>;
+  tbRefreshHold(key: string): Promise<[number, string | false | null]>;
   tbEpochAdvance(key: string, id: string): Promise<[string, number, number]>;
-  tbDiscardCorrupt(key: string, value: string): Promise<number>;
+  tbDiscardCorrupt(key: string, floorKey: string, value: string): Promise<number>;
 };
 
 const SILENT: StateLogger = {
@@ -232,11 +247,12 @@ export class RedisTokenStore implements TokenStore {
     this.probeClient = clientIds[0] ?? 'probe';
     redis.defineCommand('tbProbe', { numberOfKeys: 2, lua: PROBE });
     redis.defineCommand('tbWriteFenced', { numberOfKeys: 1, lua: WRITE_FENCED });
-    redis.defineCommand('tbInvalidate', { numberOfKeys: 1, lua: INVALIDATE });
+    redis.defineCommand('tbInvalidate', { numberOfKeys: 2, lua: INVALIDATE });
     redis.defineCommand('tbRead', { numberOfKeys: 1, lua: READ });
     redis.defineCommand('tbDeferRefresh', { numberOfKeys: 1, lua: DEFER_REFRESH });
+    redis.defineCommand('tbRefreshHold', { numberOfKeys: 1, lua: REFRESH_HOLD });
     redis.defineCommand('tbEpochAdvance', { numberOfKeys: 1, lua: EPOCH_ADVANCE });
-    redis.defineCommand('tbDiscardCorrupt', { numberOfKeys: 1, lua: DISCARD_CORRUPT });
+    redis.defineCommand('tbDiscardCorrupt', { numberOfKeys: 2, lua: DISCARD_CORRUPT });
     this.redis = redis as RedisWithScripts;
     // One attempt, no retries: a held lock means another replica is refreshing, and waiting
     // for its pub/sub message beats polling the lock.
@@ -371,7 +387,12 @@ export class RedisTokenStore implements TokenStore {
 
   async invalidate(clientId: string, fingerprint: string): Promise<boolean> {
     const done = await this.run(() =>
-      this.redis.tbInvalidate(redisKeys.token(clientId), fingerprint, redisKeys.events(clientId)),
+      this.redis.tbInvalidate(
+        redisKeys.token(clientId),
+        redisKeys.floor(clientId),
+        fingerprint,
+        redisKeys.events(clientId),
+      ),
     );
     return done === 1;
   }
@@ -386,6 +407,28 @@ export class RedisTokenStore implements TokenStore {
     // PTTL is -2 (no key) or -1 (no expiry, never set by us): both mean "not deferred".
     const left = await this.run(() => this.redis.pttl(redisKeys.backoff(clientId)));
     return Math.max(0, left);
+  }
+
+  async holdRefreshes(clientId: string, intervalMs: number, lifetimeMs: number): Promise<void> {
+    await this.run(() =>
+      this.redis.set(
+        redisKeys.floor(clientId),
+        String(Math.max(0, Math.round(lifetimeMs))),
+        'PX',
+        Math.max(1, Math.ceil(intervalMs)),
+      ),
+    );
+  }
+
+  async refreshHold(clientId: string): Promise<RefreshHold> {
+    const [left, value] = await this.run(() => this.redis.tbRefreshHold(redisKeys.floor(clientId)));
+    // PTTL is -2 (no key) or -1 (no expiry, never set by us): both mean "no floor".
+    if (!(left > 0)) return { ms: 0 };
+    const lifetimeMs = Number(value);
+    // Anything but a plain number (written by hand, foreign) names no lifetime.
+    return Number.isSafeInteger(lifetimeMs) && lifetimeMs > 0
+      ? { ms: left, lifetimeMs }
+      : { ms: left };
   }
 
   async checkContinuity(clientId: string): Promise<StoreContinuity> {
@@ -403,7 +446,9 @@ export class RedisTokenStore implements TokenStore {
 
   async discardCorrupt(clientId: string): Promise<void> {
     const seen = this.lastCorrupt.get(clientId) ?? '';
-    await this.run(() => this.redis.tbDiscardCorrupt(redisKeys.token(clientId), seen));
+    await this.run(() =>
+      this.redis.tbDiscardCorrupt(redisKeys.token(clientId), redisKeys.floor(clientId), seen),
+    );
     this.lastCorrupt.delete(clientId);
   }
 

@@ -7,6 +7,7 @@ import { ClientTokenManager } from './client-token-manager';
 import { type TokenRecord, toRecord } from './token-record';
 import type { RefreshLock } from './token-store';
 import { MemoryTokenStore } from './token-store.memory';
+import { TokenErrorCode, TokenException } from './token.exception';
 
 // Nest 12 ships ES modules only, which Jest's CommonJS runtime cannot load; the metrics service
 // only needs its decorator from it, which does nothing outside a Nest container anyway.
@@ -22,13 +23,19 @@ const CLIENT = {
 /** A provider that issues `fresh-<n>` for an hour and counts requests. */
 class Grantor implements TokenGrantor {
   requests = 0;
+  constructor(
+    private readonly lifetimeMs = 3_600_000,
+    /** How long the answer takes; the lifetime counts from the request. */
+    private readonly latencyMs = 0,
+  ) {}
   async requestToken(): Promise<GrantedToken> {
     const now = Date.now();
+    if (this.latencyMs > 0) await new Promise((r) => setTimeout(r, this.latencyMs));
     return {
       accessToken: `fresh-${++this.requests}`,
       obtainedAt: now,
-      expiresAt: now + 3_600_000,
-      lifetimeSeconds: 3600,
+      expiresAt: now + this.lifetimeMs,
+      lifetimeSeconds: this.lifetimeMs / 1000,
     };
   }
 }
@@ -46,10 +53,15 @@ function gate(): { opened: Promise<void>; open: () => void } {
   return { opened, open };
 }
 
-function manager(store: MemoryTokenStore, grantor = new Grantor()): ClientTokenManager {
+function manager(
+  store: MemoryTokenStore,
+  grantor = new Grantor(),
+  token: Record<string, number> = {},
+): ClientTokenManager {
   const config = brokerConfigSchema.parse({
     clients: [CLIENT],
     callerAuth: { mode: 'none', allowNone: true },
+    token,
   });
   const m = new ClientTokenManager(config.clients[0], {
     store,
@@ -143,5 +155,78 @@ describe(ClientTokenManager.name, () => {
     await jest.advanceTimersByTimeAsync(0);
     expect(served?.fingerprint).toBe(fleet.fingerprint);
     expect(grantor.requests).toBe(0);
+  });
+
+  describe('token lifetimes and min_ttl (virtual time)', () => {
+    /** Settles `p` into what a caller would see, with the time left when it was served. */
+    function outcome(p: Promise<TokenRecord>) {
+      return p.then(
+        (r) => ({ leftMs: r.expiresAt - Date.now(), error: undefined }),
+        (e: TokenException) => ({ leftMs: undefined, error: e }),
+      );
+    }
+
+    it('min_ttl=1799 on 1800 s tokens: at most one forced refresh per floor', async () => {
+      jest.useFakeTimers();
+      const grantor = new Grantor(1_800_000);
+      const m = manager(new MemoryTokenStore(), grantor);
+      managers.push(m);
+      await m.get(0);
+      const minutes = 10;
+      const calls: ReturnType<typeof outcome>[] = [];
+      // One caller a second for ten virtual minutes, each asking (almost) a whole lifetime.
+      for (let s = 0; s < minutes * 60; s++) {
+        calls.push(outcome(m.get(1_799_000)));
+        await jest.advanceTimersByTimeAsync(1000);
+      }
+      await jest.advanceTimersByTimeAsync(10_000);
+      const seen = await Promise.all(calls);
+      // The default floor (5 s): without it, one request per caller (600).
+      console.log(
+        `[lifetimes] min_ttl=1799 on 1800 s tokens, one caller/s for ${minutes} virtual min: ${grantor.requests} token requests`,
+      );
+      expect(grantor.requests).toBeLessThanOrEqual((minutes * 60) / 5 + 2);
+      for (const s of seen) {
+        if (s.error === undefined) {
+          expect(s.leftMs).toBeGreaterThanOrEqual(1_799_000);
+        } else {
+          expect(s.error).toBeInstanceOf(TokenException);
+          expect(s.error.code).toBe(TokenErrorCode.Unavailable);
+          expect(s.error.message).toMatch(/requested min_ttl of 1799 s/);
+          expect(s.error.message).toMatch(/at most once every 5 s/);
+          expect(s.error.retryAfterSeconds).toBeGreaterThanOrEqual(1);
+        }
+      }
+      expect(seen.some((s) => s.error === undefined)).toBe(true);
+    });
+
+    it('1 s tokens: never served, callers without min_ttl told the truth, readiness names it', async () => {
+      jest.useFakeTimers();
+      // The answer takes 100 ms: it arrives with 900 ms left, under the minimum.
+      const grantor = new Grantor(1000, 100);
+      const m = manager(new MemoryTokenStore(), grantor);
+      managers.push(m);
+      m.start();
+      const calls: ReturnType<typeof outcome>[] = [];
+      for (let s = 0; s < 80; s++) {
+        calls.push(outcome(m.get(0)));
+        await jest.advanceTimersByTimeAsync(500);
+      }
+      await jest.advanceTimersByTimeAsync(10_000);
+      const seen = await Promise.all(calls);
+      for (const s of seen) {
+        expect(s.error).toBeInstanceOf(TokenException);
+        expect(s.error!.message).not.toMatch(/requested min_ttl/);
+        expect(s.error!.message).toMatch(/tokens live 1 s/);
+        expect(s.error!.retryAfterSeconds).toBeGreaterThanOrEqual(1);
+      }
+      // 50 virtual seconds: one grant per floor (5 s), not one per caller.
+      expect(grantor.requests).toBeLessThanOrEqual(50 / 5 + 1);
+      expect(m.status()).toMatchObject({
+        everObtained: false,
+        hasToken: false,
+        lifetimeError: `client "acme": the provider's tokens live 1 s, less than the 6 s the broker needs to serve and refresh them (TOKEN_MIN_REFRESH_INTERVAL_MS 5 s between tokens, plus 1 s left when served)`,
+      });
+    });
   });
 });

@@ -5,16 +5,21 @@ import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { CredentialsCache } from '../secrets/credentials-cache';
 import { FleetRefresh, noteStoreFailure } from './fleet-refresh';
-import { judgeFailure, lifetimeTooShort, unavailableError } from './refresh-failure';
-import { isDue, refreshAt } from './refresh-schedule';
+import {
+  judgeFailure,
+  lifetimeProblem,
+  lifetimeTooShort,
+  refreshFloorHeld,
+  unavailableError,
+} from './refresh-failure';
+import { isDue, MAX_TIMER_MS, MIN_SERVE_MS, neededLifetimeMs, refreshAt } from './refresh-schedule';
 import type { TokenRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
 import { TokenWaiters } from './token-waiters';
 import { TokenErrorCode, TokenException } from './token.exception';
 import { inSpan } from '../tracing/spans';
 
-/** Never hand out a token with less than this left: it could expire on the wire. */
-export const MIN_SERVE_MS = 1000;
+export { MIN_SERVE_MS };
 
 /**
  * How many rejected fingerprints a manager remembers. A rejected token is gone from the store
@@ -50,6 +55,11 @@ export interface ClientTokenStatus {
   /** A failure that needs an operator (credentials refused or unreadable). */
   permanentError?: { code: TokenErrorCode; message: string };
   lastError?: string;
+  /**
+   * Set while the provider's tokens live too short for the broker to serve and refresh them
+   * (see {@link neededLifetimeMs}): names the lifetime and the setting involved.
+   */
+  lifetimeError?: string;
   nextAttemptAt?: number;
   everObtained: boolean;
 }
@@ -87,8 +97,12 @@ export class ClientTokenManager {
   /** Set while the fleet backs off (a failure or a deferral): no provider request before it. */
   private backoffUntil?: number;
   private everObtained = false;
-  /** Lifetime of the newest token held (ms): what a refresh can offer a caller at most. */
+  /** Lifetime of the newest token obtained (ms): what a refresh can offer a caller at most. */
   private lifetimeMs?: number;
+  /** Set while that lifetime is too short to serve and refresh (see {@link noteLifetime}). */
+  private lifetimeError?: string;
+  /** The current backoff is the refresh floor, not a failure: callers are told so. */
+  private floorHeld = false;
   /** L1 holds a token the shared store may lack (it was down): push it on recovery. */
   private needsResync = false;
   /**
@@ -101,6 +115,7 @@ export class ClientTokenManager {
   private readonly now: () => number;
   private readonly random: () => number;
   private readonly refreshAheadMs: number;
+  private readonly minRefreshIntervalMs: number;
   private readonly remainingGauge;
   /** Hot-path hit counter (see {@link MetricsService.l1HitCell}). */
   readonly l1Hits: HitCell;
@@ -112,6 +127,7 @@ export class ClientTokenManager {
     this.now = deps.now ?? Date.now;
     this.random = deps.random ?? Math.random;
     this.refreshAheadMs = deps.settings.refreshAheadSeconds * 1000;
+    this.minRefreshIntervalMs = deps.settings.minRefreshIntervalMs;
     this.remainingGauge = deps.metrics.tokenRemaining.labels(client.id);
     this.l1Hits = deps.metrics.l1HitCell(client.id);
     this.refresh = new FleetRefresh(client, {
@@ -125,6 +141,7 @@ export class ClientTokenManager {
       metrics: deps.metrics,
       logger: deps.logger,
       storeGraceMs: deps.storeGraceMs,
+      minRefreshIntervalMs: this.minRefreshIntervalMs,
       now: this.now,
     });
   }
@@ -178,16 +195,27 @@ export class ClientTokenManager {
     if (this.permanentError) throw this.permanentError;
     // Even a brand-new token could not meet this: refuse now instead of fetching one per
     // such request (a caller looping with a too large min_ttl would hammer the provider).
-    if (this.lifetimeMs !== undefined && minRemainingMs >= this.lifetimeMs) {
-      throw lifetimeTooShort(this.client.id, this.lifetimeMs);
+    const needMs = Math.max(minRemainingMs, MIN_SERVE_MS);
+    if (this.lifetimeMs !== undefined && needMs >= this.lifetimeMs) {
+      // Without a min_ttl, the next grant may be longer-lived: point at it (or the floor).
+      const retryAfter =
+        minRemainingMs > 0
+          ? undefined
+          : (this.retryAfter() ?? Math.ceil(this.minRefreshIntervalMs / 1000));
+      throw lifetimeTooShort(this.client.id, this.lifetimeMs, minRemainingMs, retryAfter);
     }
-    // The fleet backs off past this caller's wait: no token can come in time, so say at once
-    // when the next attempt is instead of holding the caller for the whole wait.
+    // The fleet backs off (or the refresh floor holds) past this caller's wait: no token can
+    // come in time, so say at once when the next attempt is instead of holding the caller.
     if (this.backoffUntil !== undefined && this.backoffUntil - this.now() > waitTimeoutMs) {
-      throw this.unavailable();
+      throw this.unavailable(minRemainingMs);
     }
-    const needUntil = this.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
-    const result = this.waiters.wait(needUntil, waitTimeoutMs, () => this.unavailable());
+    const needUntil = this.now() + needMs;
+    const result = this.waiters.wait(
+      needUntil,
+      waitTimeoutMs,
+      () => this.unavailable(minRemainingMs),
+      minRemainingMs,
+    );
     this.ensureRefreshing('demand');
     return result;
   }
@@ -200,6 +228,8 @@ export class ClientTokenManager {
    */
   async invalidate(fingerprint: string): Promise<boolean> {
     this.remember(fingerprint);
+    // Its replacement is needed now, whatever the floor (the store lifts the fleet's).
+    this.refresh.liftLocalFloor();
     let invalidated = false;
     if (this.l1?.fingerprint === fingerprint) {
       this.l1 = undefined;
@@ -224,6 +254,7 @@ export class ClientTokenManager {
     if (event.type === 'invalidated') {
       // Another replica saw the provider refuse it: it is no better here.
       this.remember(event.fingerprint);
+      this.refresh.liftLocalFloor();
       if (this.l1?.fingerprint === event.fingerprint) {
         this.l1 = undefined;
         this.remainingGauge.set(0);
@@ -270,6 +301,7 @@ export class ClientTokenManager {
         ? { code: this.permanentError.code, message: this.permanentError.message }
         : undefined,
       lastError: this.lastError?.message,
+      lifetimeError: this.lifetimeError,
       nextAttemptAt: this.nextAttemptAt,
       everObtained: this.everObtained,
     };
@@ -301,7 +333,21 @@ export class ClientTokenManager {
             failed: (err) => this.onAttemptFailed(err),
           }),
         );
-        if (pass.kind === 'deferred' || pass.kind === 'failed') {
+        if (pass.kind === 'floor') {
+          // A token was granted less than the floor ago: the callers it does not satisfy (a
+          // min_ttl near the lifetime, or a lifetime too short) wait for the floor's end. Its
+          // lifetime tells this replica what the provider grants, even if it was unusable.
+          if (pass.lifetimeMs !== undefined) this.noteLifetime(pass.lifetimeMs);
+          delay = pass.retryInMs;
+          this.enterBackoff(delay, true);
+          waits = 0;
+        } else if (pass.kind === 'unusable') {
+          // Granted, but too short-lived to hand out: neither stored nor served.
+          this.noteLifetime(pass.lifetimeMs);
+          delay = pass.retryInMs;
+          this.enterBackoff(delay, true);
+          waits = 0;
+        } else if (pass.kind === 'deferred' || pass.kind === 'failed') {
           delay = pass.retryInMs;
           this.enterBackoff(delay);
           // When the deferral ends the replicas race for the lock again: the losers must look
@@ -346,7 +392,7 @@ export class ClientTokenManager {
   private isGoodEnough(r: TokenRecord): boolean {
     if (this.rejected.has(r.fingerprint)) return false;
     if (isDue(this.refreshAheadMs, r.obtainedAt, r.expiresAt, this.now())) return false;
-    return this.waiters.allMetBy(r);
+    return this.waiters.allMetBy(r, this.now() + MIN_SERVE_MS);
   }
 
   /**
@@ -361,16 +407,44 @@ export class ClientTokenManager {
     }
     const held = this.l1!;
     this.everObtained = true;
-    this.lifetimeMs = held.expiresAt - held.obtainedAt;
+    this.noteLifetime(held.expiresAt - held.obtainedAt);
     this.remainingGauge.set(Math.max(0, (held.expiresAt - this.now()) / 1000));
     this.deps.metrics.lastRefreshSuccess.labels(this.client.id).set(this.now() / 1000);
     this.schedule(held);
+    const lifetimeMs = held.expiresAt - held.obtainedAt;
     this.waiters.offer(
       held,
       fetched
-        ? () => lifetimeTooShort(this.client.id, held.expiresAt - held.obtainedAt)
+        ? (requestedMs) =>
+            lifetimeTooShort(this.client.id, lifetimeMs, requestedMs, this.retryAfter())
         : undefined,
+      this.now() + MIN_SERVE_MS,
     );
+  }
+
+  /**
+   * Records the provider's lifetime; says once per transition (log and readiness) when it
+   * is too short to serve and refresh under the floor, and once when it no longer is.
+   */
+  private noteLifetime(lifetimeMs: number): void {
+    this.lifetimeMs = lifetimeMs;
+    const tooShort = lifetimeMs < neededLifetimeMs(this.minRefreshIntervalMs);
+    if (tooShort) {
+      const problem = lifetimeProblem(this.client.id, lifetimeMs, this.minRefreshIntervalMs);
+      if (this.lifetimeError === undefined) {
+        this.deps.logger.error(
+          { client: this.client.id, lifetimeMs, minRefreshIntervalMs: this.minRefreshIntervalMs },
+          problem,
+        );
+      }
+      this.lifetimeError = problem;
+    } else if (this.lifetimeError !== undefined) {
+      this.lifetimeError = undefined;
+      this.deps.logger.info(
+        { client: this.client.id, lifetimeMs },
+        "the provider's token lifetime is long enough again",
+      );
+    }
   }
 
   private async adoptFromStore(): Promise<void> {
@@ -386,9 +460,11 @@ export class ClientTokenManager {
   private schedule(record: TokenRecord): void {
     clearTimeout(this.refreshTimer);
     const at = refreshAt(this.refreshAheadMs, record.obtainedAt, record.expiresAt, this.random);
+    // Lifetimes are capped at a day, far below the timer's limit; clamp anyway, since a longer
+    // delay would make setTimeout fire at once (a refresh loop).
     this.refreshTimer = setTimeout(
       () => this.ensureRefreshing('scheduled'),
-      Math.max(0, at - this.now()),
+      Math.min(MAX_TIMER_MS, Math.max(0, at - this.now())),
     );
     this.refreshTimer.unref();
   }
@@ -432,14 +508,42 @@ export class ClientTokenManager {
    * No provider request for `delayMs`. Callers waiting now whose wait cannot outlast that are
    * refused at once, with the real time of the next attempt in `Retry-After`.
    */
-  private enterBackoff(delayMs: number): void {
+  private enterBackoff(delayMs: number, floor = false): void {
     this.backoffUntil = this.now() + delayMs;
     this.nextAttemptAt = this.backoffUntil;
-    if (delayMs > this.deps.settings.waitTimeoutMs) this.waiters.rejectAll(this.unavailable());
+    this.floorHeld = floor;
+    if (delayMs > this.deps.settings.waitTimeoutMs) {
+      this.waiters.rejectAll((requestedMs) => this.unavailable(requestedMs));
+    }
   }
 
-  /** The 503 (or permanent failure) for a caller no token can reach in time. */
-  private unavailable(): TokenException {
+  /** Seconds until the next attempt, for `Retry-After` (undefined: none planned). */
+  private retryAfter(): number | undefined {
+    return this.nextAttemptAt !== undefined && this.nextAttemptAt > this.now()
+      ? Math.max(1, Math.ceil((this.nextAttemptAt - this.now()) / 1000))
+      : undefined;
+  }
+
+  /**
+   * The 503 (or permanent failure) for a caller no token can reach in time (`requestedMs`:
+   * its min_ttl, 0 when it sent none): a lifetime too short to serve, the refresh floor, or
+   * the last failure, whichever holds the token back.
+   */
+  private unavailable(requestedMs = 0): TokenException {
+    if (this.permanentError) return this.permanentError;
+    if (this.lifetimeError !== undefined) {
+      return new TokenException(TokenErrorCode.Unavailable, this.lifetimeError, {
+        retryAfterSeconds: this.retryAfter() ?? 1,
+      });
+    }
+    if (this.floorHeld && this.nextAttemptAt !== undefined && this.nextAttemptAt > this.now()) {
+      return refreshFloorHeld({
+        clientId: this.client.id,
+        requestedMs,
+        minRefreshIntervalMs: this.minRefreshIntervalMs,
+        retryAfterMs: this.nextAttemptAt - this.now(),
+      });
+    }
     return unavailableError({
       clientId: this.client.id,
       permanent: this.permanentError,

@@ -33,6 +33,7 @@ class Grantor implements TokenGrantor {
   calls: ClientCredentials[] = [];
   accepted: ClientCredentials = FIRST;
   failure?: Error;
+  lifetimeMs = HOUR;
 
   async requestToken(_c: unknown, credentials: ClientCredentials): Promise<GrantedToken> {
     this.calls.push(credentials);
@@ -44,8 +45,8 @@ class Grantor implements TokenGrantor {
     return {
       accessToken: `token-${this.calls.length}`,
       obtainedAt: now,
-      expiresAt: now + HOUR,
-      lifetimeSeconds: 3600,
+      expiresAt: now + this.lifetimeMs,
+      lifetimeSeconds: this.lifetimeMs / 1000,
     };
   }
 }
@@ -130,6 +131,8 @@ describe(FleetRefresh.name, () => {
       metrics: metrics(),
       logger: pino({ level: 'silent' }),
       storeGraceMs: 500,
+      // No floor unless a test is about it: these tests fetch again at the same instant.
+      minRefreshIntervalMs: 0,
       now: () => now,
     };
   });
@@ -284,6 +287,69 @@ describe(FleetRefresh.name, () => {
       now += 400;
       await expect(refresh.run(ctx)).resolves.toEqual({ kind: 'wait' });
       expect(grantor.calls).toHaveLength(0);
+    });
+  });
+
+  describe('refresh floor', () => {
+    const FLOOR_MS = 5000;
+    let timed: Store;
+    beforeEach(() => {
+      timed = new Store(() => now);
+      deps.store = timed;
+      deps.minRefreshIntervalMs = FLOOR_MS;
+      goodEnough = () => false;
+    });
+
+    it('no replica asks the provider again until the floor after a grant is over', async () => {
+      const pass = await new FleetRefresh(client, deps).run(ctx);
+      expect(pass).toMatchObject({ kind: 'token', fetched: true });
+      now += FLOOR_MS - 1;
+      // Another replica (its own FleetRefresh) wants a token nobody has good enough.
+      const other = await new FleetRefresh(client, deps).run(ctx);
+      expect(other).toEqual({ kind: 'floor', retryInMs: 1, lifetimeMs: HOUR });
+      expect(grantor.calls).toHaveLength(1);
+      expect(timed.releases).toBe(2);
+      now += 1;
+      expect(await new FleetRefresh(client, deps).run(ctx)).toMatchObject({ fetched: true });
+      expect(grantor.calls).toHaveLength(2);
+    });
+
+    it('a rejected token lifts the floor: its replacement is asked for at once', async () => {
+      const pass = await new FleetRefresh(client, deps).run(ctx);
+      expect(pass.kind).toBe('token');
+      const first = pass.kind === 'token' ? pass.record : undefined;
+      await timed.invalidate(CLIENT, first!.fingerprint);
+      expect(await new FleetRefresh(client, deps).run(ctx)).toMatchObject({ fetched: true });
+      expect(grantor.calls).toHaveLength(2);
+    });
+
+    it('a token too short-lived to serve is neither stored nor returned, and starts the floor', async () => {
+      // Arrives with under 1 s left (the grantor's clock is real time, past the test's `now`).
+      grantor.lifetimeMs = 900;
+      const pass = await new FleetRefresh(client, deps).run(ctx);
+      expect(pass).toEqual({ kind: 'unusable', lifetimeMs: 900, retryInMs: FLOOR_MS });
+      expect(await timed.read(CLIENT)).toEqual({ status: 'absent' });
+      // The other replicas learn the provider's lifetime from the floor.
+      expect(await timed.refreshHold(CLIENT)).toEqual({ ms: FLOOR_MS, lifetimeMs: 900 });
+      expect(timed.releases).toBe(1);
+    });
+
+    it('while the store is down, each replica keeps the floor by its own clock', async () => {
+      const refresh = new FleetRefresh(client, deps);
+      expect(await refresh.run(ctx)).toMatchObject({ fetched: true });
+      timed.down = true;
+      now += 1000;
+      expect(await refresh.run(ctx)).toEqual({ kind: 'wait' });
+      now += 500;
+      // Past the store's grace: degraded, but the floor still holds.
+      expect(await refresh.run(ctx)).toEqual({ kind: 'floor', retryInMs: FLOOR_MS - 1500 });
+      expect(grantor.calls).toHaveLength(1);
+      now += FLOOR_MS - 1500;
+      expect(await refresh.run(ctx)).toMatchObject({ fetched: true, unshared: true });
+      // A rejection lifts it here too.
+      refresh.liftLocalFloor();
+      expect(await refresh.run(ctx)).toMatchObject({ fetched: true, unshared: true });
+      expect(grantor.calls).toHaveLength(3);
     });
   });
 

@@ -5,6 +5,7 @@ import type { TokenGrantor } from '../provider/auth-server.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import type { CredentialsCache } from '../secrets/credentials-cache';
 import { isFleetWide } from './refresh-failure';
+import { MIN_SERVE_MS } from './refresh-schedule';
 import { type TokenRecord, toRecord } from './token-record';
 import type { TokenStore } from './token-store';
 import { TokenStoreException } from './token-store.exception';
@@ -21,6 +22,8 @@ export interface FleetRefreshDeps {
    * (a couple of Redis command timeouts): one late reply is not an outage.
    */
   storeGraceMs: number;
+  /** The refresh floor (`TOKEN_MIN_REFRESH_INTERVAL_MS`): at most one grant per interval. */
+  minRefreshIntervalMs: number;
   now: () => number;
 }
 
@@ -57,7 +60,23 @@ export type RefreshPass =
    * or the provider's Retry-After), or this pass's request failed (`failed`, already recorded
    * through {@link RefreshContext.failed}). `retryInMs`: when the fleet's next attempt is due.
    */
-  | { kind: 'deferred' | 'failed'; retryInMs: number };
+  | { kind: 'deferred' | 'failed'; retryInMs: number }
+  /**
+   * No provider request now: a token was granted less than the refresh floor ago (fleet-wide
+   * through the store, or by this replica while the store is down). `retryInMs`: when the
+   * floor ends.
+   */
+  | {
+      kind: 'floor';
+      retryInMs: number;
+      /** Lifetime of the grant that started the floor (another replica's, perhaps unusable). */
+      lifetimeMs?: number;
+    }
+  /**
+   * The provider granted a token too short-lived to serve (less than the minimum left when it
+   * arrived): neither stored nor served. The floor started with it. `lifetimeMs`: its lifetime.
+   */
+  | { kind: 'unusable'; lifetimeMs: number; retryInMs: number };
 
 /**
  * The fleet refresh pass of one client: read the shared store, take the fleet lock, read again
@@ -69,6 +88,11 @@ export type RefreshPass =
 export class FleetRefresh {
   /** When the current run of store failures began (undefined while the store answers). */
   private storeFailingSince?: number;
+  /**
+   * When this replica last obtained a token from the provider: its own refresh floor while
+   * the store (which holds the fleet's) is unreachable.
+   */
+  private lastGrantAt?: number;
 
   constructor(
     private readonly client: ClientConfig,
@@ -107,6 +131,9 @@ export class FleetRefresh {
         // shared deferral however many replicas want a token.
         const deferredMs = await store.refreshDeferral(id);
         if (deferredMs > 0) return { kind: 'deferred', retryInMs: deferredMs };
+        // The floor: whatever the lifetime or the callers' min_ttl, one grant per interval.
+        const hold = await store.refreshHold(id);
+        if (hold.ms > 0) return { kind: 'floor', retryInMs: hold.ms, lifetimeMs: hold.lifetimeMs };
         let record: TokenRecord;
         try {
           record = await this.fetch();
@@ -117,6 +144,9 @@ export class FleetRefresh {
           const retryInMs = isFleetWide(err) ? await this.deferFleet(delayMs) : delayMs;
           return { kind: 'failed', retryInMs };
         }
+        // Started before the lock is released, so the next holder already sees it.
+        await this.holdFleet(record);
+        if (!this.servable(record)) return this.unusable(record);
         const shared = await this.publish(record);
         return token(record, true, !shared);
       } finally {
@@ -136,9 +166,52 @@ export class FleetRefresh {
       const held = ctx.held();
       const tokenLasts = held === undefined || held.expiresAt - now > 2 * this.deps.storeGraceMs;
       if (withinGrace && tokenLasts) return { kind: 'wait' };
-      // Degraded: this replica refreshes on its own; the loop is the per-replica single flight.
-      return token(await this.fetch(), true, true);
+      // Degraded: this replica refreshes on its own; the loop is the per-replica single flight,
+      // held to the floor by its own clock.
+      const localHoldMs = this.localHoldMs();
+      if (localHoldMs > 0) return { kind: 'floor', retryInMs: localHoldMs };
+      const record = await this.fetch();
+      this.lastGrantAt = this.deps.now();
+      return this.servable(record) ? token(record, true, true) : this.unusable(record);
     }
+  }
+
+  /** Lifts this replica's own floor: the provider rejected the token, a new one is needed now. */
+  liftLocalFloor(): void {
+    this.lastGrantAt = undefined;
+  }
+
+  /** Ms left of this replica's own floor (the one it keeps while the store is down). */
+  private localHoldMs(): number {
+    if (this.lastGrantAt === undefined) return 0;
+    return Math.max(0, this.lastGrantAt + this.deps.minRefreshIntervalMs - this.deps.now());
+  }
+
+  /** Starts the floor, fleet-wide and here (the store may be down by the next pass). */
+  private async holdFleet(record: TokenRecord): Promise<void> {
+    this.lastGrantAt = this.deps.now();
+    try {
+      await this.deps.store.holdRefreshes(
+        this.client.id,
+        this.deps.minRefreshIntervalMs,
+        record.expiresAt - record.obtainedAt,
+      );
+    } catch (err) {
+      noteStoreFailure(this.deps.logger, this.client.id, err);
+    }
+  }
+
+  /** Whether `record` still has the minimum left to be served, now that it has arrived. */
+  private servable(record: TokenRecord): boolean {
+    return record.expiresAt - this.deps.now() >= MIN_SERVE_MS;
+  }
+
+  private unusable(record: TokenRecord): RefreshPass {
+    return {
+      kind: 'unusable',
+      lifetimeMs: record.expiresAt - record.obtainedAt,
+      retryInMs: Math.max(1, this.localHoldMs()),
+    };
   }
 
   /**

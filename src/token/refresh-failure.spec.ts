@@ -3,7 +3,9 @@ import { ProviderErrorCode, ProviderException } from '../provider/provider.excep
 import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
 import {
   judgeFailure,
+  lifetimeProblem,
   lifetimeTooShort,
+  refreshFloorHeld,
   permanentFailure,
   unavailableError,
 } from './refresh-failure';
@@ -131,9 +133,37 @@ describe('refresh failure', () => {
     });
   });
 
-  it(`${lifetimeTooShort.name} states the provider's lifetime`, () => {
-    expect(lifetimeTooShort('acme', 59_600).message).toBe(
-      `client "acme": the provider's tokens live 60 s, less than the requested min_ttl`,
+  it(`${lifetimeTooShort.name} states the provider's lifetime and the min_ttl asked`, () => {
+    expect(lifetimeTooShort('acme', 59_600, 120_000).message).toBe(
+      `client "acme": the provider's tokens live 60 s, less than the requested min_ttl of 120 s; ask for less`,
     );
+  });
+
+  it(`${lifetimeTooShort.name} never mentions a min_ttl the caller did not send`, () => {
+    const err = lifetimeTooShort('acme', 1000, 0, 4);
+    expect(err.message).toBe(
+      `client "acme": the provider's tokens live 1 s, too short to hand out with the minimum of 1 s left`,
+    );
+    expect(err.retryAfterSeconds).toBe(4);
+  });
+
+  it(`${lifetimeProblem.name} names the lifetime, what the broker needs and the setting`, () => {
+    expect(lifetimeProblem('acme', 1500, 5000)).toBe(
+      `client "acme": the provider's tokens live 1.5 s, less than the 6 s the broker needs to serve and refresh them (TOKEN_MIN_REFRESH_INTERVAL_MS 5 s between tokens, plus 1 s left when served)`,
+    );
+  });
+
+  it(`${refreshFloorHeld.name} tells a min_ttl caller why, when to retry and what to do`, () => {
+    const err = refreshFloorHeld({
+      clientId: 'acme',
+      requestedMs: 59_000,
+      minRefreshIntervalMs: 5000,
+      retryAfterMs: 3200,
+    });
+    expect(err.code).toBe(TokenErrorCode.Unavailable);
+    expect(err.message).toBe(
+      `client "acme": a token with the requested min_ttl of 59 s needs a new one, and the broker asks the provider at most once every 5 s (TOKEN_MIN_REFRESH_INTERVAL_MS); retry later or ask a smaller min_ttl`,
+    );
+    expect(err.retryAfterSeconds).toBe(4);
   });
 });

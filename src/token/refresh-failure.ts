@@ -7,7 +7,7 @@ import type { ClientConfig } from '../config/config.schema';
 import type { RefreshResult } from '../metrics/metrics.service';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { SecretsException } from '../secrets/secrets.exception';
-import { retryDelayMs } from './refresh-schedule';
+import { MIN_SERVE_MS, neededLifetimeMs, retryDelayMs } from './refresh-schedule';
 import { TokenErrorCode, TokenException } from './token.exception';
 
 /** The verdict on one failed refresh pass. */
@@ -119,10 +119,62 @@ export function unavailableError(opts: {
   );
 }
 
-/** The refusal of a `min_ttl` that even a brand-new token cannot meet. */
-export function lifetimeTooShort(clientId: string, lifetimeMs: number): TokenException {
+/**
+ * The refusal of a caller that even a brand-new token cannot satisfy. With a `min_ttl`
+ * (`requestedMs` > 0) that is what it asked for; without one, the provider's lifetime is
+ * shorter than what the broker needs to serve a token at all.
+ */
+export function lifetimeTooShort(
+  clientId: string,
+  lifetimeMs: number,
+  requestedMs = 0,
+  retryAfterSeconds?: number,
+): TokenException {
+  const lives = `the provider's tokens live ${seconds(lifetimeMs)} s`;
   return new TokenException(
     TokenErrorCode.Unavailable,
-    `client "${clientId}": the provider's tokens live ${Math.round(lifetimeMs / 1000)} s, less than the requested min_ttl`,
+    requestedMs > 0
+      ? `client "${clientId}": ${lives}, less than the requested min_ttl of ${seconds(requestedMs)} s; ask for less`
+      : `client "${clientId}": ${lives}, too short to hand out with the minimum of ${seconds(MIN_SERVE_MS)} s left`,
+    { retryAfterSeconds },
   );
+}
+
+/**
+ * Why the broker cannot serve a provider whose tokens live `lifetimeMs`: readiness and the
+ * log say it once per transition, naming the lifetime and the setting involved.
+ */
+export function lifetimeProblem(
+  clientId: string,
+  lifetimeMs: number,
+  minRefreshIntervalMs: number,
+): string {
+  return `client "${clientId}": the provider's tokens live ${seconds(lifetimeMs)} s, less than the ${seconds(neededLifetimeMs(minRefreshIntervalMs))} s the broker needs to serve and refresh them (TOKEN_MIN_REFRESH_INTERVAL_MS ${seconds(minRefreshIntervalMs)} s between tokens, plus ${seconds(MIN_SERVE_MS)} s left when served)`;
+}
+
+/**
+ * The refusal of a caller whose `min_ttl` needs a new token while the refresh floor holds:
+ * a caller cannot make the broker ask the provider more often than once per interval.
+ */
+export function refreshFloorHeld(opts: {
+  clientId: string;
+  requestedMs: number;
+  minRefreshIntervalMs: number;
+  retryAfterMs: number;
+}): TokenException {
+  const need =
+    opts.requestedMs > 0
+      ? `a token with the requested min_ttl of ${seconds(opts.requestedMs)} s needs a new one`
+      : 'a new token is needed';
+  return new TokenException(
+    TokenErrorCode.Unavailable,
+    `client "${opts.clientId}": ${need}, and the broker asks the provider at most once every ${seconds(opts.minRefreshIntervalMs)} s (TOKEN_MIN_REFRESH_INTERVAL_MS); retry later or ask a smaller min_ttl`,
+    { retryAfterSeconds: Math.max(1, Math.ceil(opts.retryAfterMs / 1000)) },
+  );
+}
+
+/** Whole seconds for messages; under 10 s with one decimal (a 1.5 s lifetime is not "2 s"). */
+function seconds(ms: number): string {
+  const s = ms / 1000;
+  return s < 10 && !Number.isInteger(s) ? s.toFixed(1).replace(/\.0$/, '') : String(Math.round(s));
 }

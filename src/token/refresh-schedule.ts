@@ -3,6 +3,20 @@
  * unit-tested exactly. All times are epoch milliseconds.
  */
 
+/** Never hand out a token with less than this left: it could expire on the wire. */
+export const MIN_SERVE_MS = 1000;
+
+/** The longest delay `setTimeout` honours (2^31-1 ms); a longer one fires at once. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * The shortest provider lifetime the broker can serve without gaps: a token must outlive the
+ * fleet's refresh floor (no new token before it) and still have {@link MIN_SERVE_MS} left.
+ */
+export function neededLifetimeMs(minRefreshIntervalMs: number): number {
+  return minRefreshIntervalMs + MIN_SERVE_MS;
+}
+
 /**
  * How long before expiry to refresh: the configured lead, but never more than half the
  * token's lifetime, so a provider that issues short tokens does not cause a refresh loop.

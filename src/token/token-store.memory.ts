@@ -1,5 +1,6 @@
 import type { TokenRecord } from './token-record';
 import type {
+  RefreshHold,
   RefreshLock,
   StoreContinuity,
   StoredToken,
@@ -25,6 +26,8 @@ export class MemoryTokenStore implements TokenStore {
   private readonly listeners: Array<(e: TokenStoreEvent) => void> = [];
   /** Local epoch ms before which no provider request should be made, per client. */
   private readonly deferredUntil = new Map<string, number>();
+  /** Local epoch ms before which no further token may be requested (the refresh floor). */
+  private readonly heldUntil = new Map<string, { until: number; lifetimeMs: number }>();
 
   constructor(private readonly now: () => number = Date.now) {}
 
@@ -54,12 +57,14 @@ export class MemoryTokenStore implements TokenStore {
       return false;
     }
     cur.invalidatedAt = this.now();
+    this.heldUntil.delete(clientId);
     this.emit({ type: 'invalidated', clientId, fingerprint });
     return true;
   }
 
   async discardCorrupt(clientId: string): Promise<void> {
     this.entries.delete(clientId);
+    this.heldUntil.delete(clientId);
   }
 
   async tryLock(clientId: string): Promise<RefreshLock | null> {
@@ -76,6 +81,16 @@ export class MemoryTokenStore implements TokenStore {
 
   async refreshDeferral(clientId: string): Promise<number> {
     return Math.max(0, (this.deferredUntil.get(clientId) ?? 0) - this.now());
+  }
+
+  async holdRefreshes(clientId: string, intervalMs: number, lifetimeMs: number): Promise<void> {
+    this.heldUntil.set(clientId, { until: this.now() + intervalMs, lifetimeMs });
+  }
+
+  async refreshHold(clientId: string): Promise<RefreshHold> {
+    const hold = this.heldUntil.get(clientId);
+    const ms = Math.max(0, (hold?.until ?? 0) - this.now());
+    return ms > 0 ? { ms, lifetimeMs: hold!.lifetimeMs } : { ms: 0 };
   }
 
   async checkContinuity(): Promise<StoreContinuity> {

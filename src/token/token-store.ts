@@ -8,6 +8,16 @@ export type TokenStoreEvent =
   | { type: 'updated'; clientId: string; fingerprint: string }
   | { type: 'invalidated'; clientId: string; fingerprint: string };
 
+/**
+ * The fleet's refresh floor: `ms` before it lets the fleet ask the provider for a new token (0:
+ * now), and the lifetime of the token that started it, so every replica learns the provider's
+ * lifetime, even from a grant too short-lived to be stored.
+ */
+export interface RefreshHold {
+  ms: number;
+  lifetimeMs?: number;
+}
+
 /** A held refresh lock. Releasing an already lost lock is harmless. */
 export interface RefreshLock {
   release(): Promise<void>;
@@ -61,6 +71,14 @@ export interface TokenStore {
   deferRefresh(clientId: string, delayMs: number): Promise<number>;
   /** Ms before the fleet may next ask the provider for this client's token (0: now). */
   refreshDeferral(clientId: string): Promise<number>;
+  /**
+   * Starts the fleet's refresh floor after a token was granted: no replica asks the provider
+   * for another for `intervalMs` (`TOKEN_MIN_REFRESH_INTERVAL_MS`). {@link invalidate} and
+   * {@link discardCorrupt} lift it: the fleet then has no usable token and needs one now.
+   */
+  holdRefreshes(clientId: string, intervalMs: number, lifetimeMs: number): Promise<void>;
+  /** What the refresh floor holds: see {@link RefreshHold}. */
+  refreshHold(clientId: string): Promise<RefreshHold>;
   /**
    * Whether the store still holds the data this replica saw in it: each call advances a marker
    * that never expires and compares it with the last one this replica saw. Redis that lost its

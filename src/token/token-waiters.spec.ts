@@ -54,4 +54,24 @@ describe(TokenWaiters.name, () => {
     for (const w of all) await expect(w).rejects.toThrow('shutting down');
     expect(jest.getTimerCount()).toBe(0);
   });
+
+  it('hands out no token with less than the minimum left now, whatever the older need', async () => {
+    const waiters = new TokenWaiters();
+    const waiting = waiters.wait(1_000, 5_000, () => new Error('timeout'));
+    // Enough for the need registered at 0, but not servable at 600 (minimum left: 1 s).
+    expect(waiters.allMetBy(record('a', 1_500), 1_600)).toBe(false);
+    waiters.offer(record('a', 1_500), undefined, 1_600);
+    expect(waiters.size).toBe(1);
+    waiters.offer(record('b', 2_000), undefined, 1_600);
+    await expect(waiting).resolves.toMatchObject({ accessToken: 'b' });
+  });
+
+  it('tells each refused waiter according to its own min_ttl', async () => {
+    const waiters = new TokenWaiters();
+    const plain = waiters.wait(10_000, 5_000, () => new Error('timeout'));
+    const asking = waiters.wait(70_000, 5_000, () => new Error('timeout'), 70_000);
+    waiters.rejectAll((requestedMs) => new Error(`min_ttl ${requestedMs}`));
+    await expect(plain).rejects.toThrow('min_ttl 0');
+    await expect(asking).rejects.toThrow('min_ttl 70000');
+  });
 });

@@ -3,6 +3,8 @@ import type { TokenRecord } from './token-record';
 interface Waiter {
   /** Epoch ms the token must still be valid at. */
   needUntil: number;
+  /** The caller's own `min_ttl` (ms; 0 when it sent none), for what it is told on refusal. */
+  requestedMs: number;
   resolve: (r: TokenRecord) => void;
   reject: (e: Error) => void;
   timer: NodeJS.Timeout;
@@ -25,10 +27,16 @@ export class TokenWaiters {
    * the queue and is rejected with what `onTimeout` returns at that moment (the reason may
    * change while it waits).
    */
-  wait(needUntil: number, timeoutMs: number, onTimeout: () => Error): Promise<TokenRecord> {
+  wait(
+    needUntil: number,
+    timeoutMs: number,
+    onTimeout: () => Error,
+    requestedMs = 0,
+  ): Promise<TokenRecord> {
     return new Promise<TokenRecord>((resolve, reject) => {
       const waiter: Waiter = {
         needUntil,
+        requestedMs,
         resolve,
         reject,
         timer: setTimeout(() => {
@@ -40,9 +48,13 @@ export class TokenWaiters {
     });
   }
 
-  /** Whether `record` satisfies every waiter (true when none waits). */
-  allMetBy(record: TokenRecord): boolean {
-    for (const w of this.waiters) if (record.expiresAt < w.needUntil) return false;
+  /**
+   * Whether `record` satisfies every waiter (true when none waits). `servableUntil`: the
+   * expiry a token needs to be handed out at all now (now plus the minimum left), which a
+   * waiter's older need-until may fall short of.
+   */
+  allMetBy(record: TokenRecord, servableUntil = 0): boolean {
+    for (const w of this.waiters) if (!meets(record, w, servableUntil)) return false;
     return true;
   }
 
@@ -51,23 +63,26 @@ export class TokenWaiters {
    * given: then they are rejected with it (a freshly fetched token that still falls short
    * means no refresh could satisfy them).
    */
-  offer(record: TokenRecord, refuse?: () => Error): void {
+  offer(record: TokenRecord, refuse?: (requestedMs: number) => Error, servableUntil = 0): void {
     for (const w of this.waiters) {
-      if (record.expiresAt >= w.needUntil) {
+      if (meets(record, w, servableUntil)) {
         this.remove(w);
         w.resolve(record);
       } else if (refuse) {
         this.remove(w);
-        w.reject(refuse());
+        w.reject(refuse(w.requestedMs));
       }
     }
   }
 
-  /** Rejects every waiter with `err` and empties the queue. */
-  rejectAll(err: Error): void {
+  /**
+   * Rejects every waiter with `err` (or what it returns for the waiter's own `min_ttl`) and
+   * empties the queue.
+   */
+  rejectAll(err: Error | ((requestedMs: number) => Error)): void {
     for (const w of this.waiters) {
       clearTimeout(w.timer);
-      w.reject(err);
+      w.reject(typeof err === 'function' ? err(w.requestedMs) : err);
     }
     this.waiters.clear();
   }
@@ -76,4 +91,8 @@ export class TokenWaiters {
     clearTimeout(w.timer);
     this.waiters.delete(w);
   }
+}
+
+function meets(record: TokenRecord, w: Waiter, servableUntil: number): boolean {
+  return record.expiresAt >= Math.max(w.needUntil, servableUntil);
 }

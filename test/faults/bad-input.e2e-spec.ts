@@ -136,6 +136,9 @@ describe('bad input', () => {
       TOKEN_BACKOFF_BASE_MS: '50',
       TOKEN_BACKOFF_MAX_MS: '200',
       PROVIDER_RESPONSE_TIMEOUT_MS: '1000',
+      // A floor shorter than the default 5 s: 'provider token responses' forces a refresh with
+      // min_ttl=lifetime-1 1.5 s after the last grant, and 'bad-redis' serves 3 s tokens.
+      TOKEN_MIN_REFRESH_INTERVAL_MS: '1000',
     };
     [broker, redisBroker] = await Promise.all([
       spawnBroker({

@@ -54,6 +54,10 @@ export async function startFleet<R extends TestRedis | RedisTopology = TestRedis
     CALLER_AUTH_ALLOW_NONE: 'true',
     HOST: '127.0.0.1',
     LOG_LEVEL: 'warn',
+    // The scenarios use lifetimes of seconds, far below production's; the default floor
+    // between two grants (5 s) would make those too short to serve. Scenarios about the floor
+    // set their own.
+    TOKEN_MIN_REFRESH_INTERVAL_MS: '500',
     ...opts.env,
   };
   const brokers = await Promise.all(
