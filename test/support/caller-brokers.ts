@@ -148,6 +148,9 @@ export async function startCallerBrokers(opts: CallerBrokersOptions): Promise<Ca
     HOST: '127.0.0.1',
     LOG_LEVEL: 'debug',
     ...secretsManagerClientEnv(secrets.url),
+    // Some suites run on tokens of seconds (the stock clients re-asking near expiry); the
+    // default floor between two grants (5 s) is for production lifetimes.
+    TOKEN_MIN_REFRESH_INTERVAL_MS: '500',
     ...opts.env,
   };
   const brokers: BrokerProcess[] = [];
