@@ -97,6 +97,8 @@ export function statusFor(code: ProblemCode): ProblemStatus {
       return { status: 502, title: 'Bad provider response' };
     case OrdersErrorCode.IdempotencyUnavailable:
       return { status: 503, title: 'Idempotency store unavailable' };
+    case OrdersErrorCode.IdempotencyRecordTampered:
+      return { status: 500, title: 'Idempotency record tampered' };
     case OrdersErrorCode.ProviderTimeout:
       return { status: 504, title: 'Provider timeout' };
     default:
