@@ -25,11 +25,18 @@ const MAX_HEADER_BYTES = 16_384;
  */
 function answerClientError(err: Error & { code?: string }, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
-  const detail =
-    err.code === 'HPE_HEADER_OVERFLOW'
+  const timedOut = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+  const detail = timedOut
+    ? 'the request did not arrive in time (HTTP_HEADERS_TIMEOUT_MS for the headers, HTTP_REQUEST_TIMEOUT_MS for the whole request); the connection is closed'
+    : err.code === 'HPE_HEADER_OVERFLOW'
       ? `the request line and headers exceed ${MAX_HEADER_BYTES} bytes; shorten the query string`
       : 'the request is not valid HTTP/1.1';
-  const { problem } = toProblem(new RequestException(RequestErrorCode.InvalidRequest, detail));
+  const { problem } = toProblem(
+    new RequestException(
+      timedOut ? RequestErrorCode.RequestTimeout : RequestErrorCode.InvalidRequest,
+      detail,
+    ),
+  );
   const body = JSON.stringify(problem);
   if (socket.writable) {
     socket.write(
@@ -52,9 +59,21 @@ export async function createBrokerApp(
   const adapter = new FastifyAdapter({
     // maxHeaderSize bounds the query string too: an oversized request line is refused early.
     serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) =>
-      createServer({ maxHeaderSize: MAX_HEADER_BYTES }, (req, res) => {
-        if (front.tryServe?.(req, res) !== true) handler(req, res);
-      }),
+      createServer(
+        {
+          maxHeaderSize: MAX_HEADER_BYTES,
+          // Fastify applies none of its timeouts to a server it did not create: set Node's.
+          // A client trickling its headers (slowloris) or body is cut off after these.
+          headersTimeout: config.http.headersTimeoutMs,
+          requestTimeout: config.http.requestTimeoutMs,
+          keepAliveTimeout: config.http.keepAliveTimeoutMs,
+          // How often Node checks those deadlines (its default, 30 s, would add up to that).
+          connectionsCheckingInterval: Math.min(1000, config.http.headersTimeoutMs),
+        },
+        (req, res) => {
+          if (front.tryServe?.(req, res) !== true) handler(req, res);
+        },
+      ),
     loggerInstance: logger,
     // Per-request info logs would cost more than the whole GET /token hot path; audit lines
     // are written by the features themselves.

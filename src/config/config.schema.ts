@@ -277,8 +277,19 @@ export const httpSettingsSchema = z
     host: z.string().min(1).default('0.0.0.0'),
     /** Grace period for in-flight requests on SIGTERM. @default 10000 */
     shutdownGraceMs: millis(0, 300_000).default(10_000),
+    /** Most time to receive a request's line and headers (slowloris): then 408 and close. @default 10000 */
+    headersTimeoutMs: millis(500, 120_000).default(10_000),
+    /** Most time to receive a whole request, body included: then 408 and close. @default 30000 */
+    requestTimeoutMs: millis(500, 300_000).default(30_000),
+    /** How long an idle keep-alive connection stays open. @default 5000 */
+    keepAliveTimeoutMs: millis(100, 600_000).default(5000),
   })
-  .strict();
+  .strict()
+  .refine((h) => h.headersTimeoutMs <= h.requestTimeoutMs, {
+    message:
+      'headersTimeoutMs (HTTP_HEADERS_TIMEOUT_MS) must not exceed requestTimeoutMs (HTTP_REQUEST_TIMEOUT_MS)',
+    path: ['headersTimeoutMs'],
+  });
 
 export const logSettingsSchema = z
   .object({

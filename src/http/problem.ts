@@ -61,6 +61,8 @@ export function statusFor(code: ProblemCode): ProblemStatus {
       return { status: 405, title: 'Method not allowed' };
     case RequestErrorCode.PayloadTooLarge:
       return { status: 413, title: 'Payload too large' };
+    case RequestErrorCode.RequestTimeout:
+      return { status: 408, title: 'Request timeout' };
     case RequestErrorCode.UnsupportedMediaType:
       return { status: 415, title: 'Unsupported media type' };
     case 'internal_error':
