@@ -55,11 +55,16 @@ export async function createBrokerApp(
   config: BrokerConfig,
   logger: Logger,
 ): Promise<NestFastifyApplication> {
-  const front: { tryServe?: (req: IncomingMessage, res: ServerResponse) => boolean } = {};
+  const front: {
+    tryServe?: (req: IncomingMessage, res: ServerResponse) => boolean;
+    handler?: (req: IncomingMessage, res: ServerResponse) => void;
+  } = {};
+  const metricsApart = config.http.metricsPort !== undefined;
   const adapter = new FastifyAdapter({
     // maxHeaderSize bounds the query string too: an oversized request line is refused early.
-    serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) =>
-      createServer(
+    serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) => {
+      front.handler = handler;
+      return createServer(
         {
           maxHeaderSize: MAX_HEADER_BYTES,
           // Fastify applies none of its timeouts to a server it did not create: set Node's.
@@ -71,9 +76,11 @@ export async function createBrokerApp(
           connectionsCheckingInterval: Math.min(1000, config.http.headersTimeoutMs),
         },
         (req, res) => {
+          if (metricsApart && isMetricsPath(req.url)) return notFound(req, res);
           if (front.tryServe?.(req, res) !== true) handler(req, res);
         },
-      ),
+      );
+    },
     loggerInstance: logger,
     // Per-request info logs would cost more than the whole GET /token hot path; audit lines
     // are written by the features themselves.
@@ -100,5 +107,48 @@ export async function createBrokerApp(
   // The GET /token cache hit is answered before Fastify (see TokenFastPath).
   const fastPath = app.get(TokenFastPath);
   front.tryServe = (req, res) => fastPath.tryServe(req, res);
+  if (metricsApart) {
+    // `/metrics` alone, on its own port (see `http.metricsPort`), through the same Fastify app.
+    const metricsServer = createServer(
+      {
+        headersTimeout: config.http.headersTimeoutMs,
+        requestTimeout: config.http.requestTimeoutMs,
+      },
+      (req, res) => {
+        if (isMetricsPath(req.url) && front.handler) front.handler(req, res);
+        else notFound(req, res);
+      },
+    );
+    fastify.addHook('onListen', (done) => {
+      metricsServer.once('error', done);
+      metricsServer.listen(config.http.metricsPort, config.http.host, () => done());
+    });
+    fastify.addHook('preClose', (done) => {
+      metricsServer.close(() => done());
+      metricsServer.closeAllConnections();
+    });
+  }
   return app;
+}
+
+function isMetricsPath(url: string | undefined): boolean {
+  return url === '/metrics' || url?.startsWith('/metrics?') === true || url === '/metrics/';
+}
+
+/** A 404 problem, written directly: `/metrics` on the API port, anything else on the metrics port. */
+function notFound(req: IncomingMessage, res: ServerResponse): void {
+  const reqId = requestIdFrom(req.headers['x-request-id']);
+  const { problem } = toProblem(
+    new RequestException(RequestErrorCode.NotFound, 'no such route; see the README for the API'),
+    reqId,
+  );
+  const body = JSON.stringify(problem);
+  res.writeHead(problem.status, {
+    'content-type': 'application/problem+json; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    'cache-control': 'no-store',
+    'x-request-id': reqId,
+    ...SECURITY_HEADERS,
+  });
+  res.end(body);
 }

@@ -17,6 +17,7 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'TOKEN_DEFAULT_LIFETIME_SECONDS', path: ['token', 'defaultLifetimeSeconds'] },
   { env: 'HOST', path: ['http', 'host'] },
   { env: 'SHUTDOWN_GRACE_MS', path: ['http', 'shutdownGraceMs'] },
+  { env: 'METRICS_PORT', path: ['http', 'metricsPort'] },
   { env: 'HTTP_HEADERS_TIMEOUT_MS', path: ['http', 'headersTimeoutMs'] },
   { env: 'HTTP_REQUEST_TIMEOUT_MS', path: ['http', 'requestTimeoutMs'] },
   { env: 'HTTP_KEEP_ALIVE_TIMEOUT_MS', path: ['http', 'keepAliveTimeoutMs'] },

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { freePort } from './support/ports';
 
 const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
 const API_KEY = 'timeouts-test-key-0123456789abcdef';
@@ -45,14 +46,15 @@ function trickle(
 }
 
 /**
- * Slowloris: a client that sends its headers (or its body) a byte at a time must be cut off
+ * The broker's HTTP front. Slowloris: a client that sends its headers (or its body) a byte at a time must be cut off
  * once `HTTP_HEADERS_TIMEOUT_MS` (or `HTTP_REQUEST_TIMEOUT_MS`) has passed, with a 408 problem,
  * instead of holding a connection for Node's defaults (60 s, 300 s).
  */
-describe('HTTP timeouts (slow clients)', () => {
+describe('HTTP front: slow clients and the metrics port', () => {
   let provider: ProviderEmulator;
   let broker: BrokerProcess;
   let dir: string;
+  let metricsPort: number;
 
   beforeAll(async () => {
     provider = await ProviderEmulator.start({
@@ -85,6 +87,7 @@ describe('HTTP timeouts (slow clients)', () => {
         },
       }),
     );
+    metricsPort = await freePort();
     broker = await spawnBroker({
       env: {
         BROKER_CONFIG_FILE: config,
@@ -92,6 +95,7 @@ describe('HTTP timeouts (slow clients)', () => {
         LOG_LEVEL: 'warn',
         HTTP_HEADERS_TIMEOUT_MS: String(HEADERS_TIMEOUT_MS),
         HTTP_REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
+        METRICS_PORT: String(metricsPort),
       },
     });
     await broker.waitReady(10_000);
@@ -138,6 +142,23 @@ describe('HTTP timeouts (slow clients)', () => {
     expect(closedAfterMs).toBeLessThan(REQUEST_TIMEOUT_MS + 1000 + 1500);
     expect(provider.stats.orderRequests).toBe(0);
     expect(Buffer.concat(chunks).toString()).toMatch(/^HTTP\/1\.1 408 /);
+  });
+
+  it('serves /metrics only on METRICS_PORT, and nothing else there', async () => {
+    const onApi = await fetch(`${broker.url}/metrics`);
+    expect(onApi.status).toBe(404);
+    expect(await onApi.text()).not.toContain('token_broker_');
+    const metrics = `http://127.0.0.1:${metricsPort}`;
+    const scraped = await fetch(`${metrics}/metrics`);
+    expect(scraped.status).toBe(200);
+    expect(await scraped.text()).toContain('token_broker_');
+    for (const path of ['/token', '/health/ready', '/orders', '/metricsx', '/oauth2/token']) {
+      const res = await fetch(`${metrics}${path}`, {
+        headers: { authorization: `Bearer ${API_KEY}` },
+      });
+      expect([path, res.status]).toEqual([path, 404]);
+    }
+    expect((await fetch(`${broker.url}/health/ready`)).status).toBe(200);
   });
 
   it('still serves a client that sends its request promptly', async () => {
