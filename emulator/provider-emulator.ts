@@ -90,7 +90,14 @@ export type TokenFailure =
  * (only an order that would have been created is); the others before anything is checked.
  */
 export type OrdersFailure =
-  | { kind: 'status'; status: number; body?: string; contentType?: string }
+  | {
+      kind: 'status';
+      status: number;
+      body?: string;
+      contentType?: string;
+      /** Further response headers (e.g. `set-cookie`), to see what the broker relays. */
+      headers?: Record<string, string>;
+    }
   /** Create the order, then never answer: the caller cannot know the outcome. */
   | { kind: 'timeout-after-create' }
   /** Never answer; nothing is created. */
@@ -455,7 +462,7 @@ export class ProviderEmulator {
     if (failure) {
       switch (failure.kind) {
         case 'status': {
-          const headers: Record<string, string> = {};
+          const headers: Record<string, string> = { ...failure.headers };
           if (failure.body) headers['content-type'] = failure.contentType ?? 'application/json';
           send(res, failure.status, failure.body ?? '', headers);
           return;

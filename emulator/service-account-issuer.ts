@@ -17,8 +17,12 @@ export type ServiceAccountAlgorithm = 'RS256' | 'ES256';
 export interface ServiceAccountTokenOptions {
   /** `system:serviceaccount:<namespace>:<name>`. */
   subject: string;
-  /** @default the issuer's default audience */
-  audience?: string;
+  /** One audience or several (`aud` is always an array, as the kubelet writes it). @default the issuer's default audience */
+  audience?: string | readonly string[];
+  /** `nbf` in seconds from now (positive: not valid yet). @default 0 */
+  notBeforeSeconds?: number;
+  /** Overrides the `kid` header (e.g. a random one no JWKS has). */
+  kid?: string;
   /** @default 'ES256' */
   alg?: ServiceAccountAlgorithm;
   /** Seconds from now; negative for an expired token. `null` omits `exp`. @default 3600 */
@@ -103,14 +107,17 @@ export class ServiceAccountIssuer {
     const claims: JWTPayload = {
       iss: opts.issuer ?? this.issuer,
       sub: opts.subject,
-      aud: [opts.audience ?? this.audience],
+      aud:
+        typeof opts.audience === 'object' ? [...opts.audience] : [opts.audience ?? this.audience],
       iat: now,
-      nbf: now,
+      nbf: now + (opts.notBeforeSeconds ?? 0),
       'kubernetes.io': { namespace: opts.subject.split(':')[2] },
     };
     const expiresIn = opts.expiresInSeconds === undefined ? 3600 : opts.expiresInSeconds;
     if (expiresIn !== null) claims.exp = now + expiresIn;
-    return new SignJWT(claims).setProtectedHeader({ alg, kid: key.kid }).sign(key.privateKey);
+    return new SignJWT(claims)
+      .setProtectedHeader({ alg, kid: opts.kid ?? key.kid })
+      .sign(key.privateKey);
   }
 
   async close(): Promise<void> {

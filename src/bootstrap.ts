@@ -26,11 +26,18 @@ const MAX_HEADER_BYTES = 16_384;
  */
 function answerClientError(err: Error & { code?: string }, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
-  const detail =
-    err.code === 'HPE_HEADER_OVERFLOW'
+  const timedOut = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+  const detail = timedOut
+    ? 'the request did not arrive in time (HTTP_HEADERS_TIMEOUT_MS for the headers, HTTP_REQUEST_TIMEOUT_MS for the whole request); the connection is closed'
+    : err.code === 'HPE_HEADER_OVERFLOW'
       ? `the request line and headers exceed ${MAX_HEADER_BYTES} bytes; shorten the query string`
       : 'the request is not valid HTTP/1.1';
-  const { problem } = toProblem(new RequestException(RequestErrorCode.InvalidRequest, detail));
+  const { problem } = toProblem(
+    new RequestException(
+      timedOut ? RequestErrorCode.RequestTimeout : RequestErrorCode.InvalidRequest,
+      detail,
+    ),
+  );
   const body = JSON.stringify(problem);
   if (socket.writable) {
     socket.write(
@@ -51,17 +58,34 @@ export async function createBrokerApp(
 ): Promise<NestFastifyApplication> {
   const front: {
     tryServe?: (req: IncomingMessage, res: ServerResponse) => boolean;
+    handler?: (req: IncomingMessage, res: ServerResponse) => void;
     drain?: DrainState;
   } = {};
+  const metricsApart = config.http.metricsPort !== undefined;
   const adapter = new FastifyAdapter({
     // maxHeaderSize bounds the query string too: an oversized request line is refused early.
-    serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) =>
-      createServer({ maxHeaderSize: MAX_HEADER_BYTES }, (req, res) => {
-        // Draining: still answered, but the caller's keep-alive connection ends with this
-        // answer, so its next request opens a connection the Service sends elsewhere.
-        if (front.drain?.draining === true) res.shouldKeepAlive = false;
-        if (front.tryServe?.(req, res) !== true) handler(req, res);
-      }),
+    serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) => {
+      front.handler = handler;
+      return createServer(
+        {
+          maxHeaderSize: MAX_HEADER_BYTES,
+          // Fastify applies none of its timeouts to a server it did not create: set Node's.
+          // A client trickling its headers (slowloris) or body is cut off after these.
+          headersTimeout: config.http.headersTimeoutMs,
+          requestTimeout: config.http.requestTimeoutMs,
+          keepAliveTimeout: config.http.keepAliveTimeoutMs,
+          // How often Node checks those deadlines (its default, 30 s, would add up to that).
+          connectionsCheckingInterval: Math.min(1000, config.http.headersTimeoutMs),
+        },
+        (req, res) => {
+          if (metricsApart && isMetricsPath(req.url)) return notFound(req, res);
+          // Draining: still answered, but the caller's keep-alive connection ends with this
+          // answer, so its next request opens a connection the Service sends elsewhere.
+          if (front.drain?.draining === true) res.shouldKeepAlive = false;
+          if (front.tryServe?.(req, res) !== true) handler(req, res);
+        },
+      );
+    },
     loggerInstance: logger,
     // Per-request info logs would cost more than the whole GET /token hot path; audit lines
     // are written by the features themselves.
@@ -89,5 +113,48 @@ export async function createBrokerApp(
   const fastPath = app.get(TokenFastPath);
   front.tryServe = (req, res) => fastPath.tryServe(req, res);
   front.drain = app.get(DrainState);
+  if (metricsApart) {
+    // `/metrics` alone, on its own port (see `http.metricsPort`), through the same Fastify app.
+    const metricsServer = createServer(
+      {
+        headersTimeout: config.http.headersTimeoutMs,
+        requestTimeout: config.http.requestTimeoutMs,
+      },
+      (req, res) => {
+        if (isMetricsPath(req.url) && front.handler) front.handler(req, res);
+        else notFound(req, res);
+      },
+    );
+    fastify.addHook('onListen', (done) => {
+      metricsServer.once('error', done);
+      metricsServer.listen(config.http.metricsPort, config.http.host, () => done());
+    });
+    fastify.addHook('preClose', (done) => {
+      metricsServer.close(() => done());
+      metricsServer.closeAllConnections();
+    });
+  }
   return app;
+}
+
+function isMetricsPath(url: string | undefined): boolean {
+  return url === '/metrics' || url?.startsWith('/metrics?') === true || url === '/metrics/';
+}
+
+/** A 404 problem, written directly: `/metrics` on the API port, anything else on the metrics port. */
+function notFound(req: IncomingMessage, res: ServerResponse): void {
+  const reqId = requestIdFrom(req.headers['x-request-id']);
+  const { problem } = toProblem(
+    new RequestException(RequestErrorCode.NotFound, 'no such route; see the README for the API'),
+    reqId,
+  );
+  const body = JSON.stringify(problem);
+  res.writeHead(problem.status, {
+    'content-type': 'application/problem+json; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    'cache-control': 'no-store',
+    'x-request-id': reqId,
+    ...SECURITY_HEADERS,
+  });
+  res.end(body);
 }

@@ -86,7 +86,7 @@ describe('cache encryption at rest (real Redis)', () => {
       await store.writeFenced('acme-prod', r);
       const hash = await rawHash(raw, 'acme-prod');
       expect(Object.keys(hash).sort()).toEqual(['exp', 'fp', 'obt', 'val', 'wexp']);
-      expect(hash.val).toMatch(/^gcm1:[0-9a-f]{8}:/);
+      expect(hash.val).toMatch(/^gcm2:[0-9a-f]{8}:/);
       for (const value of Object.values(hash)) {
         expect(value).not.toContain(r.accessToken);
         expect(value).not.toContain(r.accessToken.slice(5, 25));
@@ -129,7 +129,15 @@ describe('cache encryption at rest (real Redis)', () => {
       const flipped = `${val.slice(0, -3)}${val.at(-3) === 'A' ? 'B' : 'A'}${val.slice(-2)}`;
       await raw.hset(redisKeys.token('acme-prod'), 'val', flipped);
       expect(await writer.read('acme-prod')).toEqual({ status: 'corrupt' });
-      for (const garbage of ['', 'gcm1:', 'gcm1:zz:!!', 'plain:tok', '\u0000'.repeat(40)]) {
+      for (const garbage of [
+        '',
+        'gcm1:',
+        'gcm1:zz:!!',
+        'gcm2:',
+        'gcm2:zz:!!',
+        'plain:tok',
+        '\u0000'.repeat(40),
+      ]) {
         await raw.hset(redisKeys.token('acme-prod'), 'val', garbage);
         expect(await writer.read('acme-prod')).toEqual({ status: 'corrupt' });
       }
@@ -149,7 +157,66 @@ describe('cache encryption at rest (real Redis)', () => {
       });
       await after.writeFenced('acme-prod', renewed);
       const { val } = await rawHash(raw, 'acme-prod');
-      expect(val.startsWith(`gcm1:${new AesGcmTokenCipher(k2).currentKeyId}:`)).toBe(true);
+      expect(val.startsWith(`gcm2:${new AesGcmTokenCipher(k2).currentKeyId}:`)).toBe(true);
+    });
+
+    it('refuses a record whose clear fields were edited: pinned expiry, lifetime, fingerprint', async () => {
+      const store = newStore(new AesGcmTokenCipher(k1));
+      await store.waitUntilReady(2000);
+      const r = record(token('acme'));
+      const key = redisKeys.token('acme-prod');
+      const edits: Array<[string, (h: Record<string, string>) => Record<string, string>]> = [
+        // An old value kept alive: exp (Redis time) and obt moved a day-minus-a-bit later,
+        // the lifetime unchanged; then the same with the writer's expiry moved too.
+        [
+          'exp and obt',
+          (h) => ({
+            exp: String(Number(h.exp) + 3_600_000),
+            obt: String(Number(h.obt) + 3_600_000),
+          }),
+        ],
+        [
+          'exp, obt and wexp',
+          (h) => ({
+            exp: String(Number(h.exp) + 3_600_000),
+            obt: String(Number(h.obt) + 3_600_000),
+            wexp: String(Number(h.wexp) + 3_600_000),
+          }),
+        ],
+        ['exp only (a longer lifetime)', (h) => ({ exp: String(Number(h.exp) + 3_600_000) })],
+        ['wexp only', (h) => ({ wexp: String(Number(h.wexp) + 3_600_000) })],
+        ['the fingerprint', (h) => ({ fp: h.fp.replace(/^./, (c) => (c === '0' ? '1' : '0')) })],
+      ];
+      for (const [what, edit] of edits) {
+        await raw.del(key);
+        await store.writeFenced('acme-prod', r);
+        expect(await store.read('acme-prod')).toEqual({ status: 'found', record: r });
+        const original = await rawHash(raw, 'acme-prod');
+        await raw.hset(key, edit(original));
+        await raw.persist(key);
+        expect([what, await store.read('acme-prod')]).toEqual([what, { status: 'corrupt' }]);
+      }
+    });
+
+    it("refuses a legacy (gcm1) value under another token's fingerprint", async () => {
+      const store = newStore(new AesGcmTokenCipher(k1));
+      await store.waitUntilReady(2000);
+      await store.writeFenced('acme-prod', record(token('acme')));
+      // What an earlier version wrote: the same fields, the client id alone as associated data.
+      const { createCipheriv } = await import('node:crypto');
+      const iv = randomBytes(12);
+      const c = createCipheriv('aes-256-gcm', k1, iv, { authTagLength: 16 });
+      c.setAAD(Buffer.from('acme-prod'));
+      const old = token('acme');
+      const body = Buffer.concat([iv, c.update(old, 'utf8'), c.final(), c.getAuthTag()]);
+      const legacy = `gcm1:${new AesGcmTokenCipher(k1).currentKeyId}:${body.toString('base64url')}`;
+      await raw.hset(redisKeys.token('acme-prod'), 'val', legacy);
+      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
+      const fp = createHash('sha256').update(old).digest('hex').slice(0, 16);
+      await raw.hset(redisKeys.token('acme-prod'), 'fp', fp);
+      const read = await store.read('acme-prod');
+      expect(read.status).toBe('found');
+      expect(read.status === 'found' && read.record.accessToken).toBe(old);
     });
   });
 
@@ -235,7 +302,7 @@ describe('cache encryption at rest (real Redis)', () => {
       for (const client of CLIENTS) {
         const accessToken = await tokenOf(b, client);
         const hash = await rawHash(raw, client);
-        expect(hash.val).toMatch(/^gcm1:/);
+        expect(hash.val).toMatch(/^gcm2:/);
         expect(JSON.stringify(hash)).not.toContain(accessToken);
       }
       // Nothing else in Redis holds it either (locks, channels, idempotency records).

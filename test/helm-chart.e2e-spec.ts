@@ -327,7 +327,10 @@ describe('Helm chart helm/token-broker', () => {
         expect.objectContaining({ cpu: expect.any(String), memory: expect.any(String) }),
       );
       expect(c.resources.limits.memory).toEqual(expect.any(String));
-      expect(c.ports).toEqual([{ name: 'http', containerPort: 8080, protocol: 'TCP' }]);
+      expect(c.ports).toEqual([
+        { name: 'http', containerPort: 8080, protocol: 'TCP' },
+        { name: 'metrics', containerPort: 9090, protocol: 'TCP' },
+      ]);
     });
 
     it('spreads pods over zones and nodes', () => {
@@ -379,6 +382,7 @@ describe('Helm chart helm/token-broker', () => {
       expect(matches(service.spec.selector, podLabels)).toBe(true);
       expect(service.spec.ports).toEqual([
         expect.objectContaining({ name: 'http', targetPort: 'http' }),
+        expect.objectContaining({ name: 'metrics', targetPort: 'metrics' }),
       ]);
 
       const test = only(objects, 'Pod');
@@ -411,9 +415,25 @@ describe('Helm chart helm/token-broker', () => {
           (p) => !p.namespaceSelector && matches(p.podSelector?.matchLabels, testPodLabels),
         ),
       ).toBe(true);
-      for (const rule of np.spec.ingress as K8sObject[]) {
-        expect(rule.ports).toEqual([{ port: 'http', protocol: 'TCP' }]);
-      }
+      // Callers (and the test pod) reach the API port only; /metrics is on its own port, which
+      // only the Prometheus peers (the monitoring namespace by default) reach.
+      const rules = np.spec.ingress as K8sObject[];
+      expect(rules).toHaveLength(2);
+      const [api, scrape] = rules;
+      expect(api.ports).toEqual([{ port: 'http', protocol: 'TCP' }]);
+      expect(scrape.ports).toEqual([{ port: 'metrics', protocol: 'TCP' }]);
+      expect(scrape.from).toEqual([
+        {
+          namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } },
+          podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } },
+        },
+      ]);
+      const containerPorts = (broker(objects).ports as K8sObject[]).map((p) => String(p.name));
+      expect(containerPorts).toEqual(['http', 'metrics']);
+      // The broker serves /metrics on that port (and only there): its config says so.
+      expect(loadRenderedConfig(objects).http.metricsPort).toBe(
+        (broker(objects).ports as K8sObject[])[1].containerPort,
+      );
       const egress = np.spec.egress as K8sObject[];
       const ports = (rule: K8sObject) =>
         (rule.ports as K8sObject[]).map((p) => `${p.port}/${p.protocol}`);
@@ -540,7 +560,11 @@ describe('Helm chart helm/token-broker', () => {
       expect(matches(sm.spec.selector.matchLabels, service.metadata.labels)).toBe(true);
       expect(sm.spec.namespaceSelector.matchNames).toEqual([NAMESPACE]);
       expect(sm.spec.endpoints).toEqual([
-        expect.objectContaining({ port: service.spec.ports[0].name, path: '/metrics' }),
+        expect.objectContaining({ port: 'metrics', path: '/metrics' }),
+      ]);
+      expect((service.spec.ports as K8sObject[]).map((p) => String(p.name))).toEqual([
+        'http',
+        'metrics',
       ]);
       expect(sm.metadata.labels.release).toBe('kube-prometheus-stack');
     });

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { Cluster, type Redis } from 'ioredis';
 import { redisSettingsSchema } from '../src/config/config.schema';
 import {
@@ -12,12 +12,15 @@ import { idempotencyKeyHash } from '../src/orders/order-request';
 import { RedisIdempotencyStore } from '../src/redis/idempotency-store.redis';
 import { createRedisConnection, type RedisClient } from '../src/redis/redis.connection';
 import { redisKeys } from '../src/redis/redis.constants';
+import { AesGcmTokenCipher } from '../src/token/aes-gcm-token.cipher';
 import { freePort } from './support/ports';
 import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis-topology';
 import { waitFor } from './support/wait';
 
 const CLIENT = 'acme-preprod';
 const TTL_MS = 60_000;
+/** The cache key: it authenticates what the store replays. */
+const CACHE_KEY = randomBytes(32);
 
 function claimOf(bodyHash = 'body-a'): IdempotencyClaim {
   return { bodyHash, owner: randomUUID(), leaseMs: 30_000 };
@@ -52,7 +55,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       timeoutMs: 5000,
       what: 'the Redis connection to be ready',
     });
-    return new RedisIdempotencyStore(connection);
+    return new RedisIdempotencyStore(connection, new AesGcmTokenCipher(CACHE_KEY));
   }
 
   beforeAll(async () => {
@@ -246,6 +249,106 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       }
     });
 
+    it('refuses a stored answer changed in Redis (status, body, content type, moved, re-hashed), never replaying it', async () => {
+      const store = await redisStore();
+      const raw = redis.client();
+      try {
+        const tamper: Array<[string, Record<string, string | Buffer>]> = [
+          ['the body', { body: Buffer.from('{"id":"evil","redirect":"https://evil.example"}') }],
+          ['the status', { status: '200' }],
+          ['the content type', { ct: 'text/html' }],
+          ['the body hash', { fp: 'body-b' }],
+          ['the MAC', { mac: 'ffffffff:AAAA' }],
+          ['a missing MAC (a downgrade)', { mac: '' }],
+        ];
+        for (const [what, fields] of tamper) {
+          const keyHash = idempotencyKeyHash(randomUUID());
+          const claim = claimOf();
+          await store.claim(CLIENT, keyHash, claim, TTL_MS);
+          const answer = {
+            status: 201,
+            contentType: 'application/json',
+            body: Buffer.from('{"id":"o-1"}'),
+          };
+          await store.complete(CLIENT, keyHash, claim.owner, answer, TTL_MS);
+          const genuine = await store.claim(CLIENT, keyHash, claimOf(), TTL_MS);
+          expect(genuine).toEqual({
+            claimed: false,
+            existing: { state: 'completed', bodyHash: 'body-a', response: answer },
+          });
+          await raw.hset(redisKeys.idempotency(CLIENT, keyHash), fields);
+          const err: unknown = await store
+            .claim(CLIENT, keyHash, claimOf(), TTL_MS)
+            .catch((e: unknown) => e);
+          expect([what, err]).toEqual([what, expect.any(IdempotencyStoreException)]);
+          expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.Tampered);
+        }
+        // A genuine record copied to another key (or client) does not verify there either.
+        const from = idempotencyKeyHash(randomUUID());
+        const claim = claimOf();
+        await store.claim(CLIENT, from, claim, TTL_MS);
+        await store.complete(
+          CLIENT,
+          from,
+          claim.owner,
+          { status: 201, body: Buffer.from('{}') },
+          TTL_MS,
+        );
+        const copied = await raw.hgetallBuffer(redisKeys.idempotency(CLIENT, from));
+        for (const [client, keyHash] of [
+          [CLIENT, idempotencyKeyHash(randomUUID())],
+          ['other-client', from],
+        ]) {
+          await raw.hset(redisKeys.idempotency(client, keyHash), copied);
+          const err: unknown = await store
+            .claim(client, keyHash, claimOf(), TTL_MS)
+            .catch((e: unknown) => e);
+          expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.Tampered);
+        }
+        // A forged in-flight record with another body hash is refused too.
+        const forged = idempotencyKeyHash(randomUUID());
+        await raw.hset(redisKeys.idempotency(CLIENT, forged), {
+          st: 'c',
+          fp: 'body-a',
+          status: '201',
+          ct: '',
+          body: 'x',
+        });
+        const err: unknown = await store
+          .claim(CLIENT, forged, claimOf(), TTL_MS)
+          .catch((e: unknown) => e);
+        expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.Tampered);
+      } finally {
+        raw.disconnect();
+      }
+    });
+
+    it('accepts records written under a previous cache key (rotation)', async () => {
+      const before = await redisStore();
+      const keyHash = idempotencyKeyHash(randomUUID());
+      const claim = claimOf();
+      await before.claim(CLIENT, keyHash, claim, TTL_MS);
+      await before.complete(
+        CLIENT,
+        keyHash,
+        claim.owner,
+        { status: 201, body: Buffer.from('{}') },
+        TTL_MS,
+      );
+      const settings = redisSettingsSchema.parse({ ...redis.settings(), commandTimeoutMs: 1000 });
+      const connection = createRedisConnection(settings, 'command');
+      connections.push(connection);
+      await waitFor(() => connection.status === 'ready', { timeoutMs: 5000, what: 'Redis' });
+      const after = new RedisIdempotencyStore(
+        connection,
+        new AesGcmTokenCipher(randomBytes(32), [CACHE_KEY]),
+      );
+      expect(await after.claim(CLIENT, keyHash, claimOf(), TTL_MS)).toMatchObject({
+        claimed: false,
+        existing: { state: 'completed', response: { status: 201 } },
+      });
+    });
+
     it('fails fast with a translated error when Redis is unreachable', async () => {
       const port = await freePort();
       const settings = redisSettingsSchema.parse({
@@ -255,7 +358,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       const connection = createRedisConnection(settings, 'command');
       connection.on('error', () => undefined);
       connections.push(connection);
-      const store = new RedisIdempotencyStore(connection);
+      const store = new RedisIdempotencyStore(connection, new AesGcmTokenCipher(CACHE_KEY));
       const started = Date.now();
       const err: unknown = await store
         .claim(CLIENT, idempotencyKeyHash('k'), claimOf(), TTL_MS)

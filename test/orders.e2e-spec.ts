@@ -1,6 +1,9 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { type IncomingHttpHeaders, request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
+import { Redis } from 'ioredis';
+import { redisKeys } from '../src/redis/redis.constants';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ProviderEmulator } from '../emulator/provider-emulator';
@@ -131,6 +134,8 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
     writeFileSync(acmeCreds, JSON.stringify(ACME_CREDS), { mode: 0o600 });
     writeFileSync(otherCreds, JSON.stringify(OTHER_CREDS), { mode: 0o600 });
     const deadPort = await freePort();
+    const cacheKeyFile = join(dir, 'cache-key');
+    writeFileSync(cacheKeyFile, randomBytes(32).toString('base64'), { mode: 0o600 });
     const configFile = join(dir, 'broker.json');
     writeFileSync(
       configFile,
@@ -175,6 +180,8 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
         LOG_LEVEL: 'info',
         ORDERS_HEADERS_TIMEOUT_MS: String(HEADERS_TIMEOUT_MS),
         ORDERS_BODY_LIMIT_BYTES: String(BODY_LIMIT),
+        // The cache key authenticates the idempotency records the broker replays.
+        CACHE_KEY_FILE: cacheKeyFile,
       },
     });
     await broker.waitReady(15_000);
@@ -290,6 +297,94 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
       expect(all).not.toContain(CHECKOUT_KEY);
       expect(all).not.toContain('secret');
     });
+
+    it("relays none of the provider's other response headers (Set-Cookie, Server, Location, CORS, hop-by-hop)", async () => {
+      provider.setKnobs({
+        ordersFailure: {
+          kind: 'status',
+          status: 201,
+          body: '{"id":"o-hdr"}',
+          headers: {
+            'set-cookie': 'provider-session=abc; Path=/; HttpOnly',
+            server: 'provider-httpd/1.2',
+            'x-powered-by': 'provider',
+            location: 'https://provider.example/orders/o-hdr',
+            'access-control-allow-origin': '*',
+            'strict-transport-security': 'max-age=1',
+            'x-provider-internal': 'node-17',
+            'keep-alive': 'timeout=1',
+          },
+        },
+      });
+      const res = await order(orderBody('hdr-resp'));
+      expect(res.status).toBe(201);
+      expect(res.text).toBe('{"id":"o-hdr"}');
+      for (const name of [
+        'set-cookie',
+        'server',
+        'x-powered-by',
+        'location',
+        'access-control-allow-origin',
+        'strict-transport-security',
+        'x-provider-internal',
+        'keep-alive',
+      ]) {
+        expect([name, res.headers[name]]).toEqual([name, undefined]);
+      }
+      expect(res.headers['content-type']).toBe('application/json');
+    });
+
+    /** A raw POST /orders (`node:net`), so that header bytes no HTTP client sends reach the broker. */
+    function rawOrder(extraHeaderLines: string): Promise<{ status: number; text: string }> {
+      const body = orderBody('raw-hdr');
+      return new Promise((resolve, reject) => {
+        const socket = connect(broker.port, '127.0.0.1');
+        const chunks: Buffer[] = [];
+        socket.on('data', (c: Buffer) => chunks.push(c));
+        socket.on('error', reject);
+        socket.on('close', () => {
+          const text = Buffer.concat(chunks).toString('latin1');
+          resolve({ status: Number(text.split(' ')[1]), text });
+        });
+        // write, not end: a half-closed socket reads as a caller gone away to the broker.
+        socket.write(
+          `POST /orders?client=acme HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${CHECKOUT_KEY}\r\n` +
+            `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+            `Connection: close\r\n${extraHeaderLines}\r\n\r\n${body}`,
+        );
+      });
+    }
+
+    it.each([
+      ['a bare CR in X-Request-Id', 'X-Request-Id: abc\rInjected: 1', [400]],
+      ['a bare LF in X-Request-Id', 'X-Request-Id: abc\nInjected: 1', [400]],
+      ['a NUL in Idempotency-Key', 'Idempotency-Key: abc\u0000def', [400]],
+      ['a bare CR in Idempotency-Key', 'Idempotency-Key: abc\rInjected: 1', [400]],
+      ['a DEL in Idempotency-Key', 'Idempotency-Key: abc\u007fdef', [400]],
+      ['a folded Idempotency-Key', 'Idempotency-Key: abc\r\n Injected: 1', [400]],
+      ['a bare CR in traceparent', `traceparent: ${TRACEPARENT}\rInjected: 1`, [400]],
+      ['a folded traceparent', `traceparent: ${TRACEPARENT}\r\n Injected: 1`, [400, 201]],
+      ['a tab in X-Request-Id', 'X-Request-Id: abc\tdef', [201]],
+      ['a latin-1 byte in traceparent', `traceparent: ${TRACEPARENT}\u00ff`, [201]],
+    ] as Array<[string, string, number[]]>)(
+      '%s: refused, or forwarded without the raw value',
+      async (_what, line, statuses) => {
+        const res = await rawOrder(line);
+        expect(statuses).toContain(res.status);
+        if (res.status === 400) expect(res.text).toContain('application/problem+json');
+        for (const sent of provider.stats.orders) {
+          for (const [name, value] of Object.entries(sent.headers)) {
+            expect(name).not.toBe('injected');
+            expect(
+              ['\r', '\n', '\u0000', '\u007f', 'Injected'].some((bad) => value.includes(bad)),
+            ).toBe(false);
+          }
+          // The caller's id was not sane: the broker sent its own, never the raw one.
+          expect(sent.headers['x-request-id']).toMatch(/^[A-Za-z0-9._:-]{1,128}$/);
+          expect(sent.headers.traceparent).toBeUndefined();
+        }
+      },
+    );
 
     it('generates a request id when the caller sends none, and sends the same one upstream', async () => {
       const res = await order(orderBody('rid-1'));
@@ -432,6 +527,34 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
       expect(
         await metricValue(broker.url, 'token_broker_idempotent_replays_total', { client: 'acme' }),
       ).toBe(replaysBefore + 2);
+    });
+
+    it('refuses to replay an answer changed in Redis (500 idempotency_record_tampered), logs it, sends nothing', async () => {
+      const key = randomUUID();
+      const body = orderBody('idem-tamper');
+      const first = await order(body, { key });
+      expect(first.status).toBe(201);
+      const raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+      try {
+        const keyHash = createHash('sha256').update(key).digest('hex');
+        const stored = redisKeys.idempotency('acme', keyHash);
+        expect(await raw.hget(stored, 'mac')).toMatch(/^[0-9a-f]{8}:/);
+        await raw.hset(stored, 'body', '{"id":"forged","pay_to":"attacker"}');
+        const again = await order(body, { key });
+        expect(again.status).toBe(500);
+        const problem = problemOf(again);
+        expect(problem.code).toBe('idempotency_record_tampered');
+        expect(problem.detail).toMatch(/integrity check/);
+        expect(again.text).not.toContain('forged');
+        expect(provider.stats.orderRequests).toBe(1);
+        await waitFor(
+          () =>
+            broker.logs().some((l) => l.includes('idempotency record failed its integrity check')),
+          { timeoutMs: 3000, what: 'the tamper log line' },
+        );
+      } finally {
+        raw.disconnect();
+      }
     });
 
     it('replays a business error as well: the provider answered it', async () => {

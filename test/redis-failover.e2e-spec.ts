@@ -75,7 +75,7 @@ describe('Redis failover behind a fixed endpoint (READONLY)', () => {
     );
     const ordersConnection = createRedisConnection(settings, 'command');
     ordersConnection.on('error', () => undefined);
-    const orders = new RedisIdempotencyStore(ordersConnection);
+    const orders = new RedisIdempotencyStore(ordersConnection, new PlainTokenCipher());
     try {
       expect(await store.waitUntilReady(5000)).toBe(true);
       let expiresAt = Date.now() + 60_000;

@@ -118,7 +118,7 @@ describe('Redis topologies', () => {
       const connection = createRedisConnection(settings, 'command');
       closers.push(() => closeRedisClient(connection));
       await waitForReady(connection);
-      const idempotency = new RedisIdempotencyStore(connection);
+      const idempotency = new RedisIdempotencyStore(connection, new PlainTokenCipher());
       for (const client of CLIENTS) {
         const keyHash = idempotencyKeyHash(`order-${client}`);
         const claim = { bodyHash: 'b'.repeat(64), owner: 'me', leaseMs: 5000 };

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -28,6 +29,33 @@ function get(base: string, path: string, headers: Record<string, string>): Promi
     });
     req.on('error', reject);
     req.end();
+  });
+}
+
+/**
+ * One raw request on its own connection (`node:net`): the request line and headers exactly as
+ * given, so that targets and headers no HTTP client would send reach the broker as written.
+ */
+function raw(port: number, head: string): Promise<RawAnswer> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    socket.setTimeout(10_000, () => socket.destroy(new Error(`no answer to ${head}`)));
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const all = Buffer.concat(chunks);
+      const end = all.indexOf('\r\n\r\n');
+      if (end < 0) return reject(new Error(`no complete answer to ${JSON.stringify(head)}`));
+      const [statusLine, ...lines] = all.subarray(0, end).toString('latin1').split('\r\n');
+      const headers: Record<string, string> = {};
+      for (const line of lines) {
+        const colon = line.indexOf(':');
+        headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
+      }
+      resolve({ status: Number(statusLine.split(' ')[1]), headers, body: all.subarray(end + 4) });
+    });
+    socket.end(`${head}\r\nConnection: close\r\n\r\n`);
   });
 }
 
@@ -154,5 +182,108 @@ describe('GET /token parity: fast path and Fastify route', () => {
     expect(b).toEqual(a);
     expect(a.headers['x-request-id']).toMatch(/^parity-\d$/);
     expect(a.headers['content-length']).toBe(String(Buffer.byteLength(a.body, 'latin1')));
+  });
+  /**
+   * Request targets and headers an attacker inside the cluster can send raw. Each is sent as
+   * written (the fast path's turn) and with `acme-preprod` escaped as `acme%2Dpreprod`, which
+   * the fast path always leaves to Fastify: both fronts must answer alike, and only the exact
+   * path `/token` with a valid `Bearer` credential may ever get a token.
+   */
+  const KEY = API_KEY;
+  const q = 'client=acme-preprod';
+  const variants: Array<[string, string, string, number]> = [
+    ['the plain request', `GET /token?${q} HTTP/1.1`, `Authorization: Bearer ${KEY}`, 200],
+    ['HTTP/1.0', `GET /token?${q} HTTP/1.0`, `Authorization: Bearer ${KEY}`, 200],
+    ['a trailing slash', `GET /token/?${q} HTTP/1.1`, `Authorization: Bearer ${KEY}`, 404],
+    ['a double slash', `GET //token?${q} HTTP/1.1`, `Authorization: Bearer ${KEY}`, 404],
+    ['upper case', `GET /TOKEN?${q} HTTP/1.1`, `Authorization: Bearer ${KEY}`, 404],
+    ['a ;suffix', `GET /token;x?${q} HTTP/1.1`, `Authorization: Bearer ${KEY}`, 404],
+    // Fastify ends the path at '#' and drops the rest: no query, so no client named.
+    ['a #suffix on the path', `GET /token#x?${q} HTTP/1.1`, `Authorization: Bearer ${KEY}`, 400],
+    ['a #suffix on the query', `GET /token?${q}#x HTTP/1.1`, `Authorization: Bearer ${KEY}`, 404],
+    ['an escaped slash', `GET /token%2F?${q} HTTP/1.1`, `Authorization: Bearer ${KEY}`, 404],
+    // Equivalent spellings of /token (RFC 3986 §6.2.2, RFC 9112 §3.2.2): the route, with auth.
+    ['an escaped path', `GET /%74oken?${q} HTTP/1.1`, `Authorization: Bearer ${KEY}`, 200],
+    ['an escaped path, no credential', `GET /%74oken?${q} HTTP/1.1`, `X-Nothing: 1`, 401],
+    [
+      'an absolute-form target',
+      `GET http://127.0.0.1/token?${q} HTTP/1.1`,
+      `Authorization: Bearer ${KEY}`,
+      200,
+    ],
+    [
+      'an absolute-form target, no credential',
+      `GET http://127.0.0.1/token?${q} HTTP/1.1`,
+      `X-Nothing: 1`,
+      401,
+    ],
+    ['HEAD', `HEAD /token?${q} HTTP/1.1`, `Authorization: Bearer ${KEY}`, 200],
+    ['HEAD, no credential', `HEAD /token?${q} HTTP/1.1`, `X-Nothing: 1`, 401],
+    ['HTTP/1.0, no credential', `GET /token?${q} HTTP/1.0`, `X-Nothing: 1`, 401],
+    ['lower-case bearer', `GET /token?${q} HTTP/1.1`, `Authorization: bearer ${KEY}`, 200],
+    ['two spaces after Bearer', `GET /token?${q} HTTP/1.1`, `Authorization: Bearer  ${KEY}`, 200],
+    ['a tab after Bearer', `GET /token?${q} HTTP/1.1`, `Authorization: Bearer\t${KEY}`, 401],
+    ['Basic', `GET /token?${q} HTTP/1.1`, `Authorization: Basic ${KEY}`, 401],
+    ['no credential', `GET /token?${q} HTTP/1.1`, `X-Nothing: 1`, 401],
+    [
+      'a good then a bad Authorization',
+      `GET /token?${q} HTTP/1.1`,
+      `Authorization: Bearer ${KEY}\r\nAuthorization: Bearer nope`,
+      401,
+    ],
+    [
+      'a bad then a good Authorization',
+      `GET /token?${q} HTTP/1.1`,
+      `Authorization: Bearer nope\r\nAuthorization: Bearer ${KEY}`,
+      401,
+    ],
+    ['a trailing &', `GET /token?${q}& HTTP/1.1`, `Authorization: Bearer ${KEY}`, 200],
+    ['a leading &', `GET /token?&${q} HTTP/1.1`, `Authorization: Bearer ${KEY}`, 200],
+    ['a repeated client', `GET /token?${q}&${q} HTTP/1.1`, `Authorization: Bearer ${KEY}`, 400],
+    ['client[]', `GET /token?client[]=acme-preprod HTTP/1.1`, `Authorization: Bearer ${KEY}`, 400],
+    ['CLIENT', `GET /token?CLIENT=acme-preprod HTTP/1.1`, `Authorization: Bearer ${KEY}`, 400],
+    ['an empty min_ttl', `GET /token?${q}&min_ttl= HTTP/1.1`, `Authorization: Bearer ${KEY}`, 200],
+    [
+      'a ; between parameters',
+      `GET /token?${q};min_ttl=5 HTTP/1.1`,
+      `Authorization: Bearer ${KEY}`,
+      404,
+    ],
+  ];
+
+  it.each(variants)(
+    '%s: both fronts give the same answer',
+    async (_what, line, headerLines, status) => {
+      const head = (l: string, i: number) =>
+        `${l}\r\nHost: 127.0.0.1\r\nX-Request-Id: raw-${i}\r\n${headerLines}`;
+      let pair: [ReturnType<typeof comparable>, ReturnType<typeof comparable>] | undefined;
+      for (let i = 0; i < 5; i++) {
+        const a = comparable(await raw(broker.port, head(line, i)));
+        const b = comparable(
+          await raw(broker.port, head(line.replace('acme-preprod', 'acme%2Dpreprod'), i)),
+        );
+        pair = [a, b];
+        if (a.body === b.body) break;
+      }
+      const [a, b] = pair!;
+      expect(b).toEqual(a);
+      expect(a.status).toBe(status);
+      if (status !== 200) expect(a.body).not.toContain('access_token');
+    },
+  );
+
+  it('refuses a request with two Authorization headers, naming the problem', async () => {
+    for (const order of [
+      [`Bearer ${KEY}`, 'Bearer nope'],
+      ['Bearer nope', `Bearer ${KEY}`],
+      [`Bearer ${KEY}`, `Bearer ${KEY}`],
+    ]) {
+      const a = await raw(
+        broker.port,
+        `GET /token?${q} HTTP/1.1\r\nHost: x\r\nAuthorization: ${order[0]}\r\nauthorization: ${order[1]}`,
+      );
+      expect(a.status).toBe(401);
+      expect(JSON.parse(a.body.toString()).detail).toMatch(/one Authorization header/);
+    }
   });
 });

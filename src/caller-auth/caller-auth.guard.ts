@@ -8,6 +8,7 @@ import {
   type CallerAuthenticator,
   type ClientResolver,
 } from './caller';
+import { authorizationOf } from './bearer-credential';
 import { assertMayUse } from './caller-authorization';
 
 /** Who is calling, and for which configured client: the outcome of {@link CallerAuthGuard}. */
@@ -51,7 +52,7 @@ export class CallerAuthGuard implements CanActivate {
   async authorize(req: FastifyRequest): Promise<CallerContext> {
     const seen: Seen = { authorized: false };
     SEEN.set(req, seen);
-    const caller = await this.auth.authenticate(req.headers.authorization);
+    const caller = await this.auth.authenticate(authorizationOf(req.raw));
     seen.caller = caller;
     const clientId = this.resolveClient(clientParam(req.query), caller);
     seen.clientId = clientId;

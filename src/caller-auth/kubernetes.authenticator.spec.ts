@@ -181,6 +181,21 @@ describe(KubernetesAuthenticator.name, () => {
       },
       /algorithm is not accepted/,
     ],
+    [
+      'from the issuer with a trailing slash (iss is compared exactly)',
+      () => issuer.token({ subject: CHECKOUT, issuer: `${issuer.issuer}/` }),
+      /"iss" claim/,
+    ],
+    [
+      'for several audiences, none of them ours',
+      () => issuer.token({ subject: CHECKOUT, audience: ['vault', 'token-broker-x'] }),
+      /"aud" claim/,
+    ],
+    [
+      'not valid yet (nbf an hour ahead)',
+      () => issuer.token({ subject: CHECKOUT, notBeforeSeconds: 3600 }),
+      /"nbf" claim/,
+    ],
     ['garbage', async () => 'not.a.jwt', /not a well-formed/],
     ['one segment', async () => 'abcdef', /not a well-formed/],
   ];
@@ -191,6 +206,47 @@ describe(KubernetesAuthenticator.name, () => {
     const err = result as CallerAuthException;
     expect(err.code).toBe(CallerAuthErrorCode.Unauthenticated);
     expect(err.message).toMatch(reason);
+  });
+
+  it('accepts a token whose audiences include ours (aud is an array)', async () => {
+    const token = await issuer.token({ subject: CHECKOUT, audience: ['vault', 'token-broker'] });
+    const caller = await outcome(authenticator().authenticate(`Bearer ${token}`));
+    expect(caller).toMatchObject({ name: CHECKOUT });
+  });
+
+  it('refuses an oversized credential before hashing or parsing it, saying so (401)', () => {
+    const auth = authenticator();
+    const huge = `Bearer ${'a'.repeat(200_000)}`;
+    let thrown: unknown;
+    try {
+      // Synchronous: no verification, no JWKS fetch was even started.
+      void auth.authenticate(huge);
+    } catch (err) {
+      thrown = err;
+    }
+    expect(thrown).toBeInstanceOf(CallerAuthException);
+    expect((thrown as CallerAuthException).code).toBe(CallerAuthErrorCode.Unauthenticated);
+    expect((thrown as CallerAuthException).message).toMatch(/longer than 8208 characters/);
+    expect(jwksRequests()).toBe(0);
+  });
+
+  it('turns a flood of tokens with random unknown kids into at most one JWKS fetch per cooldown', async () => {
+    const auth = authenticator();
+    await auth.authenticate(`Bearer ${await issuer.token({ subject: CHECKOUT })}`);
+    const tokens = await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        issuer.token({ subject: CHECKOUT, kid: `random-kid-${i}-${Math.random()}` }),
+      ),
+    );
+    const outcomes = await Promise.all(
+      tokens.map((t) => outcome(auth.authenticate(`Bearer ${t}`))),
+    );
+    for (const o of outcomes) {
+      expect(o).toBeInstanceOf(CallerAuthException);
+      expect((o as CallerAuthException).code).toBe(CallerAuthErrorCode.Unauthenticated);
+    }
+    // The warm-up fetch, and at most one refetch for the first unknown kid.
+    expect(jwksRequests()).toBeLessThanOrEqual(2);
   });
 
   it('refetches the JWKS on an unknown kid (a key rotation), at most once per cooldown', async () => {

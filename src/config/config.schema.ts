@@ -290,8 +290,29 @@ export const httpSettingsSchema = z
     shutdownDrainDelayMs: millis(0, 120_000).default(0),
     /** Grace period for in-flight requests once the listener stops. @default 10000 */
     shutdownGraceMs: millis(0, 300_000).default(10_000),
+    /** Most time to receive a request's line and headers (slowloris): then 408 and close. @default 10000 */
+    headersTimeoutMs: millis(500, 120_000).default(10_000),
+    /** Most time to receive a whole request, body included: then 408 and close. @default 30000 */
+    requestTimeoutMs: millis(500, 300_000).default(30_000),
+    /**
+     * A separate port for `GET /metrics` (only it is served there, and it is no longer served on
+     * `port`), so that a NetworkPolicy can let Prometheus reach the metrics without letting
+     * callers read them. Unset: `/metrics` on `port`, as before.
+     */
+    metricsPort: z.coerce.number().int().min(1).max(65_535).optional(),
+    /** How long an idle keep-alive connection stays open. @default 5000 */
+    keepAliveTimeoutMs: millis(100, 600_000).default(5000),
   })
-  .strict();
+  .strict()
+  .refine((h) => h.metricsPort === undefined || h.metricsPort !== h.port, {
+    message: 'metricsPort (METRICS_PORT) must differ from port (PORT)',
+    path: ['metricsPort'],
+  })
+  .refine((h) => h.headersTimeoutMs <= h.requestTimeoutMs, {
+    message:
+      'headersTimeoutMs (HTTP_HEADERS_TIMEOUT_MS) must not exceed requestTimeoutMs (HTTP_REQUEST_TIMEOUT_MS)',
+    path: ['headersTimeoutMs'],
+  });
 
 export const logSettingsSchema = z
   .object({

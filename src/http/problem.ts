@@ -61,6 +61,8 @@ export function statusFor(code: ProblemCode): ProblemStatus {
       return { status: 405, title: 'Method not allowed' };
     case RequestErrorCode.PayloadTooLarge:
       return { status: 413, title: 'Payload too large' };
+    case RequestErrorCode.RequestTimeout:
+      return { status: 408, title: 'Request timeout' };
     case RequestErrorCode.UnsupportedMediaType:
       return { status: 415, title: 'Unsupported media type' };
     case 'internal_error':
@@ -97,6 +99,8 @@ export function statusFor(code: ProblemCode): ProblemStatus {
       return { status: 502, title: 'Bad provider response' };
     case OrdersErrorCode.IdempotencyUnavailable:
       return { status: 503, title: 'Idempotency store unavailable' };
+    case OrdersErrorCode.IdempotencyRecordTampered:
+      return { status: 500, title: 'Idempotency record tampered' };
     case OrdersErrorCode.ProviderTimeout:
       return { status: 504, title: 'Provider timeout' };
     default:

@@ -7,6 +7,8 @@ export enum RequestErrorCode {
   MethodNotAllowed = 'method_not_allowed',
   UnsupportedMediaType = 'unsupported_media_type',
   PayloadTooLarge = 'payload_too_large',
+  /** 408: the request line, headers or body did not arrive in time (a slow or stalled client). */
+  RequestTimeout = 'request_timeout',
 }
 
 export class RequestException extends BrokerException<RequestErrorCode> {}

@@ -84,6 +84,8 @@ export enum IdempotencyStoreErrorCode {
   Unavailable = 'idempotency_store_unavailable',
   /** The store holds a record this version cannot read. */
   Corrupt = 'idempotency_store_corrupt',
+  /** The record fails its integrity check (MAC under the cache key): written by someone else. */
+  Tampered = 'idempotency_record_tampered',
 }
 
 /** The idempotency store failed; translated by the adapter that met the library error. */

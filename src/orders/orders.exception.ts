@@ -31,6 +31,11 @@ export enum OrdersErrorCode {
   ProviderBadResponse = 'order_provider_bad_response',
   /** 503: the idempotency store (Redis) is unreachable, so a duplicate cannot be ruled out. */
   IdempotencyUnavailable = 'idempotency_unavailable',
+  /**
+   * 500: the stored outcome of this `Idempotency-Key` fails its integrity check (it was changed
+   * in Redis by something other than a broker): nothing is replayed and nothing is sent.
+   */
+  IdempotencyRecordTampered = 'idempotency_record_tampered',
   /** 504: the provider did not answer in time after the order was sent. */
   ProviderTimeout = 'order_provider_timeout',
 }

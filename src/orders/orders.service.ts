@@ -251,6 +251,20 @@ export class OrdersService {
         Math.max(this.ttlMs, 2 * this.leaseMs),
       );
     } catch (err) {
+      if (
+        err instanceof IdempotencyStoreException &&
+        err.code === IdempotencyStoreErrorCode.Tampered
+      ) {
+        this.logger.error(
+          { client: clientId, idemKeyHash: audit.idempotencyKeyHash, reason: err.message },
+          'idempotency record failed its integrity check: refused, nothing replayed or sent; something other than a broker writes to Redis',
+        );
+        throw new OrdersException(
+          OrdersErrorCode.IdempotencyRecordTampered,
+          'the stored outcome of this Idempotency-Key fails its integrity check (it was changed in Redis by something other than a broker), so it is not replayed; nothing was sent. Tell the platform team, and check with the provider whether the order exists before using a new key',
+          { cause: err },
+        );
+      }
       throw storeFailure(err);
     }
     if (result.claimed) return { ledger: this.ledger(clientId, keyHash, owner) };

@@ -10,9 +10,10 @@ import {
 import { redisKeys } from './redis.constants';
 import type { RedisClient } from './redis.connection';
 import { classifyRedisError } from './redis-problem';
+import type { TokenCipher } from '../token/token-cipher';
 
 /**
- * KEYS[1] record hash. ARGV: body hash, owner, lease length (ms), TTL ms.
+ * KEYS[1] record hash. ARGV: body hash, owner, lease length (ms), TTL ms, MAC of the body hash.
  * Check and create in one script: of any number of concurrent claims exactly one creates the
  * record, and every other one gets the record back in the same round trip. The lease deadline
  * is set and compared on Redis's clock (TIME), never a replica's: a claimant whose wall clock
@@ -22,27 +23,27 @@ import { classifyRedisError } from './redis-problem';
 const CLAIM = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cur = redis.call('HMGET', KEYS[1], 'st', 'fp', 'lease', 'status', 'ct', 'body')
+local cur = redis.call('HMGET', KEYS[1], 'st', 'fp', 'lease', 'status', 'ct', 'body', 'fpm', 'mac')
 if cur[1] then
   local lease = tonumber(cur[3])
   if lease then cur[3] = tostring(math.max(0, lease - now)) end
   return cur
 end
-redis.call('HSET', KEYS[1], 'st', 'f', 'fp', ARGV[1], 'own', ARGV[2], 'lease', now + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'st', 'f', 'fp', ARGV[1], 'own', ARGV[2], 'lease', now + tonumber(ARGV[3]), 'fpm', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
 `;
 
 /**
  * KEYS[1] record hash. ARGV: owner, TTL ms, state ('c' or 'u'), then for 'c' status, content
- * type, body. Only the claimant settles its own claim: a holder that outlived its lease must
+ * type, body and the MAC over them. Only the claimant settles its own claim: a holder that outlived its lease must
  * not overwrite what a later claimant recorded.
  */
 const SETTLE = `
 if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end
 redis.call('HDEL', KEYS[1], 'lease')
 if ARGV[3] == 'c' then
-  redis.call('HSET', KEYS[1], 'st', 'c', 'status', ARGV[4], 'ct', ARGV[5], 'body', ARGV[6])
+  redis.call('HSET', KEYS[1], 'st', 'c', 'status', ARGV[4], 'ct', ARGV[5], 'body', ARGV[6], 'mac', ARGV[7])
 else
   redis.call('HSET', KEYS[1], 'st', 'u')
 end
@@ -75,6 +76,11 @@ type RedisWithIdempotencyScripts = RedisClient & {
  * Redis time), and once
  * settled the provider's status, content type and exact body bytes.
  *
+ * Whoever can write to Redis must not be able to make a broker replay an answer of their
+ * choosing: with a cache key configured, the body hash (`fpm`) and the stored answer (`mac`)
+ * carry an HMAC under a key derived from it, bound to the client and the key hash, and a record
+ * that fails the check is refused ({@link IdempotencyStoreErrorCode.Tampered}), never replayed.
+ *
  * It uses the shared command connection: commands time out after `redis.commandTimeoutMs` and
  * fail at once while disconnected, so an outage surfaces as
  * {@link IdempotencyStoreException} within that bound instead of queueing requests.
@@ -83,7 +89,10 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   readonly kind = 'redis' as const;
   private readonly redis: RedisWithIdempotencyScripts;
 
-  constructor(redis: RedisClient) {
+  constructor(
+    redis: RedisClient,
+    private readonly signer: Pick<TokenCipher, 'authenticates' | 'mac' | 'verifyMac'>,
+  ) {
     redis.defineCommand('tbIdemClaim', { numberOfKeys: 1, lua: CLAIM });
     redis.defineCommand('tbIdemSettle', { numberOfKeys: 1, lua: SETTLE });
     redis.defineCommand('tbIdemRelease', { numberOfKeys: 1, lua: RELEASE });
@@ -104,11 +113,14 @@ export class RedisIdempotencyStore implements IdempotencyStore {
         claim.owner,
         Math.ceil(claim.leaseMs),
         Math.ceil(ttlMs),
+        this.signer.mac(['fp', clientId, keyHash, claim.bodyHash]),
       ),
     );
     if (reply === 1) return { claimed: true };
     if (!Array.isArray(reply)) throw corrupt('unexpected reply to the claim script');
-    return { claimed: false, existing: parseRecord(reply) };
+    const existing = parseRecord(reply);
+    this.verify(clientId, keyHash, existing, reply);
+    return { claimed: false, existing };
   }
 
   async complete(
@@ -127,6 +139,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
         response.status,
         response.contentType ?? '',
         response.body,
+        this.signer.mac(answerParts(clientId, keyHash, response)),
       ),
     );
     return done === 1;
@@ -158,6 +171,26 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   async close(): Promise<void> {
     // The connection is shared and closed by the Redis module.
+  }
+
+  /** Throws {@link IdempotencyStoreErrorCode.Tampered} unless the record's MACs check out. */
+  private verify(
+    clientId: string,
+    keyHash: string,
+    record: IdempotencyRecord,
+    fields: RawField[],
+  ): void {
+    if (!this.signer.authenticates) return;
+    const text = (b: RawField) => (b === null ? '' : b.toString('latin1'));
+    if (!this.signer.verifyMac(['fp', clientId, keyHash, record.bodyHash], text(fields[6]))) {
+      throw tampered('its body hash is not one a broker recorded for this key');
+    }
+    if (
+      record.state === 'completed' &&
+      !this.signer.verifyMac(answerParts(clientId, keyHash, record.response), text(fields[7]))
+    ) {
+      throw tampered('its stored answer is not one a broker recorded for this key');
+    }
   }
 
   /** Runs one command, translating ioredis failures (timeout, disconnected) into ours. */
@@ -213,6 +246,18 @@ function parseRecord(fields: RawField[]): IdempotencyRecord {
     default:
       throw corrupt('record in an unknown state');
   }
+}
+
+/** What the answer MAC covers: the client and key it belongs to, and every replayed byte. */
+function answerParts(clientId: string, keyHash: string, r: StoredResponse): (string | Buffer)[] {
+  return ['answer', clientId, keyHash, String(r.status), r.contentType ?? '', r.body];
+}
+
+function tampered(why: string): IdempotencyStoreException {
+  return new IdempotencyStoreException(
+    IdempotencyStoreErrorCode.Tampered,
+    `the idempotency record fails its integrity check: ${why}`,
+  );
 }
 
 function corrupt(what: string): IdempotencyStoreException {

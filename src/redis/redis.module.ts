@@ -85,9 +85,13 @@ import { RedisTokenStore } from './token-store.redis';
     },
     {
       provide: IDEMPOTENCY_STORE,
-      inject: [REDIS_CONNECTION, LOGGER],
-      useFactory: (redis: RedisClient | null, logger: Logger): IdempotencyStore => {
-        if (redis) return new RedisIdempotencyStore(redis);
+      inject: [REDIS_CONNECTION, TOKEN_CIPHER, LOGGER],
+      useFactory: (
+        redis: RedisClient | null,
+        cipher: TokenCipher,
+        logger: Logger,
+      ): IdempotencyStore => {
+        if (redis) return new RedisIdempotencyStore(redis, cipher);
         logger.warn(
           'No Redis configured: Idempotency-Key outcomes are kept in this process only and are lost on restart.',
         );

@@ -5,7 +5,7 @@ import type { RedisSettings } from '../config/config.schema';
 // The parser caps every lifetime at this; a stored token claiming more was not written by us.
 import { MAX_LIFETIME_SECONDS } from '../provider/token-response.parser';
 import type { TokenCipher } from '../token/token-cipher';
-import type { TokenRecord } from '../token/token-record';
+import { fingerprintOf, type TokenRecord } from '../token/token-record';
 import type {
   RefreshHold,
   RefreshLock,
@@ -351,12 +351,30 @@ export class RedisTokenStore implements TokenStore {
     if (expRedis <= redisNow) return { status: 'absent' };
     let accessToken: string;
     try {
-      accessToken = this.cipher.open(clientId, val);
+      // The clear fields are authenticated with the value: an edited fingerprint, lifetime or
+      // writer's expiry (to pin an old token's expiry, say) fails to open.
+      accessToken = this.cipher.open(
+        clientId,
+        val,
+        recordContext(fp, expRedis - obtRedis, writerExp ?? ''),
+      );
     } catch {
       return this.corrupt(clientId, val);
     }
+    // The fingerprint is in clear for the fence; it must be this token's (also for values in
+    // the legacy format, whose context is not authenticated).
+    if (fingerprintOf(accessToken) !== fp) return this.corrupt(clientId, val);
     const offset = this.clock.observe(sentAt, arrivedAt, redisNow);
-    const expiresAt = localExpiry(expRedis, offset, Number(writerExp));
+    const writerExpiresAt = Number(writerExp);
+    // Redis's `exp` is not authenticated (Redis computes it); the writer's expiry is. A stored
+    // `exp` moved later than the writer's expiry plus any believable clock skew is refused.
+    if (
+      Number.isFinite(writerExpiresAt) &&
+      localExpiry(expRedis, offset, writerExpiresAt) > writerExpiresAt + MAX_WRITER_SKEW_MS
+    ) {
+      return this.corrupt(clientId, val);
+    }
+    const expiresAt = localExpiry(expRedis, offset, writerExpiresAt);
     const record = {
       accessToken,
       expiresAt,
@@ -367,19 +385,27 @@ export class RedisTokenStore implements TokenStore {
   }
 
   async writeFenced(clientId: string, record: TokenRecord): Promise<boolean> {
-    const sealed = this.cipher.seal(clientId, record.accessToken);
+    // Whole ms: Redis stores `obt` as `exp` minus this, and the reader authenticates the
+    // difference it reads back.
+    const lifetimeMs = Math.round(record.expiresAt - record.obtainedAt);
+    const writerExpiresAt = String(record.expiresAt);
+    const sealed = this.cipher.seal(
+      clientId,
+      record.accessToken,
+      recordContext(record.fingerprint, lifetimeMs, writerExpiresAt),
+    );
     // Durations from this replica's clock: whatever its offset, it cancels out here.
     const remainingMs = record.expiresAt - this.now();
     const written = await this.run(() =>
       this.redis.tbWriteFenced(
         redisKeys.token(clientId),
         remainingMs,
-        record.expiresAt - record.obtainedAt,
+        lifetimeMs,
         record.fingerprint,
         sealed,
         redisKeys.events(clientId),
         MAX_LIFETIME_MS + FENCE_SLACK_MS,
-        record.expiresAt,
+        writerExpiresAt,
       ),
     );
     return written === 1;
@@ -562,6 +588,18 @@ export class RedisTokenStore implements TokenStore {
       { cause },
     );
   }
+}
+
+/**
+ * How far a stored expiry (Redis time, converted) may lie beyond the writer's own authenticated
+ * expiry before the record counts as tampered: more than any wall-clock skew the fleet is meant
+ * to tolerate (replicas 30 s off are tested), far less than a token's lifetime.
+ */
+const MAX_WRITER_SKEW_MS = 5 * 60_000;
+
+/** What a sealed value authenticates besides the client id: the fields kept in clear. */
+function recordContext(fingerprint: string, lifetimeMs: number, writerExpiresAt: string): string {
+  return `fp=${fingerprint};life=${lifetimeMs};wexp=${writerExpiresAt}`;
 }
 
 /** Millisecond granularity of the two clocks compared (Redis's TIME, the replica's Date.now). */

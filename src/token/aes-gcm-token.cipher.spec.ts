@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createCipheriv, randomBytes } from 'node:crypto';
 import { AesGcmTokenCipher, cacheKeyId } from './aes-gcm-token.cipher';
 import { PlainTokenCipher } from './plain-token.cipher';
 
@@ -11,7 +11,7 @@ describe(AesGcmTokenCipher.name, () => {
   it('round-trips a token, and the sealed value reveals neither the token nor the key', () => {
     const cipher = new AesGcmTokenCipher(k1);
     const sealed = cipher.seal('acme-prod', TOKEN);
-    expect(sealed).toMatch(new RegExp(`^gcm1:${cacheKeyId(k1)}:[A-Za-z0-9_-]+$`));
+    expect(sealed).toMatch(new RegExp(`^gcm2:${cacheKeyId(k1)}:[A-Za-z0-9_-]+$`));
     expect(sealed).not.toContain(TOKEN);
     expect(sealed).not.toContain('provider-access-token');
     expect(sealed).not.toContain(k1.toString('base64'));
@@ -39,11 +39,11 @@ describe(AesGcmTokenCipher.name, () => {
     for (const at of [0, 12, body.length - 17, body.length - 1]) {
       const bad = Buffer.from(body);
       bad[at] ^= 0x01;
-      const forged = `gcm1:${cacheKeyId(k1)}:${bad.toString('base64url')}`;
+      const forged = `gcm2:${cacheKeyId(k1)}:${bad.toString('base64url')}`;
       expect(() => cipher.open('acme-prod', forged)).toThrow();
     }
     // A truncated tag must not be accepted as a shorter one.
-    const truncated = `gcm1:${cacheKeyId(k1)}:${body.subarray(0, body.length - 4).toString('base64url')}`;
+    const truncated = `gcm2:${cacheKeyId(k1)}:${body.subarray(0, body.length - 4).toString('base64url')}`;
     expect(() => cipher.open('acme-prod', truncated)).toThrow();
   });
 
@@ -54,6 +54,9 @@ describe(AesGcmTokenCipher.name, () => {
     ['unknown key id', 'gcm1:00000000:AAAA'],
     ['too short', `gcm1:KID:AAAA`],
     ['garbage', 'gcm1:KID:!!!!'],
+    ['no key id (gcm2)', 'gcm2:'],
+    ['too short (gcm2)', `gcm2:KID:AAAA`],
+    ['garbage (gcm2)', 'gcm2:KID:!!!!'],
   ])('throws (never crashes) on a %s value', (_label, value) => {
     const cipher = new AesGcmTokenCipher(k1);
     expect(() => cipher.open('acme-prod', value.replace('KID', cipher.currentKeyId))).toThrow(
@@ -69,7 +72,7 @@ describe(AesGcmTokenCipher.name, () => {
     expect(after.keyIds.sort()).toEqual([cacheKeyId(k1), cacheKeyId(k2)].sort());
     expect(after.open('acme-prod', old)).toBe(TOKEN);
     const fresh = after.seal('acme-prod', TOKEN);
-    expect(fresh.startsWith(`gcm1:${cacheKeyId(k2)}:`)).toBe(true);
+    expect(fresh.startsWith(`gcm2:${cacheKeyId(k2)}:`)).toBe(true);
     // A replica that has not got the new key yet treats the new value as unreadable.
     expect(() => before.open('acme-prod', fresh)).toThrow();
   });
@@ -90,5 +93,47 @@ describe(AesGcmTokenCipher.name, () => {
     const aes = new AesGcmTokenCipher(k1);
     expect(() => aes.open('acme-prod', plain.seal('acme-prod', TOKEN))).toThrow();
     expect(() => plain.open('acme-prod', aes.seal('acme-prod', TOKEN))).toThrow();
+  });
+
+  it('binds the context: a value opened with another fingerprint, lifetime or expiry fails', () => {
+    const cipher = new AesGcmTokenCipher(k1);
+    const context = 'fp=0123456789abcdef;life=60000;wexp=1800000000000';
+    const sealed = cipher.seal('acme-prod', TOKEN, context);
+    expect(cipher.open('acme-prod', sealed, context)).toBe(TOKEN);
+    for (const edited of [
+      context.replace('wexp=1800000000000', 'wexp=1900000000000'),
+      context.replace('life=60000', 'life=86400000'),
+      context.replace('fp=0123', 'fp=f123'),
+      '',
+    ]) {
+      expect(() => cipher.open('acme-prod', sealed, edited)).toThrow(/failed authentication/);
+    }
+  });
+
+  it('still opens values in the earlier format (gcm1: the client id only), for rolling upgrades', () => {
+    const iv = randomBytes(12);
+    const c = createCipheriv('aes-256-gcm', k1, iv, { authTagLength: 16 });
+    c.setAAD(Buffer.from('acme-prod'));
+    const body = Buffer.concat([iv, c.update(TOKEN, 'utf8'), c.final(), c.getAuthTag()]);
+    const legacy = `gcm1:${cacheKeyId(k1)}:${body.toString('base64url')}`;
+    const cipher = new AesGcmTokenCipher(k1);
+    expect(cipher.open('acme-prod', legacy, 'fp=x;life=1;wexp=2')).toBe(TOKEN);
+    expect(() => cipher.open('acme-preprod', legacy)).toThrow();
+  });
+
+  it('authenticates records with a MAC under any configured key, and refuses any change', () => {
+    const parts = ['acme-prod', 'key-hash', Buffer.from('{"id":1}')];
+    const before = new AesGcmTokenCipher(k1);
+    const tag = before.mac(parts);
+    expect(tag).toMatch(new RegExp(`^${cacheKeyId(k1)}:[A-Za-z0-9_-]{43}$`));
+    expect(before.verifyMac(parts, tag)).toBe(true);
+    expect(new AesGcmTokenCipher(k2, [k1]).verifyMac(parts, tag)).toBe(true);
+    expect(new AesGcmTokenCipher(k2).verifyMac(parts, tag)).toBe(false);
+    expect(before.verifyMac(['acme-prod', 'key-hash', Buffer.from('{"id":2}')], tag)).toBe(false);
+    // Length-prefixed: moving a byte between parts changes the MAC.
+    expect(before.verifyMac(['acme-pro', 'dkey-hash', Buffer.from('{"id":1}')], tag)).toBe(false);
+    for (const bad of ['', 'none', `${cacheKeyId(k1)}:`, `${cacheKeyId(k1)}:${'A'.repeat(43)}`]) {
+      expect(before.verifyMac(parts, bad)).toBe(false);
+    }
   });
 });

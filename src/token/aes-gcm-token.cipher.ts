@@ -1,12 +1,26 @@
-import { createCipheriv, createDecipheriv, createHmac, randomBytes } from 'node:crypto';
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHmac,
+  randomBytes,
+  timingSafeEqual,
+} from 'node:crypto';
 import type { TokenCipher } from './token-cipher';
 
 const ALGORITHM = 'aes-256-gcm';
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
 export const KEY_BYTES = 32;
-/** Sealed values look like `gcm1:<key id>:<base64url(iv ‖ ciphertext ‖ tag)>`. */
-const PREFIX = 'gcm1:';
+/**
+ * Sealed values look like `gcm2:<key id>:<base64url(iv ‖ ciphertext ‖ tag)>`, the associated
+ * data being the client id and the record's context (see {@link AesGcmTokenCipher.seal}).
+ * `gcm1:` values (earlier versions: the client id only) are still read, so that a rolling
+ * upgrade keeps the fleet's token; they are the only ones whose context is not authenticated.
+ */
+const PREFIX = 'gcm2:';
+const LEGACY_PREFIX = 'gcm1:';
+/** Label of the MAC key derived from each cache key (never the encryption key itself). */
+const MAC_LABEL = 'token-broker record mac';
 
 /**
  * A key's id: 8 hex digits of an HMAC of a fixed label under the key. It is derived, not
@@ -25,6 +39,9 @@ export function cacheKeyId(key: Buffer): string {
 export class AesGcmTokenCipher implements TokenCipher {
   private readonly current: { id: string; key: Buffer };
   private readonly byId = new Map<string, Buffer[]>();
+  /** Per key id, the MAC keys derived from the cache keys with that id. */
+  private readonly macKeysById = new Map<string, Buffer[]>();
+  readonly authenticates = true;
 
   /** `current` writes and reads; `previous` keys only read (values written before a rotation). */
   constructor(current: Buffer, previous: readonly Buffer[] = []) {
@@ -33,6 +50,7 @@ export class AesGcmTokenCipher implements TokenCipher {
       const id = cacheKeyId(key);
       // Two distinct keys could share an 8-digit id; opening then simply tries both.
       this.byId.set(id, [...(this.byId.get(id) ?? []), key]);
+      this.macKeysById.set(id, [...(this.macKeysById.get(id) ?? []), macKey(key)]);
     }
     this.current = { id: cacheKeyId(current), key: current };
   }
@@ -47,10 +65,15 @@ export class AesGcmTokenCipher implements TokenCipher {
     return [...this.byId.keys()];
   }
 
-  seal(clientId: string, accessToken: string): string {
+  /**
+   * Seals `accessToken` for `clientId`. `context` (what the store keeps in clear next to the
+   * value: fingerprint, lifetime, writer's expiry) is authenticated with it: a value whose
+   * clear fields were edited, or moved to another client, fails to open.
+   */
+  seal(clientId: string, accessToken: string, context = ''): string {
     const iv = randomBytes(IV_BYTES);
     const cipher = createCipheriv(ALGORITHM, this.current.key, iv, { authTagLength: TAG_BYTES });
-    cipher.setAAD(Buffer.from(clientId, 'utf8'));
+    cipher.setAAD(associatedData(clientId, context));
     const body = Buffer.concat([
       iv,
       cipher.update(accessToken, 'utf8'),
@@ -60,8 +83,10 @@ export class AesGcmTokenCipher implements TokenCipher {
     return `${PREFIX}${this.current.id}:${body.toString('base64url')}`;
   }
 
-  open(clientId: string, sealed: string): string {
-    if (!sealed.startsWith(PREFIX)) throw new Error('not an AES-GCM sealed value');
+  open(clientId: string, sealed: string, context = ''): string {
+    const legacy = sealed.startsWith(LEGACY_PREFIX);
+    if (!legacy && !sealed.startsWith(PREFIX)) throw new Error('not an AES-GCM sealed value');
+    const aad = legacy ? Buffer.from(clientId, 'utf8') : associatedData(clientId, context);
     const idEnd = sealed.indexOf(':', PREFIX.length);
     const keys = idEnd > 0 ? this.byId.get(sealed.slice(PREFIX.length, idEnd)) : undefined;
     if (keys === undefined) throw new Error('sealed with a key this broker does not have');
@@ -73,7 +98,7 @@ export class AesGcmTokenCipher implements TokenCipher {
     for (const key of keys) {
       try {
         const decipher = createDecipheriv(ALGORITHM, key, iv, { authTagLength: TAG_BYTES });
-        decipher.setAAD(Buffer.from(clientId, 'utf8'));
+        decipher.setAAD(aad);
         decipher.setAuthTag(tag);
         return Buffer.concat([decipher.update(text), decipher.final()]).toString('utf8');
       } catch {
@@ -82,4 +107,45 @@ export class AesGcmTokenCipher implements TokenCipher {
     }
     throw new Error('sealed value failed authentication (wrong key, tampered, or another client)');
   }
+
+  /**
+   * `<key id>:<base64url HMAC-SHA256>` over `parts` under a key derived from the current cache
+   * key: what the idempotency store keeps next to an answer it will replay.
+   */
+  mac(parts: readonly (string | Buffer)[]): string {
+    return `${this.current.id}:${hmacOf(macKey(this.current.key), parts)}`;
+  }
+
+  /** Whether `tag` is a {@link mac} of `parts` under any configured key (rotation). */
+  verifyMac(parts: readonly (string | Buffer)[], tag: string): boolean {
+    const colon = tag.indexOf(':');
+    const keys = colon > 0 ? this.macKeysById.get(tag.slice(0, colon)) : undefined;
+    if (keys === undefined) return false;
+    const given = Buffer.from(tag.slice(colon + 1), 'latin1');
+    return keys.some((key) => {
+      const expected = Buffer.from(hmacOf(key, parts), 'latin1');
+      return expected.length === given.length && timingSafeEqual(expected, given);
+    });
+  }
+}
+
+function associatedData(clientId: string, context: string): Buffer {
+  // The client id cannot contain a NUL (config validation), so the split is unambiguous.
+  return Buffer.from(context === '' ? clientId : `${clientId}\u0000${context}`, 'utf8');
+}
+
+function macKey(key: Buffer): Buffer {
+  return createHmac('sha256', key).update(MAC_LABEL).digest();
+}
+
+/** Each part length-prefixed, so that no two different lists hash alike. */
+function hmacOf(key: Buffer, parts: readonly (string | Buffer)[]): string {
+  const h = createHmac('sha256', key);
+  for (const part of parts) {
+    const bytes = typeof part === 'string' ? Buffer.from(part, 'utf8') : part;
+    const length = Buffer.alloc(4);
+    length.writeUInt32BE(bytes.length);
+    h.update(length).update(bytes);
+  }
+  return h.digest('base64url');
 }

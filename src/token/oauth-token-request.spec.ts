@@ -1,3 +1,4 @@
+import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
 import { SERVICE_ACCOUNT_ALGORITHMS } from '../caller-auth/kubernetes.authenticator';
 import { OAuthErrorCode, OAuthException } from './oauth.exception';
 import {
@@ -22,6 +23,19 @@ function refusal(fn: () => unknown): { code: string; basicChallenge: boolean; me
 }
 
 describe('parseOAuthTokenRequest', () => {
+  it('refuses a request with several Authorization headers (invalid_request), naming the problem', () => {
+    const r = refusal(() =>
+      parseOAuthTokenRequest(
+        FORM,
+        'grant_type=client_credentials',
+        REPEATED_AUTHORIZATION,
+        'api-key',
+      ),
+    );
+    expect(r.code).toBe(OAuthErrorCode.InvalidRequest);
+    expect(r.message).toMatch(/one Authorization header/);
+  });
+
   it('decodes client_secret_basic per RFC 6749 §2.3.1 (form-urlencoded id and secret)', () => {
     const r = parseOAuthTokenRequest(
       `${FORM}; charset=UTF-8`,

@@ -1,3 +1,4 @@
+import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
 import type { CallerAuthMode } from '../config/config.schema';
 import { OAuthErrorCode, OAuthException } from './oauth.exception';
 
@@ -93,6 +94,9 @@ function clientAuthentication(
   authorization: string | undefined,
   mode: CallerAuthMode,
 ): Pick<OAuthTokenRequest, 'method' | 'authorization' | 'clientId'> {
+  if (authorization === REPEATED_AUTHORIZATION) {
+    throw invalid('send one Authorization header; this request has several (RFC 6749 §2.3)');
+  }
   const header = authorization !== undefined && authorization !== '';
   const post = p.client_secret !== undefined;
   const assertion = p.client_assertion !== undefined || p.client_assertion_type !== undefined;

@@ -3,6 +3,7 @@ import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
+import { authorizationOf } from '../caller-auth/bearer-credential';
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
@@ -134,7 +135,7 @@ export class OAuthTokenRoute implements OnModuleInit {
       progress.request = parseOAuthTokenRequest(
         req.headers['content-type'],
         typeof req.body === 'string' ? req.body : '',
-        req.headers.authorization,
+        authorizationOf(req.raw),
         this.config.callerAuth.mode,
       );
       const caller = this.auth.authenticate(progress.request.authorization);

@@ -5,6 +5,9 @@ import type { TokenCipher } from './token-cipher';
  * warns at start-up, since anyone who can read Redis could then use the token.
  */
 export class PlainTokenCipher implements TokenCipher {
+  /** Without a key nothing can be authenticated: anyone who can write Redis can forge. */
+  readonly authenticates = false;
+
   seal(_clientId: string, accessToken: string): string {
     return `plain:${accessToken}`;
   }
@@ -12,5 +15,13 @@ export class PlainTokenCipher implements TokenCipher {
   open(_clientId: string, sealed: string): string {
     if (!sealed.startsWith('plain:')) throw new Error('not a plain value');
     return sealed.slice('plain:'.length);
+  }
+
+  mac(): string {
+    return 'none';
+  }
+
+  verifyMac(): boolean {
+    return true;
   }
 }

@@ -1,12 +1,21 @@
 /**
  * Seals a token before it leaves the process for the shared store, and opens it on the way
- * back. The client id is bound to the sealed value so a value copied between clients' keys is
- * refused rather than served.
+ * back. The client id, and the `context` the store keeps in clear next to the value (its
+ * fingerprint, lifetime and expiry), are bound to the sealed value: a value copied between
+ * clients' keys, or whose clear fields were edited, is refused rather than served.
+ *
+ * The same key authenticates what the idempotency store replays ({@link mac}).
  */
 export interface TokenCipher {
-  seal(clientId: string, accessToken: string): string;
-  /** Throws when the value cannot be opened (wrong key, tampered, another client's). */
-  open(clientId: string, sealed: string): string;
+  /** Whether {@link mac} proves anything (false without a cache key: nothing to sign with). */
+  readonly authenticates: boolean;
+  seal(clientId: string, accessToken: string, context?: string): string;
+  /** Throws when the value cannot be opened (wrong key, tampered, another client's or context). */
+  open(clientId: string, sealed: string, context?: string): string;
+  /** An authentication tag over `parts`, to store next to them. */
+  mac(parts: readonly (string | Buffer)[]): string;
+  /** Whether `tag` is {@link mac}'s tag for `parts`. */
+  verifyMac(parts: readonly (string | Buffer)[], tag: string): boolean;
 }
 
 export const TOKEN_CIPHER = 'TOKEN_BROKER:TOKEN_CIPHER';

@@ -36,7 +36,12 @@ function response() {
 }
 
 function request(url: string, method = 'GET'): IncomingMessage {
-  return { url, method, headers: { authorization: 'Bearer k' } } as IncomingMessage;
+  return {
+    url,
+    method,
+    headers: { authorization: 'Bearer k' },
+    rawHeaders: ['Authorization', 'Bearer k'],
+  } as unknown as IncomingMessage;
 }
 
 describe(TokenFastPath.name, () => {

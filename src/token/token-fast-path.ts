@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance } from 'fastify';
+import { authorizationOf } from '../caller-auth/bearer-credential';
 import { requestIdFrom } from '../http/request-id';
 import { HttpMetricsHook } from '../metrics/http-metrics.hook';
 import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-responder';
@@ -45,7 +46,7 @@ export class TokenFastPath implements OnModuleInit {
     const query = plainQuery(url);
     if (query === undefined) return false;
     const reqId = requestIdFrom(req.headers['x-request-id']);
-    const answer = this.responder.respond(query, req.headers.authorization, reqId, req.headers);
+    const answer = this.responder.respond(query, authorizationOf(req), reqId, req.headers);
     if (answer instanceof Promise) void answer.then((a) => this.write(res, a));
     else this.write(res, answer);
     return true;

@@ -1,6 +1,7 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply } from 'fastify';
+import { authorizationOf } from '../caller-auth/bearer-credential';
 import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-responder';
 
 /**
@@ -25,7 +26,7 @@ export class TokenRoute implements OnModuleInit {
       handler: (req, reply) => {
         const answer = this.responder.respond(
           req.query as TokenQuery,
-          req.headers.authorization,
+          authorizationOf(req.raw),
           req.id,
           req.headers,
         );

@@ -212,12 +212,12 @@ Where the config file is mounted; BROKER_CONFIG_FILE points at it.
 {{- define "token-broker.configDir" -}}/etc/token-broker{{- end }}
 
 {{/*
-The broker's config file. Chart-managed keys (http.port, http.host) come first, the modelled
+The broker's config file. Chart-managed keys (http.port, http.host, http.metricsPort) come first, the modelled
 sections next, config.extra last (deep merge, extra wins). The Redis URL is never part of it.
 */}}
 {{- define "token-broker.config" -}}
 {{- $c := .Values.config }}
-{{- $http := merge (dict "port" (.Values.containerPort | int) "host" "0.0.0.0") (deepCopy $c.http) }}
+{{- $http := merge (dict "port" (.Values.containerPort | int) "host" "0.0.0.0" "metricsPort" (.Values.metrics.port | int)) (deepCopy $c.http) }}
 {{- $cfg := dict "http" $http "log" (deepCopy $c.log) "clients" (deepCopy $c.clients) }}
 {{- range $section := list "token" "provider" "orders" }}
 {{- with (get $c $section) }}
