@@ -83,6 +83,10 @@ const retryAfter = { 'Retry-After': header('Retry-After') };
 const GENERIC = {
   '404': problem('No such route', ['not_found']),
   '405': problem('Method not allowed on this path', ['method_not_allowed']),
+  '408': problem(
+    'The request line and headers, or the whole request, did not arrive in time (HTTP_HEADERS_TIMEOUT_MS, HTTP_REQUEST_TIMEOUT_MS)',
+    ['request_timeout'],
+  ),
   '413': problem('A request body over the server limit', ['payload_too_large']),
   '415': problem('A request body of a media type the server does not parse', [
     'unsupported_media_type',
@@ -348,7 +352,11 @@ export const OPENAPI_DOCUMENT: Json = {
           '422': orRelayed(
             problem('Same Idempotency-Key, different body', ['idempotency_key_reused']),
           ),
-          '500': GENERIC['500'],
+          '408': GENERIC['408'],
+          '500': problem(
+            'Unexpected failure, or a stored idempotency record failed its integrity check (never replayed); quote the request id',
+            ['internal_error', 'idempotency_record_tampered'],
+          ),
           '502': problem(
             'The provider refused the token, could not be reached, or answered badly',
             ['order_token_rejected', 'order_provider_unreachable', 'order_provider_bad_response'],
