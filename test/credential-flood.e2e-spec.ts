@@ -1,10 +1,9 @@
-import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { writeBrokerConfig } from './support/broker-config';
 import { hammer } from './support/load';
 
 const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
@@ -34,40 +33,24 @@ describe('bad-credential floods (real brokers)', () => {
       credentials: { [CREDS.client_id]: CREDS.client_secret },
     });
     issuer = await ServiceAccountIssuer.start();
-    dir = mkdtempSync(join(tmpdir(), 'credential-flood-'));
-    const credentials = join(dir, 'credentials.json');
-    writeFileSync(credentials, JSON.stringify(CREDS));
-    const config = join(dir, 'broker.json');
-    writeFileSync(
-      config,
-      JSON.stringify({
-        clients: [
-          {
-            id: 'acme',
-            authUrl: provider.url,
-            baseUrl: provider.url,
-            credentials: { file: credentials },
-          },
-        ],
-        callerAuth: {
-          apiKeys: [
-            {
-              name: 'flood-test',
-              sha256: createHash('sha256').update(goodKey).digest('hex'),
-              clients: ['*'],
-            },
-          ],
-          kubernetes: {
-            jwksUrl: issuer.jwksUrl,
-            issuer: issuer.issuer,
-            audience: 'token-broker',
-            subjects: { [SA]: ['*'] },
-          },
+    let configFile: string;
+    ({ dir, configFile } = writeBrokerConfig({
+      name: 'credential-flood',
+      providerUrl: provider.url,
+      credentials: CREDS,
+      clientIds: ['acme'],
+      apiKeys: [{ name: 'flood-test', key: goodKey, clients: ['*'] }],
+      callerAuth: {
+        kubernetes: {
+          jwksUrl: issuer.jwksUrl,
+          issuer: issuer.issuer,
+          audience: 'token-broker',
+          subjects: { [SA]: ['*'] },
         },
-      }),
-    );
+      },
+    }));
     // Info, as in production: every refusal writes its audit line.
-    const env = { BROKER_CONFIG_FILE: config, HOST: '127.0.0.1', LOG_LEVEL: 'info' };
+    const env = { BROKER_CONFIG_FILE: configFile, HOST: '127.0.0.1', LOG_LEVEL: 'info' };
     [apiKeyBroker, k8sBroker] = await Promise.all([
       spawnBroker({ name: 'api-key-broker', env: { ...env, CALLER_AUTH_MODE: 'api-key' } }),
       spawnBroker({ name: 'k8s-broker', env: { ...env, CALLER_AUTH_MODE: 'kubernetes' } }),

@@ -1,10 +1,8 @@
-import { createHash } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { writeBrokerConfig } from './support/broker-config';
 import { freePort } from './support/ports';
 
 const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
@@ -60,37 +58,19 @@ describe('HTTP front: slow clients and the metrics port', () => {
     provider = await ProviderEmulator.start({
       credentials: { [CREDS.client_id]: CREDS.client_secret },
     });
-    dir = mkdtempSync(join(tmpdir(), 'http-timeouts-'));
-    const credentials = join(dir, 'credentials.json');
-    writeFileSync(credentials, JSON.stringify(CREDS));
-    const config = join(dir, 'broker.json');
-    writeFileSync(
-      config,
-      JSON.stringify({
-        clients: [
-          {
-            id: 'acme',
-            authUrl: provider.url,
-            baseUrl: provider.url,
-            credentials: { file: credentials },
-          },
-        ],
-        callerAuth: {
-          mode: 'api-key',
-          apiKeys: [
-            {
-              name: 'timeouts-test',
-              sha256: createHash('sha256').update(API_KEY).digest('hex'),
-              clients: ['*'],
-            },
-          ],
-        },
-      }),
-    );
+    let configFile: string;
+    ({ dir, configFile } = writeBrokerConfig({
+      name: 'http-timeouts',
+      providerUrl: provider.url,
+      credentials: CREDS,
+      clientIds: ['acme'],
+      callerAuth: { mode: 'api-key' },
+      apiKeys: [{ name: 'timeouts-test', key: API_KEY, clients: ['*'] }],
+    }));
     metricsPort = await freePort();
     broker = await spawnBroker({
       env: {
-        BROKER_CONFIG_FILE: config,
+        BROKER_CONFIG_FILE: configFile,
         HOST: '127.0.0.1',
         LOG_LEVEL: 'warn',
         HTTP_HEADERS_TIMEOUT_MS: String(HEADERS_TIMEOUT_MS),

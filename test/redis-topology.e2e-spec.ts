@@ -142,7 +142,7 @@ describe(SentinelGroup.name, () => {
 
     await group.flush();
     expect(await client.dbsize()).toBe(0);
-  });
+  }, 260_000);
 });
 
 describe(RedisCluster.name, () => {

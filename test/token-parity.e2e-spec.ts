@@ -1,11 +1,9 @@
-import { createHash } from 'node:crypto';
 import { request } from 'node:http';
 import { connect } from 'node:net';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { writeBrokerConfig } from './support/broker-config';
 
 const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
 const API_KEY = 'parity-test-key-0123456789abcdef';
@@ -83,42 +81,18 @@ describe('GET /token parity: fast path and Fastify route', () => {
       credentials: { [CREDS.client_id]: CREDS.client_secret },
       knobs: { tokenLifetimeSeconds: 600 },
     });
-    dir = mkdtempSync(join(tmpdir(), 'token-parity-'));
-    const credentials = join(dir, 'credentials.json');
-    writeFileSync(credentials, JSON.stringify(CREDS));
-    const config = join(dir, 'broker.json');
-    writeFileSync(
-      config,
-      JSON.stringify({
-        clients: [
-          {
-            id: 'acme-preprod',
-            authUrl: provider.url,
-            baseUrl: provider.url,
-            credentials: { file: credentials },
-          },
-          {
-            id: 'beta-preprod',
-            authUrl: provider.url,
-            baseUrl: provider.url,
-            credentials: { file: credentials },
-          },
-        ],
-        callerAuth: {
-          mode: 'api-key',
-          apiKeys: [
-            {
-              name: 'parity-test',
-              sha256: createHash('sha256').update(API_KEY).digest('hex'),
-              clients: ['acme-preprod'],
-            },
-          ],
-        },
-      }),
-    );
+    let configFile: string;
+    ({ dir, configFile } = writeBrokerConfig({
+      name: 'token-parity',
+      providerUrl: provider.url,
+      credentials: CREDS,
+      clientIds: ['acme-preprod', 'beta-preprod'],
+      callerAuth: { mode: 'api-key' },
+      apiKeys: [{ name: 'parity-test', key: API_KEY, clients: ['acme-preprod'] }],
+    }));
     broker = await spawnBroker({
       env: {
-        BROKER_CONFIG_FILE: config,
+        BROKER_CONFIG_FILE: configFile,
         HOST: '127.0.0.1',
         LOG_LEVEL: 'warn',
       },

@@ -395,26 +395,55 @@ export class SentinelGroup implements RedisTopology {
    */
   private async waitSettled(master: string): Promise<void> {
     const live = this.servers.filter((s) => s.proc.isRunning() && s.address !== master);
+    const started = Date.now();
+    const nudged = new Set<string>();
+    let unmet = 'nothing checked yet';
     await waitFor(
       async () => {
-        if (!(await acceptsWrites(master))) return false;
+        if (!(await acceptsWrites(master))) {
+          unmet = `${master} does not accept writes`;
+          return false;
+        }
         // Every live server must follow the new master before the next failover: the old
         // master is converted only once a sentinel's periodic INFO (every 10 s) finds it
         // still claiming to be master, and until then it takes writes the new master never
         // sees. Promoting it next would lose them.
         for (const r of live) {
           const i = await info(r.address, 'replication');
-          if (i.role !== 'slave' || `${i.master_host}:${i.master_port}` !== master) return false;
-          if (i.master_link_status !== 'up') return false;
+          if (i.role !== 'slave' || `${i.master_host}:${i.master_port}` !== master) {
+            unmet = `${r.address} is ${i.role} of ${i.master_host}:${i.master_port}, not of ${master}`;
+            // A sentinel reconfigures a stray server eventually; one starved into TILT mode
+            // (30 s of doing nothing) or past its failover timeout can take over a minute.
+            // After 15 s the harness does what the sentinel would, as an operator would.
+            if (Date.now() - started > 15_000 && !nudged.has(r.address)) {
+              nudged.add(r.address);
+              const [host, port] = master.split(':');
+              await adminCommand(r.address, 'REPLICAOF', host, port);
+            }
+            return false;
+          }
+          if (i.master_link_status !== 'up') {
+            unmet = `${r.address}'s link to ${master} is ${i.master_link_status}`;
+            return false;
+          }
         }
         for (const s of this.sentinels) {
           const m = fields(await adminCommand(s.address, 'SENTINEL', 'MASTER', this.masterName));
-          if (`${m.ip}:${m.port}` !== master || m.flags !== 'master') return false;
-          if (Number(m['num-other-sentinels']) !== this.sentinels.length - 1) return false;
+          if (`${m.ip}:${m.port}` !== master || m.flags !== 'master') {
+            unmet = `sentinel ${s.address} sees ${m.ip}:${m.port} flagged ${m.flags}`;
+            return false;
+          }
+          if (Number(m['num-other-sentinels']) !== this.sentinels.length - 1) {
+            unmet = `sentinel ${s.address} knows ${m['num-other-sentinels']} other sentinels`;
+            return false;
+          }
           const replicas = (
             (await adminCommand(s.address, 'SENTINEL', 'REPLICAS', this.masterName)) as unknown[]
           ).map(fields);
-          if (live.length > 0 && !replicas.some((r) => r.flags === 'slave')) return false;
+          if (live.length > 0 && !replicas.some((r) => r.flags === 'slave')) {
+            unmet = `sentinel ${s.address} sees no healthy replica (${replicas.map((r) => `${r.ip}:${r.port} ${r.flags}`).join(', ')})`;
+            return false;
+          }
         }
         return true;
       },
@@ -423,7 +452,12 @@ export class SentinelGroup implements RedisTopology {
         intervalMs: 100,
         what: `the Sentinel group to settle on ${master}`,
       },
-    );
+    ).catch((err: unknown) => {
+      throw new Error(
+        `${err instanceof Error ? err.message : String(err)}; still unmet: ${unmet}`,
+        { cause: err },
+      );
+    });
   }
 }
 
