@@ -24,7 +24,7 @@ function hostPort(address: string): { host: string; port: number } {
 
 /** Retries `op` until it succeeds: a client needs a moment to follow a failover. */
 async function eventually<T>(op: () => Promise<T>, what: string): Promise<T> {
-  return waitFor(async () => ({ value: await op() }), { timeoutMs: 10_000, what }).then(
+  return waitFor(async () => ({ value: await op() }), { timeoutMs: 30_000, what }).then(
     (r) => r.value,
   );
 }

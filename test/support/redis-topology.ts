@@ -358,6 +358,9 @@ export class SentinelGroup implements RedisTopology {
         sentinels: this.nodes.map(hostPort),
         name: this.masterName,
         maxRetriesPerRequest: 1,
+        // As the broker does: a node demoted under the connection answers READONLY; reconnect
+        // (asking the sentinels again) rather than keep writing to a replica.
+        reconnectOnError: (err) => (err.message.startsWith('READONLY') ? 2 : false),
       }),
     );
   }
