@@ -451,7 +451,7 @@ describe('caller authentication (real brokers)', () => {
     }
   });
 
-  it('writes one audit line per token handed out or refused: caller, client, fingerprint, result', async () => {
+  it('audits every token handed out (one line per caller, client and token per interval) and every refusal', async () => {
     const res = await call(apiKeyBroker, '/token?client=acme-prod', `Bearer ${checkoutKey}`);
     const fp = createHash('sha256').update(res.body.access_token!).digest('hex').slice(0, 16);
     const requestId = res.headers.get('x-request-id');
@@ -460,11 +460,18 @@ describe('caller authentication (real brokers)', () => {
         .logs()
         .filter((l) => l.includes('"audit":"token"'))
         .map((l) => JSON.parse(l) as Record<string, unknown>);
-    // stdout is written asynchronously: wait for the line rather than race it.
-    const line = await waitFor(() => auditLines().find((l) => l.reqId === requestId), {
-      timeoutMs: 5000,
-      what: 'the audit line of the request',
-    });
+    // Written on the broker's audit interval (1 s here): wait for the line rather than race it.
+    const line = await waitFor(
+      () =>
+        auditLines().find(
+          (l) =>
+            l.msg === 'token issued' &&
+            l.caller === 'checkout' &&
+            l.fp === fp &&
+            Date.parse(l.last as string) >= Date.parse(res.headers.get('date')!) - 1000,
+        ),
+      { timeoutMs: 5000, what: 'the audit line of the request' },
+    );
     const lines = auditLines();
     expect(line).toMatchObject({
       level: 'info',
@@ -473,7 +480,14 @@ describe('caller authentication (real brokers)', () => {
       client: 'acme-prod',
       fp,
       result: 'issued',
+      count: expect.any(Number) as number,
+      reqIds: expect.any(Array) as string[],
     });
+    expect(line.count).toBeGreaterThanOrEqual(1);
+    expect(Date.parse(line.first as string)).toBeLessThanOrEqual(Date.parse(line.last as string));
+    expect(requestId).toMatch(/./);
+    expect((line.reqIds as string[]).length).toBeGreaterThanOrEqual(1);
+    expect(line).not.toHaveProperty('reqId');
     expect(lines).toContainEqual(
       expect.objectContaining({ caller: 'checkout', client: 'globex-prod', result: 'forbidden' }),
     );

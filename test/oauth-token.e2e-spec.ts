@@ -196,15 +196,22 @@ describe('POST /oauth2/token (real brokers)', () => {
       const res = await post(apiKeyBroker, grant, {
         authorization: basic('checkout', checkoutKey),
       });
-      const reqId = res.headers.get('x-request-id');
+      const sentAt = Date.parse(res.headers.get('date')!) - 1000;
       const fp = sha256(res.body.access_token!).slice(0, 16);
+      // The aggregate line (one per caller, client and token per interval) counting it.
       const line = await waitFor(
         () =>
           apiKeyBroker
             .logs()
             .filter((l) => l.includes('"audit":"token"'))
             .map((l) => JSON.parse(l) as Record<string, unknown>)
-            .find((l) => l.reqId === reqId),
+            .find(
+              (l) =>
+                l.msg === 'token issued' &&
+                l.caller === 'checkout' &&
+                l.fp === fp &&
+                Date.parse(l.last as string) >= sentAt,
+            ),
         { timeoutMs: 5000, what: 'the audit line of the request' },
       );
       expect(line).toMatchObject({

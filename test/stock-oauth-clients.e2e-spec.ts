@@ -87,6 +87,9 @@ describe('stock OAuth clients against the broker', () => {
       name: 'stock',
       callers: { checkout: ['acme-prod'], oidc: ['acme-prod'], simple: ['acme-prod'] },
       knobs: { tokenLifetimeSeconds: LIFETIME_S },
+      // One audit line per token request (the setting that keeps them), so each answer's
+      // token can be matched with its line in order.
+      env: { AUDIT_PER_REQUEST: 'true' },
     });
   });
 

@@ -321,6 +321,27 @@ export const logSettingsSchema = z
   })
   .strict();
 
+/**
+ * The token audit trail: who received which token, when and how often (see the README's
+ * "Audit trail").
+ */
+export const auditSettingsSchema = z
+  .object({
+    /**
+     * Issued tokens are written as one line per caller, client and token fingerprint per this
+     * many seconds, with the count, the first and last time and a few request ids. @default 10
+     */
+    intervalSeconds: seconds(1, 3600).default(10),
+    /** One line per token handed out (with its request id) instead of one per interval. @default false */
+    perRequest: flag.default(false),
+    /**
+     * Refusals (401, 403, 404, bad input) are one line each, at most this many a second; the
+     * rest are counted in a later `token refusals suppressed` line. @default 100
+     */
+    refusalsPerSecond: z.coerce.number().int().min(1).max(1_000_000).default(100),
+  })
+  .strict();
+
 /** Client ids a caller may use; `"*"` grants every configured client. */
 const clientGrantSchema = z
   .array(
@@ -471,6 +492,7 @@ export const brokerConfigSchema = z
   .object({
     http: httpSettingsSchema.default(httpSettingsSchema.parse({})),
     log: logSettingsSchema.default(logSettingsSchema.parse({})),
+    audit: auditSettingsSchema.default(auditSettingsSchema.parse({})),
     redis: redisSettingsSchema.default(redisSettingsSchema.parse({})),
     token: tokenSettingsSchema.default(tokenSettingsSchema.parse({})),
     provider: providerSettingsSchema.default(providerSettingsSchema.parse({})),

@@ -6,7 +6,7 @@ interface PinoInternals {
   [pino.symbols.timeSym]: () => string;
   [pino.symbols.chindingsSym]: string;
   [pino.symbols.endSym]: string;
-  [pino.symbols.streamSym]: { write(line: string): void };
+  [pino.symbols.streamSym]: { write(line: string): void; flushSync?(): void };
 }
 
 /**
@@ -53,6 +53,18 @@ export class AuditLineWriter {
         this.msg +
         p[pino.symbols.endSym],
     );
+  }
+
+  /**
+   * Writes what the destination still holds, blocking: for `process.on('exit')`, where nothing
+   * asynchronous runs any more. A destination without `flushSync` writes at once anyway.
+   */
+  flushSync(): void {
+    try {
+      this.internals[pino.symbols.streamSym].flushSync?.();
+    } catch {
+      // Not open yet, or already closed: nothing more can be written.
+    }
   }
 
   /** `,"name":<value as JSON>`, for building `fields`. */

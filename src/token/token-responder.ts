@@ -7,9 +7,9 @@ import { assertMayUse } from '../caller-auth/caller-authorization';
 import { PROBLEM_CONTENT_TYPE, toProblem } from '../http/problem';
 import { RequestErrorCode, RequestException } from '../http/request.exception';
 import { SECURITY_HEADERS } from '../http/security-headers';
-import { AuditLineWriter } from '../logging/audit-line.writer';
-import { FLAT_REDACT_PATHS, LOGGER } from '../logging/logger';
+import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
+import { TokenAuditTrail } from './token-audit';
 import { tokenBody } from './token-body';
 import type { TokenRecord } from './token-record';
 import { TokenService } from './token.service';
@@ -42,35 +42,13 @@ export interface TokenAnswer {
  */
 @Injectable()
 export class TokenResponder {
-  /**
-   * One line per token handed out or refused: caller, client, token fingerprint (never the
-   * token), result. Refusals go through this child logger; the far more frequent "issued" line
-   * through {@link issuedLine}, in the same format.
-   */
-  private readonly audit: Logger;
-  /**
-   * The "token issued" line, the one written per request: its fields but the request id are
-   * fixed per caller, client and token, so they are serialised once (see {@link AuditLineWriter}).
-   */
-  private readonly issuedLine: AuditLineWriter;
-  private readonly issuedFields = new WeakMap<
-    Caller,
-    { clientId: string; record: TokenRecord; fields: string }
-  >();
-
   constructor(
     private readonly tokens: TokenService,
     @Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator,
     private readonly metrics: MetricsService,
+    private readonly audit: TokenAuditTrail,
     @Inject(LOGGER) private readonly logger: Logger,
-  ) {
-    // Audit records are flat with known fields, so the cheap top-level redaction suffices.
-    this.audit = logger.child(
-      { audit: 'token' },
-      { redact: { paths: FLAT_REDACT_PATHS, censor: '[redacted]' } },
-    );
-    this.issuedLine = new AuditLineWriter(this.audit, 'token issued');
-  }
+  ) {}
 
   /**
    * The answer to `GET /token?<query>` with this `Authorization` header and request id.
@@ -107,12 +85,12 @@ export class TokenResponder {
     assertMayUse(caller, clientId);
     const hit = this.tokens.peek(clientId, 0);
     if (hit) {
-      this.auditIssued(reqId, caller, clientId, hit);
+      this.audit.issued(reqId, caller, clientId, hit, Date.now());
       return hit;
     }
     this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
     return this.tokens.getToken(clientId, 0).then((record) => {
-      this.auditIssued(reqId, caller, clientId, record);
+      this.audit.issued(reqId, caller, clientId, record, Date.now());
       return record;
     });
   }
@@ -125,10 +103,7 @@ export class TokenResponder {
     result: string,
     reason?: string,
   ): void {
-    this.audit.info(
-      { reqId, caller: caller?.name, client: clientId, result, reason },
-      'token refused',
-    );
+    this.audit.refused({ reqId, caller: caller?.name, client: clientId, result, reason });
   }
 
   private serve(
@@ -167,8 +142,9 @@ export class TokenResponder {
   }
 
   private issue(caller: Caller, clientId: string, record: TokenRecord, reqId: string): TokenAnswer {
-    this.auditIssued(reqId, caller, clientId, record);
-    const body = tokenBody(record, Date.now());
+    const now = Date.now();
+    this.audit.issued(reqId, caller, clientId, record, now);
+    const body = tokenBody(record, now);
     return {
       status: 200,
       // A literal with the spread last: measured, copying a prepared object first and adding
@@ -186,24 +162,6 @@ export class TokenResponder {
     };
   }
 
-  private auditIssued(reqId: string, caller: Caller, clientId: string, record: TokenRecord): void {
-    if (!this.issuedLine.enabled) return;
-    let fixed = this.issuedFields.get(caller);
-    if (fixed === undefined || fixed.record !== record || fixed.clientId !== clientId) {
-      fixed = {
-        clientId,
-        record,
-        fields:
-          AuditLineWriter.field('caller', caller.name) +
-          AuditLineWriter.field('client', clientId) +
-          AuditLineWriter.field('fp', record.fingerprint) +
-          AuditLineWriter.field('result', 'issued'),
-      };
-      this.issuedFields.set(caller, fixed);
-    }
-    this.issuedLine.write(AuditLineWriter.field('reqId', reqId) + fixed.fields);
-  }
-
   /** A problem answer, audited (the problem code is the result; the client once validated). */
   private refuse(
     err: unknown,
@@ -218,16 +176,13 @@ export class TokenResponder {
     // A client outside the caller's grant is refused alike whether it exists or not; the
     // audit line still says which (`reason`).
     const hidden = err instanceof CallerAuthException ? err.audit : {};
-    this.audit.info(
-      {
-        reqId,
-        caller: caller?.name,
-        client: clientId ?? hidden.client,
-        result: problem.code,
-        reason: hidden.reason,
-      },
-      'token refused',
-    );
+    this.audit.refused({
+      reqId,
+      caller: caller?.name,
+      client: clientId ?? hidden.client,
+      result: problem.code,
+      reason: hidden.reason,
+    });
     const body = Buffer.from(JSON.stringify(problem));
     return {
       status: problem.status,

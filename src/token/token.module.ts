@@ -5,6 +5,7 @@ import { MetricsModule } from '../metrics/metrics.module';
 import { ProviderModule } from '../provider/provider.module';
 import { SecretsModule } from '../secrets/secrets.module';
 import { OAuthTokenRoute } from './oauth-token.route';
+import { TokenAuditTrail } from './token-audit';
 import { TokenFastPath } from './token-fast-path';
 import { TokenResponder } from './token-responder';
 import { TokenRoute } from './token.route';
@@ -20,6 +21,7 @@ import { TokenService } from './token.service';
   providers: [
     TokenService,
     TokenResponder,
+    TokenAuditTrail,
     TokenRoute,
     TokenFastPath,
     OAuthTokenRoute,

@@ -151,6 +151,8 @@ export async function startCallerBrokers(opts: CallerBrokersOptions): Promise<Ca
     // Some suites run on tokens of seconds (the stock clients re-asking near expiry); the
     // default floor between two grants (5 s) is for production lifetimes.
     TOKEN_MIN_REFRESH_INTERVAL_MS: '500',
+    // Aggregated audit lines every second rather than 10: tests wait for them.
+    AUDIT_INTERVAL_SECONDS: '1',
     ...opts.env,
   };
   const brokers: BrokerProcess[] = [];

@@ -1,0 +1,132 @@
+import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import type { Logger } from 'pino';
+import type { Caller } from '../caller-auth/caller';
+import { BROKER_CONFIG } from '../config/config.constants';
+import type { BrokerConfig } from '../config/config.schema';
+import { type AuditAggregate, AuditAggregator } from '../logging/audit-aggregator';
+import { AuditLineWriter } from '../logging/audit-line.writer';
+import { AuditRateLimit } from '../logging/audit-rate-limit';
+import { FLAT_REDACT_PATHS, LOGGER } from '../logging/logger';
+import type { TokenRecord } from './token-record';
+
+/** What a refusal's audit line records. */
+export interface TokenRefusal {
+  reqId: string;
+  caller?: string;
+  client?: string;
+  /** The problem (or OAuth error) code answered. */
+  result: string;
+  /** What the answer hides from the caller (e.g. `unknown_client`). */
+  reason?: string;
+}
+
+/** The aggregate a caller's tokens for one client are counted in, while the token stays. */
+interface CallerSlot {
+  record: TokenRecord;
+  aggregate: AuditAggregate;
+}
+
+/**
+ * The token audit trail (`"audit":"token"` lines), for `GET /token` and `POST /oauth2/token`:
+ * - `token issued`: one line per caller, client and token fingerprint per
+ *   `audit.intervalSeconds`, with `count`, `first`, `last` and a few `reqIds` (see
+ *   {@link AuditAggregator}); one per token with its `reqId` when `audit.perRequest`;
+ * - `token refused`: one line per refusal, at most `audit.refusalsPerSecond`; the rest are
+ *   counted in a `token refusals suppressed` line (per result code) written with the next
+ *   admitted refusal or the next interval.
+ *
+ * Written on the interval, at shutdown (after the server has stopped answering: Nest calls
+ * `onApplicationShutdown` once the HTTP server is closed) and synchronously on process exit, so
+ * no token handed out is missing from the trail unless the process is killed outright.
+ */
+@Injectable()
+export class TokenAuditTrail implements OnApplicationShutdown {
+  private readonly audit: Logger;
+  private readonly issuedLines: AuditAggregator;
+  private readonly refusals: AuditRateLimit;
+  /** Per caller, per client: the caller's current aggregate (no lookup on the hot path). */
+  private readonly slots = new WeakMap<Caller, Map<string, CallerSlot>>();
+  private readonly timer?: NodeJS.Timeout;
+  private readonly onExit = (): void => {
+    this.flush();
+    this.issuedWriter.flushSync();
+  };
+  private readonly issuedWriter: AuditLineWriter;
+  private closed = false;
+
+  constructor(@Inject(BROKER_CONFIG) config: BrokerConfig, @Inject(LOGGER) logger: Logger) {
+    // Audit records are flat with known fields, so the cheap top-level redaction suffices.
+    this.audit = logger.child(
+      { audit: 'token' },
+      { redact: { paths: FLAT_REDACT_PATHS, censor: '[redacted]' } },
+    );
+    this.issuedWriter = new AuditLineWriter(this.audit, 'token issued');
+    this.issuedLines = new AuditAggregator(this.issuedWriter, {
+      perRequest: config.audit.perRequest,
+    });
+    this.refusals = new AuditRateLimit(config.audit.refusalsPerSecond);
+    this.timer = setInterval(() => this.flush(), config.audit.intervalSeconds * 1000);
+    this.timer.unref();
+    process.once('exit', this.onExit);
+  }
+
+  /** Records a token handed out to `caller` for `clientId` at `now` (epoch ms). */
+  issued(reqId: string, caller: Caller, clientId: string, record: TokenRecord, now: number): void {
+    if (!this.issuedLines.enabled) return;
+    let byClient = this.slots.get(caller);
+    if (byClient === undefined) {
+      byClient = new Map();
+      this.slots.set(caller, byClient);
+    }
+    let slot = byClient.get(clientId);
+    if (slot === undefined || slot.record !== record) {
+      slot = {
+        record,
+        aggregate: this.issuedLines.aggregate(
+          AuditLineWriter.field('caller', caller.name) +
+            AuditLineWriter.field('client', clientId) +
+            AuditLineWriter.field('fp', record.fingerprint) +
+            AuditLineWriter.field('result', 'issued'),
+        ),
+      };
+      byClient.set(clientId, slot);
+    }
+    this.issuedLines.record(slot.aggregate, reqId, now);
+  }
+
+  /** Writes a refusal's line, unless refusals are over their rate (then it is counted). */
+  refused(refusal: TokenRefusal, now = Date.now()): void {
+    // After shutdown only in-flight requests remain: nothing is held back then.
+    if (!this.closed && !this.refusals.admit(refusal.result, now)) return;
+    this.reportSuppressed();
+    this.audit.info(refusal, 'token refused');
+  }
+
+  /** Writes the aggregated lines and the count of suppressed refusals. */
+  flush(): void {
+    this.issuedLines.flush();
+    this.reportSuppressed();
+  }
+
+  onApplicationShutdown(): void {
+    this.closed = true;
+    clearInterval(this.timer);
+    this.issuedLines.close();
+    this.reportSuppressed();
+    process.removeListener('exit', this.onExit);
+  }
+
+  private reportSuppressed(): void {
+    const left = this.refusals.takeSuppressed();
+    if (left === undefined) return;
+    this.audit.info(
+      {
+        suppressed: left.suppressed,
+        results: left.results,
+        first: new Date(left.first).toISOString(),
+        last: new Date(left.last).toISOString(),
+      },
+      'token refusals suppressed',
+    );
+  }
+}

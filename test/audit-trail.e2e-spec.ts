@@ -1,0 +1,133 @@
+import { hammer } from './support/load';
+import { waitFor } from './support/wait';
+import {
+  type CallerBrokers,
+  fingerprint,
+  newKey,
+  startCallerBrokers,
+} from './support/caller-brokers';
+
+jest.setTimeout(60_000);
+
+/**
+ * The token audit trail of a real broker process (`node dist/main.js`): aggregated `token
+ * issued` lines must account for every token handed out, also at SIGTERM under load, and a
+ * flood of refusals must be rate-limited without a refusal going unaccounted for.
+ */
+describe('token audit trail', () => {
+  let set: CallerBrokers;
+
+  beforeAll(async () => {
+    set = await startCallerBrokers({
+      name: 'audit',
+      unavailableClient: false,
+      env: {
+        // Nothing on the timer during the test: the lines come from the shutdown flush.
+        AUDIT_INTERVAL_SECONDS: '3600',
+        AUDIT_REFUSALS_PER_SECOND: '20',
+        LOG_LEVEL: 'info',
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await set?.stop();
+  });
+
+  const auditLines = () =>
+    set.apiKeyBroker
+      .logs()
+      .filter((l) => l.includes('"audit":"token"'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+
+  it('writes refusals one by one up to the rate and counts the rest in a later line', async () => {
+    const result = await hammer({
+      urls: [set.apiKeyBroker.url],
+      path: '/token?client=acme-prod',
+      headers: { authorization: `Bearer ${newKey()}` },
+      concurrency: 8,
+      durationMs: 1500,
+      isSuccess: (status) => status === 401,
+    });
+    expect(result.failureCount).toBe(0);
+    const refused = result.byStatus[401];
+    expect(refused).toBeGreaterThan(100);
+    // A refusal more than a second later is admitted and reports what was left out first.
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    const lateAt = Date.now() - 5;
+    expect((await fetch(`${set.apiKeyBroker.url}/token`)).status).toBe(401);
+
+    // The late refusal's own line comes right after the summary of what it follows.
+    const late = await waitForLine(
+      (l) =>
+        l.msg === 'token refused' &&
+        l.result === 'unauthenticated' &&
+        Date.parse(l.time as string) >= lateAt,
+    );
+    const lines = auditLines();
+    const written = lines.filter((l) => l.msg === 'token refused');
+    const summaries = lines.filter((l) => l.msg === 'token refusals suppressed');
+    expect(late).toBeDefined();
+    expect(summaries.length).toBeGreaterThanOrEqual(1);
+    let suppressed = 0;
+    for (const s of summaries) {
+      expect(s).toMatchObject({ level: 'info', results: { unauthenticated: s.suppressed } });
+      suppressed += s.suppressed as number;
+    }
+    // 1.5 s of flood: at most two one-second windows of 20, then the late refusal.
+    expect(written.length).toBeLessThanOrEqual(2 * 20 + 1);
+    expect(written.length + suppressed).toBe(refused + 1);
+    expect(written.every((l) => typeof l.reqId === 'string')).toBe(true);
+  });
+
+  it('accounts for every token handed out, through a SIGTERM under load', async () => {
+    const broker = set.apiKeyBroker;
+    const issuedFps = new Map<string, number>();
+    let exited = false;
+    const load = hammer({
+      urls: [broker.url],
+      path: '/token?client=acme-prod',
+      headers: { authorization: `Bearer ${set.keys.checkout}` },
+      concurrency: 16,
+      until: () => exited,
+      durationMs: 20_000,
+      requestTimeoutMs: 3000,
+      // Answers while closing are 503 and connections are refused after: not tokens.
+      isSuccess: () => true,
+      validate: (res) => {
+        if (res.status !== 200) return null;
+        const fp = fingerprint((JSON.parse(res.body) as { access_token: string }).access_token);
+        issuedFps.set(fp, (issuedFps.get(fp) ?? 0) + 1);
+        return null;
+      },
+    });
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const exit = await broker.kill('SIGTERM');
+    exited = true;
+    const result = await load;
+    expect(exit).toMatchObject({ code: 0 });
+    expect(result.validationErrorCount).toBe(0);
+    const answered = result.byStatus[200] ?? 0;
+    expect(answered).toBeGreaterThan(500);
+
+    const issuedLines = auditLines().filter(
+      (l) => l.msg === 'token issued' && l.caller === 'checkout',
+    );
+    const audited = new Map<string, number>();
+    for (const l of issuedLines) {
+      expect(l).toMatchObject({ client: 'acme-prod', result: 'issued' });
+      expect((l.reqIds as string[]).length).toBeGreaterThanOrEqual(1);
+      audited.set(l.fp as string, (audited.get(l.fp as string) ?? 0) + (l.count as number));
+    }
+    expect(audited).toEqual(issuedFps);
+    // Aggregated: a handful of lines for hundreds of tokens.
+    expect(issuedLines.length).toBeLessThanOrEqual(issuedFps.size * 2);
+  });
+
+  /** Polls the audit lines until one matches. */
+  async function waitForLine(
+    match: (line: Record<string, unknown>) => boolean,
+  ): Promise<Record<string, unknown>> {
+    return waitFor(() => auditLines().find(match), { timeoutMs: 5000, what: 'the audit line' });
+  }
+});
