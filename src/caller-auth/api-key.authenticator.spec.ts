@@ -32,6 +32,23 @@ describe(ApiKeyAuthenticator.name, () => {
     expect(auth.authenticate(`bearer   ${opsKey}  `)).toEqual({ name: 'ops', clients: '*' });
   });
 
+  it("compares whole digests: a stored hash sharing the first bytes of a key's hash matches nothing else", () => {
+    const real = sha256(checkoutKey);
+    // Same first 6 bytes (the index), different last byte: the hash of some other key.
+    const lookalike = real.slice(0, 62) + (real.endsWith('00') ? '01' : '00');
+    const auth = new ApiKeyAuthenticator([
+      { name: 'lookalike', sha256: lookalike, clients: ['*'] },
+      { name: 'checkout', sha256: real, clients: ['acme-prod'] },
+    ]);
+    expect(auth.authenticate(`Bearer ${checkoutKey}`).name).toBe('checkout');
+    const alone = new ApiKeyAuthenticator([
+      { name: 'lookalike', sha256: lookalike, clients: ['*'] },
+    ]);
+    expect(refusal(() => alone.authenticate(`Bearer ${checkoutKey}`)).code).toBe(
+      CallerAuthErrorCode.Unauthenticated,
+    );
+  });
+
   it.each([
     ['a missing header', undefined],
     ['an empty header', ''],

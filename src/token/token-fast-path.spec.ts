@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HttpAdapterHost } from '@nestjs/core';
 import type { HttpMetricsHook } from '../metrics/http-metrics.hook';
+import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
 import { TokenFastPath } from './token-fast-path';
 import type { TokenAnswer, TokenQuery, TokenResponder } from './token-responder';
 
@@ -35,17 +36,25 @@ function response() {
   return { res, written };
 }
 
-function request(url: string, method = 'GET'): IncomingMessage {
+function request(
+  url: string,
+  method = 'GET',
+  rawHeaders = ['Authorization', 'Bearer k'],
+): IncomingMessage {
   return {
     url,
     method,
-    headers: { authorization: 'Bearer k' },
-    rawHeaders: ['Authorization', 'Bearer k'],
+    // The front reads the raw header lines only: Node builds `headers` on first access.
+    get headers(): never {
+      throw new Error('req.headers read on the fast path');
+    },
+    rawHeaders,
   } as unknown as IncomingMessage;
 }
 
 describe(TokenFastPath.name, () => {
   let queries: TokenQuery[];
+  let seen: Array<{ authorization?: string; reqId: string }>;
   let answer: TokenAnswer | Promise<TokenAnswer>;
   let recorded: unknown[][];
   let preClose: ((done: () => void) => void) | undefined;
@@ -53,12 +62,14 @@ describe(TokenFastPath.name, () => {
 
   beforeEach(() => {
     queries = [];
+    seen = [];
     answer = ANSWER;
     recorded = [];
     preClose = undefined;
     const responder = {
-      respond: (query: TokenQuery) => {
+      respond: (query: TokenQuery, authorization: string | undefined, reqId: string) => {
         queries.push(query);
+        seen.push({ authorization, reqId });
         return answer;
       },
     } as unknown as TokenResponder;
@@ -88,6 +99,34 @@ describe(TokenFastPath.name, () => {
       body: ANSWER.body,
     });
     expect(recorded).toEqual([['/token', 'GET', 200]]);
+  });
+
+  it.each([
+    [
+      'the credential and request id',
+      ['authorization', 'Bearer a', 'X-Request-ID', 'r-1'],
+      'Bearer a',
+      'r-1',
+    ],
+    ['no credential', ['Host', 'x'], undefined, undefined],
+    [
+      'a repeated Authorization as ambiguous',
+      ['Authorization', 'Bearer a', 'AUTHORIZATION', 'Bearer b'],
+      REPEATED_AUTHORIZATION,
+      undefined,
+    ],
+    [
+      'a repeated X-Request-Id as absent',
+      ['x-request-id', 'r-1', 'x-request-id', 'r-2'],
+      undefined,
+      undefined,
+    ],
+    ['an unusable request id as absent', ['x-request-id', 'r 1'], undefined, undefined],
+  ])('reads %s from the raw header lines', (_what, raw, authorization, reqId) => {
+    front.tryServe(request('/token', 'GET', raw), response().res);
+    expect(seen[0].authorization).toBe(authorization);
+    if (reqId !== undefined) expect(seen[0].reqId).toBe(reqId);
+    else expect(seen[0].reqId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-/);
   });
 
   it('writes an answer that needs I/O once it is ready', async () => {

@@ -52,14 +52,14 @@ export class TokenResponder {
 
   /**
    * The answer to `GET /token?<query>` with this `Authorization` header and request id.
-   * `headers` (the request's) are read only when the caller has to wait: a traced wait continues
-   * the caller's W3C trace; an L1 hit never looks at them.
+   * `req`'s headers are read only when the caller has to wait: a traced wait continues the
+   * caller's W3C trace; an L1 hit never looks at them (Node builds `headers` on first access).
    */
   respond(
     query: TokenQuery,
     authorization: string | undefined,
     reqId: string,
-    headers?: IncomingHttpHeaders,
+    req?: { readonly headers: IncomingHttpHeaders },
   ): TokenAnswer | Promise<TokenAnswer> {
     let caller: Caller | Promise<Caller>;
     try {
@@ -69,11 +69,11 @@ export class TokenResponder {
     }
     if (caller instanceof Promise) {
       return caller.then(
-        (c) => this.serve(c, query, reqId, headers),
+        (c) => this.serve(c, query, reqId, req),
         (err: unknown) => this.refuse(err, undefined, undefined, reqId),
       );
     }
-    return this.serve(caller, query, reqId, headers);
+    return this.serve(caller, query, reqId, req);
   }
 
   /**
@@ -110,7 +110,7 @@ export class TokenResponder {
     caller: Caller,
     query: TokenQuery,
     reqId: string,
-    headers: IncomingHttpHeaders | undefined,
+    req: { readonly headers: IncomingHttpHeaders } | undefined,
   ): TokenAnswer | Promise<TokenAnswer> {
     let clientId: string | undefined;
     try {
@@ -120,7 +120,7 @@ export class TokenResponder {
       if (hit) return this.issue(caller, clientId, hit, reqId);
       this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
       const id = clientId;
-      return inCallerSpan(headers, 'GET /token (wait)', { 'token_broker.client': id }, () =>
+      return inCallerSpan(req?.headers, 'GET /token (wait)', { 'token_broker.client': id }, () =>
         this.wait(caller, id, minMs, reqId),
       );
     } catch (err) {

@@ -28,7 +28,7 @@ export class TokenRoute implements OnModuleInit {
           req.query as TokenQuery,
           authorizationOf(req.raw),
           req.id,
-          req.headers,
+          req,
         );
         return answer instanceof Promise ? answer.then((a) => send(reply, a)) : send(reply, answer);
       },
