@@ -178,8 +178,10 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
         ? [{ ...viaBroker, name: 'broker POST /orders + Idempotency-Key', uniqueKeys: true }]
         : []),
     ]);
+    // The bare forwarder too: any process in the path adds a hop (two loopback round trips and
+    // a wake-up), which is not the broker's own cost.
     const sequential = await sequentialLatency(
-      [direct, viaBroker],
+      [direct, floor, viaBroker],
       opts.sequentialRequests ?? 3000,
       () => emulator.reset(),
     );
