@@ -21,15 +21,28 @@ describe(ApiKeyAuthenticator.name, () => {
   const checkoutKey = newKey();
   const opsKey = newKey();
   const grants: ApiKeyGrant[] = [
-    { name: 'checkout', sha256: sha256(checkoutKey), clients: ['acme-prod', 'acme-preprod'] },
-    { name: 'ops', sha256: sha256(opsKey), clients: ['*'] },
+    {
+      name: 'checkout',
+      sha256: sha256(checkoutKey),
+      clients: ['acme-prod', 'acme-preprod'],
+      scopes: ['token', 'forward'],
+    },
+    { name: 'ops', sha256: sha256(opsKey), clients: ['*'], scopes: ['forward', 'admin'] },
   ];
 
   it('authenticates a known key synchronously, as the caller it was granted to', () => {
     const auth = new ApiKeyAuthenticator(grants);
     const caller = auth.authenticate(`Bearer ${checkoutKey}`);
-    expect(caller).toEqual({ name: 'checkout', clients: new Set(['acme-prod', 'acme-preprod']) });
-    expect(auth.authenticate(`bearer   ${opsKey}  `)).toEqual({ name: 'ops', clients: '*' });
+    expect(caller).toEqual({
+      name: 'checkout',
+      clients: new Set(['acme-prod', 'acme-preprod']),
+      scopes: new Set(['token', 'forward']),
+    });
+    expect(auth.authenticate(`bearer   ${opsKey}  `)).toEqual({
+      name: 'ops',
+      clients: '*',
+      scopes: new Set(['forward', 'admin']),
+    });
   });
 
   it.each([
@@ -65,7 +78,7 @@ describe(ApiKeyAuthenticator.name, () => {
     const billingKey = newKey();
     const change = auth.replace([
       grants[0],
-      { name: 'billing', sha256: sha256(billingKey), clients: ['acme-prod'] },
+      { name: 'billing', sha256: sha256(billingKey), clients: ['acme-prod'], scopes: ['token'] },
     ]);
     expect(change).toEqual({ added: ['billing'], removed: ['ops'] });
     expect(auth.authenticate(`Bearer ${billingKey}`).name).toBe('billing');

@@ -3,7 +3,7 @@ import type { ApiKeyGrant } from '../config/config.schema';
 import { ConfigErrorCode, ConfigException } from '../config/config.exception';
 import { bearerCredential, MAX_CREDENTIAL_LENGTH, unauthenticated } from './bearer-credential';
 import type { Caller, CallerAuthenticator } from './caller';
-import { grantedClients } from './caller-authorization';
+import { grantedCaller } from './caller-authorization';
 
 interface Entry {
   /** The hex SHA-256 as bytes, for the constant-time comparison. */
@@ -69,7 +69,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
       }
       next.set(g.sha256, {
         hexBytes: Buffer.from(g.sha256, 'latin1'),
-        caller: { name: g.name, clients: grantedClients(g.clients) },
+        caller: grantedCaller(g.name, g),
       });
     }
     const previous = this.byHash;
