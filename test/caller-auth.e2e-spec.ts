@@ -65,6 +65,8 @@ describe('caller authentication (real brokers)', () => {
       name: 'caller-auth',
       kubernetes: true,
       subjects: { [CHECKOUT_SA]: ['acme-prod'], [BILLING_SA]: ['globex-prod'] },
+      callers: { checkout: ['acme-prod'], ops: ['*'], proxy: ['acme-prod'], reader: ['acme-prod'] },
+      callerScopes: { proxy: ['forward'], reader: ['token'] },
       unavailableClient: false,
     });
     ({ provider, issuer, apiKeyBroker } = set);
@@ -427,6 +429,88 @@ describe('caller authentication (real brokers)', () => {
       const configuredLine = await line(configured);
       expect(configuredLine).toMatchObject({ result: 'forbidden', client: 'globex-prod' });
       expect(configuredLine.reason).toBeUndefined();
+    });
+  });
+
+  describe('a proxy-only caller (scope "forward")', () => {
+    const proxyAuth = () => `Bearer ${set.keys.proxy}`;
+
+    it('is refused the token on GET /token, naming the scope, and the refusal is audited', async () => {
+      const res = await fetch(`${apiKeyBroker.url}/token?client=acme-prod`, {
+        headers: { authorization: proxyAuth() },
+      });
+      const body = (await res.json()) as Answer['body'] & { code?: string; detail?: string };
+      expect(res.status).toBe(403);
+      expect(body.code).toBe('forbidden');
+      expect(body.detail).toContain('scope "token"');
+      expect(body.access_token).toBeUndefined();
+      const line = await waitFor(
+        () =>
+          apiKeyBroker
+            .logs()
+            .map((l) => (l.startsWith('{') ? (JSON.parse(l) as Record<string, unknown>) : {}))
+            .find((l) => l.reqId === res.headers.get('x-request-id')),
+        { timeoutMs: 5000, what: 'the audit line' },
+      );
+      expect(line).toMatchObject({
+        caller: 'proxy',
+        result: 'forbidden',
+        reason: 'missing_scope_token',
+      });
+    });
+
+    it('is refused the token on POST /oauth2/token too', async () => {
+      const res = await fetch(`${apiKeyBroker.url}/oauth2/token`, {
+        method: 'POST',
+        headers: {
+          authorization: `Basic ${Buffer.from(`proxy:${set.keys.proxy}`).toString('base64')}`,
+          'content-type': 'application/x-www-form-urlencoded',
+        },
+        body: 'grant_type=client_credentials&resource=acme-prod',
+      });
+      const body = (await res.json()) as Record<string, unknown>;
+      expect(res.status).toBe(400);
+      expect(body).toMatchObject({ error: 'unauthorized_client' });
+      expect(String(body.error_description)).toContain('scope "token"');
+      expect(body.access_token).toBeUndefined();
+    });
+
+    it('has its orders forwarded with the token it never sees', async () => {
+      const res = await fetch(`${apiKeyBroker.url}/orders?client=acme-prod`, {
+        method: 'POST',
+        headers: { authorization: proxyAuth(), 'content-type': 'application/json' },
+        body: JSON.stringify({ price: 50_000, orderRef: 'proxy-only-1' }),
+      });
+      const text = await res.text();
+      expect(res.status).toBe(201);
+      expect(text).not.toMatch(/access_token|Bearer/i);
+    });
+
+    it('a caller without "forward" is refused orders, before its client is looked at', async () => {
+      const post = async (client: string) => {
+        const res = await fetch(`${apiKeyBroker.url}/orders?client=${client}`, {
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${set.keys.reader}`,
+            'content-type': 'application/json',
+          },
+          body: JSON.stringify({ price: 50_000, orderRef: 'reader-1' }),
+        });
+        const body = (await res.json()) as Record<string, unknown>;
+        delete body.requestId;
+        return { status: res.status, body };
+      };
+      const granted = await post('acme-prod');
+      expect(granted.status).toBe(403);
+      expect(granted.body.code).toBe('forbidden');
+      expect(String(granted.body.detail)).toContain('scope "forward"');
+      // The same answer for a client that does not exist: nothing learnt about clients.
+      expect(await post('zzzzzz-prod')).toEqual(granted);
+      // It still reads the token it was granted.
+      const token = await fetch(`${apiKeyBroker.url}/token?client=acme-prod`, {
+        headers: { authorization: `Bearer ${set.keys.reader}` },
+      });
+      expect(token.status).toBe(200);
     });
   });
 

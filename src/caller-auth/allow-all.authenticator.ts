@@ -1,6 +1,11 @@
+import { CALLER_SCOPES } from '../config/config.schema';
 import type { Caller, CallerAuthenticator } from './caller';
 
-const ANONYMOUS: Caller = { name: 'anonymous', clients: '*' };
+const ANONYMOUS: Caller = {
+  name: 'anonymous',
+  clients: '*',
+  scopes: new Set(CALLER_SCOPES),
+};
 
 /** Caller authentication mode `none`: everyone is allowed everything. Development only. */
 export class AllowAllAuthenticator implements CallerAuthenticator {

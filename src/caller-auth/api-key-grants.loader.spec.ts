@@ -12,11 +12,11 @@ describe(loadApiKeyGrants.name, () => {
   it('reads the JSON list of grants, normalising hashes to lowercase', async () => {
     const text = JSON.stringify([
       { name: 'checkout', sha256: hash.toUpperCase(), clients: ['acme-prod'] },
-      { name: 'ops', sha256: 'a'.repeat(64), clients: ['*'] },
+      { name: 'ops', sha256: 'a'.repeat(64), clients: ['*'], scopes: ['admin'] },
     ]);
     expect(await loadApiKeyGrants(reader(text), SOURCE, KNOWN)).toEqual([
-      { name: 'checkout', sha256: hash, clients: ['acme-prod'] },
-      { name: 'ops', sha256: 'a'.repeat(64), clients: ['*'] },
+      { name: 'checkout', sha256: hash, clients: ['acme-prod'], scopes: ['token', 'forward'] },
+      { name: 'ops', sha256: 'a'.repeat(64), clients: ['*'], scopes: ['admin'] },
     ]);
   });
 

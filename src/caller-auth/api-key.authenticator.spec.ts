@@ -21,15 +21,28 @@ describe(ApiKeyAuthenticator.name, () => {
   const checkoutKey = newKey();
   const opsKey = newKey();
   const grants: ApiKeyGrant[] = [
-    { name: 'checkout', sha256: sha256(checkoutKey), clients: ['acme-prod', 'acme-preprod'] },
-    { name: 'ops', sha256: sha256(opsKey), clients: ['*'] },
+    {
+      name: 'checkout',
+      sha256: sha256(checkoutKey),
+      clients: ['acme-prod', 'acme-preprod'],
+      scopes: ['token', 'forward'],
+    },
+    { name: 'ops', sha256: sha256(opsKey), clients: ['*'], scopes: ['forward', 'admin'] },
   ];
 
   it('authenticates a known key synchronously, as the caller it was granted to', () => {
     const auth = new ApiKeyAuthenticator(grants);
     const caller = auth.authenticate(`Bearer ${checkoutKey}`);
-    expect(caller).toEqual({ name: 'checkout', clients: new Set(['acme-prod', 'acme-preprod']) });
-    expect(auth.authenticate(`bearer   ${opsKey}  `)).toEqual({ name: 'ops', clients: '*' });
+    expect(caller).toEqual({
+      name: 'checkout',
+      clients: new Set(['acme-prod', 'acme-preprod']),
+      scopes: new Set(['token', 'forward']),
+    });
+    expect(auth.authenticate(`bearer   ${opsKey}  `)).toEqual({
+      name: 'ops',
+      clients: '*',
+      scopes: new Set(['forward', 'admin']),
+    });
   });
 
   it("compares whole digests: a stored hash sharing the first bytes of a key's hash matches nothing else", () => {
@@ -37,12 +50,12 @@ describe(ApiKeyAuthenticator.name, () => {
     // Same first 6 bytes (the index), different last byte: the hash of some other key.
     const lookalike = real.slice(0, 62) + (real.endsWith('00') ? '01' : '00');
     const auth = new ApiKeyAuthenticator([
-      { name: 'lookalike', sha256: lookalike, clients: ['*'] },
-      { name: 'checkout', sha256: real, clients: ['acme-prod'] },
+      { name: 'lookalike', sha256: lookalike, clients: ['*'], scopes: ['token'] },
+      { name: 'checkout', sha256: real, clients: ['acme-prod'], scopes: ['token'] },
     ]);
     expect(auth.authenticate(`Bearer ${checkoutKey}`).name).toBe('checkout');
     const alone = new ApiKeyAuthenticator([
-      { name: 'lookalike', sha256: lookalike, clients: ['*'] },
+      { name: 'lookalike', sha256: lookalike, clients: ['*'], scopes: ['token'] },
     ]);
     expect(refusal(() => alone.authenticate(`Bearer ${checkoutKey}`)).code).toBe(
       CallerAuthErrorCode.Unauthenticated,
@@ -82,7 +95,7 @@ describe(ApiKeyAuthenticator.name, () => {
     const billingKey = newKey();
     const change = auth.replace([
       grants[0],
-      { name: 'billing', sha256: sha256(billingKey), clients: ['acme-prod'] },
+      { name: 'billing', sha256: sha256(billingKey), clients: ['acme-prod'], scopes: ['token'] },
     ]);
     expect(change).toEqual({ added: ['billing'], removed: ['ops'] });
     expect(auth.authenticate(`Bearer ${billingKey}`).name).toBe('billing');

@@ -3,7 +3,7 @@ import type { ApiKeyGrant } from '../config/config.schema';
 import { ConfigErrorCode, ConfigException } from '../config/config.exception';
 import { bearerCredential, MAX_CREDENTIAL_LENGTH, unauthenticated } from './bearer-credential';
 import type { Caller, CallerAuthenticator } from './caller';
-import { grantedClients } from './caller-authorization';
+import { grantedCaller } from './caller-authorization';
 
 interface Entry {
   /** The key's SHA-256, for the constant-time comparison. */
@@ -81,7 +81,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
       }
       next.set(g.sha256, {
         digest: Buffer.from(g.sha256, 'hex'),
-        caller: { name: g.name, clients: grantedClients(g.clients) },
+        caller: grantedCaller(g.name, g),
       });
     }
     const buckets = new Map<number, Entry[]>();

@@ -9,7 +9,8 @@ import {
   type ClientResolver,
 } from './caller';
 import { authorizationOf } from './bearer-credential';
-import { assertMayUse } from './caller-authorization';
+import type { CallerScope } from '../config/config.schema';
+import { assertMayUse, assertScope } from './caller-authorization';
 
 /** Who is calling, and for which configured client: the outcome of {@link CallerAuthGuard}. */
 export interface CallerContext {
@@ -43,17 +44,22 @@ export class CallerAuthGuard implements CanActivate {
     @Inject(CLIENT_RESOLVER) private readonly resolveClient: ClientResolver,
   ) {}
 
+  /** As a Nest guard: for routes that call the provider for the caller (scope `forward`). */
   async canActivate(context: ExecutionContext): Promise<boolean> {
-    await this.authorize(context.switchToHttp().getRequest<FastifyRequest>());
+    await this.authorize(context.switchToHttp().getRequest<FastifyRequest>(), 'forward');
     return true;
   }
 
-  /** Authenticates and authorises `req`; throws a caller-auth, token or request problem. */
-  async authorize(req: FastifyRequest): Promise<CallerContext> {
+  /**
+   * Authenticates and authorises `req` for `scope` (checked before the client, so a caller
+   * without it learns nothing about clients); throws a caller-auth, token or request problem.
+   */
+  async authorize(req: FastifyRequest, scope: CallerScope): Promise<CallerContext> {
     const seen: Seen = { authorized: false };
     SEEN.set(req, seen);
     const caller = await this.auth.authenticate(authorizationOf(req.raw));
     seen.caller = caller;
+    assertScope(caller, scope);
     const clientId = this.resolveClient(clientParam(req.query), caller);
     seen.clientId = clientId;
     assertMayUse(caller, clientId);

@@ -1,3 +1,4 @@
+import type { CallerScope } from '../config/config.schema';
 import type { Caller } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 
@@ -34,4 +35,32 @@ export function assertMayUse(caller: Caller, clientId: string, configured = true
 /** A configured grant (client ids, `"*"` for all) as a caller's permission set. */
 export function grantedClients(clients: readonly string[]): ReadonlySet<string> | '*' {
   return clients.includes('*') ? '*' : new Set(clients);
+}
+
+/** A caller from its configured grant. */
+export function grantedCaller(
+  name: string,
+  grant: { readonly clients: readonly string[]; readonly scopes: readonly CallerScope[] },
+): Caller {
+  return { name, clients: grantedClients(grant.clients), scopes: new Set(grant.scopes) };
+}
+
+/** What each scope lets a caller do, for the 403 that names the missing one. */
+const SCOPE_ACTION: Record<CallerScope, string> = {
+  token: 'read the provider token (scope "token")',
+  forward: 'have provider calls forwarded (scope "forward")',
+  admin: 'use the admin routes (scope "admin")',
+};
+
+/**
+ * Throws 403 `forbidden` unless `caller` holds `scope`. Checked before the client is resolved,
+ * so a caller without the scope learns nothing about clients either.
+ */
+export function assertScope(caller: Caller, scope: CallerScope): void {
+  if (caller.scopes.has(scope)) return;
+  throw new CallerAuthException(
+    CallerAuthErrorCode.Forbidden,
+    `caller "${caller.name}" may not ${SCOPE_ACTION[scope]}; ask the platform team to grant it`,
+    { audit: { reason: `missing_scope_${scope}` } },
+  );
 }

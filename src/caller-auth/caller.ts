@@ -1,9 +1,13 @@
-/** An authenticated caller (a merchant service) and the clients it may use. */
+import type { CallerScope } from '../config/config.schema';
+
+/** An authenticated caller (a merchant service), the clients it may use and what it may do. */
 export interface Caller {
   /** Stable name for logs and audit: an API key's name or a service account subject. */
   readonly name: string;
   /** Client ids this caller may use; `'*'` allows every configured client. */
   readonly clients: ReadonlySet<string> | '*';
+  /** What it may do with them: read the token, have calls forwarded, administer (see `CALLER_SCOPES`). */
+  readonly scopes: ReadonlySet<CallerScope>;
 }
 
 /**

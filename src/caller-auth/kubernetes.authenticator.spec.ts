@@ -40,7 +40,10 @@ describe(KubernetesAuthenticator.name, () => {
     return new KubernetesAuthenticator({
       issuer: issuer.issuer,
       audience: 'token-broker',
-      subjects: { [CHECKOUT]: ['acme-prod'], [BILLING]: ['*'] },
+      subjects: {
+        [CHECKOUT]: { clients: ['acme-prod'], scopes: ['token', 'forward'] },
+        [BILLING]: { clients: ['*'], scopes: ['forward'] },
+      },
       getKey: keys.getKey,
       cacheSize: overrides.cacheSize ?? 100,
       clockToleranceSeconds: 5,
@@ -72,7 +75,11 @@ describe(KubernetesAuthenticator.name, () => {
       const caller = await auth.authenticate(
         `Bearer ${await issuer.token({ subject: CHECKOUT, alg })}`,
       );
-      expect(caller).toEqual({ name: CHECKOUT, clients: new Set(['acme-prod']) });
+      expect(caller).toEqual({
+        name: CHECKOUT,
+        clients: new Set(['acme-prod']),
+        scopes: new Set(['token', 'forward']),
+      });
     },
   );
 
@@ -83,7 +90,7 @@ describe(KubernetesAuthenticator.name, () => {
     expect(first.every((r) => r instanceof Promise)).toBe(true);
     expect(first[0]).toBe(first[1]);
     const caller = await first[0];
-    expect(caller).toEqual({ name: BILLING, clients: '*' });
+    expect(caller).toEqual({ name: BILLING, clients: '*', scopes: new Set(['forward']) });
     const again = auth.authenticate(header);
     expect(again).not.toBeInstanceOf(Promise);
     expect(again).toBe(caller);
@@ -275,7 +282,7 @@ describe(KubernetesAuthenticator.name, () => {
     const auth = new KubernetesAuthenticator({
       issuer: issuer.issuer,
       audience: 'token-broker',
-      subjects: { [CHECKOUT]: ['acme-prod'] },
+      subjects: { [CHECKOUT]: { clients: ['acme-prod'], scopes: ['token'] } },
       getKey: keys.getKey,
       cacheSize: 10,
       clockToleranceSeconds: 0,

@@ -1,10 +1,14 @@
 import { hash } from 'node:crypto';
 import { errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from 'jose';
-import { SERVICE_ACCOUNT_SUBJECT } from '../config/config.schema';
+import {
+  DEFAULT_CALLER_SCOPES,
+  SERVICE_ACCOUNT_SUBJECT,
+  type SubjectGrant,
+} from '../config/config.schema';
 import { bearerCredential, MAX_CREDENTIAL_LENGTH, unauthenticated } from './bearer-credential';
 import type { Caller, CallerAuthenticator } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
-import { grantedClients } from './caller-authorization';
+import { grantedCaller } from './caller-authorization';
 import { VerifiedTokenCache } from './verified-token.cache';
 
 /** Kubernetes signs service-account tokens with RSA or ECDSA keys; nothing else is accepted. */
@@ -15,8 +19,8 @@ export interface KubernetesAuthOptions {
   issuer: string;
   /** The required `aud` (the projected volume's `audience`). */
   audience: string;
-  /** Service-account subject to the client ids it may use (`"*"`: all). */
-  subjects: Readonly<Record<string, readonly string[]>>;
+  /** Service-account subject to the client ids it may use (`"*"`: all) and its scopes. */
+  subjects: Readonly<Record<string, SubjectGrant>>;
   /** Resolves the signing key by `kid` (the cluster's JWKS). */
   getKey: JWTVerifyGetKey;
   /** Most verified tokens kept. */
@@ -35,6 +39,9 @@ export interface KubernetesAuthOptions {
  * Verification cannot see a deleted pod (only a TokenReview could); the token's own short
  * expiry bounds that, as it does for every other consumer of service-account JWTs.
  */
+/** A verified service account nobody granted: no client, so every route answers 403 on the client. */
+const NO_GRANT: SubjectGrant = { clients: [], scopes: [...DEFAULT_CALLER_SCOPES] };
+
 export class KubernetesAuthenticator implements CallerAuthenticator {
   private readonly cache: VerifiedTokenCache<Caller>;
   private readonly inflight = new Map<string, Promise<Caller>>();
@@ -42,8 +49,8 @@ export class KubernetesAuthenticator implements CallerAuthenticator {
 
   constructor(private readonly options: KubernetesAuthOptions) {
     this.cache = new VerifiedTokenCache(options.cacheSize);
-    for (const [subject, clients] of Object.entries(options.subjects)) {
-      this.callers.set(subject, { name: subject, clients: grantedClients(clients) });
+    for (const [subject, grant] of Object.entries(options.subjects)) {
+      this.callers.set(subject, grantedCaller(subject, grant));
     }
   }
 
@@ -92,7 +99,7 @@ export class KubernetesAuthenticator implements CallerAuthenticator {
     }
     // A verified but ungranted service account is a known caller: 403 names it, and the
     // answer is cached like any other so it cannot be used to make the broker verify again.
-    const caller = this.callers.get(subject) ?? { name: subject, clients: new Set<string>() };
+    const caller = this.callers.get(subject) ?? grantedCaller(subject, NO_GRANT);
     this.cache.set(id, caller, payload.exp! * 1000);
     return caller;
   }

@@ -351,6 +351,23 @@ const clientGrantSchema = z
   )
   .min(1, { message: 'grant at least one client (or "*" for all)' });
 
+/**
+ * What a caller may do besides choosing clients:
+ * - `token`: read the provider token (`GET /token`, `POST /oauth2/token`);
+ * - `forward`: have the broker call the provider for it (`POST /orders`, the provider
+ *   passthrough) without ever seeing the token;
+ * - `admin`: the admin routes on the admin listener.
+ */
+export const CALLER_SCOPES = ['token', 'forward', 'admin'] as const;
+export type CallerScope = (typeof CALLER_SCOPES)[number];
+/** What a grant without `scopes` allows: everything a merchant service did before scopes. */
+export const DEFAULT_CALLER_SCOPES: readonly CallerScope[] = ['token', 'forward'];
+
+const callerScopesSchema = z
+  .array(z.enum(CALLER_SCOPES, { message: 'must be "token", "forward" or "admin"' }))
+  .min(1, { message: 'grant at least one scope ("token", "forward", "admin")' })
+  .transform((scopes) => [...new Set(scopes)]);
+
 /** One API key, stored only as its SHA-256: the broker never holds the key itself. */
 export const apiKeyGrantSchema = z
   .object({
@@ -367,6 +384,8 @@ export const apiKeyGrantSchema = z
       .transform((v) => v.toLowerCase()),
     /** Client ids this key may use; `"*"` for every client. */
     clients: clientGrantSchema,
+    /** What this key may do with those clients; a proxy-only caller has `["forward"]`. @default ["token", "forward"] */
+    scopes: callerScopesSchema.default([...DEFAULT_CALLER_SCOPES]),
   })
   .strict();
 export type ApiKeyGrant = z.infer<typeof apiKeyGrantSchema>;
@@ -400,6 +419,21 @@ function subjectListToGrants(value: unknown): unknown {
   return Object.fromEntries(subjects.map((s) => [s, ['*']]));
 }
 
+/**
+ * A service account's grant: the clients it may use (a list, with the default scopes) or
+ * `{"clients": [...], "scopes": [...]}`; always the object form once parsed.
+ */
+const subjectGrantSchema = z.preprocess(
+  (v) => (Array.isArray(v) ? { clients: v } : v),
+  z
+    .object({
+      clients: clientGrantSchema,
+      scopes: callerScopesSchema.default([...DEFAULT_CALLER_SCOPES]),
+    })
+    .strict(),
+);
+export type SubjectGrant = z.infer<typeof subjectGrantSchema>;
+
 export const kubernetesCallerAuthSchema = z
   .object({
     /**
@@ -413,11 +447,14 @@ export const kubernetesCallerAuthSchema = z
     issuer: z.string().min(1).optional(),
     /** The `aud` every token must carry: the `audience` of the callers' projected token volume. @default 'token-broker' */
     audience: z.string().min(1).default('token-broker'),
-    /** Service-account subject to the clients it may use, e.g. `{"system:serviceaccount:shop:checkout": ["acme-prod"]}`. @default {} */
+    /**
+     * Service-account subject to the clients it may use, e.g. `{"system:serviceaccount:shop:checkout": ["acme-prod"]}`,
+     * or to `{"clients": [...], "scopes": [...]}` to choose its scopes (see `CALLER_SCOPES`). @default {}
+     */
     subjects: z
       .preprocess(
         subjectListToGrants,
-        z.record(z.string(), clientGrantSchema).superRefine((subjects, ctx) => {
+        z.record(z.string(), subjectGrantSchema).superRefine((subjects, ctx) => {
           for (const subject of Object.keys(subjects)) {
             if (!SERVICE_ACCOUNT_SUBJECT.test(subject)) {
               ctx.addIssue({
@@ -596,8 +633,8 @@ function refineSecurity(
       if (c !== '*' && !ids.has(c)) issue([...path, i], 'not a configured client id');
     });
   auth.apiKeys?.forEach((k, i) => checkGrant(k.clients, ['callerAuth', 'apiKeys', i, 'clients']));
-  for (const [subject, clients] of Object.entries(auth.kubernetes.subjects)) {
-    checkGrant(clients, ['callerAuth', 'kubernetes', 'subjects', subject]);
+  for (const [subject, grant] of Object.entries(auth.kubernetes.subjects)) {
+    checkGrant(grant.clients, ['callerAuth', 'kubernetes', 'subjects', subject]);
   }
   if (production && redisConfigured(cfg.redis) && cfg.cacheEncryption.key === undefined) {
     issue(

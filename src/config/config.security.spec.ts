@@ -119,8 +119,8 @@ describe('caller authentication and cache encryption settings', () => {
       });
       const cfg = loadConfig({ BROKER_CONFIG_FILE: file });
       expect(cfg.callerAuth.apiKeys).toEqual([
-        { name: 'checkout', sha256: HASH, clients: ['acme-prod'] },
-        { name: 'ops', sha256: 'cd'.repeat(32), clients: ['*'] },
+        { name: 'checkout', sha256: HASH, clients: ['acme-prod'], scopes: ['token', 'forward'] },
+        { name: 'ops', sha256: 'cd'.repeat(32), clients: ['*'], scopes: ['token', 'forward'] },
       ]);
 
       const bad = configFile({
@@ -195,8 +195,8 @@ describe('caller authentication and cache encryption settings', () => {
         issuer: K8S.CALLER_AUTH_ISSUER,
         audience: 'broker.acme',
         subjects: {
-          'system:serviceaccount:shop:checkout': ['*'],
-          'system:serviceaccount:shop:billing': ['*'],
+          'system:serviceaccount:shop:checkout': { clients: ['*'], scopes: ['token', 'forward'] },
+          'system:serviceaccount:shop:billing': { clients: ['*'], scopes: ['token', 'forward'] },
         },
         cacheSize: 10_000,
         clockToleranceSeconds: 5,
@@ -224,6 +224,42 @@ describe('caller authentication and cache encryption settings', () => {
         `${file}: callerAuth.kubernetes.subjects.shop/checkout: must be system:serviceaccount:<namespace>:<name>`,
         `${file}: callerAuth.kubernetes.subjects.system:serviceaccount:shop:billing[0]: not a configured client id`,
       ]);
+    });
+
+    it('reads scopes per subject (proxy-only, admin), defaulting to token and forward, and names a bad one', () => {
+      const kubernetes = (subjects: Record<string, unknown>) =>
+        configFile({
+          clients,
+          callerAuth: {
+            mode: 'kubernetes',
+            kubernetes: {
+              jwksUrl: 'https://kubernetes.default.svc/openid/v1/jwks',
+              issuer: 'https://kubernetes.default.svc.cluster.local',
+              subjects,
+            },
+          },
+        });
+      const file = kubernetes({
+        'system:serviceaccount:shop:checkout': { clients: ['acme-prod'], scopes: ['forward'] },
+        'system:serviceaccount:ops:oncall': { clients: ['*'], scopes: ['admin', 'admin'] },
+        'system:serviceaccount:shop:billing': ['acme-prod'],
+      });
+      expect(loadConfig({ BROKER_CONFIG_FILE: file }).callerAuth.kubernetes.subjects).toEqual({
+        'system:serviceaccount:shop:checkout': { clients: ['acme-prod'], scopes: ['forward'] },
+        'system:serviceaccount:ops:oncall': { clients: ['*'], scopes: ['admin'] },
+        'system:serviceaccount:shop:billing': {
+          clients: ['acme-prod'],
+          scopes: ['token', 'forward'],
+        },
+      });
+      const bad = kubernetes({
+        'system:serviceaccount:shop:checkout': { clients: ['acme-prod'], scopes: ['read'] },
+        'system:serviceaccount:shop:billing': { clients: ['acme-prod'], scopes: [] },
+      });
+      const found = problems({ BROKER_CONFIG_FILE: bad }).join('\n');
+      expect(found).toContain('system:serviceaccount:shop:checkout');
+      expect(found).toContain('must be "token", "forward" or "admin"');
+      expect(found).toContain('grant at least one scope');
     });
 
     it('refuses a non-URL JWKS', () => {

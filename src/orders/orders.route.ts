@@ -83,7 +83,7 @@ export class OrdersRoute implements OnModuleInit {
 
   /** Before the body is read: who is calling (401/403/404), and is it JSON (415). */
   private async admit(req: FastifyRequest): Promise<void> {
-    await this.guard.authorize(req);
+    await this.guard.authorize(req, 'forward');
     if (!isJsonContentType(req.headers['content-type'])) {
       throw new OrdersException(
         OrdersErrorCode.UnsupportedMediaType,

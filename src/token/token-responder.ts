@@ -3,7 +3,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
 import { CallerAuthException } from '../caller-auth/caller-auth.exception';
-import { assertMayUse } from '../caller-auth/caller-authorization';
+import { assertMayUse, assertScope } from '../caller-auth/caller-authorization';
 import { PROBLEM_CONTENT_TYPE, toProblem } from '../http/problem';
 import { RequestErrorCode, RequestException } from '../http/request.exception';
 import { SECURITY_HEADERS } from '../http/security-headers';
@@ -82,6 +82,7 @@ export class TokenResponder {
    * Synchronous on an L1 hit; throws or rejects a token problem otherwise.
    */
   tokenFor(caller: Caller, clientId: string, reqId: string): TokenRecord | Promise<TokenRecord> {
+    assertScope(caller, 'token');
     assertMayUse(caller, clientId);
     const hit = this.tokens.peek(clientId, 0);
     if (hit) {
@@ -114,6 +115,8 @@ export class TokenResponder {
   ): TokenAnswer | Promise<TokenAnswer> {
     let clientId: string | undefined;
     try {
+      // A proxy-only caller (scope "forward") never sees the token, from any route.
+      assertScope(caller, 'token');
       clientId = this.tokens.resolveClient(single(query, 'client'), caller);
       const minMs = parseMinTtl(single(query, 'min_ttl')) * 1000;
       const hit = this.tokens.peek(clientId, minMs);

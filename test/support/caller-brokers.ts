@@ -33,6 +33,8 @@ export interface CallerBrokersOptions {
    * @default { checkout: ['acme-prod'], ops: ['*'] }
    */
   callers?: Record<string, string[]>;
+  /** Scopes of the API-key callers named here (`token`, `forward`, `admin`); others get the default. */
+  callerScopes?: Record<string, string[]>;
   /** Also start a broker in caller-auth mode `kubernetes` (a local JWKS issuer). */
   kubernetes?: boolean;
   /**
@@ -112,6 +114,7 @@ export async function startCallerBrokers(opts: CallerBrokersOptions): Promise<Ca
           name,
           sha256: sha256(keys[name]),
           clients,
+          ...(opts.callerScopes?.[name] && { scopes: opts.callerScopes[name] }),
         })),
       ),
     },
@@ -177,13 +180,16 @@ export async function startCallerBrokers(opts: CallerBrokersOptions): Promise<Ca
     if (!withUnavailable) {
       await Promise.all(brokers.map((b) => b.waitReady()));
     }
-    const wildcard = Object.keys(callers).find((name) => callers[name].includes('*'));
+    // Readiness is polled as a caller that may read the token.
+    const readers = Object.keys(callers).filter(
+      (name) => opts.callerScopes?.[name]?.includes('token') ?? true,
+    );
+    const wildcard = readers.find((name) => callers[name].includes('*'));
     await waitFor(
       async () => {
         const codes = await Promise.all(
           CALLER_CLIENTS.map(async (c) => {
-            const caller =
-              wildcard ?? Object.keys(callers).find((name) => callers[name].includes(c));
+            const caller = wildcard ?? readers.find((name) => callers[name].includes(c));
             if (!caller) return 200;
             return (
               await fetch(`${apiKeyBroker.url}/token?client=${c}`, {
