@@ -1,0 +1,87 @@
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/**
+ * {@link TokenAuditTrail} in a plain node process (the compiled module: `npm test` builds first;
+ * Nest 12 is ES modules only, which Jest's CommonJS runtime cannot load), writing through the
+ * broker's own logger and batched destination to a file.
+ */
+describe('TokenAuditTrail', () => {
+  let dir: string;
+  beforeEach(() => (dir = mkdtempSync(join(tmpdir(), 'tb-token-audit-'))));
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  function run(body: string): Array<Record<string, unknown>> {
+    const file = join(dir, 'out.log');
+    const dist = join(__dirname, '..', '..', 'dist');
+    const script = `
+      const pino = require(${JSON.stringify(require.resolve('pino'))});
+      const { BatchedDestination } = require(${JSON.stringify(join(dist, 'logging', 'batched-destination.js'))});
+      const { createLogger } = require(${JSON.stringify(join(dist, 'logging', 'logger.js'))});
+      const { TokenAuditTrail } = require(${JSON.stringify(join(dist, 'token', 'token-audit.js'))});
+      const sink = pino.destination({ dest: ${JSON.stringify(file)}, sync: false, minLength: 4096, contentMode: 'buffer' });
+      const logger = createLogger('info', new BatchedDestination(sink));
+      const trail = new TokenAuditTrail(
+        { audit: { intervalSeconds: 3600, perRequest: false, refusalsPerSecond: 2 } }, logger);
+      const caller = { name: 'checkout', clients: '*' };
+      const record = { fingerprint: '0123456789abcdef' };
+      ${body}
+    `;
+    const { status, stderr } = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8' });
+    expect(stderr).toBe('');
+    expect(status).toBe(1);
+    return readFileSync(file, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+  }
+
+  it('writes what it gathered when the process exits without a shutdown, refusals suppressed included', () => {
+    const lines = run(`
+      const now = Date.now();
+      for (let i = 0; i < 5; i++) trail.issued('r-' + i, caller, 'acme-prod', record, now + i);
+      trail.issued('g-0', caller, 'globex-prod', record, now);
+      for (let i = 0; i < 5; i++) trail.refused({ reqId: 'x-' + i, result: 'unauthenticated' }, now);
+      setTimeout(() => process.exit(1), 10);
+    `);
+    expect(lines.filter((l) => l.msg === 'token refused')).toHaveLength(2);
+    expect(lines).toContainEqual(
+      expect.objectContaining({
+        audit: 'token',
+        msg: 'token issued',
+        caller: 'checkout',
+        client: 'acme-prod',
+        fp: '0123456789abcdef',
+        result: 'issued',
+        count: 5,
+        reqIds: ['r-0', 'r-1', 'r-2'],
+      }),
+    );
+    expect(lines).toContainEqual(
+      expect.objectContaining({ msg: 'token issued', client: 'globex-prod', count: 1 }),
+    );
+    expect(lines).toContainEqual(
+      expect.objectContaining({
+        msg: 'token refusals suppressed',
+        suppressed: 3,
+        results: { unauthenticated: 3 },
+      }),
+    );
+  });
+
+  it('after shutdown, writes every token handed out at once, with its reqId', () => {
+    const lines = run(`
+      trail.issued('r-0', caller, 'acme-prod', record, Date.now());
+      trail.onApplicationShutdown();
+      trail.issued('late', caller, 'acme-prod', record, Date.now());
+      setTimeout(() => process.exit(1), 10);
+    `);
+    const issued = lines.filter((l) => l.msg === 'token issued');
+    expect(issued).toHaveLength(2);
+    expect(issued[0]).toMatchObject({ count: 1, reqIds: ['r-0'] });
+    expect(issued[1]).toMatchObject({ reqId: 'late', client: 'acme-prod' });
+    expect(issued[1]).not.toHaveProperty('count');
+  });
+});
