@@ -98,9 +98,28 @@ describe(loadConfig.name, () => {
     [{ CLIENT_ID: 'Acme Prod' }, 'CLIENT_ID'],
     [{ SHUTDOWN_DRAIN_DELAY_MS: '-5' }, 'SHUTDOWN_DRAIN_DELAY_MS'],
     [{ SHUTDOWN_DRAIN_DELAY_MS: '200000' }, 'SHUTDOWN_DRAIN_DELAY_MS'],
+    [{ AUDIT_INTERVAL_SECONDS: '0' }, 'AUDIT_INTERVAL_SECONDS'],
+    [{ AUDIT_PER_REQUEST: 'sometimes' }, 'AUDIT_PER_REQUEST'],
+    [{ AUDIT_REFUSALS_PER_SECOND: '-1' }, 'AUDIT_REFUSALS_PER_SECOND'],
   ])('names the bad setting for %j', (override, expected) => {
     const found = problems({ ...BASE, ...override });
     expect(found.join('\n')).toContain(expected);
+  });
+
+  it('reads the audit trail settings, with their defaults', () => {
+    expect(loadConfig(BASE).audit).toEqual({
+      intervalSeconds: 10,
+      perRequest: false,
+      refusalsPerSecond: 100,
+    });
+    expect(
+      loadConfig({
+        ...BASE,
+        AUDIT_INTERVAL_SECONDS: '60',
+        AUDIT_PER_REQUEST: 'true',
+        AUDIT_REFUSALS_PER_SECOND: '5',
+      }).audit,
+    ).toEqual({ intervalSeconds: 60, perRequest: true, refusalsPerSecond: 5 });
   });
 
   it('never prints the offending value', () => {
