@@ -19,6 +19,7 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'HOST', path: ['http', 'host'] },
   { env: 'SHUTDOWN_GRACE_MS', path: ['http', 'shutdownGraceMs'] },
   { env: 'SHUTDOWN_DRAIN_DELAY_MS', path: ['http', 'shutdownDrainDelayMs'] },
+  { env: 'ADMIN_PORT', path: ['http', 'adminPort'] },
   { env: 'METRICS_PORT', path: ['http', 'metricsPort'] },
   { env: 'HTTP_HEADERS_TIMEOUT_MS', path: ['http', 'headersTimeoutMs'] },
   { env: 'HTTP_REQUEST_TIMEOUT_MS', path: ['http', 'requestTimeoutMs'] },

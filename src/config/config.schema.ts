@@ -276,6 +276,17 @@ export function redisConfigured(settings: { mode: RedisMode; url?: string | unde
   return settings.mode !== 'standalone' || settings.url !== undefined;
 }
 
+/**
+ * The admin listener's port: `adminPort`, else the deprecated `metricsPort`; `undefined` when
+ * one listener serves everything.
+ */
+export function adminPortOf(http: {
+  adminPort?: number | undefined;
+  metricsPort?: number | undefined;
+}): number | undefined {
+  return http.adminPort ?? http.metricsPort;
+}
+
 export const httpSettingsSchema = z
   .object({
     /** @default 8080 */
@@ -295,9 +306,16 @@ export const httpSettingsSchema = z
     /** Most time to receive a whole request, body included: then 408 and close. @default 30000 */
     requestTimeoutMs: millis(500, 300_000).default(30_000),
     /**
-     * A separate port for `GET /metrics` (only it is served there, and it is no longer served on
-     * `port`), so that a NetworkPolicy can let Prometheus reach the metrics without letting
-     * callers read them. Unset: `/metrics` on `port`, as before.
+     * The admin listener: `/metrics`, `/health/*` and `/admin/*` on their own port, so that a
+     * NetworkPolicy admits Prometheus, the kubelet and operators there and keeps callers out.
+     * `port` then answers 404 for `/metrics` and `/admin/*` (it keeps `/health/*`: plain
+     * `docker run` and probes written for one port keep working). Unset: one listener serves
+     * everything (local development, the sandbox).
+     */
+    adminPort: z.coerce.number().int().min(1).max(65_535).optional(),
+    /**
+     * Deprecated alias of {@link adminPort} (`METRICS_PORT`, which served `/metrics` alone):
+     * taken as the admin port when `adminPort` is unset, with a warning at start-up.
      */
     metricsPort: z.coerce.number().int().min(1).max(65_535).optional(),
     /** How long an idle keep-alive connection stays open. @default 5000 */
@@ -308,6 +326,19 @@ export const httpSettingsSchema = z
     message: 'metricsPort (METRICS_PORT) must differ from port (PORT)',
     path: ['metricsPort'],
   })
+  .refine((h) => h.adminPort === undefined || h.adminPort !== h.port, {
+    message: 'adminPort (ADMIN_PORT) must differ from port (PORT)',
+    path: ['adminPort'],
+  })
+  .refine(
+    (h) =>
+      h.adminPort === undefined || h.metricsPort === undefined || h.adminPort === h.metricsPort,
+    {
+      message:
+        'metricsPort (METRICS_PORT) is the deprecated name of adminPort (ADMIN_PORT): set ADMIN_PORT only',
+      path: ['metricsPort'],
+    },
+  )
   .refine((h) => h.headersTimeoutMs <= h.requestTimeoutMs, {
     message:
       'headersTimeoutMs (HTTP_HEADERS_TIMEOUT_MS) must not exceed requestTimeoutMs (HTTP_REQUEST_TIMEOUT_MS)',
