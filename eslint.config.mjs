@@ -11,6 +11,7 @@ import tseslint from 'typescript-eslint';
  * wire real adapters on purpose). Top-level files (app.module, bootstrap, main) compose it all.
  */
 const SRC_FOLDERS = [
+  'admin',
   'caller-auth',
   'config',
   'errors',
@@ -53,6 +54,7 @@ const BOUNDARIES = {
   'caller-auth': ['config', 'errors', 'logging', 'secrets', { http: ['request\\.exception'] }],
   http: [
     'errors',
+    { admin: ['admin\\.exception'] },
     { 'caller-auth': ['caller-auth\\.exception'] },
     { orders: ['orders\\.exception'] },
     { token: ['token\\.exception'] },
@@ -61,6 +63,8 @@ const BOUNDARIES = {
   token: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'secrets'],
   orders: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'token'],
   health: ['config', 'errors', 'logging', 'token'],
+  // The operators' routes: caller auth (scope admin), and the token layer's admin methods.
+  admin: ['caller-auth', 'config', 'errors', 'http', 'logging', 'token'],
 };
 
 /** One `no-restricted-imports` override per folder: every other folder, minus what it may use. */

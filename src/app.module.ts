@@ -1,4 +1,5 @@
 import { type DynamicModule, Module } from '@nestjs/common';
+import { AdminModule } from './admin/admin.module';
 import { APP_FILTER } from '@nestjs/core';
 import type { Logger } from 'pino';
 import { CallerAuthModule } from './caller-auth/caller-auth.module';
@@ -36,6 +37,7 @@ export class AppModule {
         token,
         OrdersModule.with(token, RedisModule),
         HealthModule.with(token),
+        AdminModule.with(token),
       ],
       providers: [{ provide: APP_FILTER, useClass: ProblemFilter }, OpenApiRoute],
     };

@@ -1,4 +1,5 @@
 import { HttpException } from '@nestjs/common';
+import { AdminErrorCode, AdminException } from '../admin/admin.exception';
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { BrokerException } from '../errors/broker.exception';
 import { OrdersErrorCode, OrdersException } from '../orders/orders.exception';
@@ -11,6 +12,7 @@ export type ProblemCode =
   | CallerAuthErrorCode
   | RequestErrorCode
   | OrdersErrorCode
+  | AdminErrorCode
   | 'internal_error';
 
 /** RFC 9457 problem details, plus the broker's stable `code` and the request id. */
@@ -103,6 +105,10 @@ export function statusFor(code: ProblemCode): ProblemStatus {
       return { status: 500, title: 'Idempotency record tampered' };
     case OrdersErrorCode.ProviderTimeout:
       return { status: 504, title: 'Provider timeout' };
+    case AdminErrorCode.RefreshFailed:
+      return { status: 502, title: 'Forced refresh failed' };
+    case AdminErrorCode.StoreUnavailable:
+      return { status: 503, title: 'Shared store unavailable', retryAfterSeconds: 2 };
     default:
       return assertUnreachable(code);
   }
@@ -142,7 +148,13 @@ export function toProblem(err: unknown, requestId?: string): ProblemResponse {
  * The domains whose codes answer the caller. Any other exception (provider, secrets, stores,
  * config) is the broker's own failure: its message may name internals, so it becomes a 500.
  */
-const CALLER_FACING = [TokenException, CallerAuthException, RequestException, OrdersException];
+const CALLER_FACING = [
+  TokenException,
+  CallerAuthException,
+  RequestException,
+  OrdersException,
+  AdminException,
+];
 
 function isCallerFacing(
   err: unknown,

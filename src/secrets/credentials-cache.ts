@@ -41,6 +41,21 @@ export class CredentialsCache {
   }
 
   /**
+   * Re-reads the source now (an operator's reload). Returns whether the credentials changed;
+   * throws, keeping the current ones, when the source cannot be read.
+   */
+  async reload(): Promise<boolean> {
+    const before = this.credentials;
+    this.credentials = await this.load();
+    this.loadedAt = this.now();
+    return (
+      before !== undefined &&
+      (before.clientId !== this.credentials.clientId ||
+        before.clientSecret !== this.credentials.clientSecret)
+    );
+  }
+
+  /**
    * Rotation: after the provider refused `refused`, re-reads the source once. Returns the new
    * credentials if they differ, or `undefined` when the source still holds the refused ones
    * (then retrying is pointless: an operator must act).

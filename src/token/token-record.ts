@@ -9,6 +9,11 @@ export interface TokenRecord {
   readonly expiresAt: number;
   /** Non-reversible identifier, safe to log, compare and store in clear. */
   readonly fingerprint: string;
+  /**
+   * The client's revocation generation when the token was requested (absent: 0). A token of a
+   * generation older than the fleet's is never served nor written (see `TokenStore.revoke`).
+   */
+  readonly generation?: number;
 }
 
 /**
