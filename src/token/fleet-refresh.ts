@@ -12,11 +12,11 @@ import { TokenStoreException } from './token-store.exception';
 import { TokenErrorCode, TokenException } from './token.exception';
 
 /**
- * A forced refresh takes a token obtained this long before it was asked for as the fresh one:
- * replicas' clocks and the store's conversion differ by milliseconds, and operators (or
- * scripts) asking together must cost one provider request, not one each.
+ * A forced refresh takes a token requested up to this long before it was asked for as the
+ * fresh one: operators (or a script on every replica) asking together must cost one provider
+ * request, not one each, although their requests reach the replicas some milliseconds apart.
  */
-export const FORCED_COALESCE_MS = 1000;
+export const FORCED_COALESCE_MS = 100;
 
 /** Collaborators of one client's {@link FleetRefresh}. */
 export interface FleetRefreshDeps {
