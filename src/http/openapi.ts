@@ -101,6 +101,21 @@ const CALLER_AUTH = {
   '403': problem('The caller may not use this client', ['forbidden']),
 };
 
+/** The admin routes: a caller credential with scope `admin`. */
+const ADMIN_AUTH = {
+  '401': CALLER_AUTH['401'],
+  '403': problem('The caller lacks scope `admin`, or may not use this client', ['forbidden']),
+};
+
+const ADMIN_CLIENT_PARAM = {
+  name: 'id',
+  in: 'path',
+  required: true,
+  description: "The provider client (a configured client id in the caller's grant).",
+  schema: { type: 'string', minLength: 1 },
+  example: 'acme-prod',
+};
+
 const CLIENT_PARAM = {
   name: 'client',
   in: 'query',
@@ -123,6 +138,11 @@ export const OPENAPI_DOCUMENT: Json = {
     { name: 'tokens' },
     { name: 'orders' },
     { name: 'operations', description: 'No caller authentication' },
+    {
+      name: 'admin',
+      description:
+        'Operators: scope `admin`; on the admin port (`ADMIN_PORT`) when set, with `/metrics` and `/health/*`',
+    },
   ],
   paths: {
     '/token': {
@@ -438,6 +458,94 @@ export const OPENAPI_DOCUMENT: Json = {
         },
       },
     },
+    // ---- Admin routes (issue #16): on the admin port when ADMIN_PORT is set ----------------
+    '/admin/clients': {
+      get: {
+        tags: ['admin'],
+        operationId: 'adminClients',
+        summary: "Every client in the caller's grant, as this replica sees it, and the store",
+        security: [{ bearer: [] }],
+        responses: {
+          '200': {
+            description:
+              "Per client: the token's fingerprint (16 hex of SHA-256, never the token), expiry, when and how this replica last got it (`fetched`, `adopted`, `failed`), the revocation generation, the refresh lock's holder, the last error; and the store's kind, mode, nodes and state.",
+            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
+            content: { 'application/json': { schema: ref('AdminStatus') } },
+          },
+          ...ADMIN_AUTH,
+          ...GENERIC,
+        },
+      },
+    },
+    '/admin/clients/{id}/refresh': {
+      post: {
+        tags: ['admin'],
+        operationId: 'adminRefresh',
+        summary:
+          'A new token for the whole fleet: one provider request under the refresh lock, fenced, adopted by every replica',
+        security: [{ bearer: [] }],
+        parameters: [ADMIN_CLIENT_PARAM],
+        responses: {
+          '200': {
+            description:
+              '`providerRequest` is false when the refresh joined one asked for at the same time (on any replica).',
+            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
+            content: { 'application/json': { schema: ref('AdminRefresh') } },
+          },
+          ...ADMIN_AUTH,
+          '404': problem('Unknown client, or no such route', ['unknown_client', 'not_found']),
+          '502': problem('The provider did not grant a token', ['admin_refresh_failed']),
+          '503': problem(
+            'Redis does not answer, or the lock stayed held; retry',
+            ['admin_store_unavailable', 'token_unavailable'],
+            { 'Retry-After': header('Retry-After') },
+          ),
+          '500': GENERIC['500'],
+        },
+      },
+    },
+    '/admin/clients/{id}/revoke': {
+      post: {
+        tags: ['admin'],
+        operationId: 'adminRevoke',
+        summary:
+          "Drops the client's token on every replica for good (a new generation); a new one is fetched",
+        security: [{ bearer: [] }],
+        parameters: [ADMIN_CLIENT_PARAM],
+        responses: {
+          '200': {
+            description:
+              '`replicas.notified`: replicas the notification reached; `acknowledged`: those that dropped the token within 2 s.',
+            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
+            content: { 'application/json': { schema: ref('AdminRevoke') } },
+          },
+          ...ADMIN_AUTH,
+          '404': problem('Unknown client, or no such route', ['unknown_client', 'not_found']),
+          '503': problem('Redis does not answer; retry', ['admin_store_unavailable'], {
+            'Retry-After': header('Retry-After'),
+          }),
+          '500': GENERIC['500'],
+        },
+      },
+    },
+    '/admin/reload': {
+      post: {
+        tags: ['admin'],
+        operationId: 'adminReload',
+        summary: "Re-reads this replica's client credentials and caller grants now",
+        security: [{ bearer: [] }],
+        responses: {
+          '200': {
+            description:
+              'Names only: the clients whose credentials changed, the callers added or removed.',
+            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
+            content: { 'application/json': { schema: ref('AdminReload') } },
+          },
+          ...ADMIN_AUTH,
+          ...GENERIC,
+        },
+      },
+    },
     '/openapi.json': {
       get: {
         tags: ['operations'],
@@ -580,6 +688,103 @@ export const OPENAPI_DOCUMENT: Json = {
       ProviderAnswer: {
         description: "The provider's JSON, passed through unchanged.",
       },
+      AdminStatus: {
+        type: 'object',
+        required: ['store', 'clients'],
+        properties: {
+          store: {
+            type: 'object',
+            required: ['kind', 'state'],
+            properties: {
+              kind: { enum: ['redis', 'memory'] },
+              mode: { enum: ['standalone', 'sentinel', 'cluster'] },
+              nodes: { type: 'array', items: { type: 'string' } },
+              state: { enum: ['up', 'down', 'misconfigured'] },
+            },
+          },
+          clients: {
+            type: 'array',
+            items: {
+              type: 'object',
+              required: ['client', 'generation', 'refreshing', 'lock'],
+              properties: {
+                client: { type: 'string' },
+                fingerprint: { type: 'string', pattern: '^[0-9a-f]{16}$' },
+                expiresAt: { type: 'string', format: 'date-time' },
+                obtainedAt: { type: 'string', format: 'date-time' },
+                generation: { type: 'integer', minimum: 0 },
+                lastRefresh: {
+                  type: 'object',
+                  properties: {
+                    at: { type: 'string', format: 'date-time' },
+                    outcome: { enum: ['fetched', 'adopted', 'failed'] },
+                  },
+                },
+                lastError: { type: 'string' },
+                refreshing: { type: 'boolean' },
+                lock: {
+                  type: 'object',
+                  properties: {
+                    held: { type: 'boolean' },
+                    holder: { type: 'string' },
+                    ttlMs: { type: 'integer' },
+                    error: { type: 'string' },
+                  },
+                },
+              },
+            },
+          },
+        },
+      },
+      AdminRefresh: {
+        type: 'object',
+        required: ['client', 'fingerprint', 'providerRequest', 'written'],
+        properties: {
+          client: { type: 'string' },
+          fingerprint: { type: 'string', pattern: '^[0-9a-f]{16}$' },
+          expiresAt: { type: 'string', format: 'date-time' },
+          providerRequest: { type: 'boolean' },
+          written: { type: 'boolean' },
+        },
+      },
+      AdminRevoke: {
+        type: 'object',
+        required: ['client', 'generation', 'replicas'],
+        properties: {
+          client: { type: 'string' },
+          generation: { type: 'integer', minimum: 1 },
+          revokedFingerprint: { type: 'string', pattern: '^[0-9a-f]{16}$' },
+          replicas: {
+            type: 'object',
+            required: ['notified', 'acknowledged'],
+            properties: {
+              notified: { type: 'integer', minimum: 0 },
+              acknowledged: { type: 'integer', minimum: 0 },
+            },
+          },
+        },
+      },
+      AdminReload: {
+        type: 'object',
+        required: ['credentials', 'callers'],
+        properties: {
+          credentials: {
+            type: 'object',
+            properties: {
+              changed: { type: 'array', items: { type: 'string' } },
+              failed: { type: 'array', items: { type: 'string' } },
+            },
+          },
+          callers: {
+            type: 'object',
+            properties: {
+              added: { type: 'array', items: { type: 'string' } },
+              removed: { type: 'array', items: { type: 'string' } },
+              error: { type: 'string' },
+            },
+          },
+        },
+      },
       HealthReport: {
         type: 'object',
         required: ['status'],
@@ -597,7 +802,10 @@ export const OPENAPI_DOCUMENT: Json = {
 /** `METHOD /path` of every operation in the document. */
 export function describedRoutes(): string[] {
   const paths = OPENAPI_DOCUMENT.paths as Record<string, Record<string, unknown>>;
+  // Fastify names path parameters `:id` where OpenAPI writes `{id}`.
   return Object.entries(paths).flatMap(([path, item]) =>
-    Object.keys(item).map((method) => `${method.toUpperCase()} ${path}`),
+    Object.keys(item).map(
+      (method) => `${method.toUpperCase()} ${path.replace(/\{(\w+)\}/g, ':$1')}`,
+    ),
   );
 }
