@@ -5,7 +5,7 @@ import type { RedisSettings } from '../config/config.schema';
 // The parser caps every lifetime at this; a stored token claiming more was not written by us.
 import { MAX_LIFETIME_SECONDS } from '../provider/token-response.parser';
 import type { TokenCipher } from '../token/token-cipher';
-import { fingerprintOf, type TokenRecord } from '../token/token-record';
+import { fingerprintOf, type TokenRecord, withGeneration } from '../token/token-record';
 import {
   type LockState,
   type RefreshHold,
@@ -446,13 +446,15 @@ export class RedisTokenStore implements TokenStore {
       return this.corrupt(clientId, val);
     }
     const expiresAt = localExpiry(expRedis, offset, writerExpiresAt);
-    const record = {
-      accessToken,
-      expiresAt,
-      obtainedAt: expiresAt - (expRedis - obtRedis),
-      fingerprint: fp,
+    const record = withGeneration(
+      {
+        accessToken,
+        expiresAt,
+        obtainedAt: expiresAt - (expRedis - obtRedis),
+        fingerprint: fp,
+      },
       generation,
-    };
+    );
     return { status: 'found', record };
   }
 

@@ -6,7 +6,7 @@ import { ProviderErrorCode, ProviderException } from '../provider/provider.excep
 import type { CredentialsCache } from '../secrets/credentials-cache';
 import { isFleetWide } from './refresh-failure';
 import { MIN_SERVE_MS } from './refresh-schedule';
-import { type TokenRecord, toRecord } from './token-record';
+import { type TokenRecord, toRecord, withGeneration } from './token-record';
 import type { TokenStore } from './token-store';
 import { TokenStoreException } from './token-store.exception';
 import { TokenErrorCode, TokenException } from './token.exception';
@@ -343,7 +343,7 @@ export class FleetRefresh {
       const grant = await grantor.requestToken(this.client, current);
       this.observe(started, '2xx');
       this.countRefresh('fetched');
-      const record = { ...toRecord(grant), generation };
+      const record = withGeneration(toRecord(grant), generation);
       logger.info(
         {
           client: this.client.id,
@@ -366,7 +366,7 @@ export class FleetRefresh {
           );
           const grant = await grantor.requestToken(this.client, fresh);
           this.countRefresh('fetched');
-          return { ...toRecord(grant), generation };
+          return withGeneration(toRecord(grant), generation);
         }
       }
       throw err;

@@ -36,3 +36,11 @@ export function toRecord(grant: {
     fingerprint: fingerprintOf(grant.accessToken),
   };
 }
+
+/**
+ * `record` stamped with revocation generation `generation`; generation 0 (no revoke ever) is
+ * left out, the same as absent.
+ */
+export function withGeneration(record: TokenRecord, generation: number): TokenRecord {
+  return generation > 0 ? { ...record, generation } : record;
+}

@@ -1,4 +1,4 @@
-import type { TokenRecord } from './token-record';
+import { type TokenRecord, withGeneration } from './token-record';
 import {
   type LockState,
   type RefreshHold,
@@ -43,10 +43,7 @@ export class MemoryTokenStore implements TokenStore {
     if (!entry || entry.invalidatedAt !== undefined || entry.record.expiresAt <= this.now()) {
       return { status: 'absent' };
     }
-    return {
-      status: 'found',
-      record: { ...entry.record, generation: this.generation(clientId) },
-    };
+    return { status: 'found', record: withGeneration(entry.record, this.generation(clientId)) };
   }
 
   async writeFenced(clientId: string, record: TokenRecord): Promise<boolean> {
