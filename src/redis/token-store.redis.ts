@@ -130,6 +130,16 @@ return {gen, fp, reached}
 `;
 
 /**
+ * KEYS[1] a revocation's acknowledgements. ARGV: replica id, TTL (ms). A script rather than
+ * MULTI: the ACL the README asks for grants scripting, not transactions.
+ */
+const ACKNOWLEDGE = `
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`;
+
+/**
  * KEYS[1] token hash, KEYS[2] generation. ARGV: none. Returns exp, obt, fp, val, inv, wexp,
  * Redis's now and the generation, or {'wrongtype', generation}. Now comes from the same script
  * so the remaining lifetime is exact in Redis time.
@@ -247,6 +257,7 @@ type RedisWithScripts = RedisClient & {
   tbWriteFenced(key: string, ...args: (string | number)[]): Promise<[number, number]>;
   tbInvalidate(key: string, ...args: (string | number)[]): Promise<number>;
   tbRead(key: string, generationKey: string): Promise<(string | null)[]>;
+  tbAcknowledge(key: string, replica: string, ttlMs: number): Promise<number>;
   tbRevoke(
     key: string,
     floorKey: string,
@@ -317,6 +328,7 @@ export class RedisTokenStore implements TokenStore {
     redis.defineCommand('tbInvalidate', { numberOfKeys: 2, lua: INVALIDATE });
     redis.defineCommand('tbRead', { numberOfKeys: 2, lua: READ });
     redis.defineCommand('tbRevoke', { numberOfKeys: 3, lua: REVOKE });
+    redis.defineCommand('tbAcknowledge', { numberOfKeys: 1, lua: ACKNOWLEDGE });
     redis.defineCommand('tbDeferRefresh', { numberOfKeys: 1, lua: DEFER_REFRESH });
     redis.defineCommand('tbRefreshHold', { numberOfKeys: 1, lua: REFRESH_HOLD });
     redis.defineCommand('tbEpochAdvance', { numberOfKeys: 1, lua: EPOCH_ADVANCE });
@@ -513,9 +525,7 @@ export class RedisTokenStore implements TokenStore {
 
   async acknowledgeRevocation(clientId: string, generation: number): Promise<void> {
     const key = redisKeys.revocationAcks(clientId, generation);
-    await this.run(() =>
-      this.redis.multi().sadd(key, REPLICA_ID).pexpire(key, REVOCATION_ACKS_TTL_MS).exec(),
-    );
+    await this.run(() => this.redis.tbAcknowledge(key, REPLICA_ID, REVOCATION_ACKS_TTL_MS));
   }
 
   async revocationAcks(clientId: string, generation: number): Promise<number> {
