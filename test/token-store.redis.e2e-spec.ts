@@ -47,6 +47,28 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     return store;
   }
 
+  /** Two stores, `b`'s events collected in `seen` once its subscription answers. */
+  async function subscribedPair(): Promise<{
+    a: RedisTokenStore;
+    b: RedisTokenStore;
+    seen: TokenStoreEvent[];
+  }> {
+    const a = newStore();
+    const b = newStore();
+    await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+    const seen: TokenStoreEvent[] = [];
+    b.onEvent((e) => seen.push(e));
+    // The subscriber connects on its own; wait until a probe message arrives.
+    await waitFor(
+      async () => {
+        await raw.publish(redisKeys.events(CLIENT), 'u:probe');
+        return seen.length > 0;
+      },
+      { timeoutMs: 3000, what: 'the subscription' },
+    );
+    return { a, b, seen };
+  }
+
   beforeAll(async () => {
     topology = await startTopology(kind);
     raw = topology.client();
@@ -428,18 +450,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     });
 
     it('tells every replica, with the new generation and the dropped fingerprint', async () => {
-      const a = newStore();
-      const b = newStore();
-      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
-      const seen: TokenStoreEvent[] = [];
-      b.onEvent((e) => seen.push(e));
-      await waitFor(
-        async () => {
-          await raw.publish(redisKeys.events(CLIENT), 'u:probe');
-          return seen.length > 0;
-        },
-        { timeoutMs: 3000, what: 'the subscription' },
-      );
+      const { a, b, seen } = await subscribedPair();
       const t = record('to-revoke', Date.now(), 60_000);
       await a.writeFenced(CLIENT, t);
       const { delivered } = await a.revoke(CLIENT);
@@ -478,19 +489,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
 
   describe('pub/sub', () => {
     it('tells every replica about updates and invalidations', async () => {
-      const a = newStore();
-      const b = newStore();
-      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
-      const seen: TokenStoreEvent[] = [];
-      b.onEvent((e) => seen.push(e));
-      // The subscriber connects on its own; wait until a probe message arrives.
-      await waitFor(
-        async () => {
-          await raw.publish(redisKeys.events(CLIENT), 'u:probe');
-          return seen.length > 0;
-        },
-        { timeoutMs: 3000, what: 'the subscription' },
-      );
+      const { a, seen } = await subscribedPair();
       seen.length = 0;
       const t = record('pub', Date.now(), 60_000);
       await a.writeFenced(CLIENT, t);
