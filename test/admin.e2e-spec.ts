@@ -183,12 +183,18 @@ describe('admin routes (3 replicas)', () => {
       caller: l.caller,
       outcome: l.outcome,
       client: l.client,
+      reason: l.reason,
     }));
     expect(outcomes).toEqual(
       expect.arrayContaining([
-        { caller: undefined, outcome: 'unauthenticated', client: undefined },
-        { caller: 'checkout', outcome: 'forbidden', client: undefined },
-        { caller: 'oncall', outcome: 'ok', client: undefined },
+        { caller: undefined, outcome: 'unauthenticated', client: undefined, reason: undefined },
+        {
+          caller: 'checkout',
+          outcome: 'forbidden',
+          client: undefined,
+          reason: 'missing_scope_admin',
+        },
+        { caller: 'oncall', outcome: 'ok', client: undefined, reason: undefined },
       ]),
     );
     for (const line of auditLines(r, 'status')) expect(typeof line.requestId).toBe('string');

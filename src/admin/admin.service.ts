@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
 import { authorizationOf } from '../caller-auth/bearer-credential';
+import { CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { assertScope, mayUse } from '../caller-auth/caller-authorization';
 import { BrokerException } from '../errors/broker.exception';
 import { toProblem } from '../http/problem';
@@ -68,8 +69,17 @@ export class AdminService {
       return result;
     } catch (err) {
       const outcome = err instanceof BrokerException ? String(err.code) : 'internal_error';
+      // A refused client is named in the audit line only (the answer hides whether it exists).
+      const refused = err instanceof CallerAuthException ? err.audit : {};
       this.audit.warn(
-        { caller: caller?.name, action, client, outcome, requestId: req.id },
+        {
+          caller: caller?.name,
+          action,
+          client: client ?? refused.client,
+          outcome,
+          reason: refused.reason,
+          requestId: req.id,
+        },
         'admin',
       );
       throw err;
