@@ -20,6 +20,10 @@ const ADMIN_KEY = 'admin-key-0123456789abcdef0123456789abcdef';
 const CALLER_KEY = 'caller-key-0123456789abcdef0123456789abcdef';
 const sha = (s: string) => createHash('sha256').update(s).digest('hex');
 const fingerprintOf = (token: string) => sha(token).slice(0, 16);
+const GRANTS = [
+  { name: 'oncall', sha256: sha(ADMIN_KEY), clients: ['*'], scopes: ['admin'] },
+  { name: 'checkout', sha256: sha(CALLER_KEY), clients: [FLEET_CLIENT] },
+];
 
 interface Replica {
   broker: BrokerProcess;
@@ -40,6 +44,7 @@ describe('admin routes (3 replicas)', () => {
   let emulator: ProviderEmulator;
   let replicas: Replica[];
   let inspect: Redis;
+  let files: { credentials: string; keys: string };
 
   beforeAll(async () => {
     redis = await startRedis();
@@ -47,16 +52,9 @@ describe('admin routes (3 replicas)', () => {
       credentials: { [FLEET_CREDENTIALS.client_id]: FLEET_CREDENTIALS.client_secret },
     });
     const dir = mkdtempSync(join(tmpdir(), 'tb-admin-'));
-    const credentialsFile = join(dir, 'credentials.json');
-    writeFileSync(credentialsFile, JSON.stringify(FLEET_CREDENTIALS), { mode: 0o600 });
-    const keysFile = join(dir, 'keys.json');
-    writeFileSync(
-      keysFile,
-      JSON.stringify([
-        { name: 'oncall', sha256: sha(ADMIN_KEY), clients: ['*'], scopes: ['admin'] },
-        { name: 'checkout', sha256: sha(CALLER_KEY), clients: [FLEET_CLIENT] },
-      ]),
-    );
+    files = { credentials: join(dir, 'credentials.json'), keys: join(dir, 'keys.json') };
+    writeFileSync(files.credentials, JSON.stringify(FLEET_CREDENTIALS), { mode: 0o600 });
+    writeFileSync(files.keys, JSON.stringify(GRANTS));
     replicas = await Promise.all(
       [0, 1, 2].map(async (i) => {
         const proxy = await FaultProxy.start({ target: { host: redis.host, port: redis.port } });
@@ -68,9 +66,9 @@ describe('admin routes (3 replicas)', () => {
             REDIS_URL: proxy.url('redis'),
             PROVIDER_AUTH_URL: emulator.url,
             PROVIDER_BASE_URL: emulator.url,
-            CREDENTIALS_FILE: credentialsFile,
+            CREDENTIALS_FILE: files.credentials,
             CALLER_AUTH_MODE: 'api-key',
-            CALLER_API_KEYS_FILE: keysFile,
+            CALLER_API_KEYS_FILE: files.keys,
             HOST: '127.0.0.1',
             ADMIN_PORT: String(adminPort),
             LOG_LEVEL: 'info',
@@ -355,12 +353,44 @@ describe('admin routes (3 replicas)', () => {
     }
   });
 
-  it('reloads credentials and caller grants now, naming what changed', async () => {
-    const res = await admin(replicas[1], '/admin/reload', 'POST');
-    expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({
+  it('reloads credentials and caller grants now, naming what changed: the rotation after a leak', async () => {
+    const unchanged = await admin(replicas[1], '/admin/reload', 'POST');
+    expect(unchanged.status).toBe(200);
+    expect(await unchanged.json()).toEqual({
       credentials: { changed: [], failed: [] },
       callers: { added: [], removed: [] },
     });
+    // The secret is rotated at the provider and in the secret store; a new caller is granted.
+    const rotated = { ...FLEET_CREDENTIALS, client_secret: 'rotated-secret-value' };
+    emulator.setCredentials({ [rotated.client_id]: rotated.client_secret });
+    writeFileSync(files.credentials, JSON.stringify(rotated), { mode: 0o600 });
+    const newcomer = 'newcomer-key-0123456789abcdef0123456789abcdef';
+    writeFileSync(
+      files.keys,
+      JSON.stringify([...GRANTS, { name: 'newcomer', sha256: sha(newcomer), clients: ['*'] }]),
+    );
+    for (const r of replicas) {
+      const res = await admin(r, '/admin/reload', 'POST');
+      expect(res.status).toBe(200);
+      const text = await res.text();
+      expect(JSON.parse(text)).toEqual({
+        credentials: { changed: [FLEET_CLIENT], failed: [] },
+        callers: { added: ['newcomer'], removed: [] },
+      });
+      // Names only.
+      expect(text).not.toContain(rotated.client_secret);
+    }
+    // The fleet gets a token with the new secret at once; the newcomer may use it.
+    const refreshed = await admin(replicas[2], `/admin/clients/${FLEET_CLIENT}/refresh`, 'POST');
+    expect(refreshed.status).toBe(200);
+    expect(((await refreshed.json()) as { providerRequest: boolean }).providerRequest).toBe(true);
+    const res = await fetch(`${replicas[0].broker.url}/token`, {
+      headers: { authorization: `Bearer ${newcomer}` },
+    });
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    for (const r of replicas) {
+      expect(r.broker.logs().join('\n')).not.toContain(rotated.client_secret);
+    }
   });
 });
