@@ -101,6 +101,15 @@ const CALLER_AUTH = {
   '403': problem('The caller may not use this client', ['forbidden']),
 };
 
+/** An admin route's 200: JSON of component `schema`, never cached. */
+function adminAnswer(description: string, schema: string): Json {
+  return {
+    description,
+    headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
+    content: { 'application/json': { schema: ref(schema) } },
+  };
+}
+
 /** The admin routes: a caller credential with scope `admin`. */
 const ADMIN_AUTH = {
   '401': CALLER_AUTH['401'],
@@ -466,12 +475,10 @@ export const OPENAPI_DOCUMENT: Json = {
         summary: "Every client in the caller's grant, as this replica sees it, and the store",
         security: [{ bearer: [] }],
         responses: {
-          '200': {
-            description:
-              "Per client: the token's fingerprint (16 hex of SHA-256, never the token), expiry, when and how this replica last got it (`fetched`, `adopted`, `failed`), the revocation generation, the refresh lock's holder, the last error; and the store's kind, mode, nodes and state.",
-            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
-            content: { 'application/json': { schema: ref('AdminStatus') } },
-          },
+          '200': adminAnswer(
+            "Per client: the token's fingerprint (16 hex of SHA-256, never the token), expiry, when and how this replica last got it (`fetched`, `adopted`, `failed`), the revocation generation, the refresh lock's holder, the last error; and the store's kind, mode, nodes and state.",
+            'AdminStatus',
+          ),
           ...ADMIN_AUTH,
           ...GENERIC,
         },
@@ -486,12 +493,10 @@ export const OPENAPI_DOCUMENT: Json = {
         security: [{ bearer: [] }],
         parameters: [ADMIN_CLIENT_PARAM],
         responses: {
-          '200': {
-            description:
-              '`providerRequest` is false when the refresh joined one asked for at the same time (on any replica).',
-            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
-            content: { 'application/json': { schema: ref('AdminRefresh') } },
-          },
+          '200': adminAnswer(
+            '`providerRequest` is false when the refresh joined one asked for at the same time (on any replica).',
+            'AdminRefresh',
+          ),
           ...ADMIN_AUTH,
           '404': problem('Unknown client, or no such route', ['unknown_client', 'not_found']),
           '502': problem('The provider did not grant a token', ['admin_refresh_failed']),
@@ -513,12 +518,10 @@ export const OPENAPI_DOCUMENT: Json = {
         security: [{ bearer: [] }],
         parameters: [ADMIN_CLIENT_PARAM],
         responses: {
-          '200': {
-            description:
-              '`replicas.notified`: replicas the notification reached; `acknowledged`: those that dropped the token within 2 s.',
-            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
-            content: { 'application/json': { schema: ref('AdminRevoke') } },
-          },
+          '200': adminAnswer(
+            '`replicas.notified`: replicas the notification reached; `acknowledged`: those that dropped the token within 2 s.',
+            'AdminRevoke',
+          ),
           ...ADMIN_AUTH,
           '404': problem('Unknown client, or no such route', ['unknown_client', 'not_found']),
           '503': problem('Redis does not answer; retry', ['admin_store_unavailable'], {
@@ -535,12 +538,10 @@ export const OPENAPI_DOCUMENT: Json = {
         summary: "Re-reads this replica's client credentials and caller grants now",
         security: [{ bearer: [] }],
         responses: {
-          '200': {
-            description:
-              'Names only: the clients whose credentials changed, the callers added or removed.',
-            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
-            content: { 'application/json': { schema: ref('AdminReload') } },
-          },
+          '200': adminAnswer(
+            'Names only: the clients whose credentials changed, the callers added or removed.',
+            'AdminReload',
+          ),
           ...ADMIN_AUTH,
           ...GENERIC,
         },
