@@ -356,7 +356,10 @@ describe('admin routes (3 replicas)', () => {
   it('reloads credentials and caller grants now, naming what changed: the rotation after a leak', async () => {
     const unchanged = await admin(replicas[1], '/admin/reload', 'POST');
     expect(unchanged.status).toBe(200);
-    expect(await unchanged.json()).toEqual({
+    const first = (await unchanged.json()) as {
+      credentials: { changed: string[]; firstRead: string[]; failed: string[] };
+    };
+    expect(first).toMatchObject({
       credentials: { changed: [], failed: [] },
       callers: { added: [], removed: [] },
     });
@@ -369,17 +372,27 @@ describe('admin routes (3 replicas)', () => {
       files.keys,
       JSON.stringify([...GRANTS, { name: 'newcomer', sha256: sha(newcomer), clients: ['*'] }]),
     );
+    const changed: string[] = [];
     for (const r of replicas) {
       const res = await admin(r, '/admin/reload', 'POST');
       expect(res.status).toBe(200);
       const text = await res.text();
-      expect(JSON.parse(text)).toEqual({
-        credentials: { changed: [FLEET_CLIENT], failed: [] },
+      const body = JSON.parse(text) as {
+        credentials: { changed: string[]; firstRead: string[]; failed: string[] };
+      };
+      // A replica that only ever adopted the fleet's tokens had never read the credentials:
+      // it says so (firstRead) rather than "changed".
+      expect([...body.credentials.changed, ...body.credentials.firstRead]).toEqual([FLEET_CLIENT]);
+      expect(body).toMatchObject({
+        credentials: { failed: [] },
         callers: { added: ['newcomer'], removed: [] },
       });
+      changed.push(...body.credentials.changed);
       // Names only.
       expect(text).not.toContain(rotated.client_secret);
     }
+    // At least the replica that obtained the first token had read them: it saw the change.
+    expect(changed.length).toBeGreaterThan(0);
     // The fleet gets a token with the new secret at once; the newcomer may use it.
     const refreshed = await admin(replicas[2], `/admin/clients/${FLEET_CLIENT}/refresh`, 'POST');
     expect(refreshed.status).toBe(200);

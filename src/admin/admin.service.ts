@@ -123,7 +123,7 @@ export class AdminService {
 
   /** `POST /admin/reload`: client credentials and caller grants re-read now; names only. */
   async reload(): Promise<{
-    credentials: { changed: string[]; failed: string[] };
+    credentials: { changed: string[]; firstRead: string[]; failed: string[] };
     callers: { added: string[]; removed: string[] } | { error: string };
   }> {
     const credentials = await this.tokens.reloadCredentials();

@@ -773,6 +773,12 @@ export const OPENAPI_DOCUMENT: Json = {
             type: 'object',
             properties: {
               changed: { type: 'array', items: { type: 'string' } },
+              firstRead: {
+                type: 'array',
+                items: { type: 'string' },
+                description:
+                  "Read for the first time on this replica (it had only adopted the fleet's tokens): nothing to compare with.",
+              },
               failed: { type: 'array', items: { type: 'string' } },
             },
           },

@@ -41,18 +41,19 @@ export class CredentialsCache {
   }
 
   /**
-   * Re-reads the source now (an operator's reload). Returns whether the credentials changed;
-   * throws, keeping the current ones, when the source cannot be read.
+   * Re-reads the source now (an operator's reload): `changed` or `unchanged` against what was
+   * loaded, `first` when nothing was (a replica that only ever adopted the fleet's tokens never
+   * needed them). Throws, keeping the current ones, when the source cannot be read.
    */
-  async reload(): Promise<boolean> {
+  async reload(): Promise<'changed' | 'unchanged' | 'first'> {
     const before = this.credentials;
     this.credentials = await this.load();
     this.loadedAt = this.now();
-    return (
-      before !== undefined &&
-      (before.clientId !== this.credentials.clientId ||
-        before.clientSecret !== this.credentials.clientSecret)
-    );
+    if (before === undefined) return 'first';
+    return before.clientId !== this.credentials.clientId ||
+      before.clientSecret !== this.credentials.clientSecret
+      ? 'changed'
+      : 'unchanged';
   }
 
   /**

@@ -114,6 +114,12 @@ export class ClientTokenManager {
   private stopped = false;
   /** The fleet's revocation generation as this replica knows it (see `TokenStore.revoke`). */
   private generation = 0;
+  /**
+   * Set while {@link resync} runs: L1 is set aside until the generation is read, and callers
+   * missing it wait for this (a few Redis round trips) rather than start a refresh of their own,
+   * which could ask the provider for a token the set-aside one is about to cover.
+   */
+  private resyncing?: Promise<void>;
   /** When this replica last adopted or obtained a token, and how (admin status). */
   private lastRefresh?: { at: number; outcome: 'fetched' | 'adopted' | 'failed' };
   private readonly now: () => number;
@@ -194,6 +200,11 @@ export class ClientTokenManager {
   ): Promise<TokenRecord> {
     const hit = this.peek(minRemainingMs);
     if (hit) return hit;
+    if (this.resyncing !== undefined) {
+      await this.resyncing;
+      const back = this.peek(minRemainingMs);
+      if (back) return back;
+    }
     if (this.stopped) throw shuttingDown();
     // Fail fast: an operator must fix this; the loop keeps probing in the background.
     if (this.permanentError) throw this.permanentError;
@@ -285,8 +296,17 @@ export class ClientTokenManager {
     }
   }
 
-  /** The store is reachable again after an outage: push our token, converge on the newest. */
-  async resync(): Promise<void> {
+  /**
+   * The store is reachable again after an outage: check the generation, push our token,
+   * converge on the newest. Concurrent calls (the command and subscriber connections both
+   * come back) share one run.
+   */
+  resync(): Promise<void> {
+    this.resyncing ??= this.resyncOnce().finally(() => (this.resyncing = undefined));
+    return this.resyncing;
+  }
+
+  private async resyncOnce(): Promise<void> {
     const held = this.l1;
     if (!this.needsResync && held === undefined) return;
     // An operator may have revoked the token while this replica could not hear it: it is not
@@ -330,8 +350,8 @@ export class ClientTokenManager {
     return result;
   }
 
-  /** Re-reads this client's credentials now; whether they changed. */
-  reloadCredentials(): Promise<boolean> {
+  /** Re-reads this client's credentials now; whether they changed (see `CredentialsCache.reload`). */
+  reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
     return this.refresh.reloadCredentials();
   }
 

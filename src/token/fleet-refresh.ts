@@ -320,7 +320,7 @@ export class FleetRefresh {
   }
 
   /** Re-reads the credentials now; whether they changed (never what they are). */
-  async reloadCredentials(): Promise<boolean> {
+  async reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
     return this.deps.credentials.reload();
   }
 

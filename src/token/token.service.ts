@@ -217,14 +217,20 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return this.store.revocationAcks(clientId, generation);
   }
 
-  /** Re-reads every client's credentials now: which changed, which could not be read. */
-  async reloadCredentials(): Promise<{ changed: string[]; failed: string[] }> {
+  /**
+   * Re-reads every client's credentials now: which changed, which this replica read for the
+   * first time (it had never needed them), which could not be read.
+   */
+  async reloadCredentials(): Promise<{ changed: string[]; firstRead: string[]; failed: string[] }> {
     const changed: string[] = [];
+    const firstRead: string[] = [];
     const failed: string[] = [];
     await Promise.all(
       [...this.managers.values()].map(async (m) => {
         try {
-          if (await m.reloadCredentials()) changed.push(m.client.id);
+          const outcome = await m.reloadCredentials();
+          if (outcome === 'changed') changed.push(m.client.id);
+          else if (outcome === 'first') firstRead.push(m.client.id);
         } catch (err) {
           failed.push(m.client.id);
           this.logger.error(
@@ -234,7 +240,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
         }
       }),
     );
-    return { changed: changed.sort(), failed: failed.sort() };
+    return { changed: changed.sort(), firstRead: firstRead.sort(), failed: failed.sort() };
   }
 
   /**
