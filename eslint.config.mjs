@@ -14,6 +14,7 @@ const SRC_FOLDERS = [
   'caller-auth',
   'config',
   'errors',
+  'forward',
   'health',
   'http',
   'logging',
@@ -49,18 +50,40 @@ const BOUNDARIES = {
       ],
     },
     { orders: ['idempotency-store', 'idempotency-store\\.memory', 'orders\\.constants'] },
+    { forward: ['forward-rate-limiter', 'forward\\.constants'] },
   ],
   'caller-auth': ['config', 'errors', 'logging', 'secrets', { http: ['request\\.exception'] }],
   http: [
     'errors',
     { 'caller-auth': ['caller-auth\\.exception'] },
     { orders: ['orders\\.exception'] },
+    { forward: ['forward\\.exception'] },
     { token: ['token\\.exception'] },
   ],
   // Not redis: it implements their ports, so the app module hands it to them (`withStore`).
   token: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'secrets'],
   orders: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'token'],
   health: ['config', 'errors', 'logging', 'token'],
+  // The passthrough: the forwarding core and idempotency port it shares with orders.
+  forward: [
+    'caller-auth',
+    'config',
+    'errors',
+    'http',
+    'logging',
+    'metrics',
+    'provider',
+    'token',
+    {
+      orders: [
+        'forwarding',
+        'idempotency-store',
+        'order-request',
+        'orders\\.exception',
+        'orders\\.constants',
+      ],
+    },
+  ],
 };
 
 /** One `no-restricted-imports` override per folder: every other folder, minus what it may use. */
