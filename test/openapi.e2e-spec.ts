@@ -5,6 +5,7 @@ import addFormats from 'ajv-formats';
 import { CallerAuthErrorCode } from '../src/caller-auth/caller-auth.exception';
 import { describedRoutes, OPENAPI_DOCUMENT } from '../src/http/openapi';
 import { RequestErrorCode } from '../src/http/request.exception';
+import { ForwardErrorCode } from '../src/forward/forward.exception';
 import { OrdersErrorCode } from '../src/orders/orders.exception';
 import { OAuthErrorCode } from '../src/token/oauth.exception';
 import { TokenErrorCode } from '../src/token/token.exception';
@@ -243,6 +244,7 @@ describe('OpenAPI description (real brokers)', () => {
       ...Object.values(CallerAuthErrorCode),
       ...Object.values(RequestErrorCode),
       ...Object.values(OrdersErrorCode),
+      ...Object.values(ForwardErrorCode),
       ...Object.values(OAuthErrorCode),
       'internal_error',
     ];
