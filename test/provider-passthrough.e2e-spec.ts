@@ -270,3 +270,57 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
     );
   });
 });
+
+describe('passthrough rate limit across 3 brokers (shared through Redis)', () => {
+  const LIMIT = 20;
+  let fleet: Fleet;
+
+  beforeAll(async () => {
+    fleet = await startFleet({
+      size: 3,
+      env: {
+        FORWARD_CLIENT_RATE_PER_SECOND: String(LIMIT),
+        FORWARD_CLIENT_RATE_BURST: '0',
+        FORWARD_CALLER_RATE_PER_SECOND: '0',
+      },
+    });
+  });
+  afterAll(async () => {
+    await fleet?.stop();
+  });
+
+  it('lets through the client limit fleet-wide (within 10 %), answering 429 with Retry-After beyond it', async () => {
+    const RUN_MS = 5000;
+    const started = Date.now();
+    let ok = 0;
+    let limited = 0;
+    let retryAfter: string | null = null;
+    // 3 callers' loops per broker, a bounded run: far more demand than the limit.
+    await Promise.all(
+      fleet.brokers.flatMap((b) =>
+        Array.from({ length: 3 }, async () => {
+          while (Date.now() - started < RUN_MS) {
+            const answer = await call(b.url, `${MARKETING}/offers`);
+            if (answer.status === 200) ok++;
+            else if (answer.status === 429) {
+              limited++;
+              retryAfter = answer.headers.get('retry-after');
+              expect((JSON.parse(answer.text) as { code: string }).code).toBe(
+                'forward_rate_limited',
+              );
+            } else throw new Error(`unexpected ${answer.status}: ${answer.text}`);
+          }
+        }),
+      ),
+    );
+    const seconds = (Date.now() - started) / 1000;
+    const rate = ok / seconds;
+    console.log(
+      `fleet rate limit ${LIMIT}/s on 3 brokers: ${ok} forwarded, ${limited} refused in ${seconds.toFixed(2)} s = ${rate.toFixed(1)}/s (shared machine)`,
+    );
+    expect(limited).toBeGreaterThan(0);
+    expect(retryAfter).toMatch(/^\d+$/);
+    expect(fleet.emulator.stats.calls).toHaveLength(ok);
+    expect(Math.abs(rate - LIMIT) / LIMIT).toBeLessThanOrEqual(0.1);
+  });
+});
