@@ -303,7 +303,14 @@ export class ProviderEmulator {
     }
     const isToken = target.pathname === PROVIDER_TOKEN_PATH;
     const isOrders = PROVIDER_ORDERS_PATHS.includes(target.pathname);
-    if (!isToken && !isOrders && PROVIDER_API_PREFIXES.some((p) => target.pathname.startsWith(p))) {
+    // Below an orders path (`.../orders/123`) stays a 404, as the orders tests expect.
+    const underOrders = PROVIDER_ORDERS_PATHS.some((p) => target.pathname.startsWith(`${p}/`));
+    if (
+      !isToken &&
+      !isOrders &&
+      !underOrders &&
+      PROVIDER_API_PREFIXES.some((p) => target.pathname.startsWith(p))
+    ) {
       await this.answerApi(req, res, target);
       return;
     }

@@ -98,7 +98,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
   it('forwards POST, PUT, PATCH and DELETE with their bodies and content types, and HEAD', async () => {
     for (const method of ['POST', 'PUT', 'PATCH', 'DELETE']) {
       const body = JSON.stringify({ method, n: 1 });
-      const answer = await call(broker, `${CHECKOUT}/orders/o-1/notes`, {
+      const answer = await call(broker, `${CHECKOUT}/payments/p-1/notes`, {
         method,
         body,
         headers: { 'content-type': 'application/json' },
