@@ -211,6 +211,17 @@ async function collected(
   limit: number,
 ): Promise<PassAnswer | CheckoutFailure> {
   if (outcome.kind === 'failed') return outcome;
+  if (Buffer.isBuffer(outcome.body)) {
+    if (outcome.body.length <= limit) {
+      return {
+        kind: 'answered',
+        status: outcome.status,
+        headers: returned(outcome.headers),
+        body: outcome.body,
+      };
+    }
+    return tooLargeToStore(outcome.status, limit);
+  }
   const chunks: Buffer[] = [];
   let size = 0;
   try {
@@ -218,15 +229,7 @@ async function collected(
       size += (chunk as Buffer).length;
       if (size > limit) {
         outcome.body.destroy();
-        return {
-          kind: 'failed',
-          delivered: 'maybe',
-          error: new ProviderException(
-            ProviderErrorCode.MalformedResponse,
-            `the provider answered HTTP ${outcome.status} with a body over ${limit} bytes, too large to keep for Idempotency-Key replays (FORWARD_MAX_STORED_RESPONSE_BYTES)`,
-            { status: outcome.status },
-          ),
-        };
+        return tooLargeToStore(outcome.status, limit);
       }
       chunks.push(chunk as Buffer);
     }
@@ -243,6 +246,19 @@ async function collected(
   const headers = returned(outcome.headers);
   delete headers['content-length'];
   return { kind: 'answered', status: outcome.status, headers, body: Buffer.concat(chunks, size) };
+}
+
+/** An answer too large to keep for replays: sent and processed, so its outcome is unknown. */
+function tooLargeToStore(status: number, limit: number): CheckoutFailure {
+  return {
+    kind: 'failed',
+    delivered: 'maybe',
+    error: new ProviderException(
+      ProviderErrorCode.MalformedResponse,
+      `the provider answered HTTP ${status} with a body over ${limit} bytes, too large to keep for Idempotency-Key replays (FORWARD_MAX_STORED_RESPONSE_BYTES)`,
+      { status },
+    ),
+  };
 }
 
 function returned(headers: Record<string, string | string[] | undefined>): Record<string, string> {

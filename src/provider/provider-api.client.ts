@@ -22,16 +22,24 @@ export interface ApiRequest {
   readonly maxResponseBytes: number;
 }
 
-/** The provider's answer, whatever its status; its body streams. */
+/**
+ * Answers announcing at most this many bytes (`Content-Length`) are read whole: one write to
+ * the caller with its length, and no stream machinery per answer (a pipeline costs an abort
+ * controller and several writes). Larger or unannounced answers stream.
+ */
+const SMALL_ANSWER_BYTES = 64 * 1024;
+
+/** The provider's answer, whatever its status; its body streams unless small. */
 export interface ApiAnswer {
   readonly kind: 'answered';
   readonly status: number;
   readonly headers: IncomingHttpHeaders;
   /**
-   * The body as it arrives. Errors with a {@link ProviderException} past `maxResponseBytes`, or
-   * when the provider stops sending; the consumer must read it to the end or destroy it.
+   * A small answer whole, or the body as it arrives: that stream errors with a
+   * {@link ProviderException} past `maxResponseBytes`, or when the provider stops sending; the
+   * consumer must read it to the end or destroy it.
    */
-  readonly body: Readable;
+  readonly body: Buffer | Readable;
 }
 
 export type ApiOutcome = ApiAnswer | CheckoutFailure;
@@ -85,6 +93,24 @@ export class ProviderApiClient implements ProviderApiGateway {
       };
     }
     const { statusCode: status, headers } = answer;
+    const announced = Number(headers['content-length']);
+    if (announced <= Math.min(SMALL_ANSWER_BYTES, request.maxResponseBytes)) {
+      try {
+        return {
+          kind: 'answered',
+          status,
+          headers,
+          body: Buffer.from(await answer.body.arrayBuffer()),
+        };
+      } catch (cause) {
+        // The answer had started: the request certainly reached the provider.
+        return {
+          kind: 'failed',
+          delivered: 'maybe',
+          error: translateTransportError(cause, what()),
+        };
+      }
+    }
     return {
       kind: 'answered',
       status,
