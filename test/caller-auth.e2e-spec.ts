@@ -510,6 +510,16 @@ describe('caller authentication (real brokers)', () => {
       expect(granted.status).toBe(403);
       expect(String(granted.body.detail)).toContain('scope "forward"');
       expect(await call('zzzzzz-prod')).toEqual(granted);
+      // Nothing of the path is looked at first: a path trick gets the same refusal.
+      expect(await call('acme-prod/api/marketing/v1/%2e%2e/x/')).toEqual(granted);
+    });
+
+    it('checks the caller before the path: 401 for a path trick without a credential', async () => {
+      const res = await fetch(
+        `${apiKeyBroker.url}/provider/acme-prod/api/marketing/v1/%2e%2e/%2e%2e/auth/v1/oauth/token`,
+      );
+      expect(res.status).toBe(401);
+      expect(((await res.json()) as { code: string }).code).toBe('unauthenticated');
     });
 
     it('a caller without "forward" is refused orders, before its client is looked at', async () => {

@@ -54,13 +54,15 @@ export class CallerAuthGuard implements CanActivate {
    * Authenticates and authorises `req` for `scope` (checked before the client, so a caller
    * without it learns nothing about clients); throws a caller-auth, token or request problem.
    *
-   * @param pathClient The client named in the path (`/provider/<client>/...`), which then takes
-   *   the place of `?client=`, with the same checks in the same order.
+   * @param pathClient Reads the client named in the path (`/provider/<client>/...`), which then
+   *   takes the place of `?client=`, with the same checks in the same order. Called only once
+   *   the caller is authenticated and holds `scope`, so its own refusals (a malformed path)
+   *   come after those.
    */
   async authorize(
     req: FastifyRequest,
     scope: CallerScope,
-    pathClient?: string,
+    pathClient?: () => string,
   ): Promise<CallerContext> {
     const seen: Seen = { authorized: false };
     SEEN.set(req, seen);
@@ -68,7 +70,7 @@ export class CallerAuthGuard implements CanActivate {
     seen.caller = caller;
     assertScope(caller, scope);
     const clientId = this.resolveClient(
-      pathClient !== undefined ? pathClient : clientParam(req.query),
+      pathClient !== undefined ? pathClient() : clientParam(req.query),
       caller,
     );
     seen.clientId = clientId;

@@ -37,9 +37,9 @@ const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
  * `/provider/<client>/<provider path>?<query>`, methods GET, HEAD, POST, PUT, PATCH, DELETE:
  * the provider passthrough. Registered on Fastify in its own context like `POST /orders`, so
  * that the body arrives as bytes whatever its media type and the caller is refused before its
- * body is read. In `onRequest`, in this order: the target's shape (400, before anything else
- * is looked at), the caller (401, scope `forward` 403, client 403/404 without enumeration),
- * the client's allow-list (403) and the rate limits (429).
+ * body is read. In `onRequest`, in this order: the caller (401, scope `forward` 403), the
+ * target's shape (400: nothing of the path is looked at for a caller who may not forward), the
+ * client (403/404 without enumeration), the client's allow-list (403), the rate limits (429).
  */
 @Injectable()
 export class ForwardRoute implements OnModuleInit {
@@ -85,9 +85,13 @@ export class ForwardRoute implements OnModuleInit {
   }
 
   private async admit(req: FastifyRequest): Promise<void> {
-    const target = parseForwardTarget(req.raw.url ?? '');
-    TARGETS.set(req, target);
-    const { caller, clientId } = await this.guard.authorize(req, 'forward', target.clientId);
+    const { caller, clientId } = await this.guard.authorize(req, 'forward', () => {
+      const parsed = parseForwardTarget(req.raw.url ?? '');
+      TARGETS.set(req, parsed);
+      return parsed.clientId;
+    });
+    const target = TARGETS.get(req);
+    if (!target) throw new Error('the guard admitted a passthrough request without its path');
     const client = this.clients.get(clientId)!;
     allowedBy(client.id, client.forward.allow, req.method, target.path);
     const verdict = await this.limiter.consume(client.id, caller.name);
