@@ -46,6 +46,7 @@ async function main(): Promise<void> {
       `  curl -s ${base}/metrics | grep token_broker_`,
       `  curl -s -X POST ${base}/orders -H 'content-type: application/json' -H 'idempotency-key: demo-1' \\`,
       `       -d '{"price": 1200, "localization": {"currency": "USD"}}' | jq`,
+      `  curl -s '${base}/provider/sandbox/api/marketing/v1/offers?amount=500' | jq   # any provider call`,
       '',
       'Caller authentication is off (mode "none", loopback only). Ctrl-C to stop.',
       '',
