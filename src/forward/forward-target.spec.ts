@@ -1,4 +1,4 @@
-import { DEFAULT_FORWARD_RULES } from '../config/config.schema';
+import { DEFAULT_FORWARD_RULES, forwardRuleSchema } from '../config/config.schema';
 import { ForwardErrorCode } from './forward.exception';
 import { allowedBy, parseForwardTarget } from './forward-target';
 
@@ -47,6 +47,27 @@ describe(allowedBy.name, () => {
     const getOnly = [{ methods: ['GET' as const], prefix: '/api/marketing/v1/' }];
     expect(() => allowedBy('acme', getOnly, 'POST', '/api/marketing/v1/offers')).toThrow(
       expect.objectContaining({ code: ForwardErrorCode.NotAllowed }),
+    );
+  });
+});
+
+describe('clients[].forward.allow prefixes', () => {
+  it.each([
+    '/api/marketing/v1',
+    'api/marketing/v1/',
+    '/api/../auth/',
+    '/api//v1/',
+    '/api/%2e%2e/',
+    '/api/./v1/',
+  ])('refuses %j in the config', (prefix) => {
+    expect(forwardRuleSchema.safeParse({ prefix }).success).toBe(false);
+  });
+
+  it('takes plain prefixes, every method by default', () => {
+    expect(forwardRuleSchema.parse({ prefix: '/api/marketing/v1/' }).methods).toHaveLength(6);
+    expect(forwardRuleSchema.safeParse({ prefix: '/', methods: ['GET'] }).success).toBe(true);
+    expect(forwardRuleSchema.safeParse({ prefix: '/api/', methods: ['TRACE'] }).success).toBe(
+      false,
     );
   });
 });
