@@ -77,6 +77,7 @@ const BOUNDARIES = {
     {
       orders: [
         'forwarding',
+        'forwarding-audit',
         'idempotency-store',
         'order-request',
         'orders\\.exception',

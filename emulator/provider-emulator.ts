@@ -290,6 +290,12 @@ export class ProviderEmulator {
     return issued !== undefined && !this.revoked.has(token) && Date.now() < issued.expiresAt;
   }
 
+  /** Whether `req` carries a bearer token this emulator issued and still honours. */
+  private hasValidBearer(req: IncomingMessage): boolean {
+    const bearer = /^bearer +(\S+)\s*$/i.exec(req.headers.authorization ?? '');
+    return bearer !== null && this.isValidToken(bearer[1]);
+  }
+
   /** Stops listening and destroys every connection, hung requests included. */
   async close(): Promise<void> {
     await this.http.close();
@@ -505,39 +511,13 @@ export class ProviderEmulator {
     }
     if (this.callsToReject > 0) {
       this.callsToReject--;
-      sendJson(
-        res,
-        401,
-        { error: 'invalid_token' },
-        { 'www-authenticate': 'Bearer error="invalid_token"' },
-      );
+      invalidToken(res);
       return;
     }
     const failure = this.knobs.apiFailure;
-    if (failure) {
-      switch (failure.kind) {
-        case 'status': {
-          const headers: Record<string, string> = { ...failure.headers };
-          if (failure.body) headers['content-type'] = failure.contentType ?? 'application/json';
-          send(res, failure.status, failure.body ?? '', headers);
-          return;
-        }
-        case 'timeout':
-        case 'timeout-after-create':
-          return;
-        case 'reset':
-          req.socket.resetAndDestroy();
-          return;
-      }
-    }
-    const bearer = /^bearer +(\S+)\s*$/i.exec(req.headers.authorization ?? '');
-    if (!bearer || !this.isValidToken(bearer[1])) {
-      sendJson(
-        res,
-        401,
-        { error: 'invalid_token' },
-        { 'www-authenticate': 'Bearer error="invalid_token"' },
-      );
+    if (failure && failed(req, res, failure)) return;
+    if (!this.hasValidBearer(req)) {
+      invalidToken(res);
       return;
     }
     const call: EchoedCall = {
@@ -549,6 +529,7 @@ export class ProviderEmulator {
       at: Date.now(),
     };
     this.current.calls.push(call);
+    if (failure?.kind === 'timeout-after-create') return;
     const relayTest = {
       'cache-control': 'private, max-age=5',
       'x-request-id': `prov-${randomBytes(6).toString('hex')}`,
@@ -583,41 +564,16 @@ export class ProviderEmulator {
     path: string,
     body: RequestBody,
   ): void {
-    const invalidToken = () =>
-      sendJson(
-        res,
-        401,
-        { error: 'invalid_token' },
-        { 'www-authenticate': 'Bearer error="invalid_token"' },
-      );
     if (this.ordersToReject > 0) {
       this.ordersToReject--;
-      invalidToken();
+      invalidToken(res);
       return;
     }
     const failure = this.knobs.ordersFailure;
-    if (failure) {
-      switch (failure.kind) {
-        case 'status': {
-          const headers: Record<string, string> = { ...failure.headers };
-          if (failure.body) headers['content-type'] = failure.contentType ?? 'application/json';
-          send(res, failure.status, failure.body ?? '', headers);
-          return;
-        }
-        case 'timeout':
-          return;
-        case 'reset':
-          req.socket.resetAndDestroy();
-          return;
-        case 'timeout-after-create':
-          // Validated and created below; only the answer is withheld.
-          break;
-      }
-    }
+    if (failure && failed(req, res, failure)) return;
 
-    const bearer = /^bearer +(\S+)\s*$/i.exec(req.headers.authorization ?? '');
-    if (!bearer || !this.isValidToken(bearer[1])) {
-      invalidToken();
+    if (!this.hasValidBearer(req)) {
+      invalidToken(res);
       return;
     }
     if (mediaType(req.headers['content-type']) !== 'application/json') {
@@ -664,6 +620,39 @@ export class ProviderEmulator {
 
 /** Chunk size of a streamed large answer. */
 const LARGE_CHUNK = Buffer.alloc(64 * 1024, 'x');
+
+/** The provider's answer to a missing, expired, revoked or refused bearer token. */
+function invalidToken(res: ServerResponse): void {
+  sendJson(
+    res,
+    401,
+    { error: 'invalid_token' },
+    { 'www-authenticate': 'Bearer error="invalid_token"' },
+  );
+}
+
+/**
+ * Applies an orders/API failure knob before the request is looked at. Returns whether the
+ * request is done with (answered, left hanging or reset); `timeout-after-create` is not: the
+ * request is processed, and only its answer withheld by the caller.
+ */
+function failed(req: IncomingMessage, res: ServerResponse, failure: OrdersFailure): boolean {
+  switch (failure.kind) {
+    case 'status': {
+      const headers: Record<string, string> = { ...failure.headers };
+      if (failure.body) headers['content-type'] = failure.contentType ?? 'application/json';
+      send(res, failure.status, failure.body ?? '', headers);
+      return true;
+    }
+    case 'timeout':
+      return true;
+    case 'reset':
+      req.socket.resetAndDestroy();
+      return true;
+    case 'timeout-after-create':
+      return false;
+  }
+}
 
 /** The business rules that let tests see `errorCodes` passed through. */
 function checkOrder(order: Record<string, unknown>): string | undefined {

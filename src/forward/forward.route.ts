@@ -7,7 +7,6 @@ import {
   callerContext,
   partialCallerContext,
 } from '../caller-auth/caller-auth.guard';
-import { CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { BROKER_CONFIG } from '../config/config.constants';
 import { type BrokerConfig, type ClientConfig, FORWARD_METHODS } from '../config/config.schema';
 import { toProblem } from '../http/problem';
@@ -16,6 +15,7 @@ import { AuditLineWriter } from '../logging/audit-line.writer';
 import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import type { ForwardingAudit } from '../orders/forwarding';
+import { writeForwardingAudit } from '../orders/forwarding-audit';
 import { readOrderHeaders } from '../orders/order-request';
 import { FORWARD_RATE_LIMITER } from './forward.constants';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
@@ -133,7 +133,7 @@ export class ForwardRoute implements OnModuleInit {
       );
       const outcome = result.replayed ? 'replayed' : 'forwarded';
       this.count(req, outcome);
-      this.log(req, reply, audit, result.status, outcome);
+      this.log(req, reply, audit, { status: result.status, result: outcome });
       reply.code(result.status).headers(result.headers);
       if (result.headers['cache-control'] === undefined) reply.header('cache-control', 'no-store');
       if (result.replayed) reply.header('idempotent-replayed', 'true');
@@ -156,7 +156,7 @@ export class ForwardRoute implements OnModuleInit {
   ): FastifyReply {
     const { problem } = toProblem(err);
     this.count(req, problem.code);
-    this.log(req, reply, audit, problem.status, problem.code, hiddenFrom(err));
+    this.log(req, reply, audit, { status: problem.status, result: problem.code, err });
     if (this.closing) reply.header('connection', 'close');
     return sendProblem(reply, err, req.id);
   }
@@ -169,37 +169,22 @@ export class ForwardRoute implements OnModuleInit {
     this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome).inc();
   }
 
+  /** The orders audit line with the method and the checked path (never the query: data). */
   private log(
     req: FastifyRequest,
     reply: FastifyReply,
     audit: ForwardingAudit,
-    status: number,
-    result: string,
-    hidden: { client?: string; reason?: string } = {},
+    outcome: { status: number; result: string; err?: unknown },
   ): void {
-    if (!this.line.enabled) return;
-    const seen = partialCallerContext(req);
-    const clientId = seen.clientId ?? hidden.client;
-    const path = TARGETS.get(req)?.path;
     const field = AuditLineWriter.field;
-    this.line.write(
-      field('reqId', req.id) +
-        (seen.caller ? field('caller', seen.caller.name) : '') +
-        (clientId !== undefined ? field('client', clientId) : '') +
-        field('method', req.method) +
-        // Checked (plain ASCII) paths only; the query may carry data and is left out.
-        (path !== undefined && result !== String(ForwardErrorCode.PathInvalid)
-          ? field('path', path.slice(0, 256))
-          : '') +
-        (audit.tokenFingerprint !== undefined ? field('fp', audit.tokenFingerprint) : '') +
-        (audit.idempotencyKeyHash !== undefined
-          ? field('idemKeyHash', audit.idempotencyKeyHash)
-          : '') +
-        field('attempts', audit.attempts) +
-        field('status', status) +
-        field('result', result) +
-        (hidden.reason !== undefined ? field('reason', hidden.reason) : '') +
-        field('durationMs', Math.round(reply.elapsedTime * 10) / 10),
+    const path = TARGETS.get(req)?.path;
+    writeForwardingAudit(
+      this.line,
+      req,
+      reply,
+      audit,
+      outcome,
+      field('method', req.method) + (path !== undefined ? field('path', path.slice(0, 256)) : ''),
     );
   }
 
@@ -215,8 +200,4 @@ export class ForwardRoute implements OnModuleInit {
         return err;
     }
   }
-}
-
-function hiddenFrom(err: unknown): { client?: string; reason?: string } {
-  return err instanceof CallerAuthException ? err.audit : {};
 }

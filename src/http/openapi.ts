@@ -110,6 +110,24 @@ const CLIENT_PARAM = {
   example: 'acme-prod',
 };
 
+/** Refusals `POST /orders` and the passthrough share (the forwarding core's). */
+const FORWARDING_500 = problem(
+  'Unexpected failure, or a stored idempotency record failed its integrity check (never replayed); quote the request id',
+  ['internal_error', 'idempotency_record_tampered'],
+);
+const FORWARDING_503 = problem(
+  'No token, the idempotency store is unreachable, or the broker is shutting down',
+  [
+    'token_unavailable',
+    'idempotency_unavailable',
+    'credentials_rejected',
+    'credentials_unavailable',
+    'shutting_down',
+    'caller_auth_unavailable',
+  ],
+  retryAfter,
+);
+
 // --- Provider passthrough (issue #15) ---
 /** The passthrough in the document; Fastify registers it as `/provider/*`. */
 const FORWARD_PATH = '/provider/{client}/{providerPath}';
@@ -202,10 +220,7 @@ function forwardOperation(method: string): Json {
         ),
       ),
       '408': GENERIC['408'],
-      '500': problem(
-        'Unexpected failure, or a stored idempotency record failed its integrity check (never replayed); quote the request id',
-        ['internal_error', 'idempotency_record_tampered'],
-      ),
+      '500': FORWARDING_500,
       '502': orRelayed(
         problem('The provider refused the token, could not be reached, or answered badly', [
           'forward_token_rejected',
@@ -213,20 +228,7 @@ function forwardOperation(method: string): Json {
           'forward_provider_bad_response',
         ]),
       ),
-      '503': orRelayed(
-        problem(
-          'No token, the idempotency store is unreachable, or the broker is shutting down',
-          [
-            'token_unavailable',
-            'idempotency_unavailable',
-            'credentials_rejected',
-            'credentials_unavailable',
-            'shutting_down',
-            'caller_auth_unavailable',
-          ],
-          retryAfter,
-        ),
-      ),
+      '503': orRelayed(FORWARDING_503),
       '504': orRelayed(
         problem('Sent, no answer in time: check with the provider', ['forward_provider_timeout']),
       ),
@@ -479,26 +481,12 @@ export const OPENAPI_DOCUMENT: Json = {
             problem('Same Idempotency-Key, different body', ['idempotency_key_reused']),
           ),
           '408': GENERIC['408'],
-          '500': problem(
-            'Unexpected failure, or a stored idempotency record failed its integrity check (never replayed); quote the request id',
-            ['internal_error', 'idempotency_record_tampered'],
-          ),
+          '500': FORWARDING_500,
           '502': problem(
             'The provider refused the token, could not be reached, or answered badly',
             ['order_token_rejected', 'order_provider_unreachable', 'order_provider_bad_response'],
           ),
-          '503': problem(
-            'No token, the idempotency store is unreachable, or the broker is shutting down',
-            [
-              'token_unavailable',
-              'idempotency_unavailable',
-              'credentials_rejected',
-              'credentials_unavailable',
-              'shutting_down',
-              'caller_auth_unavailable',
-            ],
-            retryAfter,
-          ),
+          '503': FORWARDING_503,
           '504': problem('Sent, no answer in time: check with the provider', [
             'order_provider_timeout',
           ]),

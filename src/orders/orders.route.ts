@@ -2,12 +2,7 @@ import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
-import {
-  CallerAuthGuard,
-  callerContext,
-  partialCallerContext,
-} from '../caller-auth/caller-auth.guard';
-import { CallerAuthException } from '../caller-auth/caller-auth.exception';
+import { CallerAuthGuard, callerContext } from '../caller-auth/caller-auth.guard';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
@@ -20,6 +15,7 @@ import {
   type OrderHeaders,
   readOrderHeaders,
 } from './order-request';
+import { writeForwardingAudit } from './forwarding-audit';
 import { type OrderAudit, type OrderReply, OrdersService } from './orders.service';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
 import { inCallerSpan, spansEnabled } from '../tracing/spans';
@@ -112,7 +108,10 @@ export class OrdersRoute implements OnModuleInit {
             audit,
           ),
       );
-      this.log(req, reply, audit, result.status, result.replayed ? 'replayed' : 'forwarded');
+      writeForwardingAudit(this.line, req, reply, audit, {
+        status: result.status,
+        result: result.replayed ? 'replayed' : 'forwarded',
+      });
       if (this.closing) reply.header('connection', 'close');
       return send(reply, result);
     } catch (err) {
@@ -128,39 +127,13 @@ export class OrdersRoute implements OnModuleInit {
     audit: OrderAudit = { attempts: 0 },
   ): FastifyReply {
     const { problem } = toProblem(err);
-    this.log(req, reply, audit, problem.status, problem.code, hiddenFrom(err));
+    writeForwardingAudit(this.line, req, reply, audit, {
+      status: problem.status,
+      result: problem.code,
+      err,
+    });
     if (this.closing) reply.header('connection', 'close');
     return sendProblem(reply, err, req.id);
-  }
-
-  private log(
-    req: FastifyRequest,
-    reply: FastifyReply,
-    audit: OrderAudit,
-    status: number,
-    result: string,
-    hidden: { client?: string; reason?: string } = {},
-  ): void {
-    if (!this.line.enabled) return;
-    const seen = partialCallerContext(req);
-    const caller = seen.caller;
-    const clientId = seen.clientId ?? hidden.client;
-    const field = AuditLineWriter.field;
-    // Fields the broker does not know (yet) are left out, as pino leaves out `undefined`.
-    this.line.write(
-      field('reqId', req.id) +
-        (caller ? field('caller', caller.name) : '') +
-        (clientId !== undefined ? field('client', clientId) : '') +
-        (audit.tokenFingerprint !== undefined ? field('fp', audit.tokenFingerprint) : '') +
-        (audit.idempotencyKeyHash !== undefined
-          ? field('idemKeyHash', audit.idempotencyKeyHash)
-          : '') +
-        field('attempts', audit.attempts) +
-        field('status', status) +
-        field('result', result) +
-        (hidden.reason !== undefined ? field('reason', hidden.reason) : '') +
-        field('durationMs', Math.round(reply.elapsedTime * 10) / 10),
-    );
   }
 
   /** Fastify's own body errors, in the orders vocabulary. */
@@ -207,9 +180,4 @@ function withoutTraceContext(headers: OrderHeaders): OrderHeaders {
     ),
   );
   return { ...headers, forward };
-}
-
-/** What the audit line records besides the answered code (see `CallerAuthException.audit`). */
-function hiddenFrom(err: unknown): { client?: string; reason?: string } {
-  return err instanceof CallerAuthException ? err.audit : {};
 }
