@@ -78,6 +78,7 @@ const BOUNDARIES = {
       orders: [
         'forwarding',
         'forwarding-audit',
+        'forwarding-route',
         'idempotency-store',
         'order-request',
         'orders\\.exception',

@@ -16,6 +16,7 @@ import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import type { ForwardingAudit } from '../orders/forwarding';
 import { writeForwardingAudit } from '../orders/forwarding-audit';
+import { registerForwardingRoute } from '../orders/forwarding-route';
 import { readOrderHeaders } from '../orders/order-request';
 import { FORWARD_RATE_LIMITER } from './forward.constants';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
@@ -61,27 +62,21 @@ export class ForwardRoute implements OnModuleInit {
   }
 
   onModuleInit(): void {
-    const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
-    const bodyLimit = this.config.forward.bodyLimitBytes;
-    void fastify.register(async (scope) => {
-      scope.removeAllContentTypeParsers();
-      scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit }, (_req, body, done) =>
-        done(null, body),
-      );
-      scope.setErrorHandler((err, req, reply) => this.refuse(this.translate(err), req, reply));
-      scope.addHook('preClose', (done) => {
-        this.closing = true;
-        done();
-      });
-      scope.route({
+    registerForwardingRoute(
+      this.adapterHost.httpAdapter.getInstance<FastifyInstance>(),
+      this.config.forward.bodyLimitBytes,
+      {
+        refuse: (err, req, reply) => this.refuse(this.translate(err), req, reply),
+        closing: () => (this.closing = true),
+      },
+      {
         method: [...FORWARD_METHODS],
         url: `${FORWARD_ROUTE_PREFIX}*`,
         exposeHeadRoute: false,
-        bodyLimit,
         onRequest: (req) => this.admit(req),
         handler: (req, reply) => this.handle(req, reply),
-      });
-    });
+      },
+    );
   }
 
   private async admit(req: FastifyRequest): Promise<void> {

@@ -16,19 +16,17 @@ import {
   readOrderHeaders,
 } from './order-request';
 import { writeForwardingAudit } from './forwarding-audit';
+import { registerForwardingRoute } from './forwarding-route';
 import { type OrderAudit, type OrderReply, OrdersService } from './orders.service';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
 import { inCallerSpan, spansEnabled } from '../tracing/spans';
 
 /**
  * `POST /orders`, registered on Fastify in its own encapsulated context rather than as a Nest
- * controller, for two reasons:
- * - the body must reach the provider byte for byte, so this context replaces Fastify's JSON
- *   parser with one that keeps the raw bytes (JSON is still checked, never re-serialised), and
- *   that parser must not apply to any other route;
- * - the caller is authenticated in `onRequest`, so an unauthenticated or forbidden request is
- *   refused before its body (up to `orders.bodyLimitBytes`) is read.
- * Errors, including Fastify's own (body too large), become problem+json here.
+ * controller (see {@link registerForwardingRoute}): the body reaches the provider byte for byte
+ * (JSON is still checked, never re-serialised), and the caller is authenticated in `onRequest`,
+ * before its body (up to `orders.bodyLimitBytes`) is read. Errors, including Fastify's own (body
+ * too large), become problem+json here.
  */
 @Injectable()
 export class OrdersRoute implements OnModuleInit {
@@ -52,29 +50,21 @@ export class OrdersRoute implements OnModuleInit {
   }
 
   onModuleInit(): void {
-    const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
-    const bodyLimit = this.config.orders.bodyLimitBytes;
-    void fastify.register(async (scope) => {
-      scope.removeAllContentTypeParsers();
-      // Any media type reaches the route as bytes; `admit` decides 415 with a clear message.
-      scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit }, (_req, body, done) =>
-        done(null, body),
-      );
-      scope.setErrorHandler((err, req, reply) => this.refuse(this.translate(err), req, reply));
-      // An order still in flight when SIGTERM arrives is answered, but its keep-alive connection
-      // would then hold the closing server open until the grace period ends: close it.
-      scope.addHook('preClose', (done) => {
-        this.closing = true;
-        done();
-      });
-      scope.route({
+    registerForwardingRoute(
+      this.adapterHost.httpAdapter.getInstance<FastifyInstance>(),
+      this.config.orders.bodyLimitBytes,
+      {
+        refuse: (err, req, reply) => this.refuse(this.translate(err), req, reply),
+        closing: () => (this.closing = true),
+      },
+      {
         method: 'POST',
         url: '/orders',
-        bodyLimit,
+        // Any media type reaches the route as bytes; `admit` decides 415 with a clear message.
         onRequest: (req) => this.admit(req),
         handler: (req, reply) => this.handle(req, reply),
-      });
-    });
+      },
+    );
   }
 
   /** Before the body is read: who is calling (401/403/404), and is it JSON (415). */
