@@ -18,7 +18,7 @@ interface Answer {
 async function call(
   base: string,
   path: string,
-  init: { method?: string; body?: string; headers?: Record<string, string> } = {},
+  init: { method?: string; body?: string | Uint8Array; headers?: Record<string, string> } = {},
 ): Promise<Answer> {
   const res = await fetch(`${base}${path}`, {
     method: init.method ?? 'GET',
@@ -60,6 +60,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
         FORWARD_CLIENT_RATE_PER_SECOND: '0',
         FORWARD_CALLER_RATE_PER_SECOND: '0',
         FORWARD_MAX_RESPONSE_BYTES: String(8 * 1024 * 1024),
+        FORWARD_BODY_LIMIT_BYTES: String(64 * 1024),
       },
     });
     broker = fleet.brokers[0].url;
@@ -150,6 +151,22 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
       })(),
     ).rejects.toThrow();
     expect(cut).toBeLessThanOrEqual(8 * 1024 * 1024);
+  });
+
+  it('refuses a body over FORWARD_BODY_LIMIT_BYTES with 413 and sends nothing; takes one without a media type', async () => {
+    const big = await call(broker, `${MARKETING}/uploads`, {
+      method: 'POST',
+      body: 'x'.repeat(100 * 1024),
+      headers: { 'content-type': 'application/octet-stream' },
+    });
+    expect(big.status).toBe(413);
+    expect((JSON.parse(big.text) as { code: string }).code).toBe('forward_body_too_large');
+    expect(fleet.emulator.stats.apiRequests).toBe(0);
+    const bare = await call(broker, `${MARKETING}/uploads`, {
+      method: 'PUT',
+      body: new Uint8Array([1, 2, 3]),
+    });
+    expect(bare.status).toBe(200);
   });
 
   it('refuses what the allow-list does not cover with 403 forward_not_allowed naming the rules', async () => {

@@ -62,7 +62,7 @@ class ScriptedApi implements ProviderApiGateway {
     return {
       kind: 'answered',
       status: next.status,
-      headers: { 'content-type': 'application/json', 'set-cookie': 's=1' },
+      headers: { 'content-type': 'application/json', 'set-cookie': ['s=1'] },
       body: typeof body === 'string' ? Buffer.from(body) : body,
     };
   }
