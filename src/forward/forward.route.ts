@@ -17,7 +17,8 @@ import { MetricsService } from '../metrics/metrics.service';
 import type { ForwardingAudit } from '../orders/forwarding';
 import { writeForwardingAudit } from '../orders/forwarding-audit';
 import { registerForwardingRoute } from '../orders/forwarding-route';
-import { readOrderHeaders } from '../orders/order-request';
+import { readOrderHeaders, withoutTraceContext } from '../orders/order-request';
+import { inCallerSpan, spansEnabled } from '../tracing/spans';
 import { FORWARD_RATE_LIMITER } from './forward.constants';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
 import type { ForwardRateLimiter } from './forward-rate-limiter';
@@ -115,16 +116,24 @@ export class ForwardRoute implements OnModuleInit {
         if (typeof value === 'string') passed[name] = value;
       }
       const body = req.body as Buffer | undefined;
-      const result = await this.service.forward(
-        {
-          client: this.clients.get(context.clientId)!,
-          method: req.method,
-          target,
-          headers: readOrderHeaders(req.headers, req.raw.rawHeaders, req.id),
-          passed,
-          body: body !== undefined && body.length > 0 ? body : undefined,
-        },
-        audit,
+      const headers = readOrderHeaders(req.headers, req.raw.rawHeaders, req.id);
+      const result = await inCallerSpan(
+        req.headers,
+        `${req.method} /provider/{client}/{providerPath}`,
+        { 'token_broker.client': context.clientId },
+        () =>
+          this.service.forward(
+            {
+              client: this.clients.get(context.clientId)!,
+              method: req.method,
+              target,
+              // Traced: the provider request carries this span's context, as for orders.
+              headers: spansEnabled() ? withoutTraceContext(headers) : headers,
+              passed,
+              body: body !== undefined && body.length > 0 ? body : undefined,
+            },
+            audit,
+          ),
       );
       const outcome = result.replayed ? 'replayed' : 'forwarded';
       this.count(req, outcome);

@@ -12,8 +12,8 @@ import { LOGGER } from '../logging/logger';
 import {
   assertJsonObject,
   isJsonContentType,
-  type OrderHeaders,
   readOrderHeaders,
+  withoutTraceContext,
 } from './order-request';
 import { writeForwardingAudit } from './forwarding-audit';
 import { registerForwardingRoute } from './forwarding-route';
@@ -160,14 +160,4 @@ function send(reply: FastifyReply, result: OrderReply): FastifyReply {
   if (result.retryAfter !== undefined) reply.header('retry-after', result.retryAfter);
   if (result.replayed) reply.header('idempotent-replayed', 'true');
   return reply.send(result.body.length > 0 ? result.body : undefined);
-}
-
-/** The headers to forward without the caller's W3C trace context. */
-function withoutTraceContext(headers: OrderHeaders): OrderHeaders {
-  const forward = Object.fromEntries(
-    Object.entries(headers.forward).filter(
-      ([name]) => name !== 'traceparent' && name !== 'tracestate',
-    ),
-  );
-  return { ...headers, forward };
 }
