@@ -49,6 +49,7 @@ async function main(): Promise<void> {
       `  curl -s ${base}/admin/clients | jq                                   # operators (README "Running it")`,
       `  curl -s -X POST ${base}/admin/clients/sandbox/refresh | jq`,
       `  curl -s -X POST ${base}/admin/clients/sandbox/revoke | jq`,
+      `  curl -s '${base}/provider/sandbox/api/marketing/v1/offers?amount=500' | jq   # any provider call`,
       '',
       'Caller authentication is off (mode "none", loopback only). Ctrl-C to stop.',
       '',

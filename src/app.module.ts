@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { CallerAuthModule } from './caller-auth/caller-auth.module';
 import { ConfigModule } from './config/config.module';
 import type { BrokerConfig } from './config/config.schema';
+import { ForwardModule } from './forward/forward.module';
 import { HealthModule } from './health/health.module';
 import { OpenApiRoute } from './http/openapi.route';
 import { ProblemFilter } from './http/problem.filter';
@@ -36,6 +37,7 @@ export class AppModule {
         CallerAuthModule,
         token,
         OrdersModule.with(token, RedisModule),
+        ForwardModule.with(token, RedisModule),
         HealthModule.with(token),
         AdminModule.with(token),
       ],

@@ -6,6 +6,7 @@ import { CallerAuthErrorCode } from '../src/caller-auth/caller-auth.exception';
 import { AdminErrorCode } from '../src/admin/admin.exception';
 import { describedRoutes, OPENAPI_DOCUMENT } from '../src/http/openapi';
 import { RequestErrorCode } from '../src/http/request.exception';
+import { ForwardErrorCode } from '../src/forward/forward.exception';
 import { OrdersErrorCode } from '../src/orders/orders.exception';
 import { OAuthErrorCode } from '../src/token/oauth.exception';
 import { TokenErrorCode } from '../src/token/token.exception';
@@ -280,6 +281,7 @@ describe('OpenAPI description (real brokers)', () => {
       ...Object.values(RequestErrorCode),
       ...Object.values(OrdersErrorCode),
       ...Object.values(AdminErrorCode),
+      ...Object.values(ForwardErrorCode),
       ...Object.values(OAuthErrorCode),
       'internal_error',
     ];

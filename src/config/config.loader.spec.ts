@@ -40,6 +40,18 @@ describe(loadConfig.name, () => {
         baseUrl: 'https://partner.credify.tech',
         ordersPath: '/api/checkout/v1/orders',
         credentials: { secretId: BASE.CREDENTIALS_SECRET_ID },
+        forward: {
+          allow: [
+            {
+              methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
+              prefix: '/api/checkout/v1/',
+            },
+            {
+              methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
+              prefix: '/api/marketing/v1/',
+            },
+          ],
+        },
       },
     ]);
     expect(cfg.http.port).toBe(8080);

@@ -134,6 +134,133 @@ const CLIENT_PARAM = {
   example: 'acme-prod',
 };
 
+/** Refusals `POST /orders` and the passthrough share (the forwarding core's). */
+const FORWARDING_500 = problem(
+  'Unexpected failure, or a stored idempotency record failed its integrity check (never replayed); quote the request id',
+  ['internal_error', 'idempotency_record_tampered'],
+);
+const FORWARDING_503 = problem(
+  'No token, the idempotency store is unreachable, or the broker is shutting down',
+  [
+    'token_unavailable',
+    'idempotency_unavailable',
+    'credentials_rejected',
+    'credentials_unavailable',
+    'shutting_down',
+    'caller_auth_unavailable',
+  ],
+  retryAfter,
+);
+
+// --- Provider passthrough (issue #15) ---
+/** The passthrough in the document; Fastify registers it as `/provider/*`. */
+const FORWARD_PATH = '/provider/{client}/{providerPath}';
+const FORWARD_ROUTE = '/provider/*';
+
+/** One method of `/provider/{client}/{providerPath}` (HEAD is described by GET). */
+function forwardOperation(method: string): Json {
+  const withBody = method !== 'get' && method !== 'delete';
+  return {
+    tags: ['passthrough'],
+    operationId: `forward${method[0].toUpperCase()}${method.slice(1)}`,
+    summary: `Forward a ${method.toUpperCase()} to the provider with the fleet's token`,
+    description:
+      "Sent to `{base_url}/{providerPath}?{query}` with the provider's headers and the client's bearer token; the provider's status, safe headers and body come back (streamed). Allowed only where the client's allow-list (`clients[].forward.allow`) lets the method and path pass; `..`, encoded slashes, `//` and the like are refused, never normalised. Requires scope `forward`. On POST, PUT, PATCH and DELETE an `Idempotency-Key` replays the stored answer to a repeat (keys are scoped by method and path). Rate limited per client and per caller (429 `forward_rate_limited`). A provider 429 is passed back with its `Retry-After`.",
+    security: [{ bearer: [] }],
+    parameters: [
+      {
+        name: 'client',
+        in: 'path',
+        required: true,
+        description: 'The provider client (a configured client id).',
+        schema: { type: 'string', minLength: 1 },
+        example: 'acme-prod',
+      },
+      {
+        name: 'providerPath',
+        in: 'path',
+        required: true,
+        description:
+          'The provider path below `{base_url}`, slashes included (e.g. `api/marketing/v1/offers`); the query string is passed on as is.',
+        schema: { type: 'string', minLength: 1 },
+        example: 'api/marketing/v1/offers',
+      },
+      {
+        name: 'Idempotency-Key',
+        in: 'header',
+        description:
+          'POST, PUT, PATCH, DELETE: 1-255 printable ASCII characters; a new UUID per request.',
+        schema: { type: 'string', minLength: 1, maxLength: 255 },
+      },
+    ],
+    ...(withBody && {
+      requestBody: {
+        required: false,
+        description:
+          'Any media type, passed through byte for byte (up to FORWARD_BODY_LIMIT_BYTES).',
+        content: { '*/*': { schema: {} } },
+      },
+    }),
+    responses: {
+      default: {
+        description:
+          "The provider's answer, passed through: status, body and the safe headers (content type and length, cache headers, `Retry-After`, `Location`, the provider's request id as `X-Provider-Request-Id`; never `Set-Cookie`). The broker's own refusals are problem+json with the codes below.",
+        headers: { ...COMMON_HEADERS, 'Idempotent-Replayed': header('Idempotent-Replayed') },
+        content: { '*/*': { schema: {} } },
+      },
+      '400': orRelayed(
+        problem('Malformed provider path or query, or a bad Idempotency-Key', [
+          'forward_path_invalid',
+          'idempotency_key_invalid',
+          'invalid_request',
+        ]),
+      ),
+      '401': orRelayed(CALLER_AUTH['401']),
+      '403': orRelayed(
+        problem(
+          'The caller may not use this client or forward (scope), or the allow-list does not cover the method and path',
+          ['forbidden', 'forward_not_allowed'],
+        ),
+      ),
+      '404': orRelayed(
+        problem('Unknown client, or no such route', ['unknown_client', 'not_found']),
+      ),
+      '409': orRelayed(
+        problem(
+          'The first request with this key is in flight, or its outcome is unknown',
+          ['forward_in_flight', 'forward_outcome_unknown'],
+          retryAfter,
+        ),
+      ),
+      '413': orRelayed(problem('Body over FORWARD_BODY_LIMIT_BYTES', ['forward_body_too_large'])),
+      '422': orRelayed(
+        problem('Same Idempotency-Key, different query or body', ['idempotency_key_reused']),
+      ),
+      '429': orRelayed(
+        problem(
+          "Over the client's or the caller's rate limit at the broker",
+          ['forward_rate_limited'],
+          retryAfter,
+        ),
+      ),
+      '408': GENERIC['408'],
+      '500': FORWARDING_500,
+      '502': orRelayed(
+        problem('The provider refused the token, could not be reached, or answered badly', [
+          'forward_token_rejected',
+          'forward_provider_unreachable',
+          'forward_provider_bad_response',
+        ]),
+      ),
+      '503': orRelayed(FORWARDING_503),
+      '504': orRelayed(
+        problem('Sent, no answer in time: check with the provider', ['forward_provider_timeout']),
+      ),
+    },
+  };
+}
+// --- end provider passthrough ---
+
 export const OPENAPI_DOCUMENT: Json = {
   openapi: '3.1.0',
   info: {
@@ -146,6 +273,7 @@ export const OPENAPI_DOCUMENT: Json = {
   tags: [
     { name: 'tokens' },
     { name: 'orders' },
+    { name: 'passthrough' },
     { name: 'operations', description: 'No caller authentication' },
     {
       name: 'admin',
@@ -382,32 +510,26 @@ export const OPENAPI_DOCUMENT: Json = {
             problem('Same Idempotency-Key, different body', ['idempotency_key_reused']),
           ),
           '408': GENERIC['408'],
-          '500': problem(
-            'Unexpected failure, or a stored idempotency record failed its integrity check (never replayed); quote the request id',
-            ['internal_error', 'idempotency_record_tampered'],
-          ),
+          '500': FORWARDING_500,
           '502': problem(
             'The provider refused the token, could not be reached, or answered badly',
             ['order_token_rejected', 'order_provider_unreachable', 'order_provider_bad_response'],
           ),
-          '503': problem(
-            'No token, the idempotency store is unreachable, or the broker is shutting down',
-            [
-              'token_unavailable',
-              'idempotency_unavailable',
-              'credentials_rejected',
-              'credentials_unavailable',
-              'shutting_down',
-              'caller_auth_unavailable',
-            ],
-            retryAfter,
-          ),
+          '503': FORWARDING_503,
           '504': problem('Sent, no answer in time: check with the provider', [
             'order_provider_timeout',
           ]),
         },
       },
     },
+    // --- Provider passthrough (issue #15) ---
+    [FORWARD_PATH]: Object.fromEntries(
+      (['get', 'post', 'put', 'patch', 'delete'] as const).map((method) => [
+        method,
+        forwardOperation(method),
+      ]),
+    ),
+    // --- end provider passthrough ---
     '/health/live': {
       get: {
         tags: ['operations'],
@@ -812,7 +934,8 @@ export function describedRoutes(): string[] {
   // Fastify names path parameters `:id` where OpenAPI writes `{id}`.
   return Object.entries(paths).flatMap(([path, item]) =>
     Object.keys(item).map(
-      (method) => `${method.toUpperCase()} ${path.replace(/\{(\w+)\}/g, ':$1')}`,
+      (method) =>
+        `${method.toUpperCase()} ${path === FORWARD_PATH ? FORWARD_ROUTE : path.replace(/\{(\w+)\}/g, ':$1')}`,
     ),
   );
 }

@@ -219,7 +219,7 @@ sections next, config.extra last (deep merge, extra wins). The Redis URL is neve
 {{- $c := .Values.config }}
 {{- $http := merge (dict "port" (.Values.containerPort | int) "host" "0.0.0.0" "adminPort" (.Values.adminPort | int)) (deepCopy $c.http) }}
 {{- $cfg := dict "http" $http "log" (deepCopy $c.log) "clients" (deepCopy $c.clients) }}
-{{- range $section := list "token" "provider" "orders" }}
+{{- range $section := list "token" "provider" "orders" "forward" }}
 {{- with (get $c $section) }}
 {{- $_ := set $cfg $section (deepCopy .) }}
 {{- end }}
