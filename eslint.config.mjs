@@ -11,9 +11,11 @@ import tseslint from 'typescript-eslint';
  * wire real adapters on purpose). Top-level files (app.module, bootstrap, main) compose it all.
  */
 const SRC_FOLDERS = [
+  'admin',
   'caller-auth',
   'config',
   'errors',
+  'forward',
   'health',
   'http',
   'logging',
@@ -49,18 +51,45 @@ const BOUNDARIES = {
       ],
     },
     { orders: ['idempotency-store', 'idempotency-store\\.memory', 'orders\\.constants'] },
+    { forward: ['forward-rate-limiter', 'forward\\.constants'] },
   ],
   'caller-auth': ['config', 'errors', 'logging', 'secrets', { http: ['request\\.exception'] }],
   http: [
     'errors',
+    { admin: ['admin\\.exception'] },
     { 'caller-auth': ['caller-auth\\.exception'] },
     { orders: ['orders\\.exception'] },
+    { forward: ['forward\\.exception'] },
     { token: ['token\\.exception'] },
   ],
   // Not redis: it implements their ports, so the app module hands it to them (`withStore`).
   token: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'secrets'],
   orders: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'token'],
   health: ['config', 'errors', 'logging', 'token'],
+  // The operators' routes: caller auth (scope admin), and the token layer's admin methods.
+  admin: ['caller-auth', 'config', 'errors', 'http', 'logging', 'token'],
+  // The passthrough: the forwarding core and idempotency port it shares with orders.
+  forward: [
+    'caller-auth',
+    'config',
+    'errors',
+    'http',
+    'logging',
+    'metrics',
+    'provider',
+    'token',
+    {
+      orders: [
+        'forwarding',
+        'forwarding-audit',
+        'forwarding-route',
+        'idempotency-store',
+        'order-request',
+        'orders\\.exception',
+        'orders\\.constants',
+      ],
+    },
+  ],
 };
 
 /** One `no-restricted-imports` override per folder: every other folder, minus what it may use. */

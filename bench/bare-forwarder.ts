@@ -9,7 +9,8 @@ import { Pool } from 'undici';
  *
  * Measured beside the broker and the direct call in the same rounds, it shows how much of the
  * gap to the direct call any forwarding process costs on this machine, and how much is the
- * broker's own work. Argv: port, target URL, provider token.
+ * broker's own work. Argv: port, target URL, provider token. A GET is forwarded as a GET to the
+ * target (path and query): the floor for the provider passthrough's forwarded GET.
  */
 const [port, target, token] = process.argv.slice(2);
 const url = new URL(target);
@@ -27,8 +28,12 @@ createServer((req, res) => {
     const parts: Buffer[] = [];
     let status = 502;
     let contentType: string | undefined;
+    // A GET (the passthrough's benchmark) goes on as a GET with the target's query, no body.
+    const get = req.method === 'GET';
     pool.dispatch(
-      { path: url.pathname, method: 'POST', headers, body: Buffer.concat(chunks) },
+      get
+        ? { path: `${url.pathname}${url.search}`, method: 'GET', headers }
+        : { path: url.pathname, method: 'POST', headers, body: Buffer.concat(chunks) },
       {
         onRequestStart: () => undefined,
         onResponseStart: (_c, statusCode, h) => {

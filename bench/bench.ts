@@ -316,6 +316,18 @@ async function benchOrdersSection(): Promise<void> {
       `the bare forwarder's p50 / p99 overhead ${((seqFloor.p50Us - seqDirect.p50Us) / 1000).toFixed(3)} / ${((seqFloor.p99Us - seqDirect.p99Us) / 1000).toFixed(3)} ms, ` +
       `so the broker's own ${((seqBroker.p50Us - seqFloor.p50Us) / 1000).toFixed(3)} / ${((seqBroker.p99Us - seqFloor.p99Us) / 1000).toFixed(3)} ms`,
   );
+  // --- Provider passthrough (issue #15) ---
+  const [getDirect, getFloor, getBroker] = report.forwarded;
+  printRows(
+    `Forwarded GET /provider/<client>/api/marketing/v1/offers, emulator answering at once (${connections} connections)`,
+    report.forwarded,
+  );
+  console.log(
+    `  broker ${(getBroker.reqPerSec / getDirect.reqPerSec).toFixed(3)}x the direct req/s; ` +
+      `the bare forwarder ${(getFloor.reqPerSec / getDirect.reqPerSec).toFixed(3)}x; ` +
+      `broker ${(getBroker.reqPerSec / getFloor.reqPerSec).toFixed(3)}x the bare forwarder`,
+  );
+  // --- end provider passthrough ---
   const [delayedDirect, delayedFloor, delayedBroker] = report.delayed;
   printRows(
     `POST /orders, emulator taking time per order (${connections} connections)`,

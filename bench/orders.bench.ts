@@ -36,6 +36,11 @@ export interface OrdersBenchReport {
   delayed: OrdersBenchRow[];
   /** One connection, one order at a time, emulator answering at once: direct, broker. */
   sequential: SequentialLatency[];
+  /**
+   * A forwarded GET (`/provider/<client>/api/marketing/v1/offers?amount=500`), emulator answering
+   * at once: direct, the bare forwarder, the broker's passthrough (rate limits on, in memory).
+   */
+  forwarded: OrdersBenchRow[];
 }
 
 /** Options of {@link benchOrders}. */
@@ -93,6 +98,9 @@ const ORDER = JSON.stringify({
   },
 });
 
+/** A marketing API path the emulator echoes (the passthrough's default allow-list covers it). */
+const MARKETING_OFFERS = '/api/marketing/v1/offers';
+
 /** Argument that makes this module, forked, run the emulator instead of a benchmark. */
 const EMULATOR_ARG = '--orders-bench-emulator';
 
@@ -120,6 +128,7 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
   const dir = mkdtempSync(join(tmpdir(), 'tb-orders-bench-'));
   let broker: ChildProcess | undefined;
   let forwarder: ChildProcess | undefined;
+  let getForwarder: ChildProcess | undefined;
   const emulator = await startEmulatorProcess();
   try {
     const credentialsFile = join(dir, 'credentials.json');
@@ -138,6 +147,9 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
         CALLER_AUTH_ALLOW_NONE: 'true',
         // The production default: the audit line per order is part of the cost.
         LOG_LEVEL: 'info',
+        // The passthrough's limits stay on (the limiter's cost is measured) but out of reach.
+        FORWARD_CLIENT_RATE_PER_SECOND: '100000',
+        FORWARD_CALLER_RATE_PER_SECOND: '100000',
       },
     });
     const brokerUrl = `http://127.0.0.1:${port}`;
@@ -170,6 +182,29 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
       return targets.map((t, i) => mean(t.name, samples[i]));
     };
 
+    // The passthrough: a GET of the marketing API (the emulator echoes it).
+    const offers = `${MARKETING_OFFERS}?amount=500`;
+    const getForwarderPort = await freePort();
+    getForwarder = await startForwarder(getForwarderPort, `${emulator.url}${offers}`, token);
+    const forwarded = await measure([
+      {
+        name: 'direct GET to the emulator',
+        url: `${emulator.url}${offers}`,
+        bearer: token,
+        method: 'GET',
+      },
+      {
+        name: 'bare forwarder GET',
+        url: `http://127.0.0.1:${getForwarderPort}${offers}`,
+        method: 'GET',
+      },
+      {
+        name: 'broker GET /provider/default/...',
+        url: `${brokerUrl}/provider/default${offers}`,
+        method: 'GET',
+      },
+    ]);
+
     const instant = await measure([
       direct,
       floor,
@@ -192,9 +227,9 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
       { ...floor, name: `bare forwarder, emulator taking ${latencyMs} ms` },
       { ...viaBroker, name: `broker, emulator taking ${latencyMs} ms` },
     ]);
-    return { instant, delayed, sequential };
+    return { instant, delayed, sequential, forwarded };
   } finally {
-    for (const child of [broker, forwarder]) {
+    for (const child of [broker, forwarder, getForwarder]) {
       if (child && child.exitCode === null) {
         const exited = new Promise((resolve) => child.once('exit', resolve));
         child.kill('SIGTERM');
@@ -213,6 +248,8 @@ interface Target {
   bearer?: string;
   /** A new `Idempotency-Key` on every request. */
   uniqueKeys?: boolean;
+  /** `GET` (no body) instead of the order's `POST`. */
+  method?: 'GET';
 }
 
 /** Forks the bare forwarder (`dist-dev/bench/bare-forwarder.js`) and waits until it listens. */
@@ -332,15 +369,16 @@ if (require.main === module && process.argv.includes(EMULATOR_ARG)) {
 }
 
 async function load(t: Target, durationSec: number, connections: number): Promise<OrdersBenchRow> {
-  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  const get = t.method === 'GET';
+  const headers: Record<string, string> = get ? {} : { 'content-type': 'application/json' };
   if (t.bearer !== undefined) headers.authorization = `Bearer ${t.bearer}`;
   const url = t.url;
   let n = 0;
   const result = await autocannon({
     url,
-    method: 'POST',
+    method: get ? 'GET' : 'POST',
     headers,
-    body: ORDER,
+    ...(!get && { body: ORDER }),
     connections,
     duration: durationSec,
     ...(t.uniqueKeys === true && {

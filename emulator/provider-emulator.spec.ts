@@ -528,6 +528,8 @@ describe(ProviderEmulator.name, () => {
         ordersCreated: 0,
         orders: [],
         rejectedTokenAuth: 0,
+        apiRequests: 0,
+        calls: [],
       });
       const body = (await (await requestToken()).json()) as { expires_in: number };
       expect(body.expires_in).toBe(DEFAULT_PROVIDER_KNOBS.tokenLifetimeSeconds);

@@ -22,6 +22,12 @@ export const PROVIDER_ORDERS_PATHS: readonly string[] = [
   '/api/flexpay/v1/orders',
 ];
 
+/**
+ * The API groups the emulator serves beyond orders, for the broker's passthrough: any path
+ * below these echoes the call (see {@link EchoedCall}); `.../large?bytes=N` streams N bytes.
+ */
+export const PROVIDER_API_PREFIXES: readonly string[] = ['/api/marketing/v1/', '/api/checkout/v1/'];
+
 /** Bodies past this are refused with 413: the emulator must not be the thing that runs out of memory. */
 const MAX_BODY_BYTES = 2 * 1024 * 1024;
 
@@ -61,6 +67,8 @@ export interface ProviderKnobs {
   tokenFailure: TokenFailure | null;
   /** When set, every order request fails this way. @default null */
   ordersFailure: OrdersFailure | null;
+  /** When set, every passthrough (non-order API) call fails this way, e.g. a 429. @default null */
+  apiFailure: OrdersFailure | null;
 }
 
 /** The provider's behaviour when nothing is configured. */
@@ -72,6 +80,7 @@ export const DEFAULT_PROVIDER_KNOBS: Readonly<ProviderKnobs> = Object.freeze({
   ordersLatencyMs: 0,
   tokenFailure: null,
   ordersFailure: null,
+  apiFailure: null,
 });
 
 /** A way for the token endpoint to fail. Applied before credentials are checked. */
@@ -127,6 +136,19 @@ export interface CreatedOrder {
   createdAt: number;
 }
 
+/** A non-order API call the emulator answered (echoed), in arrival order. */
+export interface EchoedCall {
+  method: string;
+  path: string;
+  /** The query string without `?`. */
+  query: string;
+  headers: Record<string, string>;
+  /** The body as UTF-8 text. */
+  body: string;
+  /** Epoch milliseconds. */
+  at: number;
+}
+
 /** What the emulator has seen since start or the last `reset()`. */
 export interface ProviderStats {
   /** POSTs to the token endpoint, whatever their outcome. */
@@ -141,6 +163,10 @@ export interface ProviderStats {
   orders: CreatedOrder[];
   /** Token requests refused for missing, malformed or wrong Basic credentials. */
   rejectedTokenAuth: number;
+  /** Non-order API requests, whatever their outcome. */
+  apiRequests: number;
+  /** Non-order API calls processed (valid token): each is "done" once. */
+  calls: EchoedCall[];
 }
 
 function emptyStats(): ProviderStats {
@@ -153,6 +179,8 @@ function emptyStats(): ProviderStats {
     ordersCreated: 0,
     orders: [],
     rejectedTokenAuth: 0,
+    apiRequests: 0,
+    calls: [],
   };
 }
 
@@ -171,6 +199,7 @@ export class ProviderEmulator {
   private readonly revoked = new Set<string>();
   private readonly oneShotTokenFailures: TokenFailure[] = [];
   private ordersToReject = 0;
+  private callsToReject = 0;
   private current: ProviderStats = emptyStats();
   private http!: EmulatorHttpServer;
 
@@ -222,6 +251,14 @@ export class ProviderEmulator {
   }
 
   /**
+   * The next `n` passthrough (non-order) calls get 401 `invalid_token` even with a valid token,
+   * and are not processed.
+   */
+  rejectNextCalls(n: number): void {
+    this.callsToReject += n;
+  }
+
+  /**
    * The next `n` order requests get 401 `invalid_token` even with a valid token, and create
    * nothing: a token the provider stopped honouring before the broker expected it to.
    */
@@ -239,6 +276,7 @@ export class ProviderEmulator {
     this.knobs = { ...DEFAULT_PROVIDER_KNOBS };
     this.oneShotTokenFailures.length = 0;
     this.ordersToReject = 0;
+    this.callsToReject = 0;
   }
 
   /** A deep copy of what the emulator has seen, safe to keep while it carries on. */
@@ -250,6 +288,12 @@ export class ProviderEmulator {
   isValidToken(token: string): boolean {
     const issued = this.tokens.get(token);
     return issued !== undefined && !this.revoked.has(token) && Date.now() < issued.expiresAt;
+  }
+
+  /** Whether `req` carries a bearer token this emulator issued and still honours. */
+  private hasValidBearer(req: IncomingMessage): boolean {
+    const bearer = /^bearer +(\S+)\s*$/i.exec(req.headers.authorization ?? '');
+    return bearer !== null && this.isValidToken(bearer[1]);
   }
 
   /** Stops listening and destroys every connection, hung requests included. */
@@ -265,6 +309,17 @@ export class ProviderEmulator {
     }
     const isToken = target.pathname === PROVIDER_TOKEN_PATH;
     const isOrders = PROVIDER_ORDERS_PATHS.includes(target.pathname);
+    // Below an orders path (`.../orders/123`) stays a 404, as the orders tests expect.
+    const underOrders = PROVIDER_ORDERS_PATHS.some((p) => target.pathname.startsWith(`${p}/`));
+    if (
+      !isToken &&
+      !isOrders &&
+      !underOrders &&
+      PROVIDER_API_PREFIXES.some((p) => target.pathname.startsWith(p))
+    ) {
+      await this.answerApi(req, res, target);
+      return;
+    }
     if (!isToken && !isOrders) {
       req.resume();
       sendJson(res, 404, { error: 'not_found' });
@@ -440,47 +495,85 @@ export class ProviderEmulator {
     return issued;
   }
 
+  /**
+   * Any method under {@link PROVIDER_API_PREFIXES}: a valid bearer token, then the call is
+   * processed (recorded in `stats.calls`) and echoed back as JSON (method, path, query, headers,
+   * body), with headers a proxy must and must not relay. `GET .../large?bytes=N` streams N
+   * bytes of `x` instead, in 64 KiB chunks, honouring back-pressure.
+   */
+  private async answerApi(req: IncomingMessage, res: ServerResponse, target: URL): Promise<void> {
+    this.current.apiRequests++;
+    const body = await readBody(req, MAX_BODY_BYTES);
+    if (!body) return;
+    if (body.tooLarge) {
+      sendJson(res, 413, { error: 'request_too_large' });
+      return;
+    }
+    if (this.callsToReject > 0) {
+      this.callsToReject--;
+      invalidToken(res);
+      return;
+    }
+    const failure = this.knobs.apiFailure;
+    if (failure && failed(req, res, failure)) return;
+    if (!this.hasValidBearer(req)) {
+      invalidToken(res);
+      return;
+    }
+    const call: EchoedCall = {
+      method: req.method ?? '',
+      path: target.pathname,
+      query: target.search.replace(/^\?/, ''),
+      headers: lowercasedHeaders(req),
+      body: body.bytes.toString('utf8'),
+      at: Date.now(),
+    };
+    this.current.calls.push(call);
+    if (failure?.kind === 'timeout-after-create') return;
+    const relayTest = {
+      'cache-control': 'private, max-age=5',
+      'x-request-id': `prov-${randomBytes(6).toString('hex')}`,
+      'set-cookie': 'provider-session=secret; HttpOnly',
+      'x-internal-host': 'api-7.provider.internal',
+    };
+    if (req.method === 'GET' && target.pathname.endsWith('/large')) {
+      const total = Number(target.searchParams.get('bytes') ?? '0');
+      res.writeHead(200, { ...relayTest, 'content-type': 'application/octet-stream' });
+      let sent = 0;
+      while (sent < total) {
+        const n = Math.min(LARGE_CHUNK.length, total - sent);
+        sent += n;
+        if (!res.write(n === LARGE_CHUNK.length ? LARGE_CHUNK : LARGE_CHUNK.subarray(0, n))) {
+          await new Promise<void>((resolve) => {
+            res.once('drain', resolve);
+            res.once('close', resolve);
+          });
+          if (res.destroyed) return;
+        }
+      }
+      res.end();
+      return;
+    }
+    const status = req.method === 'POST' ? 201 : 200;
+    sendJson(res, status, call, relayTest);
+  }
+
   private answerOrder(
     req: IncomingMessage,
     res: ServerResponse,
     path: string,
     body: RequestBody,
   ): void {
-    const invalidToken = () =>
-      sendJson(
-        res,
-        401,
-        { error: 'invalid_token' },
-        { 'www-authenticate': 'Bearer error="invalid_token"' },
-      );
     if (this.ordersToReject > 0) {
       this.ordersToReject--;
-      invalidToken();
+      invalidToken(res);
       return;
     }
     const failure = this.knobs.ordersFailure;
-    if (failure) {
-      switch (failure.kind) {
-        case 'status': {
-          const headers: Record<string, string> = { ...failure.headers };
-          if (failure.body) headers['content-type'] = failure.contentType ?? 'application/json';
-          send(res, failure.status, failure.body ?? '', headers);
-          return;
-        }
-        case 'timeout':
-          return;
-        case 'reset':
-          req.socket.resetAndDestroy();
-          return;
-        case 'timeout-after-create':
-          // Validated and created below; only the answer is withheld.
-          break;
-      }
-    }
+    if (failure && failed(req, res, failure)) return;
 
-    const bearer = /^bearer +(\S+)\s*$/i.exec(req.headers.authorization ?? '');
-    if (!bearer || !this.isValidToken(bearer[1])) {
-      invalidToken();
+    if (!this.hasValidBearer(req)) {
+      invalidToken(res);
       return;
     }
     if (mediaType(req.headers['content-type']) !== 'application/json') {
@@ -522,6 +615,42 @@ export class ProviderEmulator {
       redirectUrl: `https://checkout.example.test/r/${id}`,
       status: 'CREATED',
     });
+  }
+}
+
+/** Chunk size of a streamed large answer. */
+const LARGE_CHUNK = Buffer.alloc(64 * 1024, 'x');
+
+/** The provider's answer to a missing, expired, revoked or refused bearer token. */
+function invalidToken(res: ServerResponse): void {
+  sendJson(
+    res,
+    401,
+    { error: 'invalid_token' },
+    { 'www-authenticate': 'Bearer error="invalid_token"' },
+  );
+}
+
+/**
+ * Applies an orders/API failure knob before the request is looked at. Returns whether the
+ * request is done with (answered, left hanging or reset); `timeout-after-create` is not: the
+ * request is processed, and only its answer withheld by the caller.
+ */
+function failed(req: IncomingMessage, res: ServerResponse, failure: OrdersFailure): boolean {
+  switch (failure.kind) {
+    case 'status': {
+      const headers: Record<string, string> = { ...failure.headers };
+      if (failure.body) headers['content-type'] = failure.contentType ?? 'application/json';
+      send(res, failure.status, failure.body ?? '', headers);
+      return true;
+    }
+    case 'timeout':
+      return true;
+    case 'reset':
+      req.socket.resetAndDestroy();
+      return true;
+    case 'timeout-after-create':
+      return false;
   }
 }
 

@@ -1,9 +1,11 @@
 import { type DynamicModule, Module } from '@nestjs/common';
+import { AdminModule } from './admin/admin.module';
 import { APP_FILTER } from '@nestjs/core';
 import type { Logger } from 'pino';
 import { CallerAuthModule } from './caller-auth/caller-auth.module';
 import { ConfigModule } from './config/config.module';
 import type { BrokerConfig } from './config/config.schema';
+import { ForwardModule } from './forward/forward.module';
 import { HealthModule } from './health/health.module';
 import { OpenApiRoute } from './http/openapi.route';
 import { ProblemFilter } from './http/problem.filter';
@@ -35,7 +37,9 @@ export class AppModule {
         CallerAuthModule,
         token,
         OrdersModule.with(token, RedisModule),
+        ForwardModule.with(token, RedisModule),
         HealthModule.with(token),
+        AdminModule.with(token),
       ],
       providers: [{ provide: APP_FILTER, useClass: ProblemFilter }, OpenApiRoute],
     };

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { AppModule } from './app.module';
-import type { BrokerConfig } from './config/config.schema';
+import { adminPortOf, type BrokerConfig } from './config/config.schema';
 import { toProblem } from './http/problem';
 import { RequestErrorCode, RequestException } from './http/request.exception';
 import { requestIdFrom } from './http/request-id';
@@ -61,7 +61,8 @@ export async function createBrokerApp(
     handler?: (req: IncomingMessage, res: ServerResponse) => void;
     drain?: DrainState;
   } = {};
-  const metricsApart = config.http.metricsPort !== undefined;
+  const adminPort = adminPortOf(config.http);
+  const adminApart = adminPort !== undefined;
   const adapter = new FastifyAdapter({
     // maxHeaderSize bounds the query string too: an oversized request line is refused early.
     serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) => {
@@ -78,7 +79,7 @@ export async function createBrokerApp(
           connectionsCheckingInterval: Math.min(1000, config.http.headersTimeoutMs),
         },
         (req, res) => {
-          if (metricsApart && isMetricsPath(req.url)) return notFound(req, res);
+          if (adminApart && isAdminOnlyPath(req.url)) return notFound(req, res);
           // Draining: still answered, but the caller's keep-alive connection ends with this
           // answer, so its next request opens a connection the Service sends elsewhere.
           if (front.drain?.draining === true) res.shouldKeepAlive = false;
@@ -113,35 +114,54 @@ export async function createBrokerApp(
   const fastPath = app.get(TokenFastPath);
   front.tryServe = (req, res) => fastPath.tryServe(req, res);
   front.drain = app.get(DrainState);
-  if (metricsApart) {
-    // `/metrics` alone, on its own port (see `http.metricsPort`), through the same Fastify app.
-    const metricsServer = createServer(
+  if (adminApart) {
+    // The admin listener (see `http.adminPort`): `/metrics`, `/health/*` and `/admin/*`, through
+    // the same Fastify app, so a NetworkPolicy can admit operators and Prometheus here only.
+    const adminServer = createServer(
       {
+        maxHeaderSize: MAX_HEADER_BYTES,
         headersTimeout: config.http.headersTimeoutMs,
         requestTimeout: config.http.requestTimeoutMs,
+        keepAliveTimeout: config.http.keepAliveTimeoutMs,
       },
       (req, res) => {
-        if (isMetricsPath(req.url) && front.handler) front.handler(req, res);
-        else notFound(req, res);
+        if ((isAdminOnlyPath(req.url) || isHealthPath(req.url)) && front.handler) {
+          front.handler(req, res);
+        } else notFound(req, res);
       },
     );
+    adminServer.on('clientError', answerClientError);
     fastify.addHook('onListen', (done) => {
-      metricsServer.once('error', done);
-      metricsServer.listen(config.http.metricsPort, config.http.host, () => done());
+      adminServer.once('error', done);
+      adminServer.listen(adminPort, config.http.host, () => done());
     });
     fastify.addHook('preClose', (done) => {
-      metricsServer.close(() => done());
-      metricsServer.closeAllConnections();
+      adminServer.close(() => done());
+      adminServer.closeAllConnections();
     });
   }
   return app;
 }
 
-function isMetricsPath(url: string | undefined): boolean {
-  return url === '/metrics' || url?.startsWith('/metrics?') === true || url === '/metrics/';
+/** Whether `url` is `prefix` itself or below it (`/admin`, `/admin/…`, `/admin?…`). */
+function under(url: string | undefined, prefix: string): boolean {
+  if (url === undefined || !url.startsWith(prefix)) return false;
+  const next = url.charCodeAt(prefix.length);
+  // End, '/', '?': anything else is another route (`/metricsfoo`).
+  return Number.isNaN(next) || next === 0x2f || next === 0x3f;
 }
 
-/** A 404 problem, written directly: `/metrics` on the API port, anything else on the metrics port. */
+/** Routes served on the admin port only when it is set: the metrics and the admin routes. */
+function isAdminOnlyPath(url: string | undefined): boolean {
+  return under(url, '/metrics') || under(url, '/admin');
+}
+
+/** Probes: served on both ports (see `http.adminPort`). */
+function isHealthPath(url: string | undefined): boolean {
+  return under(url, '/health');
+}
+
+/** A 404 problem, written directly: `/metrics` and `/admin/*` on the API port, the API on the admin port. */
 function notFound(req: IncomingMessage, res: ServerResponse): void {
   const reqId = requestIdFrom(req.headers['x-request-id']);
   const { problem } = toProblem(

@@ -1,6 +1,6 @@
 import { loadConfig } from './config/config.loader';
 import { ConfigException } from './config/config.exception';
-import { redisConfigured } from './config/config.schema';
+import { adminPortOf, redisConfigured } from './config/config.schema';
 import { withDeferredDateFormats } from './logging/deferred-date-formats';
 import { createLogger } from './logging/logger';
 import { startTracing } from './tracing/tracing';
@@ -44,9 +44,16 @@ async function main(): Promise<void> {
   const { DrainState } = await import('./health/drain-state');
   const app = await createBrokerApp(config, logger);
   await app.listen({ port: config.http.port, host: config.http.host });
+  if (config.http.metricsPort !== undefined && config.http.adminPort === undefined) {
+    logger.warn(
+      { metricsPort: config.http.metricsPort },
+      'METRICS_PORT (http.metricsPort) is deprecated: it now opens the admin listener (/metrics, /health/*, /admin/*); rename it ADMIN_PORT (http.adminPort)',
+    );
+  }
   logger.info(
     {
       port: config.http.port,
+      adminPort: adminPortOf(config.http),
       clients: config.clients.map((c) => c.id),
       store: redisConfigured(config.redis) ? `redis (${config.redis.mode})` : 'memory',
     },

@@ -486,6 +486,42 @@ describe('caller authentication (real brokers)', () => {
       expect(text).not.toMatch(/access_token|Bearer/i);
     });
 
+    it('has provider calls forwarded through /provider/<client>/... without ever seeing the token', async () => {
+      const res = await fetch(
+        `${apiKeyBroker.url}/provider/acme-prod/api/marketing/v1/large?bytes=16`,
+        { headers: { authorization: proxyAuth() } },
+      );
+      const text = await res.text();
+      expect(res.status).toBe(200);
+      expect(text).toBe('x'.repeat(16));
+      expect([...res.headers.keys()].join(' ')).not.toMatch(/authorization|set-cookie/i);
+    });
+
+    it('a caller without "forward" is refused the passthrough the same for any client', async () => {
+      const call = async (client: string) => {
+        const res = await fetch(`${apiKeyBroker.url}/provider/${client}/api/marketing/v1/offers`, {
+          headers: { authorization: `Bearer ${set.keys.reader}` },
+        });
+        const body = (await res.json()) as Record<string, unknown>;
+        delete body.requestId;
+        return { status: res.status, body };
+      };
+      const granted = await call('acme-prod');
+      expect(granted.status).toBe(403);
+      expect(String(granted.body.detail)).toContain('scope "forward"');
+      expect(await call('zzzzzz-prod')).toEqual(granted);
+      // Nothing of the path is looked at first: a path trick gets the same refusal.
+      expect(await call('acme-prod/api/marketing/v1/%2e%2e/x/')).toEqual(granted);
+    });
+
+    it('checks the caller before the path: 401 for a path trick without a credential', async () => {
+      const res = await fetch(
+        `${apiKeyBroker.url}/provider/acme-prod/api/marketing/v1/%2e%2e/%2e%2e/auth/v1/oauth/token`,
+      );
+      expect(res.status).toBe(401);
+      expect(((await res.json()) as { code: string }).code).toBe('unauthenticated');
+    });
+
     it('a caller without "forward" is refused orders, before its client is looked at', async () => {
       const post = async (client: string) => {
         const res = await fetch(`${apiKeyBroker.url}/orders?client=${client}`, {

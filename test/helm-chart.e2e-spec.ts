@@ -318,10 +318,11 @@ describe('Helm chart helm/token-broker', () => {
       expect(c.image).not.toMatch(/:latest$/);
     });
 
-    it('probes /health/live and /health/ready and sets resources', () => {
+    it('probes /health/live and /health/ready on the admin port and sets resources', () => {
       const c = broker(objects);
-      expect(c.livenessProbe.httpGet).toEqual({ path: '/health/live', port: 'http' });
-      expect(c.readinessProbe.httpGet).toEqual({ path: '/health/ready', port: 'http' });
+      expect(c.livenessProbe.httpGet).toEqual({ path: '/health/live', port: 'admin' });
+      expect(c.readinessProbe.httpGet).toEqual({ path: '/health/ready', port: 'admin' });
+      expect(c.startupProbe.httpGet.port).toBe('admin');
       expect(c.startupProbe.httpGet.path).toBe('/health/live');
       expect(c.resources.requests).toEqual(
         expect.objectContaining({ cpu: expect.any(String), memory: expect.any(String) }),
@@ -329,7 +330,7 @@ describe('Helm chart helm/token-broker', () => {
       expect(c.resources.limits.memory).toEqual(expect.any(String));
       expect(c.ports).toEqual([
         { name: 'http', containerPort: 8080, protocol: 'TCP' },
-        { name: 'metrics', containerPort: 9090, protocol: 'TCP' },
+        { name: 'admin', containerPort: 9090, protocol: 'TCP' },
       ]);
     });
 
@@ -382,7 +383,7 @@ describe('Helm chart helm/token-broker', () => {
       expect(matches(service.spec.selector, podLabels)).toBe(true);
       expect(service.spec.ports).toEqual([
         expect.objectContaining({ name: 'http', targetPort: 'http' }),
-        expect.objectContaining({ name: 'metrics', targetPort: 'metrics' }),
+        expect.objectContaining({ name: 'admin', port: 9090, targetPort: 'admin' }),
       ]);
 
       const test = only(objects, 'Pod');
@@ -415,13 +416,14 @@ describe('Helm chart helm/token-broker', () => {
           (p) => !p.namespaceSelector && matches(p.podSelector?.matchLabels, testPodLabels),
         ),
       ).toBe(true);
-      // Callers (and the test pod) reach the API port only; /metrics is on its own port, which
-      // only the Prometheus peers (the monitoring namespace by default) reach.
+      // Callers (and the test pod) reach the API port only; /metrics, /health/* and /admin/* are
+      // on the admin port, which only the Prometheus peers (the monitoring namespace by default)
+      // and the operators of networkPolicy.ingress.admin.from (none by default) reach.
       const rules = np.spec.ingress as K8sObject[];
       expect(rules).toHaveLength(2);
       const [api, scrape] = rules;
       expect(api.ports).toEqual([{ port: 'http', protocol: 'TCP' }]);
-      expect(scrape.ports).toEqual([{ port: 'metrics', protocol: 'TCP' }]);
+      expect(scrape.ports).toEqual([{ port: 'admin', protocol: 'TCP' }]);
       expect(scrape.from).toEqual([
         {
           namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } },
@@ -429,9 +431,9 @@ describe('Helm chart helm/token-broker', () => {
         },
       ]);
       const containerPorts = (broker(objects).ports as K8sObject[]).map((p) => String(p.name));
-      expect(containerPorts).toEqual(['http', 'metrics']);
-      // The broker serves /metrics on that port (and only there): its config says so.
-      expect(loadRenderedConfig(objects).http.metricsPort).toBe(
+      expect(containerPorts).toEqual(['http', 'admin']);
+      // The broker serves the admin listener on that port (and only there): its config says so.
+      expect(loadRenderedConfig(objects).http.adminPort).toBe(
         (broker(objects).ports as K8sObject[])[1].containerPort,
       );
       const egress = np.spec.egress as K8sObject[];
@@ -560,11 +562,11 @@ describe('Helm chart helm/token-broker', () => {
       expect(matches(sm.spec.selector.matchLabels, service.metadata.labels)).toBe(true);
       expect(sm.spec.namespaceSelector.matchNames).toEqual([NAMESPACE]);
       expect(sm.spec.endpoints).toEqual([
-        expect.objectContaining({ port: 'metrics', path: '/metrics' }),
+        expect.objectContaining({ port: 'admin', path: '/metrics' }),
       ]);
       expect((service.spec.ports as K8sObject[]).map((p) => String(p.name))).toEqual([
         'http',
-        'metrics',
+        'admin',
       ]);
       expect(sm.metadata.labels.release).toBe('kube-prometheus-stack');
     });
@@ -1124,6 +1126,54 @@ describe('Helm chart helm/token-broker', () => {
       expect(renderError(['required'], ['autoscaling.minReplicas=7'])).toContain(
         'autoscaling.maxReplicas must be at least autoscaling.minReplicas',
       );
+    });
+
+    it('refuses the old metrics.port naming adminPort, an admin port shared with the API, and callers let onto it', () => {
+      expect(renderError(['required'], ['metrics.port=9100'])).toContain(
+        'metrics.port was renamed adminPort',
+      );
+      expect(renderError(['required'], ['adminPort=8080'])).toContain(
+        'adminPort must differ from containerPort',
+      );
+      expect(renderError(['required'], ['config.extra.http.metricsPort=9100'])).toContain(
+        "config.http.metricsPort: set the chart's adminPort instead",
+      );
+      const callers = '[{"namespaceSelector":{"matchLabels":{"token-broker/access":"true"}}}]';
+      expect(renderError(['required'], [`networkPolicy.ingress.admin.from=${callers}`])).toContain(
+        'networkPolicy.ingress.admin.from lists a peer of networkPolicy.ingress.callers',
+      );
+    });
+  });
+
+  describe('admin listener', () => {
+    it('admits the operators of networkPolicy.ingress.admin.from to the admin port only', () => {
+      const oncall = {
+        namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'oncall' } },
+      };
+      const objects = render(
+        ['required'],
+        [`networkPolicy.ingress.admin.from=${JSON.stringify([oncall])}`, 'adminPort=9400'],
+      );
+      const rules = only(objects, 'NetworkPolicy').spec.ingress as K8sObject[];
+      expect(rules).toHaveLength(3);
+      const operators = rules.find((r) => JSON.stringify(r.from) === JSON.stringify([oncall]));
+      expect(operators?.ports).toEqual([{ port: 'admin', protocol: 'TCP' }]);
+      // No rule admits the callers' peers to the admin port.
+      const callerPeers = JSON.stringify(rules[0].from);
+      for (const r of rules.slice(1)) {
+        expect(JSON.stringify(r.from)).not.toContain(callerPeers.slice(1, -1));
+      }
+      expect(loadRenderedConfig(objects).http.adminPort).toBe(9400);
+      expect(only(objects, 'Service').spec.ports[1]).toMatchObject({
+        name: 'admin',
+        port: 9400,
+        targetPort: 'admin',
+      });
+      expect((broker(objects).ports as K8sObject[])[1]).toEqual({
+        name: 'admin',
+        containerPort: 9400,
+        protocol: 'TCP',
+      });
     });
   });
 });

@@ -48,7 +48,7 @@ function trickle(
  * once `HTTP_HEADERS_TIMEOUT_MS` (or `HTTP_REQUEST_TIMEOUT_MS`) has passed, with a 408 problem,
  * instead of holding a connection for Node's defaults (60 s, 300 s).
  */
-describe('HTTP front: slow clients and the metrics port', () => {
+describe('HTTP front: slow clients and the admin port', () => {
   let provider: ProviderEmulator;
   let broker: BrokerProcess;
   let dir: string;
@@ -124,21 +124,38 @@ describe('HTTP front: slow clients and the metrics port', () => {
     expect(Buffer.concat(chunks).toString()).toMatch(/^HTTP\/1\.1 408 /);
   });
 
-  it('serves /metrics only on METRICS_PORT, and nothing else there', async () => {
+  it('takes the deprecated METRICS_PORT as the admin port: /metrics, /health/* and /admin/* there, not the API; a warning says to rename it', async () => {
     const onApi = await fetch(`${broker.url}/metrics`);
     expect(onApi.status).toBe(404);
     expect(await onApi.text()).not.toContain('token_broker_');
-    const metrics = `http://127.0.0.1:${metricsPort}`;
-    const scraped = await fetch(`${metrics}/metrics`);
+    const adminOnApi = await fetch(`${broker.url}/admin/clients`, {
+      headers: { authorization: `Bearer ${API_KEY}` },
+    });
+    expect(adminOnApi.status).toBe(404);
+    expect(adminOnApi.headers.get('content-type')).toContain('application/problem+json');
+    await adminOnApi.arrayBuffer();
+    const admin = `http://127.0.0.1:${metricsPort}`;
+    const scraped = await fetch(`${admin}/metrics`);
     expect(scraped.status).toBe(200);
     expect(await scraped.text()).toContain('token_broker_');
-    for (const path of ['/token', '/health/ready', '/orders', '/metricsx', '/oauth2/token']) {
-      const res = await fetch(`${metrics}${path}`, {
+    expect((await fetch(`${admin}/health/ready`)).status).toBe(200);
+    expect((await fetch(`${admin}/health/live`)).status).toBe(200);
+    // The admin routes answer there, to scope admin only (this key has the default scopes).
+    const refused = await fetch(`${admin}/admin/clients`, {
+      headers: { authorization: `Bearer ${API_KEY}` },
+    });
+    expect(refused.status).toBe(403);
+    expect(((await refused.json()) as { code: string }).code).toBe('forbidden');
+    for (const path of ['/token', '/orders', '/metricsx', '/adminx', '/oauth2/token']) {
+      const res = await fetch(`${admin}${path}`, {
         headers: { authorization: `Bearer ${API_KEY}` },
       });
       expect([path, res.status]).toEqual([path, 404]);
     }
     expect((await fetch(`${broker.url}/health/ready`)).status).toBe(200);
+    expect(
+      broker.logs().some((l) => l.includes('METRICS_PORT (http.metricsPort) is deprecated')),
+    ).toBe(true);
   });
 
   it('still serves a client that sends its request promptly', async () => {

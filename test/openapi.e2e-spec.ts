@@ -3,8 +3,10 @@
 import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import { CallerAuthErrorCode } from '../src/caller-auth/caller-auth.exception';
+import { AdminErrorCode } from '../src/admin/admin.exception';
 import { describedRoutes, OPENAPI_DOCUMENT } from '../src/http/openapi';
 import { RequestErrorCode } from '../src/http/request.exception';
+import { ForwardErrorCode } from '../src/forward/forward.exception';
 import { OrdersErrorCode } from '../src/orders/orders.exception';
 import { OAuthErrorCode } from '../src/token/oauth.exception';
 import { TokenErrorCode } from '../src/token/token.exception';
@@ -45,7 +47,10 @@ describe('OpenAPI description (real brokers)', () => {
   const seen: Exchange[] = [];
 
   beforeAll(async () => {
-    set = await startCallerBrokers({ name: 'openapi' });
+    set = await startCallerBrokers({
+      name: 'openapi',
+      callerScopes: { ops: ['token', 'forward', 'admin'] },
+    });
     const res = await fetch(`${set.apiKeyBroker.url}/openapi.json`);
     doc = (await res.json()) as Json;
     ajv.addSchema(doc, 'openapi');
@@ -211,6 +216,38 @@ describe('OpenAPI description (real brokers)', () => {
     expect((await exchange('GET', '/token', '/token/')).status).toBe(404);
   });
 
+  it('the admin routes (on the API port here: no ADMIN_PORT)', async () => {
+    const status = await exchange('GET', '/admin/clients', '/admin/clients', { headers: ops() });
+    expect(status.status).toBe(200);
+    expect((await exchange('GET', '/admin/clients', '/admin/clients')).status).toBe(401);
+    expect(
+      (await exchange('GET', '/admin/clients', '/admin/clients', { headers: checkout() })).status,
+    ).toBe(403);
+    const refresh = '/admin/clients/{id}/refresh';
+    expect(
+      (await exchange('POST', refresh, '/admin/clients/acme-prod/refresh', { headers: ops() }))
+        .status,
+    ).toBe(200);
+    expect(
+      (await exchange('POST', refresh, '/admin/clients/nope/refresh', { headers: ops() })).status,
+    ).toBe(404);
+    // The provider refuses initech-prod's credentials.
+    expect(
+      (await exchange('POST', refresh, '/admin/clients/initech-prod/refresh', { headers: ops() }))
+        .status,
+    ).toBe(502);
+    expect(
+      (
+        await exchange('POST', '/admin/clients/{id}/revoke', '/admin/clients/acme-prod/revoke', {
+          headers: ops(),
+        })
+      ).status,
+    ).toBe(200);
+    expect(
+      (await exchange('POST', '/admin/reload', '/admin/reload', { headers: ops() })).status,
+    ).toBe(200);
+  });
+
   it('every answer above had its problem code declared for its status', () => {
     for (const e of seen.filter((x) => x.status >= 400 && x.code)) {
       const op = doc.paths[e.path][e.method.toLowerCase()];
@@ -243,6 +280,8 @@ describe('OpenAPI description (real brokers)', () => {
       ...Object.values(CallerAuthErrorCode),
       ...Object.values(RequestErrorCode),
       ...Object.values(OrdersErrorCode),
+      ...Object.values(AdminErrorCode),
+      ...Object.values(ForwardErrorCode),
       ...Object.values(OAuthErrorCode),
       'internal_error',
     ];

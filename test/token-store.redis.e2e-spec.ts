@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import type { Cluster, Redis } from 'ioredis';
 import { redisSettingsSchema } from '../src/config/config.schema';
 import { redisKeys } from '../src/redis/redis.constants';
@@ -44,6 +45,28 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     );
     stores.push(store);
     return store;
+  }
+
+  /** Two stores, `b`'s events collected in `seen` once its subscription answers. */
+  async function subscribedPair(): Promise<{
+    a: RedisTokenStore;
+    b: RedisTokenStore;
+    seen: TokenStoreEvent[];
+  }> {
+    const a = newStore();
+    const b = newStore();
+    await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+    const seen: TokenStoreEvent[] = [];
+    b.onEvent((e) => seen.push(e));
+    // The subscriber connects on its own; wait until a probe message arrives.
+    await waitFor(
+      async () => {
+        await raw.publish(redisKeys.events(CLIENT), 'u:probe');
+        return seen.length > 0;
+      },
+      { timeoutMs: 3000, what: 'the subscription' },
+    );
+    return { a, b, seen };
   }
 
   beforeAll(async () => {
@@ -392,21 +415,81 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     });
   });
 
-  describe('pub/sub', () => {
-    it('tells every replica about updates and invalidations', async () => {
+  describe('revoke (generations)', () => {
+    it('drops the stored token, bumps the generation, and refuses every token requested before it', async () => {
       const a = newStore();
       const b = newStore();
       await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
-      const seen: TokenStoreEvent[] = [];
-      b.onEvent((e) => seen.push(e));
-      // The subscriber connects on its own; wait until a probe message arrives.
-      await waitFor(
-        async () => {
-          await raw.publish(redisKeys.events(CLIENT), 'u:probe');
-          return seen.length > 0;
-        },
-        { timeoutMs: 3000, what: 'the subscription' },
-      );
+      const t0 = Date.now();
+      const leaked = record('leaked', t0, 60_000);
+      expect(await a.writeFenced(CLIENT, leaked)).toBe(true);
+      // A second token a partitioned replica fetched on its own, in generation 0.
+      const partitioned = record('partitioned', t0 + 1000, 120_000);
+      const revocation = await a.revoke(CLIENT);
+      expect(revocation).toMatchObject({ generation: 1, fingerprint: leaked.fingerprint });
+      expect(a.generation(CLIENT)).toBe(1);
+      expect((await a.read(CLIENT)).status).toBe('absent');
+      // b learns the generation from a read (or the notification); neither old token lands,
+      // whoever writes it, however late it expires.
+      expect(await b.writeFenced(CLIENT, leaked)).toBe(false);
+      expect(await b.writeFenced(CLIENT, partitioned)).toBe(false);
+      expect(b.generation(CLIENT)).toBe(1);
+      expect(await raw.hget(redisKeys.token(CLIENT), 'fp')).toBe(leaked.fingerprint);
+      expect(await raw.hget(redisKeys.token(CLIENT), 'val')).toBeNull();
+      // A token requested in the new generation does, and reads back stamped with it.
+      const fresh = { ...record('fresh', Date.now(), 60_000), generation: 1 };
+      expect(await b.writeFenced(CLIENT, fresh)).toBe(true);
+      expect(await a.read(CLIENT)).toEqual({ status: 'found', record: fresh });
+      // Another client is untouched.
+      expect(a.generation('other')).toBe(0);
+      // Acknowledgements count replicas (processes: both stores here are one), once each.
+      await a.acknowledgeRevocation(CLIENT, 1);
+      await b.acknowledgeRevocation(CLIENT, 1);
+      expect(await a.revocationAcks(CLIENT, 1)).toBe(1);
+      expect(await a.revocationAcks(CLIENT, 2)).toBe(0);
+    });
+
+    it('tells every replica, with the new generation and the dropped fingerprint', async () => {
+      const { a, b, seen } = await subscribedPair();
+      const t = record('to-revoke', Date.now(), 60_000);
+      await a.writeFenced(CLIENT, t);
+      const { delivered } = await a.revoke(CLIENT);
+      expect(delivered).toBeGreaterThanOrEqual(kind === 'cluster' ? 0 : 2);
+      await waitFor(() => seen.find((e) => e.type === 'revoked'), {
+        timeoutMs: 3000,
+        what: 'the revoke notification',
+      });
+      expect(seen.find((e) => e.type === 'revoked')).toEqual({
+        type: 'revoked',
+        clientId: CLIENT,
+        generation: 1,
+        fingerprint: t.fingerprint,
+      });
+      expect(b.generation(CLIENT)).toBe(1);
+    });
+
+    it('shows who holds the refresh lock while it is held', async () => {
+      const store = newStore();
+      await store.waitUntilReady(2000);
+      expect(await store.lockState(CLIENT)).toEqual({ held: false });
+      const lock = await store.tryLock(CLIENT);
+      await waitFor(async () => (await store.lockState(CLIENT)).holder, {
+        timeoutMs: 2000,
+        what: 'the holder to be recorded',
+      });
+      expect(await store.lockState(CLIENT)).toMatchObject({
+        held: true,
+        holder: `${hostname()}:${process.pid}`,
+      });
+      await lock!.release();
+      expect(await store.lockState(CLIENT)).toEqual({ held: false });
+      expect(store.topology()).toMatchObject({ kind: 'redis', mode: kind, state: 'up' });
+    });
+  });
+
+  describe('pub/sub', () => {
+    it('tells every replica about updates and invalidations', async () => {
+      const { a, seen } = await subscribedPair();
       seen.length = 0;
       const t = record('pub', Date.now(), 60_000);
       await a.writeFenced(CLIENT, t);

@@ -260,6 +260,31 @@ describe('OpenTelemetry traces (real broker, OTLP/HTTP receiver)', () => {
     );
     expect(order?.headers.traceparent).toBe(`00-${caller.traceId}-${outgoing.spanId}-01`);
   });
+
+  it('a passthrough GET continues the caller’s trace and passes it on to the provider', async () => {
+    const caller = traceparent();
+    const res = await request(`${broker.url}/provider/${CLIENT}/api/marketing/v1/offers?traced=1`, {
+      headers: { traceparent: caller.header },
+    });
+    expect(res.statusCode).toBe(200);
+    await res.body.dump();
+    const [server] = await waitFor(
+      () =>
+        nonEmpty(
+          receiver
+            .byTrace(caller.traceId)
+            .filter((s) => s.name === 'GET /provider/{client}/{providerPath}'),
+        ),
+      { timeoutMs: 5000, what: 'the passthrough span' },
+    );
+    expect(server.parentSpanId).toBe(caller.spanId);
+    const [outgoing] = await waitFor(
+      () => nonEmpty(childrenOf(receiver.spans, server).filter((s) => /^GET/.test(s.name))),
+      { timeoutMs: 5000, what: 'the provider call span' },
+    );
+    const call = provider.stats.calls.find((c) => c.query === 'traced=1');
+    expect(call?.headers.traceparent).toBe(`00-${caller.traceId}-${outgoing.spanId}-01`);
+  });
 });
 
 function nonEmpty<T>(items: T[]): T[] | undefined {

@@ -137,4 +137,22 @@ describe(ApiKeyAuthenticator.name, () => {
       jest.useRealTimers();
     }
   });
+
+  it('reloads now from its source on demand (the admin reload), naming who changed', async () => {
+    const auth = new ApiKeyAuthenticator(grants);
+    // No source: inline keys only, nothing to re-read.
+    await expect(auth.reloadNow()).resolves.toEqual({ added: [], removed: [] });
+    const newcomer = newKey();
+    auth.readFrom(async () => [
+      grants[1],
+      { name: 'newcomer', sha256: sha256(newcomer), clients: ['*'], scopes: ['token'] },
+    ]);
+    await expect(auth.reloadNow()).resolves.toEqual({ added: ['newcomer'], removed: ['checkout'] });
+    expect(auth.authenticate(`Bearer ${newcomer}`).name).toBe('newcomer');
+    expect(() => auth.authenticate(`Bearer ${checkoutKey}`)).toThrow(CallerAuthException);
+    // A failed read keeps the keys and says so to the caller of reloadNow.
+    auth.readFrom(() => Promise.reject(new Error('unreadable')));
+    await expect(auth.reloadNow()).rejects.toThrow('unreadable');
+    expect(auth.authenticate(`Bearer ${newcomer}`).name).toBe('newcomer');
+  });
 });

@@ -37,6 +37,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
   /** The same entries by {@link bucketOf} their digest, for the hot path. */
   private byBucket: ReadonlyMap<number, readonly Entry[]> = new Map();
   private reloadTimer?: NodeJS.Timeout;
+  private load?: () => Promise<readonly ApiKeyGrant[]>;
 
   constructor(grants: readonly ApiKeyGrant[]) {
     this.replace(grants);
@@ -108,6 +109,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
     load: () => Promise<readonly ApiKeyGrant[]>,
     report: (result: { changed: ApiKeyReload } | { error: unknown }) => void,
   ): void {
+    this.readFrom(load);
     clearInterval(this.reloadTimer);
     this.reloadTimer = setInterval(() => {
       load()
@@ -122,6 +124,17 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
 
   close(): void {
     clearInterval(this.reloadTimer);
+  }
+
+  /** Where {@link reloadNow} re-reads the grants (the same source as the periodic reload). */
+  readFrom(load: () => Promise<readonly ApiKeyGrant[]>): void {
+    this.load = load;
+  }
+
+  /** Re-reads the grants now (see {@link readFrom}); throws, keeping the current keys, on failure. */
+  async reloadNow(): Promise<ApiKeyReload> {
+    if (this.load === undefined) return { added: [], removed: [] };
+    return this.replace(await this.load());
   }
 
   private lookup(key: string): Caller | undefined {

@@ -53,14 +53,26 @@ export class CallerAuthGuard implements CanActivate {
   /**
    * Authenticates and authorises `req` for `scope` (checked before the client, so a caller
    * without it learns nothing about clients); throws a caller-auth, token or request problem.
+   *
+   * @param pathClient Reads the client named in the path (`/provider/<client>/...`), which then
+   *   takes the place of `?client=`, with the same checks in the same order. Called only once
+   *   the caller is authenticated and holds `scope`, so its own refusals (a malformed path)
+   *   come after those.
    */
-  async authorize(req: FastifyRequest, scope: CallerScope): Promise<CallerContext> {
+  async authorize(
+    req: FastifyRequest,
+    scope: CallerScope,
+    pathClient?: () => string,
+  ): Promise<CallerContext> {
     const seen: Seen = { authorized: false };
     SEEN.set(req, seen);
     const caller = await this.auth.authenticate(authorizationOf(req.raw));
     seen.caller = caller;
     assertScope(caller, scope);
-    const clientId = this.resolveClient(clientParam(req.query), caller);
+    const clientId = this.resolveClient(
+      pathClient !== undefined ? pathClient() : clientParam(req.query),
+      caller,
+    );
     seen.clientId = clientId;
     assertMayUse(caller, clientId);
     seen.authorized = true;

@@ -42,6 +42,8 @@ async function createApiKeyAuthenticator(
     ...(apiKeysSource ? await loadApiKeyGrants(secrets, apiKeysSource, known) : []),
   ];
   const auth = new ApiKeyAuthenticator(await load());
+  // The admin reload (POST /admin/reload) re-reads the same source, even with the timer off.
+  if (apiKeysSource) auth.readFrom(load);
   if (apiKeysSource && apiKeysReloadSeconds > 0) {
     auth.reloadEvery(apiKeysReloadSeconds * 1000, load, (result) => {
       if ('error' in result) {

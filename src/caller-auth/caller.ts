@@ -19,6 +19,11 @@ export interface CallerAuthenticator {
   authenticate(authorization: string | undefined): Caller | Promise<Caller>;
   /** Stops background work (key reloads); called on shutdown. */
   close?(): void;
+  /**
+   * Re-reads the grants from their source now (the admin reload), answering which callers were
+   * added or removed (names only). Absent: nothing to re-read in this mode.
+   */
+  reloadNow?(): Promise<{ added: string[]; removed: string[] }>;
 }
 
 export const CALLER_AUTHENTICATOR = 'TOKEN_BROKER:CALLER_AUTHENTICATOR';

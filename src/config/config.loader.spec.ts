@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigErrorCode, ConfigException } from './config.exception';
 import { DEFAULT_CLIENT_ID, loadConfig } from './config.loader';
-import { redisConfigured } from './config.schema';
+import { adminPortOf, redisConfigured } from './config.schema';
 
 const BASE = {
   PROVIDER_AUTH_URL: 'https://partner.credify.tech',
@@ -40,6 +40,18 @@ describe(loadConfig.name, () => {
         baseUrl: 'https://partner.credify.tech',
         ordersPath: '/api/checkout/v1/orders',
         credentials: { secretId: BASE.CREDENTIALS_SECRET_ID },
+        forward: {
+          allow: [
+            {
+              methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
+              prefix: '/api/checkout/v1/',
+            },
+            {
+              methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
+              prefix: '/api/marketing/v1/',
+            },
+          ],
+        },
       },
     ]);
     expect(cfg.http.port).toBe(8080);
@@ -120,6 +132,26 @@ describe(loadConfig.name, () => {
         AUDIT_REFUSALS_PER_SECOND: '5',
       }).audit,
     ).toEqual({ intervalSeconds: 60, perRequest: true, refusalsPerSecond: 5 });
+  });
+
+  describe('the admin port', () => {
+    it('reads ADMIN_PORT; METRICS_PORT is its deprecated alias', () => {
+      expect(adminPortOf(loadConfig({ ...BASE, ADMIN_PORT: '9090' }).http)).toBe(9090);
+      expect(adminPortOf(loadConfig({ ...BASE, METRICS_PORT: '9091' }).http)).toBe(9091);
+      expect(adminPortOf(loadConfig(BASE).http)).toBeUndefined();
+      // Both the same: harmless, as when a deployment is half renamed.
+      expect(
+        adminPortOf(loadConfig({ ...BASE, ADMIN_PORT: '9090', METRICS_PORT: '9090' }).http),
+      ).toBe(9090);
+    });
+
+    it.each([
+      [{ ADMIN_PORT: '8080' }, 'adminPort (ADMIN_PORT) must differ from port (PORT)'],
+      [{ ADMIN_PORT: '9090', METRICS_PORT: '9091' }, 'set ADMIN_PORT only'],
+      [{ ADMIN_PORT: '70000' }, 'ADMIN_PORT'],
+    ])('refuses %j', (override, expected) => {
+      expect(problems({ ...BASE, ...override }).join('\n')).toContain(expected);
+    });
   });
 
   it('never prints the offending value', () => {

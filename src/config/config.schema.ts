@@ -41,6 +41,49 @@ export const credentialsSourceSchema = z
   });
 export type CredentialsSource = z.infer<typeof credentialsSourceSchema>;
 
+// --- Provider passthrough (issue #15) ---
+/** The methods the provider passthrough forwards. */
+export const FORWARD_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+export type ForwardMethod = (typeof FORWARD_METHODS)[number];
+
+/** One allow-list rule: these methods under this path prefix. */
+export const forwardRuleSchema = z
+  .object({
+    /** Methods allowed under `prefix`. @default all six */
+    methods: z
+      .array(z.enum(FORWARD_METHODS))
+      .min(1)
+      .default([...FORWARD_METHODS]),
+    /**
+     * A provider path prefix ending in `/`, e.g. `/api/marketing/v1/`. Matched against the
+     * request path after it was checked for tricks (`..`, encoded slashes, `//`): no prefix
+     * can be escaped.
+     */
+    prefix: z
+      .string()
+      .regex(/^\/(?:[A-Za-z0-9_~!$&'()*+,;=:@-][A-Za-z0-9._~!$&'()*+,;=:@-]*\/)*$/, {
+        message:
+          'must be an absolute path of plain segments ending in "/" (no "." or ".." segments, no "//", no percent-encoding), e.g. /api/marketing/v1/',
+      }),
+  })
+  .strict();
+export type ForwardRule = z.infer<typeof forwardRuleSchema>;
+
+/** The default allow-list: every method under the checkout and marketing `v1` APIs. */
+export const DEFAULT_FORWARD_RULES: readonly ForwardRule[] = [
+  { methods: [...FORWARD_METHODS], prefix: '/api/checkout/v1/' },
+  { methods: [...FORWARD_METHODS], prefix: '/api/marketing/v1/' },
+];
+
+/** What `/provider/<client>/...` may forward for one client. */
+export const clientForwardSchema = z
+  .object({
+    /** Rules; a request passes if one rule allows its method and path. @default checkout and marketing v1, all methods */
+    allow: z.array(forwardRuleSchema).default(() => DEFAULT_FORWARD_RULES.map((r) => ({ ...r }))),
+  })
+  .strict();
+// --- end provider passthrough ---
+
 /** One set of provider credentials: one merchant in one environment (e.g. `acme-preprod`). */
 export const clientSchema = z
   .object({
@@ -55,6 +98,8 @@ export const clientSchema = z
     /** @default '/api/checkout/v1/orders' (the documented path; the plugin uses `/api/flexpay/v1/orders`) */
     ordersPath: path.default('/api/checkout/v1/orders'),
     credentials: credentialsSourceSchema,
+    /** The provider passthrough's allow-list for this client. @default checkout and marketing v1 */
+    forward: clientForwardSchema.default(() => clientForwardSchema.parse({})),
   })
   .strict();
 export type ClientConfig = z.infer<typeof clientSchema>;
@@ -118,6 +163,35 @@ export const ordersSettingsSchema = z
     maxResponseBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
   })
   .strict();
+
+// --- Provider passthrough (issue #15) ---
+/** `/provider/<client>/...`: limits of the passthrough. Timeouts and the pool are the orders ones. */
+export const forwardSettingsSchema = z
+  .object({
+    /**
+     * Largest request body forwarded; a larger one is refused with 413. Request bodies are
+     * held until the call ends (a 401 is retried with the same bytes). @default 1048576 (1 MiB)
+     */
+    bodyLimitBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
+    /** Largest provider answer relayed; it streams, and is cut off past this. @default 67108864 (64 MiB) */
+    maxResponseBytes: z.coerce.number().int().min(1024).max(4_294_967_296).default(67_108_864),
+    /**
+     * Largest answer to a request with an `Idempotency-Key`: such an answer is collected whole
+     * to be stored for replays; a larger one is 502 and its outcome unknown. @default 1048576 (1 MiB)
+     */
+    maxStoredResponseBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
+    /** Requests per second per client, all callers together, fleet-wide (per replica without Redis); `0`: no limit. @default 100 */
+    clientRatePerSecond: z.coerce.number().int().min(0).max(100_000).default(100),
+    /** Extra requests per client allowed above its rate within any 10-second window. @default 200 */
+    clientRateBurst: z.coerce.number().int().min(0).max(1_000_000).default(200),
+    /** Requests per second per (client, caller), fleet-wide; `0`: no limit. @default 50 */
+    callerRatePerSecond: z.coerce.number().int().min(0).max(100_000).default(50),
+    /** Extra requests per (client, caller) allowed above its rate within any 10-second window. @default 100 */
+    callerRateBurst: z.coerce.number().int().min(0).max(1_000_000).default(100),
+  })
+  .strict();
+export type ForwardSettings = z.infer<typeof forwardSettingsSchema>;
+// --- end provider passthrough ---
 
 /** The Redis topologies the broker speaks, each through ioredis's own support. */
 export const REDIS_MODES = ['standalone', 'sentinel', 'cluster'] as const;
@@ -276,6 +350,17 @@ export function redisConfigured(settings: { mode: RedisMode; url?: string | unde
   return settings.mode !== 'standalone' || settings.url !== undefined;
 }
 
+/**
+ * The admin listener's port: `adminPort`, else the deprecated `metricsPort`; `undefined` when
+ * one listener serves everything.
+ */
+export function adminPortOf(http: {
+  adminPort?: number | undefined;
+  metricsPort?: number | undefined;
+}): number | undefined {
+  return http.adminPort ?? http.metricsPort;
+}
+
 export const httpSettingsSchema = z
   .object({
     /** @default 8080 */
@@ -295,9 +380,16 @@ export const httpSettingsSchema = z
     /** Most time to receive a whole request, body included: then 408 and close. @default 30000 */
     requestTimeoutMs: millis(500, 300_000).default(30_000),
     /**
-     * A separate port for `GET /metrics` (only it is served there, and it is no longer served on
-     * `port`), so that a NetworkPolicy can let Prometheus reach the metrics without letting
-     * callers read them. Unset: `/metrics` on `port`, as before.
+     * The admin listener: `/metrics`, `/health/*` and `/admin/*` on their own port, so that a
+     * NetworkPolicy admits Prometheus, the kubelet and operators there and keeps callers out.
+     * `port` then answers 404 for `/metrics` and `/admin/*` (it keeps `/health/*`: plain
+     * `docker run` and probes written for one port keep working). Unset: one listener serves
+     * everything (local development, the sandbox).
+     */
+    adminPort: z.coerce.number().int().min(1).max(65_535).optional(),
+    /**
+     * Deprecated alias of {@link adminPort} (`METRICS_PORT`, which served `/metrics` alone):
+     * taken as the admin port when `adminPort` is unset, with a warning at start-up.
      */
     metricsPort: z.coerce.number().int().min(1).max(65_535).optional(),
     /** How long an idle keep-alive connection stays open. @default 5000 */
@@ -308,6 +400,19 @@ export const httpSettingsSchema = z
     message: 'metricsPort (METRICS_PORT) must differ from port (PORT)',
     path: ['metricsPort'],
   })
+  .refine((h) => h.adminPort === undefined || h.adminPort !== h.port, {
+    message: 'adminPort (ADMIN_PORT) must differ from port (PORT)',
+    path: ['adminPort'],
+  })
+  .refine(
+    (h) =>
+      h.adminPort === undefined || h.metricsPort === undefined || h.adminPort === h.metricsPort,
+    {
+      message:
+        'metricsPort (METRICS_PORT) is the deprecated name of adminPort (ADMIN_PORT): set ADMIN_PORT only',
+      path: ['metricsPort'],
+    },
+  )
   .refine((h) => h.headersTimeoutMs <= h.requestTimeoutMs, {
     message:
       'headersTimeoutMs (HTTP_HEADERS_TIMEOUT_MS) must not exceed requestTimeoutMs (HTTP_REQUEST_TIMEOUT_MS)',
@@ -534,6 +639,7 @@ export const brokerConfigSchema = z
     token: tokenSettingsSchema.default(tokenSettingsSchema.parse({})),
     provider: providerSettingsSchema.default(providerSettingsSchema.parse({})),
     orders: ordersSettingsSchema.default(ordersSettingsSchema.parse({})),
+    forward: forwardSettingsSchema.default(forwardSettingsSchema.parse({})),
     clients: z.array(clientSchema).min(1, { message: 'configure at least one client' }),
     /** `NODE_ENV`; `production` turns development conveniences (no caller auth, clear cache) into errors. @default 'development' */
     nodeEnv: z.string().min(1).default('development'),

@@ -101,6 +101,30 @@ const CALLER_AUTH = {
   '403': problem('The caller may not use this client', ['forbidden']),
 };
 
+/** An admin route's 200: JSON of component `schema`, never cached. */
+function adminAnswer(description: string, schema: string): Json {
+  return {
+    description,
+    headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
+    content: { 'application/json': { schema: ref(schema) } },
+  };
+}
+
+/** The admin routes: a caller credential with scope `admin`. */
+const ADMIN_AUTH = {
+  '401': CALLER_AUTH['401'],
+  '403': problem('The caller lacks scope `admin`, or may not use this client', ['forbidden']),
+};
+
+const ADMIN_CLIENT_PARAM = {
+  name: 'id',
+  in: 'path',
+  required: true,
+  description: "The provider client (a configured client id in the caller's grant).",
+  schema: { type: 'string', minLength: 1 },
+  example: 'acme-prod',
+};
+
 const CLIENT_PARAM = {
   name: 'client',
   in: 'query',
@@ -109,6 +133,133 @@ const CLIENT_PARAM = {
   schema: { type: 'string', minLength: 1 },
   example: 'acme-prod',
 };
+
+/** Refusals `POST /orders` and the passthrough share (the forwarding core's). */
+const FORWARDING_500 = problem(
+  'Unexpected failure, or a stored idempotency record failed its integrity check (never replayed); quote the request id',
+  ['internal_error', 'idempotency_record_tampered'],
+);
+const FORWARDING_503 = problem(
+  'No token, the idempotency store is unreachable, or the broker is shutting down',
+  [
+    'token_unavailable',
+    'idempotency_unavailable',
+    'credentials_rejected',
+    'credentials_unavailable',
+    'shutting_down',
+    'caller_auth_unavailable',
+  ],
+  retryAfter,
+);
+
+// --- Provider passthrough (issue #15) ---
+/** The passthrough in the document; Fastify registers it as `/provider/*`. */
+const FORWARD_PATH = '/provider/{client}/{providerPath}';
+const FORWARD_ROUTE = '/provider/*';
+
+/** One method of `/provider/{client}/{providerPath}` (HEAD is described by GET). */
+function forwardOperation(method: string): Json {
+  const withBody = method !== 'get' && method !== 'delete';
+  return {
+    tags: ['passthrough'],
+    operationId: `forward${method[0].toUpperCase()}${method.slice(1)}`,
+    summary: `Forward a ${method.toUpperCase()} to the provider with the fleet's token`,
+    description:
+      "Sent to `{base_url}/{providerPath}?{query}` with the provider's headers and the client's bearer token; the provider's status, safe headers and body come back (streamed). Allowed only where the client's allow-list (`clients[].forward.allow`) lets the method and path pass; `..`, encoded slashes, `//` and the like are refused, never normalised. Requires scope `forward`. On POST, PUT, PATCH and DELETE an `Idempotency-Key` replays the stored answer to a repeat (keys are scoped by method and path). Rate limited per client and per caller (429 `forward_rate_limited`). A provider 429 is passed back with its `Retry-After`.",
+    security: [{ bearer: [] }],
+    parameters: [
+      {
+        name: 'client',
+        in: 'path',
+        required: true,
+        description: 'The provider client (a configured client id).',
+        schema: { type: 'string', minLength: 1 },
+        example: 'acme-prod',
+      },
+      {
+        name: 'providerPath',
+        in: 'path',
+        required: true,
+        description:
+          'The provider path below `{base_url}`, slashes included (e.g. `api/marketing/v1/offers`); the query string is passed on as is.',
+        schema: { type: 'string', minLength: 1 },
+        example: 'api/marketing/v1/offers',
+      },
+      {
+        name: 'Idempotency-Key',
+        in: 'header',
+        description:
+          'POST, PUT, PATCH, DELETE: 1-255 printable ASCII characters; a new UUID per request.',
+        schema: { type: 'string', minLength: 1, maxLength: 255 },
+      },
+    ],
+    ...(withBody && {
+      requestBody: {
+        required: false,
+        description:
+          'Any media type, passed through byte for byte (up to FORWARD_BODY_LIMIT_BYTES).',
+        content: { '*/*': { schema: {} } },
+      },
+    }),
+    responses: {
+      default: {
+        description:
+          "The provider's answer, passed through: status, body and the safe headers (content type and length, cache headers, `Retry-After`, `Location`, the provider's request id as `X-Provider-Request-Id`; never `Set-Cookie`). The broker's own refusals are problem+json with the codes below.",
+        headers: { ...COMMON_HEADERS, 'Idempotent-Replayed': header('Idempotent-Replayed') },
+        content: { '*/*': { schema: {} } },
+      },
+      '400': orRelayed(
+        problem('Malformed provider path or query, or a bad Idempotency-Key', [
+          'forward_path_invalid',
+          'idempotency_key_invalid',
+          'invalid_request',
+        ]),
+      ),
+      '401': orRelayed(CALLER_AUTH['401']),
+      '403': orRelayed(
+        problem(
+          'The caller may not use this client or forward (scope), or the allow-list does not cover the method and path',
+          ['forbidden', 'forward_not_allowed'],
+        ),
+      ),
+      '404': orRelayed(
+        problem('Unknown client, or no such route', ['unknown_client', 'not_found']),
+      ),
+      '409': orRelayed(
+        problem(
+          'The first request with this key is in flight, or its outcome is unknown',
+          ['forward_in_flight', 'forward_outcome_unknown'],
+          retryAfter,
+        ),
+      ),
+      '413': orRelayed(problem('Body over FORWARD_BODY_LIMIT_BYTES', ['forward_body_too_large'])),
+      '422': orRelayed(
+        problem('Same Idempotency-Key, different query or body', ['idempotency_key_reused']),
+      ),
+      '429': orRelayed(
+        problem(
+          "Over the client's or the caller's rate limit at the broker",
+          ['forward_rate_limited'],
+          retryAfter,
+        ),
+      ),
+      '408': GENERIC['408'],
+      '500': FORWARDING_500,
+      '502': orRelayed(
+        problem('The provider refused the token, could not be reached, or answered badly', [
+          'forward_token_rejected',
+          'forward_provider_unreachable',
+          'forward_provider_bad_response',
+        ]),
+      ),
+      '503': orRelayed(FORWARDING_503),
+      '504': orRelayed(
+        problem('Sent, no answer in time: check with the provider', ['forward_provider_timeout']),
+      ),
+    },
+  };
+}
+// --- end provider passthrough ---
 
 export const OPENAPI_DOCUMENT: Json = {
   openapi: '3.1.0',
@@ -122,7 +273,13 @@ export const OPENAPI_DOCUMENT: Json = {
   tags: [
     { name: 'tokens' },
     { name: 'orders' },
+    { name: 'passthrough' },
     { name: 'operations', description: 'No caller authentication' },
+    {
+      name: 'admin',
+      description:
+        'Operators: scope `admin`; on the admin port (`ADMIN_PORT`) when set, with `/metrics` and `/health/*`',
+    },
   ],
   paths: {
     '/token': {
@@ -353,32 +510,26 @@ export const OPENAPI_DOCUMENT: Json = {
             problem('Same Idempotency-Key, different body', ['idempotency_key_reused']),
           ),
           '408': GENERIC['408'],
-          '500': problem(
-            'Unexpected failure, or a stored idempotency record failed its integrity check (never replayed); quote the request id',
-            ['internal_error', 'idempotency_record_tampered'],
-          ),
+          '500': FORWARDING_500,
           '502': problem(
             'The provider refused the token, could not be reached, or answered badly',
             ['order_token_rejected', 'order_provider_unreachable', 'order_provider_bad_response'],
           ),
-          '503': problem(
-            'No token, the idempotency store is unreachable, or the broker is shutting down',
-            [
-              'token_unavailable',
-              'idempotency_unavailable',
-              'credentials_rejected',
-              'credentials_unavailable',
-              'shutting_down',
-              'caller_auth_unavailable',
-            ],
-            retryAfter,
-          ),
+          '503': FORWARDING_503,
           '504': problem('Sent, no answer in time: check with the provider', [
             'order_provider_timeout',
           ]),
         },
       },
     },
+    // --- Provider passthrough (issue #15) ---
+    [FORWARD_PATH]: Object.fromEntries(
+      (['get', 'post', 'put', 'patch', 'delete'] as const).map((method) => [
+        method,
+        forwardOperation(method),
+      ]),
+    ),
+    // --- end provider passthrough ---
     '/health/live': {
       get: {
         tags: ['operations'],
@@ -434,6 +585,86 @@ export const OPENAPI_DOCUMENT: Json = {
             headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
             content: { 'text/plain': { schema: { type: 'string' } } },
           },
+          ...GENERIC,
+        },
+      },
+    },
+    // ---- Admin routes (issue #16): on the admin port when ADMIN_PORT is set ----------------
+    '/admin/clients': {
+      get: {
+        tags: ['admin'],
+        operationId: 'adminClients',
+        summary: "Every client in the caller's grant, as this replica sees it, and the store",
+        security: [{ bearer: [] }],
+        responses: {
+          '200': adminAnswer(
+            "Per client: the token's fingerprint (16 hex of SHA-256, never the token), expiry, when and how this replica last got it (`fetched`, `adopted`, `failed`), the revocation generation, the refresh lock's holder, the last error; and the store's kind, mode, nodes and state.",
+            'AdminStatus',
+          ),
+          ...ADMIN_AUTH,
+          ...GENERIC,
+        },
+      },
+    },
+    '/admin/clients/{id}/refresh': {
+      post: {
+        tags: ['admin'],
+        operationId: 'adminRefresh',
+        summary:
+          'A new token for the whole fleet: one provider request under the refresh lock, fenced, adopted by every replica',
+        security: [{ bearer: [] }],
+        parameters: [ADMIN_CLIENT_PARAM],
+        responses: {
+          '200': adminAnswer(
+            '`providerRequest` is false when the refresh joined one asked for at the same time (on any replica).',
+            'AdminRefresh',
+          ),
+          ...ADMIN_AUTH,
+          '404': problem('Unknown client, or no such route', ['unknown_client', 'not_found']),
+          '502': problem('The provider did not grant a token', ['admin_refresh_failed']),
+          '503': problem(
+            'Redis does not answer, or the lock stayed held; retry',
+            ['admin_store_unavailable', 'token_unavailable'],
+            { 'Retry-After': header('Retry-After') },
+          ),
+          '500': GENERIC['500'],
+        },
+      },
+    },
+    '/admin/clients/{id}/revoke': {
+      post: {
+        tags: ['admin'],
+        operationId: 'adminRevoke',
+        summary:
+          "Drops the client's token on every replica for good (a new generation); a new one is fetched",
+        security: [{ bearer: [] }],
+        parameters: [ADMIN_CLIENT_PARAM],
+        responses: {
+          '200': adminAnswer(
+            '`replicas.notified`: replicas the notification reached; `acknowledged`: those that dropped the token within 2 s.',
+            'AdminRevoke',
+          ),
+          ...ADMIN_AUTH,
+          '404': problem('Unknown client, or no such route', ['unknown_client', 'not_found']),
+          '503': problem('Redis does not answer; retry', ['admin_store_unavailable'], {
+            'Retry-After': header('Retry-After'),
+          }),
+          '500': GENERIC['500'],
+        },
+      },
+    },
+    '/admin/reload': {
+      post: {
+        tags: ['admin'],
+        operationId: 'adminReload',
+        summary: "Re-reads this replica's client credentials and caller grants now",
+        security: [{ bearer: [] }],
+        responses: {
+          '200': adminAnswer(
+            'Names only: the clients whose credentials changed, the callers added or removed.',
+            'AdminReload',
+          ),
+          ...ADMIN_AUTH,
           ...GENERIC,
         },
       },
@@ -580,6 +811,109 @@ export const OPENAPI_DOCUMENT: Json = {
       ProviderAnswer: {
         description: "The provider's JSON, passed through unchanged.",
       },
+      AdminStatus: {
+        type: 'object',
+        required: ['store', 'clients'],
+        properties: {
+          store: {
+            type: 'object',
+            required: ['kind', 'state'],
+            properties: {
+              kind: { enum: ['redis', 'memory'] },
+              mode: { enum: ['standalone', 'sentinel', 'cluster'] },
+              nodes: { type: 'array', items: { type: 'string' } },
+              state: { enum: ['up', 'down', 'misconfigured'] },
+            },
+          },
+          clients: {
+            type: 'array',
+            items: {
+              type: 'object',
+              required: ['client', 'generation', 'refreshing', 'lock'],
+              properties: {
+                client: { type: 'string' },
+                fingerprint: { type: 'string', pattern: '^[0-9a-f]{16}$' },
+                expiresAt: { type: 'string', format: 'date-time' },
+                obtainedAt: { type: 'string', format: 'date-time' },
+                generation: { type: 'integer', minimum: 0 },
+                lastRefresh: {
+                  type: 'object',
+                  properties: {
+                    at: { type: 'string', format: 'date-time' },
+                    outcome: { enum: ['fetched', 'adopted', 'failed'] },
+                  },
+                },
+                lastError: { type: 'string' },
+                refreshing: { type: 'boolean' },
+                lock: {
+                  type: 'object',
+                  properties: {
+                    held: { type: 'boolean' },
+                    holder: { type: 'string' },
+                    ttlMs: { type: 'integer' },
+                    error: { type: 'string' },
+                  },
+                },
+              },
+            },
+          },
+        },
+      },
+      AdminRefresh: {
+        type: 'object',
+        required: ['client', 'fingerprint', 'providerRequest', 'written'],
+        properties: {
+          client: { type: 'string' },
+          fingerprint: { type: 'string', pattern: '^[0-9a-f]{16}$' },
+          expiresAt: { type: 'string', format: 'date-time' },
+          providerRequest: { type: 'boolean' },
+          written: { type: 'boolean' },
+        },
+      },
+      AdminRevoke: {
+        type: 'object',
+        required: ['client', 'generation', 'replicas'],
+        properties: {
+          client: { type: 'string' },
+          generation: { type: 'integer', minimum: 1 },
+          revokedFingerprint: { type: 'string', pattern: '^[0-9a-f]{16}$' },
+          replicas: {
+            type: 'object',
+            required: ['notified', 'acknowledged'],
+            properties: {
+              notified: { type: 'integer', minimum: 0 },
+              acknowledged: { type: 'integer', minimum: 0 },
+            },
+          },
+        },
+      },
+      AdminReload: {
+        type: 'object',
+        required: ['credentials', 'callers'],
+        properties: {
+          credentials: {
+            type: 'object',
+            properties: {
+              changed: { type: 'array', items: { type: 'string' } },
+              firstRead: {
+                type: 'array',
+                items: { type: 'string' },
+                description:
+                  "Read for the first time on this replica (it had only adopted the fleet's tokens): nothing to compare with.",
+              },
+              failed: { type: 'array', items: { type: 'string' } },
+            },
+          },
+          callers: {
+            type: 'object',
+            properties: {
+              added: { type: 'array', items: { type: 'string' } },
+              removed: { type: 'array', items: { type: 'string' } },
+              error: { type: 'string' },
+            },
+          },
+        },
+      },
       HealthReport: {
         type: 'object',
         required: ['status'],
@@ -597,7 +931,11 @@ export const OPENAPI_DOCUMENT: Json = {
 /** `METHOD /path` of every operation in the document. */
 export function describedRoutes(): string[] {
   const paths = OPENAPI_DOCUMENT.paths as Record<string, Record<string, unknown>>;
+  // Fastify names path parameters `:id` where OpenAPI writes `{id}`.
   return Object.entries(paths).flatMap(([path, item]) =>
-    Object.keys(item).map((method) => `${method.toUpperCase()} ${path}`),
+    Object.keys(item).map(
+      (method) =>
+        `${method.toUpperCase()} ${path === FORWARD_PATH ? FORWARD_ROUTE : path.replace(/\{(\w+)\}/g, ':$1')}`,
+    ),
   );
 }

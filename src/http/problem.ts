@@ -1,6 +1,8 @@
 import { HttpException } from '@nestjs/common';
+import { AdminErrorCode, AdminException } from '../admin/admin.exception';
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { BrokerException } from '../errors/broker.exception';
+import { ForwardErrorCode, ForwardException } from '../forward/forward.exception';
 import { OrdersErrorCode, OrdersException } from '../orders/orders.exception';
 import { TokenErrorCode, TokenException } from '../token/token.exception';
 import { RequestErrorCode, RequestException } from './request.exception';
@@ -11,6 +13,8 @@ export type ProblemCode =
   | CallerAuthErrorCode
   | RequestErrorCode
   | OrdersErrorCode
+  | AdminErrorCode
+  | ForwardErrorCode
   | 'internal_error';
 
 /** RFC 9457 problem details, plus the broker's stable `code` and the request id. */
@@ -103,6 +107,31 @@ export function statusFor(code: ProblemCode): ProblemStatus {
       return { status: 500, title: 'Idempotency record tampered' };
     case OrdersErrorCode.ProviderTimeout:
       return { status: 504, title: 'Provider timeout' };
+    case AdminErrorCode.RefreshFailed:
+      return { status: 502, title: 'Forced refresh failed' };
+    case AdminErrorCode.StoreUnavailable:
+      return { status: 503, title: 'Shared store unavailable', retryAfterSeconds: 2 };
+    // Provider passthrough (issue #15).
+    case ForwardErrorCode.PathInvalid:
+      return { status: 400, title: 'Invalid provider path' };
+    case ForwardErrorCode.NotAllowed:
+      return { status: 403, title: "Not allowed by the client's allow-list" };
+    case ForwardErrorCode.InFlight:
+      return { status: 409, title: 'Request in flight' };
+    case ForwardErrorCode.OutcomeUnknown:
+      return { status: 409, title: 'Request outcome unknown' };
+    case ForwardErrorCode.BodyTooLarge:
+      return { status: 413, title: 'Request body too large' };
+    case ForwardErrorCode.RateLimited:
+      return { status: 429, title: 'Rate limited', retryAfterSeconds: 1 };
+    case ForwardErrorCode.TokenRejected:
+      return { status: 502, title: 'Provider rejected the token' };
+    case ForwardErrorCode.ProviderUnreachable:
+      return { status: 502, title: 'Provider unreachable' };
+    case ForwardErrorCode.ProviderBadResponse:
+      return { status: 502, title: 'Bad provider response' };
+    case ForwardErrorCode.ProviderTimeout:
+      return { status: 504, title: 'Provider timeout' };
     default:
       return assertUnreachable(code);
   }
@@ -142,7 +171,14 @@ export function toProblem(err: unknown, requestId?: string): ProblemResponse {
  * The domains whose codes answer the caller. Any other exception (provider, secrets, stores,
  * config) is the broker's own failure: its message may name internals, so it becomes a 500.
  */
-const CALLER_FACING = [TokenException, CallerAuthException, RequestException, OrdersException];
+const CALLER_FACING = [
+  TokenException,
+  CallerAuthException,
+  RequestException,
+  OrdersException,
+  AdminException,
+  ForwardException,
+];
 
 function isCallerFacing(
   err: unknown,

@@ -75,6 +75,20 @@ export class MetricsService {
     labelNames: ['client'] as const,
     registers: [this.registry],
   });
+  // --- Provider passthrough (issue #15) ---
+  /** Callers are configured names (api-key `name`, service-account subjects): bounded. */
+  readonly forwardRequests = new Counter({
+    name: 'token_broker_forward_requests_total',
+    help: 'Provider passthrough requests per client, caller and outcome (forwarded, replayed, rate_limited, not_allowed, or the problem code).',
+    labelNames: ['client', 'caller', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly forwardRateLimitFallback = new Counter({
+    name: 'token_broker_forward_rate_limit_fallback_total',
+    help: 'Passthrough requests whose rate limits were counted in this replica only because Redis did not answer.',
+    registers: [this.registry],
+  });
+  // --- end provider passthrough ---
   readonly redisDataLoss = new Counter({
     name: 'token_broker_redis_data_loss_total',
     help: 'Times this replica found that Redis lost data it had seen there, per client and kind (lost: emptied; rolled_back: a failover to a replica that missed writes). Idempotency records may be gone: repeats of answered orders could be created twice.',

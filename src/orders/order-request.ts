@@ -77,6 +77,20 @@ export function readOrderHeaders(
   return { idempotencyKey, forward };
 }
 
+/**
+ * The headers to forward without the caller's W3C trace context: when the broker traces, the
+ * provider request carries the broker's own span (injected by the undici instrumentation), a
+ * child of the caller's.
+ */
+export function withoutTraceContext(headers: OrderHeaders): OrderHeaders {
+  const forward = Object.fromEntries(
+    Object.entries(headers.forward).filter(
+      ([name]) => name !== 'traceparent' && name !== 'tracestate',
+    ),
+  );
+  return { ...headers, forward };
+}
+
 function readIdempotencyKey(
   headers: IncomingHttpHeaders,
   rawHeaders: readonly string[],

@@ -2,12 +2,7 @@ import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
-import {
-  CallerAuthGuard,
-  callerContext,
-  partialCallerContext,
-} from '../caller-auth/caller-auth.guard';
-import { CallerAuthException } from '../caller-auth/caller-auth.exception';
+import { CallerAuthGuard, callerContext } from '../caller-auth/caller-auth.guard';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
@@ -17,22 +12,21 @@ import { LOGGER } from '../logging/logger';
 import {
   assertJsonObject,
   isJsonContentType,
-  type OrderHeaders,
   readOrderHeaders,
+  withoutTraceContext,
 } from './order-request';
+import { writeForwardingAudit } from './forwarding-audit';
+import { registerForwardingRoute } from './forwarding-route';
 import { type OrderAudit, type OrderReply, OrdersService } from './orders.service';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
 import { inCallerSpan, spansEnabled } from '../tracing/spans';
 
 /**
  * `POST /orders`, registered on Fastify in its own encapsulated context rather than as a Nest
- * controller, for two reasons:
- * - the body must reach the provider byte for byte, so this context replaces Fastify's JSON
- *   parser with one that keeps the raw bytes (JSON is still checked, never re-serialised), and
- *   that parser must not apply to any other route;
- * - the caller is authenticated in `onRequest`, so an unauthenticated or forbidden request is
- *   refused before its body (up to `orders.bodyLimitBytes`) is read.
- * Errors, including Fastify's own (body too large), become problem+json here.
+ * controller (see {@link registerForwardingRoute}): the body reaches the provider byte for byte
+ * (JSON is still checked, never re-serialised), and the caller is authenticated in `onRequest`,
+ * before its body (up to `orders.bodyLimitBytes`) is read. Errors, including Fastify's own (body
+ * too large), become problem+json here.
  */
 @Injectable()
 export class OrdersRoute implements OnModuleInit {
@@ -56,29 +50,21 @@ export class OrdersRoute implements OnModuleInit {
   }
 
   onModuleInit(): void {
-    const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
-    const bodyLimit = this.config.orders.bodyLimitBytes;
-    void fastify.register(async (scope) => {
-      scope.removeAllContentTypeParsers();
-      // Any media type reaches the route as bytes; `admit` decides 415 with a clear message.
-      scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit }, (_req, body, done) =>
-        done(null, body),
-      );
-      scope.setErrorHandler((err, req, reply) => this.refuse(this.translate(err), req, reply));
-      // An order still in flight when SIGTERM arrives is answered, but its keep-alive connection
-      // would then hold the closing server open until the grace period ends: close it.
-      scope.addHook('preClose', (done) => {
-        this.closing = true;
-        done();
-      });
-      scope.route({
+    registerForwardingRoute(
+      this.adapterHost.httpAdapter.getInstance<FastifyInstance>(),
+      this.config.orders.bodyLimitBytes,
+      {
+        refuse: (err, req, reply) => this.refuse(this.translate(err), req, reply),
+        closing: () => (this.closing = true),
+      },
+      {
         method: 'POST',
         url: '/orders',
-        bodyLimit,
+        // Any media type reaches the route as bytes; `admit` decides 415 with a clear message.
         onRequest: (req) => this.admit(req),
         handler: (req, reply) => this.handle(req, reply),
-      });
-    });
+      },
+    );
   }
 
   /** Before the body is read: who is calling (401/403/404), and is it JSON (415). */
@@ -112,7 +98,10 @@ export class OrdersRoute implements OnModuleInit {
             audit,
           ),
       );
-      this.log(req, reply, audit, result.status, result.replayed ? 'replayed' : 'forwarded');
+      writeForwardingAudit(this.line, req, reply, audit, {
+        status: result.status,
+        result: result.replayed ? 'replayed' : 'forwarded',
+      });
       if (this.closing) reply.header('connection', 'close');
       return send(reply, result);
     } catch (err) {
@@ -128,39 +117,13 @@ export class OrdersRoute implements OnModuleInit {
     audit: OrderAudit = { attempts: 0 },
   ): FastifyReply {
     const { problem } = toProblem(err);
-    this.log(req, reply, audit, problem.status, problem.code, hiddenFrom(err));
+    writeForwardingAudit(this.line, req, reply, audit, {
+      status: problem.status,
+      result: problem.code,
+      err,
+    });
     if (this.closing) reply.header('connection', 'close');
     return sendProblem(reply, err, req.id);
-  }
-
-  private log(
-    req: FastifyRequest,
-    reply: FastifyReply,
-    audit: OrderAudit,
-    status: number,
-    result: string,
-    hidden: { client?: string; reason?: string } = {},
-  ): void {
-    if (!this.line.enabled) return;
-    const seen = partialCallerContext(req);
-    const caller = seen.caller;
-    const clientId = seen.clientId ?? hidden.client;
-    const field = AuditLineWriter.field;
-    // Fields the broker does not know (yet) are left out, as pino leaves out `undefined`.
-    this.line.write(
-      field('reqId', req.id) +
-        (caller ? field('caller', caller.name) : '') +
-        (clientId !== undefined ? field('client', clientId) : '') +
-        (audit.tokenFingerprint !== undefined ? field('fp', audit.tokenFingerprint) : '') +
-        (audit.idempotencyKeyHash !== undefined
-          ? field('idemKeyHash', audit.idempotencyKeyHash)
-          : '') +
-        field('attempts', audit.attempts) +
-        field('status', status) +
-        field('result', result) +
-        (hidden.reason !== undefined ? field('reason', hidden.reason) : '') +
-        field('durationMs', Math.round(reply.elapsedTime * 10) / 10),
-    );
   }
 
   /** Fastify's own body errors, in the orders vocabulary. */
@@ -197,19 +160,4 @@ function send(reply: FastifyReply, result: OrderReply): FastifyReply {
   if (result.retryAfter !== undefined) reply.header('retry-after', result.retryAfter);
   if (result.replayed) reply.header('idempotent-replayed', 'true');
   return reply.send(result.body.length > 0 ? result.body : undefined);
-}
-
-/** The headers to forward without the caller's W3C trace context. */
-function withoutTraceContext(headers: OrderHeaders): OrderHeaders {
-  const forward = Object.fromEntries(
-    Object.entries(headers.forward).filter(
-      ([name]) => name !== 'traceparent' && name !== 'tracestate',
-    ),
-  );
-  return { ...headers, forward };
-}
-
-/** What the audit line records besides the answered code (see `CallerAuthException.audit`). */
-function hiddenFrom(err: unknown): { client?: string; reason?: string } {
-  return err instanceof CallerAuthException ? err.audit : {};
 }

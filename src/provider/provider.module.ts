@@ -4,8 +4,16 @@ import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { AuthServerClient } from './auth-server.client';
 import { CheckoutClient, type CheckoutGateway, createCheckoutAgent } from './checkout.client';
-import { CHECKOUT_GATEWAY, PROVIDER_AGENT, TOKEN_GRANTOR } from './provider.constants';
+import {
+  CHECKOUT_AGENT,
+  CHECKOUT_GATEWAY,
+  PROVIDER_AGENT,
+  PROVIDER_API_GATEWAY,
+  TOKEN_GRANTOR,
+} from './provider.constants';
+import { ProviderApiClient } from './provider-api.client';
 import { createProviderAgent } from './provider-http';
+import type { ProviderApiGateway } from './provider-api.client';
 
 /**
  * The provider adapter. Exports its two ports only: the token endpoint ({@link TOKEN_GRANTOR})
@@ -26,13 +34,25 @@ import { createProviderAgent } from './provider-http';
     },
     {
       // Its own pool, sized and timed for orders (ORDERS_*), apart from the token endpoint's.
-      provide: CHECKOUT_GATEWAY,
+      provide: CHECKOUT_AGENT,
       inject: [BROKER_CONFIG],
-      useFactory: (config: BrokerConfig): CheckoutGateway =>
-        new CheckoutClient(createCheckoutAgent(config.orders), config.orders),
+      useFactory: (config: BrokerConfig): Agent => createCheckoutAgent(config.orders),
+    },
+    {
+      provide: CHECKOUT_GATEWAY,
+      inject: [CHECKOUT_AGENT, BROKER_CONFIG],
+      useFactory: (agent: Agent, config: BrokerConfig): CheckoutGateway =>
+        new CheckoutClient(agent, config.orders),
+    },
+    {
+      // The passthrough: same host as orders, so the same pool and timeouts.
+      provide: PROVIDER_API_GATEWAY,
+      inject: [CHECKOUT_AGENT, BROKER_CONFIG],
+      useFactory: (agent: Agent, config: BrokerConfig): ProviderApiGateway =>
+        new ProviderApiClient(agent, config.orders),
     },
   ],
-  exports: [TOKEN_GRANTOR, CHECKOUT_GATEWAY],
+  exports: [TOKEN_GRANTOR, CHECKOUT_GATEWAY, PROVIDER_API_GATEWAY],
 })
 export class ProviderModule implements OnApplicationShutdown {
   constructor(

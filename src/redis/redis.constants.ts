@@ -19,4 +19,10 @@ export const redisKeys = {
   /** Never-expiring marker of the data's continuity (see `TokenStore.checkContinuity`). */
   epoch: (clientId: string) => `tb:{${clientId}}:epoch`,
   idempotency: (clientId: string, keyHash: string) => `tb:{${clientId}}:idem:${keyHash}`,
+  /** The client's revocation generation (never expires; absent: 0). See `TokenStore.revoke`. */
+  generation: (clientId: string) => `tb:{${clientId}}:gen`,
+  /** The replicas that acknowledged revocation `generation` (a set, kept 10 minutes). */
+  revocationAcks: (clientId: string, generation: number) => `tb:{${clientId}}:acks:${generation}`,
+  /** Which replica last took the refresh lock (shown while the lock exists). */
+  lockHolder: (clientId: string) => `tb:{${clientId}}:holder`,
 } as const;

@@ -14,6 +14,9 @@ import { SECRET_READER } from '../secrets/secrets.constants';
 import { SecretsModule } from '../secrets/secrets.module';
 import { createTokenCipher } from '../token/token-cipher.factory';
 import { RedisIdempotencyStore } from './idempotency-store.redis';
+import { FORWARD_RATE_LIMITER } from '../forward/forward.constants';
+import type { ForwardRateLimiter } from '../forward/forward-rate-limiter';
+import { RedisForwardRateLimiter } from './forward-rate-limiter.redis';
 import { REDIS_CONNECTION } from './redis.constants';
 import {
   createRedisConnection,
@@ -98,8 +101,18 @@ import { RedisTokenStore } from './token-store.redis';
         return new MemoryIdempotencyStore();
       },
     },
+    {
+      // The passthrough's rate limits: fleet-wide in Redis, in memory without (or while down).
+      provide: FORWARD_RATE_LIMITER,
+      inject: [BROKER_CONFIG, REDIS_CONNECTION, LOGGER],
+      useFactory: (
+        config: BrokerConfig,
+        redis: RedisClient | null,
+        logger: Logger,
+      ): ForwardRateLimiter => new RedisForwardRateLimiter(redis, config.forward, logger),
+    },
   ],
-  exports: [TOKEN_STORE, IDEMPOTENCY_STORE],
+  exports: [TOKEN_STORE, IDEMPOTENCY_STORE, FORWARD_RATE_LIMITER],
 })
 export class RedisModule implements OnApplicationShutdown {
   constructor(

@@ -5,14 +5,18 @@ import type { RedisSettings } from '../config/config.schema';
 // The parser caps every lifetime at this; a stored token claiming more was not written by us.
 import { MAX_LIFETIME_SECONDS } from '../provider/token-response.parser';
 import type { TokenCipher } from '../token/token-cipher';
-import { fingerprintOf, type TokenRecord } from '../token/token-record';
-import type {
-  RefreshHold,
-  RefreshLock,
-  StoreContinuity,
-  StoredToken,
-  TokenStore,
-  TokenStoreEvent,
+import { fingerprintOf, type TokenRecord, withGeneration } from '../token/token-record';
+import {
+  type LockState,
+  type RefreshHold,
+  type RefreshLock,
+  REPLICA_ID,
+  type Revocation,
+  type StoreContinuity,
+  type StoredToken,
+  type StoreTopology,
+  type TokenStore,
+  type TokenStoreEvent,
 } from '../token/token-store';
 import { TokenStoreErrorCode, TokenStoreException } from '../token/token-store.exception';
 import { RedisClockOffset } from './redis-clock';
@@ -32,8 +36,29 @@ end
 `;
 
 /**
- * KEYS[1] token hash. ARGV: remaining lifetime (ms), total lifetime (ms), fingerprint, sealed
- * value, channel, longest believable lifetime (ms), the writer's own expiry (epoch ms, a hint).
+ * The client's revocation generation (KEYS[n], a plain integer; absent: 0). A foreign value of
+ * another type is replaced, or every script touching it would fail (WRONGTYPE) for good.
+ */
+const GENERATION = `
+local function generationAt(key)
+  local t = redis.call('TYPE', key).ok
+  if t ~= 'string' then
+    if t ~= 'none' then redis.call('DEL', key) end
+    return 0
+  end
+  return tonumber(redis.call('GET', key)) or 0
+end
+`;
+
+/**
+ * KEYS[1] token hash, KEYS[2] generation. ARGV: remaining lifetime (ms), total lifetime (ms),
+ * fingerprint, sealed value, channel, longest believable lifetime (ms), the writer's own expiry
+ * (epoch ms, a hint), the generation the token was requested in.
+ * Returns {1 written | 0 fenced | -1 older generation, the current generation}.
+ *
+ * A token requested before a revoke never lands, whoever writes it (a replica that was cut off
+ * from Redis during the revoke pushes its token back on recovery): the generation fences it.
+ * A writer newer than the store (Redis lost its data) raises the store's generation.
  *
  * The writer sends durations measured on its own clock; the absolute expiry (`exp`) and request
  * time (`obt`) are stored in Redis time, so replicas with different wall clocks compare the same
@@ -44,13 +69,17 @@ end
  * invalidation the stored expiry stays as a fence, and any token *requested after* the
  * invalidation may replace it even if the provider shortened lifetimes meanwhile.
  */
-const WRITE_FENCED = `${REDIS_NOW}
+const WRITE_FENCED = `${REDIS_NOW}${GENERATION}
 -- A foreign value of another type would make every write fail (WRONGTYPE) for good.
 local t = redis.call('TYPE', KEYS[1]).ok
 if t ~= 'hash' and t ~= 'none' then redis.call('DEL', KEYS[1]) end
+local gen = generationAt(KEYS[2])
+local writerGen = tonumber(ARGV[8]) or 0
+-- Requested before a revoke: it is one of the tokens the revoke dropped.
+if writerGen < gen then return {-1, gen} end
 local remaining = tonumber(ARGV[1])
 -- Already expired on arrival: storing it would only serve a dead token.
-if remaining <= 0 then return 0 end
+if remaining <= 0 then return {0, gen} end
 local now = redisNow()
 local exp = now + remaining
 local obt = exp - tonumber(ARGV[2])
@@ -59,29 +88,69 @@ local curExp = tonumber(cur[1])
 local inv = tonumber(cur[2])
 -- The stored token (or the rejected one still fencing) never comes back: converting durations
 -- costs a millisecond here and there, which must not make the same token look newer.
-if cur[3] == ARGV[3] then return 0 end
+if cur[3] == ARGV[3] then return {0, gen} end
 -- No token we wrote expires this far beyond now: corrupt, not a fence.
 if curExp and curExp > now + tonumber(ARGV[6]) then curExp = nil end
 if curExp then
-  if exp <= curExp and not (inv and obt > inv) then return 0 end
+  if exp <= curExp and not (inv and obt > inv) then return {0, gen} end
+end
+if writerGen > gen then
+  redis.call('SET', KEYS[2], writerGen)
+  gen = writerGen
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'exp', exp, 'obt', obt, 'fp', ARGV[3], 'val', ARGV[4], 'wexp', ARGV[7])
 redis.call('PEXPIRE', KEYS[1], remaining)
 -- The fingerprint, not a time: another replica's clock could not compare a time anyway.
 redis.call('PUBLISH', ARGV[5], 'u:' .. ARGV[3])
+return {1, gen}
+`;
+
+/**
+ * KEYS[1] token hash, KEYS[2] refresh floor, KEYS[3] generation. ARGV: channel.
+ * The operator's revoke: a new generation, the stored token dropped (its hash stays until it
+ * would have expired, so the fence still knows its fingerprint and expiry), the floor lifted (a
+ * replacement is needed now), and every replica told. Returns {generation, fingerprint or '',
+ * subscribers reached}.
+ */
+const REVOKE = `${REDIS_NOW}${GENERATION}
+local gen = generationAt(KEYS[3]) + 1
+redis.call('SET', KEYS[3], gen)
+local fp = ''
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then
+  fp = redis.call('HGET', KEYS[1], 'fp') or ''
+  if redis.call('HEXISTS', KEYS[1], 'inv') == 0 then
+    redis.call('HSET', KEYS[1], 'inv', redisNow())
+  end
+  redis.call('HDEL', KEYS[1], 'val')
+end
+redis.call('DEL', KEYS[2])
+local reached = redis.call('PUBLISH', ARGV[1], 'r:' .. gen .. ':' .. fp)
+return {gen, fp, reached}
+`;
+
+/**
+ * KEYS[1] a revocation's acknowledgements. ARGV: replica id, TTL (ms). A script rather than
+ * MULTI: the ACL the README asks for grants scripting, not transactions.
+ */
+const ACKNOWLEDGE = `
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `;
 
 /**
- * KEYS[1] token hash. ARGV: none. Returns exp, obt, fp, val, inv, wexp and Redis's now, or
- * 'wrongtype'. Now comes from the same script so the remaining lifetime is exact in Redis time.
+ * KEYS[1] token hash, KEYS[2] generation. ARGV: none. Returns exp, obt, fp, val, inv, wexp,
+ * Redis's now and the generation, or {'wrongtype', generation}. Now comes from the same script
+ * so the remaining lifetime is exact in Redis time.
  */
-const READ = `${REDIS_NOW}
+const READ = `${REDIS_NOW}${GENERATION}
+local gen = tostring(generationAt(KEYS[2]))
 local t = redis.call('TYPE', KEYS[1]).ok
-if t ~= 'hash' and t ~= 'none' then return 'wrongtype' end
+if t ~= 'hash' and t ~= 'none' then return {'wrongtype', gen} end
 local r = redis.call('HMGET', KEYS[1], 'exp', 'obt', 'fp', 'val', 'inv', 'wexp')
 r[7] = tostring(redisNow())
+r[8] = gen
 return r
 `;
 
@@ -185,9 +254,16 @@ const FENCE_SLACK_MS = 60_000;
 
 type RedisWithScripts = RedisClient & {
   tbProbe(token: string, never: string, channel: string): Promise<number>;
-  tbWriteFenced(key: string, ...args: (string | number)[]): Promise<number>;
+  tbWriteFenced(key: string, ...args: (string | number)[]): Promise<[number, number]>;
   tbInvalidate(key: string, ...args: (string | number)[]): Promise<number>;
-  tbRead(key: string): Promise<'wrongtype' | (string | null)[]>;
+  tbRead(key: string, generationKey: string): Promise<(string | null)[]>;
+  tbAcknowledge(key: string, replica: string, ttlMs: number): Promise<number>;
+  tbRevoke(
+    key: string,
+    floorKey: string,
+    generationKey: string,
+    channel: string,
+  ): Promise<[number, string, number]>;
   tbDeferRefresh(key: string, delayMs: number): Promise<number>;
   tbRefreshHold(key: string): Promise<[number, string | false | null]>;
   tbEpochAdvance(key: string, id: string): Promise<[string, number, number]>;
@@ -216,6 +292,8 @@ export class RedisTokenStore implements TokenStore {
   private readonly listeners: Array<(e: TokenStoreEvent) => void> = [];
   private readonly recoveredListeners: Array<() => void> = [];
   private readonly lastCorrupt = new Map<string, string>();
+  /** The highest revocation generation this replica saw per client (see {@link generation}). */
+  private readonly generations = new Map<string, number>();
   /** The last epoch this replica saw per client (see {@link checkContinuity}). */
   private readonly epochs = new Map<string, { id: string; seq: number }>();
   /**
@@ -238,7 +316,7 @@ export class RedisTokenStore implements TokenStore {
     redis: RedisClient,
     private readonly subscriber: RedisClient,
     private readonly cipher: TokenCipher,
-    settings: RedisSettings,
+    private readonly settings: RedisSettings,
     private readonly lockTtlMs: number,
     clientIds: readonly string[],
     logger: StateLogger | Logger = SILENT,
@@ -246,9 +324,11 @@ export class RedisTokenStore implements TokenStore {
     this.tracker = new RedisStateTracker(logger, describeRedis(settings));
     this.probeClient = clientIds[0] ?? 'probe';
     redis.defineCommand('tbProbe', { numberOfKeys: 2, lua: PROBE });
-    redis.defineCommand('tbWriteFenced', { numberOfKeys: 1, lua: WRITE_FENCED });
+    redis.defineCommand('tbWriteFenced', { numberOfKeys: 2, lua: WRITE_FENCED });
     redis.defineCommand('tbInvalidate', { numberOfKeys: 2, lua: INVALIDATE });
-    redis.defineCommand('tbRead', { numberOfKeys: 1, lua: READ });
+    redis.defineCommand('tbRead', { numberOfKeys: 2, lua: READ });
+    redis.defineCommand('tbRevoke', { numberOfKeys: 3, lua: REVOKE });
+    redis.defineCommand('tbAcknowledge', { numberOfKeys: 1, lua: ACKNOWLEDGE });
     redis.defineCommand('tbDeferRefresh', { numberOfKeys: 1, lua: DEFER_REFRESH });
     redis.defineCommand('tbRefreshHold', { numberOfKeys: 1, lua: REFRESH_HOLD });
     redis.defineCommand('tbEpochAdvance', { numberOfKeys: 1, lua: EPOCH_ADVANCE });
@@ -323,11 +403,14 @@ export class RedisTokenStore implements TokenStore {
 
   async read(clientId: string): Promise<StoredToken> {
     const sentAt = this.now();
-    const fields = await this.run(() => this.redis.tbRead(redisKeys.token(clientId)));
+    const fields = await this.run(() =>
+      this.redis.tbRead(redisKeys.token(clientId), redisKeys.generation(clientId)),
+    );
     const arrivedAt = this.now();
+    const [exp, obt, fp, val, inv, writerExp, redisNowText, generationText] = fields;
+    const generation = this.learnGeneration(clientId, Number(generationText ?? fields[1]));
     // Redis answered: it is up, but the key holds something else than our hash.
-    if (!Array.isArray(fields)) return this.corrupt(clientId, '');
-    const [exp, obt, fp, val, inv, writerExp, redisNowText] = fields;
+    if (exp === 'wrongtype' && fields.length === 2) return this.corrupt(clientId, '');
     if (exp === null && val === null && inv === null) return { status: 'absent' };
     // Invalidated (the value is gone, the expiry stays as a fence), unless the marker is junk.
     if (inv !== null && Number.isFinite(Number(inv))) return { status: 'absent' };
@@ -375,12 +458,15 @@ export class RedisTokenStore implements TokenStore {
       return this.corrupt(clientId, val);
     }
     const expiresAt = localExpiry(expRedis, offset, writerExpiresAt);
-    const record = {
-      accessToken,
-      expiresAt,
-      obtainedAt: expiresAt - (expRedis - obtRedis),
-      fingerprint: fp,
-    };
+    const record = withGeneration(
+      {
+        accessToken,
+        expiresAt,
+        obtainedAt: expiresAt - (expRedis - obtRedis),
+        fingerprint: fp,
+      },
+      generation,
+    );
     return { status: 'found', record };
   }
 
@@ -396,9 +482,10 @@ export class RedisTokenStore implements TokenStore {
     );
     // Durations from this replica's clock: whatever its offset, it cancels out here.
     const remainingMs = record.expiresAt - this.now();
-    const written = await this.run(() =>
+    const [written, generation] = await this.run(() =>
       this.redis.tbWriteFenced(
         redisKeys.token(clientId),
+        redisKeys.generation(clientId),
         remainingMs,
         lifetimeMs,
         record.fingerprint,
@@ -406,9 +493,67 @@ export class RedisTokenStore implements TokenStore {
         redisKeys.events(clientId),
         MAX_LIFETIME_MS + FENCE_SLACK_MS,
         writerExpiresAt,
+        record.generation ?? 0,
       ),
     );
+    this.learnGeneration(clientId, Number(generation));
     return written === 1;
+  }
+
+  // ---- Admin: revocation generations, lock holder, topology (issue #16) --------------------
+
+  async revoke(clientId: string): Promise<Revocation> {
+    const [generation, fingerprint, delivered] = await this.run(() =>
+      this.redis.tbRevoke(
+        redisKeys.token(clientId),
+        redisKeys.floor(clientId),
+        redisKeys.generation(clientId),
+        redisKeys.events(clientId),
+      ),
+    );
+    this.learnGeneration(clientId, Number(generation));
+    return {
+      generation: Number(generation),
+      fingerprint: fingerprint === '' ? undefined : fingerprint,
+      delivered: Number(delivered),
+    };
+  }
+
+  generation(clientId: string): number {
+    return this.generations.get(clientId) ?? 0;
+  }
+
+  async acknowledgeRevocation(clientId: string, generation: number): Promise<void> {
+    const key = redisKeys.revocationAcks(clientId, generation);
+    await this.run(() => this.redis.tbAcknowledge(key, REPLICA_ID, REVOCATION_ACKS_TTL_MS));
+  }
+
+  async revocationAcks(clientId: string, generation: number): Promise<number> {
+    return this.run(() => this.redis.scard(redisKeys.revocationAcks(clientId, generation)));
+  }
+
+  async lockState(clientId: string): Promise<LockState> {
+    const [ttl, holder] = await this.run(() =>
+      Promise.all([
+        this.redis.pttl(redisKeys.lock(clientId)),
+        this.redis.get(redisKeys.lockHolder(clientId)),
+      ]),
+    );
+    return ttl > 0 ? { held: true, holder: holder ?? undefined, ttlMs: ttl } : { held: false };
+  }
+
+  topology(): StoreTopology {
+    return { kind: 'redis', ...describeTopology(this.settings), state: this.tracker.state };
+  }
+
+  /** Keeps the highest generation seen for `clientId`, and returns it. */
+  private learnGeneration(clientId: string, generation: number): number {
+    const known = this.generations.get(clientId) ?? 0;
+    if (Number.isSafeInteger(generation) && generation > known) {
+      this.generations.set(clientId, generation);
+      return generation;
+    }
+    return known;
   }
 
   async invalidate(clientId: string, fingerprint: string): Promise<boolean> {
@@ -487,6 +632,8 @@ export class RedisTokenStore implements TokenStore {
       throw this.unavailable(cause, 'acquiring the refresh lock');
     }
     this.markHealthy();
+    // Who holds it, for the admin status (shown only while the lock key exists).
+    this.redis.set(redisKeys.lockHolder(clientId), REPLICA_ID).catch(() => undefined);
     // Extend while alive so a slow refresh keeps the lease; a dead holder's lease runs out
     // after lockTtlMs and another replica takes over.
     let current = lock;
@@ -537,6 +684,16 @@ export class RedisTokenStore implements TokenStore {
       event = { type: 'updated', clientId, fingerprint: message.slice(2) };
     } else if (message.startsWith('i:')) {
       event = { type: 'invalidated', clientId, fingerprint: message.slice(2) };
+    } else if (message.startsWith('r:')) {
+      // r:<generation>:<fingerprint or empty>
+      const [generationText = '', fingerprint = ''] = message.slice(2).split(':');
+      const generation = this.learnGeneration(clientId, Number(generationText));
+      event = {
+        type: 'revoked',
+        clientId,
+        generation,
+        fingerprint: fingerprint === '' ? undefined : fingerprint,
+      };
     }
     if (event) for (const l of this.listeners) l(event);
   }
@@ -647,6 +804,24 @@ async function isHeldElsewhere(cause: unknown): Promise<boolean> {
   const stats = await Promise.all(cause.attempts);
   const errors = stats.flatMap((s) => [...s.votesAgainst.values()]);
   return errors.length > 0 && errors.every((e) => e instanceof ResourceLockedError);
+}
+
+/** How long a revocation's acknowledgements are kept (the admin answer reads them at once). */
+const REVOCATION_ACKS_TTL_MS = 10 * 60_000;
+
+/** Mode and node addresses for the admin status: host and port only, never a password. */
+function describeTopology(settings: RedisSettings): { mode: string; nodes: string[] } {
+  switch (settings.mode) {
+    case 'standalone':
+      return {
+        mode: 'standalone',
+        nodes: URL.canParse(settings.url ?? '') ? [new URL(settings.url!).host] : [],
+      };
+    case 'sentinel':
+      return { mode: 'sentinel', nodes: [...(settings.sentinel.nodes ?? [])] };
+    case 'cluster':
+      return { mode: 'cluster', nodes: [...(settings.cluster.nodes ?? [])] };
+  }
 }
 
 /** How the transition log names the Redis in use: the mode and its addresses, never a password. */

@@ -76,4 +76,16 @@ describe(CredentialsCache.name, () => {
       expect(calls.count).toBe(2);
     });
   });
+
+  it('reloads now on demand, saying whether the credentials changed; a failure keeps them', async () => {
+    const { load, calls } = source(FIRST, FIRST, SECOND, unavailable());
+    const cache = new CredentialsCache(load, 3_600_000, clock);
+    await expect(cache.reload()).resolves.toBe('first');
+    await expect(cache.reload()).resolves.toBe('unchanged');
+    await expect(cache.reload()).resolves.toBe('changed');
+    await expect(cache.get()).resolves.toEqual(SECOND);
+    await expect(cache.reload()).rejects.toBeInstanceOf(SecretsException);
+    await expect(cache.get()).resolves.toEqual(SECOND);
+    expect(calls.count).toBe(4);
+  });
 });

@@ -41,6 +41,22 @@ export class CredentialsCache {
   }
 
   /**
+   * Re-reads the source now (an operator's reload): `changed` or `unchanged` against what was
+   * loaded, `first` when nothing was (a replica that only ever adopted the fleet's tokens never
+   * needed them). Throws, keeping the current ones, when the source cannot be read.
+   */
+  async reload(): Promise<'changed' | 'unchanged' | 'first'> {
+    const before = this.credentials;
+    this.credentials = await this.load();
+    this.loadedAt = this.now();
+    if (before === undefined) return 'first';
+    return before.clientId !== this.credentials.clientId ||
+      before.clientSecret !== this.credentials.clientSecret
+      ? 'changed'
+      : 'unchanged';
+  }
+
+  /**
    * Rotation: after the provider refused `refused`, re-reads the source once. Returns the new
    * credentials if they differ, or `undefined` when the source still holds the refused ones
    * (then retrying is pointless: an operator must act).

@@ -57,6 +57,8 @@ function manager(
   store: MemoryTokenStore,
   grantor = new Grantor(),
   token: Record<string, number> = {},
+  /** Whether it hears the store's events (false: a replica cut off from Redis). */
+  listening = true,
 ): ClientTokenManager {
   const config = brokerConfigSchema.parse({
     clients: [CLIENT],
@@ -72,7 +74,7 @@ function manager(
     settings: config.token,
     storeGraceMs: 1000,
   });
-  store.onEvent((e) => m.onStoreEvent(e));
+  if (listening) store.onEvent((e) => m.onStoreEvent(e));
   return m;
 }
 
@@ -155,6 +157,80 @@ describe(ClientTokenManager.name, () => {
     await jest.advanceTimersByTimeAsync(0);
     expect(served?.fingerprint).toBe(fleet.fingerprint);
     expect(grantor.requests).toBe(0);
+  });
+
+  describe('operators: revoke and forced refresh', () => {
+    it('drops a revoked token at once, never serves it again, fetches one replacement and acknowledges', async () => {
+      const store = new MemoryTokenStore();
+      const grantor = new Grantor();
+      const m = manager(store, grantor, { minRefreshIntervalMs: 5000 });
+      managers.push(m);
+      const leaked = await m.get(0);
+      expect(leaked.accessToken).toBe('fresh-1');
+      // The floor would hold a new grant back for 5 s: the revoke lifts it.
+      const revocation = await store.revoke(CLIENT.id);
+      expect(revocation).toEqual({ generation: 1, fingerprint: leaked.fingerprint, delivered: 1 });
+      expect(m.peek(0)).toBeUndefined();
+      const fresh = await m.get(0);
+      expect(fresh.accessToken).toBe('fresh-2');
+      expect(fresh.generation).toBe(1);
+      expect(grantor.requests).toBe(2);
+      expect(await store.revocationAcks(CLIENT.id, 1)).toBe(1);
+      expect(m.adminStatus()).toMatchObject({
+        fingerprint: fresh.fingerprint,
+        generation: 1,
+        lastRefresh: { outcome: 'fetched' },
+      });
+      // The old token cannot come back through the store either.
+      expect(await store.writeFenced(CLIENT.id, leaked)).toBe(false);
+    });
+
+    it('after an outage, sets its token aside until it has read the generation, and drops it if revoked meanwhile', async () => {
+      const store = new MemoryTokenStore();
+      const grantor = new Grantor();
+      // This replica does not hear the revoke (as if cut off from Redis).
+      const m = manager(store, grantor, {}, false);
+      managers.push(m);
+      const held = await m.get(0);
+      await store.revoke(CLIENT.id);
+      expect(m.peek(0)?.fingerprint).toBe(held.fingerprint);
+      const resync = m.resync();
+      // Synchronously, before the store answered: the held token is not served.
+      expect(m.peek(0)).toBeUndefined();
+      await resync;
+      const after = await m.get(0);
+      expect(after.fingerprint).not.toBe(held.fingerprint);
+      expect(after.generation).toBe(1);
+      expect(grantor.requests).toBe(2);
+    });
+
+    it('keeps its token through an outage when nothing was revoked', async () => {
+      const store = new MemoryTokenStore();
+      const grantor = new Grantor();
+      const m = manager(store, grantor);
+      managers.push(m);
+      const held = await m.get(0);
+      await m.resync();
+      expect(m.peek(0)?.fingerprint).toBe(held.fingerprint);
+      expect(grantor.requests).toBe(1);
+    });
+
+    it('forced refresh: one provider request however many ask at once, the new token served at once', async () => {
+      const store = new MemoryTokenStore();
+      const grantor = new Grantor(3_600_000, 20);
+      const m = manager(store, grantor, { minRefreshIntervalMs: 5000 });
+      managers.push(m);
+      const before = await m.get(0);
+      await new Promise((r) => setTimeout(r, 150));
+      const askedAt = Date.now();
+      const results = await Promise.all([1, 2, 3].map(() => m.forceRefresh(askedAt)));
+      // The floor (5 s) does not hold an operator back.
+      expect(grantor.requests).toBe(2);
+      expect(results.filter((r) => r.fetched)).toHaveLength(1);
+      expect(new Set(results.map((r) => r.record.fingerprint)).size).toBe(1);
+      expect(results[0].record.fingerprint).not.toBe(before.fingerprint);
+      expect(m.peek(0)?.fingerprint).toBe(results[0].record.fingerprint);
+    });
   });
 
   describe('token lifetimes and min_ttl (virtual time)', () => {

@@ -112,6 +112,16 @@ export class ClientTokenManager {
    */
   private readonly rejected = new Set<string>();
   private stopped = false;
+  /** The fleet's revocation generation as this replica knows it (see `TokenStore.revoke`). */
+  private generation = 0;
+  /**
+   * Set while {@link resync} runs: L1 is set aside until the generation is read, and callers
+   * missing it wait for this (a few Redis round trips) rather than start a refresh of their own,
+   * which could ask the provider for a token the set-aside one is about to cover.
+   */
+  private resyncing?: Promise<void>;
+  /** When this replica last adopted or obtained a token, and how (admin status). */
+  private lastRefresh?: { at: number; outcome: 'fetched' | 'adopted' | 'failed' };
   private readonly now: () => number;
   private readonly random: () => number;
   private readonly refreshAheadMs: number;
@@ -190,6 +200,11 @@ export class ClientTokenManager {
   ): Promise<TokenRecord> {
     const hit = this.peek(minRemainingMs);
     if (hit) return hit;
+    if (this.resyncing !== undefined) {
+      await this.resyncing;
+      const back = this.peek(minRemainingMs);
+      if (back) return back;
+    }
     if (this.stopped) throw shuttingDown();
     // Fail fast: an operator must fix this; the loop keeps probing in the background.
     if (this.permanentError) throw this.permanentError;
@@ -251,6 +266,12 @@ export class ClientTokenManager {
 
   /** A message from the shared store (another replica refreshed or invalidated). */
   onStoreEvent(event: TokenStoreEvent): void {
+    if (event.type === 'revoked') {
+      if (event.fingerprint !== undefined) this.remember(event.fingerprint);
+      this.refresh.liftLocalFloor();
+      this.syncGeneration();
+      return;
+    }
     if (event.type === 'invalidated') {
       // Another replica saw the provider refuse it: it is no better here.
       this.remember(event.fingerprint);
@@ -275,19 +296,111 @@ export class ClientTokenManager {
     }
   }
 
-  /** The store is reachable again after an outage: push our token, converge on the newest. */
-  async resync(): Promise<void> {
-    if (!this.needsResync && this.l1 === undefined) return;
+  /**
+   * The store is reachable again after an outage: check the generation, push our token,
+   * converge on the newest. Concurrent calls (the command and subscriber connections both
+   * come back) share one run.
+   */
+  resync(): Promise<void> {
+    this.resyncing ??= this.resyncOnce().finally(() => (this.resyncing = undefined));
+    return this.resyncing;
+  }
+
+  private async resyncOnce(): Promise<void> {
+    const held = this.l1;
+    if (!this.needsResync && held === undefined) return;
+    // An operator may have revoked the token while this replica could not hear it: it is not
+    // served again (this runs in the very tick the store is seen back) before this replica has
+    // read the fleet's generation.
+    this.l1 = undefined;
     try {
-      if (this.l1 && this.l1.expiresAt > this.now()) {
-        await this.deps.store.writeFenced(this.client.id, this.l1);
+      await this.refresh.readShared();
+      this.syncGeneration(held);
+      if (held && (held.generation ?? 0) >= this.generation && held.expiresAt > this.now()) {
+        if (this.l1 === undefined) this.adopt(held);
+        await this.deps.store.writeFenced(this.client.id, held);
       }
       this.needsResync = false;
       await this.adoptFromStore();
       this.deps.logger.info({ client: this.client.id }, 'shared store back; token resynchronised');
     } catch (err) {
+      // Down again: back to serving what this replica holds, as during any outage.
+      if (this.l1 === undefined && held && (held.generation ?? 0) >= this.generation) {
+        this.l1 = held;
+      }
       this.noteStoreFailure(err);
     }
+  }
+
+  // ---- Admin: forced refresh, revoke, reload, status (issue #16) ---------------------------
+
+  /**
+   * Forced refresh (see {@link FleetRefresh.forced}): the new token is this replica's at once;
+   * the others adopt it from the store's notification.
+   */
+  async forceRefresh(
+    askedAt: number,
+  ): Promise<{ record: TokenRecord; fetched: boolean; written: boolean }> {
+    const result = await this.refresh.forced(askedAt, this.deps.settings.waitTimeoutMs);
+    this.syncGeneration();
+    if ((result.record.generation ?? 0) >= this.generation) {
+      this.l1 = result.record;
+      this.adopt(result.record, result.fetched);
+    }
+    return result;
+  }
+
+  /** Re-reads this client's credentials now; whether they changed (see `CredentialsCache.reload`). */
+  reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
+    return this.refresh.reloadCredentials();
+  }
+
+  /** What the admin status shows of this client on this replica (fingerprints, never tokens). */
+  adminStatus(): {
+    fingerprint?: string;
+    expiresAt?: number;
+    obtainedAt?: number;
+    generation: number;
+    lastRefresh?: { at: number; outcome: 'fetched' | 'adopted' | 'failed' };
+    lastError?: string;
+    refreshing: boolean;
+  } {
+    const r = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
+    return {
+      fingerprint: r?.fingerprint,
+      expiresAt: r?.expiresAt,
+      obtainedAt: r?.obtainedAt,
+      generation: this.generation,
+      lastRefresh: this.lastRefresh,
+      lastError: this.permanentError?.message ?? this.lastError?.message,
+      refreshing: this.loop !== undefined,
+    };
+  }
+
+  /**
+   * Catches up with the store's generation: a token of an older one (revoked while this replica
+   * held it) is dropped at once, never adopted again, and its replacement fetched; the store
+   * hears that this replica did so. `held`: a token set aside by {@link resync}, judged too.
+   */
+  private syncGeneration(held?: TokenRecord): void {
+    const generation = this.deps.store.generation(this.client.id);
+    if (generation <= this.generation) return;
+    this.generation = generation;
+    for (const r of [this.l1, held]) {
+      if (r !== undefined && (r.generation ?? 0) < generation) this.remember(r.fingerprint);
+    }
+    if (this.l1 !== undefined && (this.l1.generation ?? 0) < generation) {
+      this.deps.logger.warn(
+        { client: this.client.id, fingerprint: this.l1.fingerprint, generation },
+        'token revoked fleet-wide; dropped and refreshing',
+      );
+      this.l1 = undefined;
+      this.remainingGauge.set(0);
+    }
+    this.deps.store
+      .acknowledgeRevocation(this.client.id, generation)
+      .catch((err: unknown) => this.noteStoreFailure(err));
+    if (this.l1 === undefined) this.ensureRefreshing('revoked');
   }
 
   status(): ClientTokenStatus {
@@ -333,6 +446,8 @@ export class ClientTokenManager {
             failed: (err) => this.onAttemptFailed(err),
           }),
         );
+        // The pass read the store: a revoke it learnt of drops what it must.
+        this.syncGeneration();
         if (pass.kind === 'floor') {
           // A token was granted less than the floor ago: the callers it does not satisfy (a
           // min_ttl near the lifetime, or a lifetime too short) wait for the floor's end. Its
@@ -353,6 +468,10 @@ export class ClientTokenManager {
           // When the deferral ends the replicas race for the lock again: the losers must look
           // again soon, to learn the next deferral while their callers still wait.
           waits = 0;
+        } else if (pass.kind === 'token' && (pass.record.generation ?? 0) < this.generation) {
+          // Requested before a revoke that arrived meanwhile: the fence refused it, and it is
+          // not served either. Look again: the next pass asks in the new generation.
+          delay = 0;
         } else if (pass.kind === 'token' && this.rejected.has(pass.record.fingerprint)) {
           // Refused by the provider after the pass judged it (the pass still awaited the lock's
           // release): adopting it would hand the rejected token straight back to the caller
@@ -361,6 +480,7 @@ export class ClientTokenManager {
         } else if (pass.kind === 'token') {
           if (pass.unshared) this.needsResync = true;
           this.adopt(pass.record, pass.fetched);
+          this.lastRefresh = { at: this.now(), outcome: pass.fetched ? 'fetched' : 'adopted' };
           this.failures = 0;
           this.lastError = undefined;
           this.permanentError = undefined;
@@ -450,8 +570,16 @@ export class ClientTokenManager {
   private async adoptFromStore(): Promise<void> {
     try {
       const r = await this.refresh.readShared();
-      if (r && !this.rejected.has(r.fingerprint) && (!this.l1 || r.expiresAt > this.l1.expiresAt))
+      this.syncGeneration();
+      if (
+        r &&
+        !this.rejected.has(r.fingerprint) &&
+        (r.generation ?? 0) >= this.generation &&
+        (!this.l1 || r.expiresAt > this.l1.expiresAt)
+      ) {
         this.adopt(r);
+        this.lastRefresh = { at: this.now(), outcome: 'adopted' };
+      }
     } catch (err) {
       this.noteStoreFailure(err);
     }
@@ -472,6 +600,7 @@ export class ClientTokenManager {
   /** Records a failed pass and returns how long to wait before the next one. */
   private onAttemptFailed(err: unknown): number {
     this.failures++;
+    this.lastRefresh = { at: this.now(), outcome: 'failed' };
     this.lastError = err instanceof Error ? err : new Error(String(err));
     const valid = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
     const verdict = judgeFailure(err, {

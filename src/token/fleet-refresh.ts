@@ -6,9 +6,17 @@ import { ProviderErrorCode, ProviderException } from '../provider/provider.excep
 import type { CredentialsCache } from '../secrets/credentials-cache';
 import { isFleetWide } from './refresh-failure';
 import { MIN_SERVE_MS } from './refresh-schedule';
-import { type TokenRecord, toRecord } from './token-record';
+import { type TokenRecord, toRecord, withGeneration } from './token-record';
 import type { TokenStore } from './token-store';
 import { TokenStoreException } from './token-store.exception';
+import { TokenErrorCode, TokenException } from './token.exception';
+
+/**
+ * A forced refresh takes a token requested up to this long before it was asked for as the
+ * fresh one: operators (or a script on every replica) asking together must cost one provider
+ * request, not one each, although their requests reach the replicas some milliseconds apart.
+ */
+export const FORCED_COALESCE_MS = 100;
 
 /** Collaborators of one client's {@link FleetRefresh}. */
 export interface FleetRefreshDeps {
@@ -269,16 +277,73 @@ export class FleetRefresh {
     }
   }
 
+  // ---- Admin: forced refresh, credentials reload (issue #16) -------------------------------
+
+  /**
+   * The operator's forced refresh: one provider request for the whole fleet, under the refresh
+   * lock (waited for, up to `waitMs`), written with the fence, which notifies every replica.
+   * Ignores the fleet's floor and backoff (an operator asked), but starts the floor after.
+   *
+   * Coalesced: a token the store got after `askedAt` (less {@link FORCED_COALESCE_MS}) is the
+   * fresh token asked for, so N operators or replicas asking at once cost one request. Throws
+   * {@link TokenStoreException} when the store is down (no fleet-wide refresh without it), a
+   * provider exception when the provider refuses.
+   */
+  async forced(
+    askedAt: number,
+    waitMs: number,
+  ): Promise<{ record: TokenRecord; fetched: boolean; written: boolean }> {
+    const { store, metrics } = this.deps;
+    const id = this.client.id;
+    const deadline = this.deps.now() + waitMs;
+    let lock = await store.tryLock(id);
+    while (!lock) {
+      metrics.lockAttempts.labels(id, 'held_elsewhere').inc();
+      if (this.deps.now() >= deadline) return this.lockBusy();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      lock = await store.tryLock(id);
+    }
+    metrics.lockAttempts.labels(id, 'acquired').inc();
+    try {
+      const found = await this.readShared();
+      if (found && found.obtainedAt >= askedAt - FORCED_COALESCE_MS) {
+        this.countRefresh('adopted');
+        return { record: found, fetched: false, written: false };
+      }
+      const record = await this.fetch();
+      await this.holdFleet(record);
+      const written = await store.writeFenced(id, record);
+      return { record, fetched: true, written };
+    } finally {
+      await lock.release();
+    }
+  }
+
+  /** Re-reads the credentials now; whether they changed (never what they are). */
+  async reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
+    return this.deps.credentials.reload();
+  }
+
+  private lockBusy(): never {
+    throw new TokenException(
+      TokenErrorCode.Unavailable,
+      `client "${this.client.id}": another replica held the refresh lock for the whole wait; retry the forced refresh in a few seconds`,
+      { retryAfterSeconds: 2 },
+    );
+  }
+
   /** Asks the provider; after `invalid_client`, once more if the credentials were rotated. */
   private async fetch(): Promise<TokenRecord> {
     const { grantor, credentials, logger } = this.deps;
     const current = await credentials.get();
     const started = this.deps.now();
+    // The generation it is requested in: a revoke arriving meanwhile fences it out.
+    const generation = this.deps.store.generation(this.client.id);
     try {
       const grant = await grantor.requestToken(this.client, current);
       this.observe(started, '2xx');
       this.countRefresh('fetched');
-      const record = toRecord(grant);
+      const record = withGeneration(toRecord(grant), generation);
       logger.info(
         {
           client: this.client.id,
@@ -301,7 +366,7 @@ export class FleetRefresh {
           );
           const grant = await grantor.requestToken(this.client, fresh);
           this.countRefresh('fetched');
-          return toRecord(grant);
+          return withGeneration(toRecord(grant), generation);
         }
       }
       throw err;

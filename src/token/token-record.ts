@@ -9,6 +9,11 @@ export interface TokenRecord {
   readonly expiresAt: number;
   /** Non-reversible identifier, safe to log, compare and store in clear. */
   readonly fingerprint: string;
+  /**
+   * The client's revocation generation when the token was requested (absent: 0). A token of a
+   * generation older than the fleet's is never served nor written (see `TokenStore.revoke`).
+   */
+  readonly generation?: number;
 }
 
 /**
@@ -30,4 +35,12 @@ export function toRecord(grant: {
     expiresAt: grant.expiresAt,
     fingerprint: fingerprintOf(grant.accessToken),
   };
+}
+
+/**
+ * `record` stamped with revocation generation `generation`; generation 0 (no revoke ever) is
+ * left out, the same as absent.
+ */
+export function withGeneration(record: TokenRecord, generation: number): TokenRecord {
+  return generation > 0 ? { ...record, generation } : record;
 }

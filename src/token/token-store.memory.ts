@@ -1,11 +1,15 @@
-import type { TokenRecord } from './token-record';
-import type {
-  RefreshHold,
-  RefreshLock,
-  StoreContinuity,
-  StoredToken,
-  TokenStore,
-  TokenStoreEvent,
+import { type TokenRecord, withGeneration } from './token-record';
+import {
+  type LockState,
+  type RefreshHold,
+  type RefreshLock,
+  REPLICA_ID,
+  type Revocation,
+  type StoreContinuity,
+  type StoredToken,
+  type StoreTopology,
+  type TokenStore,
+  type TokenStoreEvent,
 } from './token-store';
 
 interface Entry {
@@ -29,6 +33,9 @@ export class MemoryTokenStore implements TokenStore {
   /** Local epoch ms before which no further token may be requested (the refresh floor). */
   private readonly heldUntil = new Map<string, { until: number; lifetimeMs: number }>();
 
+  private readonly generations = new Map<string, number>();
+  private readonly acks = new Map<string, number>();
+
   constructor(private readonly now: () => number = Date.now) {}
 
   async read(clientId: string): Promise<StoredToken> {
@@ -36,11 +43,13 @@ export class MemoryTokenStore implements TokenStore {
     if (!entry || entry.invalidatedAt !== undefined || entry.record.expiresAt <= this.now()) {
       return { status: 'absent' };
     }
-    return { status: 'found', record: entry.record };
+    return { status: 'found', record: withGeneration(entry.record, this.generation(clientId)) };
   }
 
   async writeFenced(clientId: string, record: TokenRecord): Promise<boolean> {
+    if ((record.generation ?? 0) < this.generation(clientId)) return false;
     const cur = this.entries.get(clientId);
+    if (cur?.record.fingerprint === record.fingerprint) return false;
     if (cur && record.expiresAt <= cur.record.expiresAt) {
       const afterInvalidation =
         cur.invalidatedAt !== undefined && record.obtainedAt > cur.invalidatedAt;
@@ -71,6 +80,39 @@ export class MemoryTokenStore implements TokenStore {
     if (this.locks.has(clientId)) return null;
     this.locks.add(clientId);
     return { release: async () => void this.locks.delete(clientId) };
+  }
+
+  // ---- Admin: revocation generations, lock holder, topology (issue #16) --------------------
+
+  async revoke(clientId: string): Promise<Revocation> {
+    const generation = this.generation(clientId) + 1;
+    this.generations.set(clientId, generation);
+    const cur = this.entries.get(clientId);
+    if (cur && cur.invalidatedAt === undefined) cur.invalidatedAt = this.now();
+    this.heldUntil.delete(clientId);
+    const fingerprint = cur?.record.fingerprint;
+    this.emit({ type: 'revoked', clientId, generation, fingerprint });
+    return { generation, fingerprint, delivered: 1 };
+  }
+
+  generation(clientId: string): number {
+    return this.generations.get(clientId) ?? 0;
+  }
+
+  async acknowledgeRevocation(clientId: string, generation: number): Promise<void> {
+    this.acks.set(`${clientId}:${generation}`, 1);
+  }
+
+  async revocationAcks(clientId: string, generation: number): Promise<number> {
+    return this.acks.get(`${clientId}:${generation}`) ?? 0;
+  }
+
+  async lockState(clientId: string): Promise<LockState> {
+    return this.locks.has(clientId) ? { held: true, holder: REPLICA_ID } : { held: false };
+  }
+
+  topology(): StoreTopology {
+    return { kind: 'memory', state: 'up' };
   }
 
   async deferRefresh(clientId: string, delayMs: number): Promise<number> {

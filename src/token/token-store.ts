@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import type { TokenRecord } from './token-record';
 
 /**
@@ -6,7 +7,45 @@ import type { TokenRecord } from './token-record';
  */
 export type TokenStoreEvent =
   | { type: 'updated'; clientId: string; fingerprint: string }
-  | { type: 'invalidated'; clientId: string; fingerprint: string };
+  | { type: 'invalidated'; clientId: string; fingerprint: string }
+  /**
+   * An operator revoked the client's token: the generation is now `generation`, and no token
+   * of an older generation may be served or written again. `fingerprint`: the token dropped.
+   */
+  | { type: 'revoked'; clientId: string; generation: number; fingerprint?: string };
+
+// ---- Admin: revocation generations, lock holder, topology (issue #16) ----------------------
+
+/** This replica's name in the fleet (lock holder, revocation acknowledgements): pod name and pid. */
+export const REPLICA_ID = `${hostname()}:${process.pid}`;
+
+/** What {@link TokenStore.revoke} did. */
+export interface Revocation {
+  /** The client's generation after the revoke. */
+  generation: number;
+  /** The stored token it dropped, if one was stored. */
+  fingerprint?: string;
+  /** How many replicas the notification reached (Redis subscribers; this one included). */
+  delivered: number;
+}
+
+/** Who holds a client's refresh lock, for the admin status. */
+export interface LockState {
+  held: boolean;
+  /** {@link REPLICA_ID} of the holder, when known. */
+  holder?: string;
+  /** Ms left of its lease. */
+  ttlMs?: number;
+}
+
+/** The store as the admin status shows it: never an address with a password. */
+export interface StoreTopology {
+  kind: 'redis' | 'memory';
+  mode?: string;
+  /** Host:port of the nodes or sentinels given (scheme and host only for a URL). */
+  nodes?: string[];
+  state: 'up' | 'down' | 'misconfigured';
+}
 
 /**
  * The fleet's refresh floor: `ms` before it lets the fleet ask the provider for a new token (0:
@@ -63,6 +102,25 @@ export interface TokenStore {
   discardCorrupt(clientId: string): Promise<void>;
   /** Tries once to take the client's refresh lock; `null` when another holder has it. */
   tryLock(clientId: string): Promise<RefreshLock | null>;
+  /**
+   * Fleet-wide revoke: bumps the client's generation, drops the stored token (it stays as a
+   * fence: the very same token can never be written back, nor one of an older generation), lifts
+   * the refresh floor and notifies every replica.
+   */
+  revoke(clientId: string): Promise<Revocation>;
+  /**
+   * The last generation this replica saw for `clientId` (0 before any revoke): learnt from every
+   * read, every refused write and every revoke notification. Synchronous (no I/O).
+   */
+  generation(clientId: string): number;
+  /** Records that this replica dropped the tokens older than `generation`. */
+  acknowledgeRevocation(clientId: string, generation: number): Promise<void>;
+  /** How many replicas acknowledged `generation`. */
+  revocationAcks(clientId: string, generation: number): Promise<number>;
+  /** Who holds the refresh lock. */
+  lockState(clientId: string): Promise<LockState>;
+  /** Mode, nodes and state, for the admin status. */
+  topology(): StoreTopology;
   /**
    * Defers the fleet's next provider request for this client by at least `delayMs` (after a
    * 429 or a failed refresh), so the whole fleet makes one attempt per window, not one per

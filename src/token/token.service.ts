@@ -19,7 +19,13 @@ import { SECRET_READER } from '../secrets/secrets.constants';
 import { ClientTokenManager, type ClientTokenStatus } from './client-token-manager';
 import { StoreContinuityWatch } from './store-continuity.watch';
 import type { TokenRecord } from './token-record';
-import { TOKEN_STORE, type TokenStore } from './token-store';
+import {
+  type LockState,
+  type Revocation,
+  type StoreTopology,
+  TOKEN_STORE,
+  type TokenStore,
+} from './token-store';
 import { tracedGrantor, tracedTokenStore } from './traced-ports';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -180,6 +186,91 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
       },
       clients: [...this.managers.values()].map((m) => m.status()),
     };
+  }
+
+  // ---- Admin (issue #16): forced refresh, revoke, reload, status -----------------------------
+
+  /**
+   * Forces a new token for `clientId`, fleet-wide (see `FleetRefresh.forced`): one provider
+   * request under the refresh lock, coalesced with any other asked for since `askedAt`.
+   * Throws `TokenStoreException` when the shared store is down.
+   */
+  async forceRefresh(
+    clientId: string,
+    askedAt: number,
+  ): Promise<{ fingerprint: string; expiresAt: number; fetched: boolean; written: boolean }> {
+    const { record, fetched, written } = await this.manager(clientId).forceRefresh(askedAt);
+    return { fingerprint: record.fingerprint, expiresAt: record.expiresAt, fetched, written };
+  }
+
+  /**
+   * Revokes `clientId`'s token fleet-wide (see `TokenStore.revoke`); every replica drops it on
+   * the notification and acknowledges. Throws `TokenStoreException` when the store is down.
+   */
+  async revoke(clientId: string): Promise<Revocation> {
+    this.manager(clientId);
+    return this.store.revoke(clientId);
+  }
+
+  /** How many replicas acknowledged revocation `generation` of `clientId`. */
+  revocationAcks(clientId: string, generation: number): Promise<number> {
+    return this.store.revocationAcks(clientId, generation);
+  }
+
+  /**
+   * Re-reads every client's credentials now: which changed, which this replica read for the
+   * first time (it had never needed them), which could not be read.
+   */
+  async reloadCredentials(): Promise<{ changed: string[]; firstRead: string[]; failed: string[] }> {
+    const changed: string[] = [];
+    const firstRead: string[] = [];
+    const failed: string[] = [];
+    await Promise.all(
+      [...this.managers.values()].map(async (m) => {
+        try {
+          const outcome = await m.reloadCredentials();
+          if (outcome === 'changed') changed.push(m.client.id);
+          else if (outcome === 'first') firstRead.push(m.client.id);
+        } catch (err) {
+          failed.push(m.client.id);
+          this.logger.error(
+            { client: m.client.id, err: err instanceof Error ? err.message : String(err) },
+            'reloading the client credentials failed; keeping the ones already loaded',
+          );
+        }
+      }),
+    );
+    return { changed: changed.sort(), firstRead: firstRead.sort(), failed: failed.sort() };
+  }
+
+  /**
+   * Every client in `clientIds` as this replica sees it (fingerprints, never tokens), who holds
+   * its refresh lock, and the store's mode, nodes and state.
+   */
+  async adminStatus(clientIds: readonly string[]): Promise<{
+    store: StoreTopology;
+    clients: Array<
+      ReturnType<ClientTokenManager['adminStatus']> & {
+        client: string;
+        lock: LockState | { error: string };
+      }
+    >;
+  }> {
+    const clients = await Promise.all(
+      clientIds.map(async (id) => {
+        const m = this.manager(id);
+        const lock = await this.store.lockState(id).catch(() => ({
+          error: 'the shared store did not answer',
+        }));
+        return { client: id, ...m.adminStatus(), lock };
+      }),
+    );
+    return { store: this.store.topology(), clients };
+  }
+
+  /** The configured client ids, in configuration order. */
+  clientIds(): string[] {
+    return [...this.managers.keys()];
   }
 
   private manager(clientId: string | undefined): ClientTokenManager {

@@ -212,14 +212,14 @@ Where the config file is mounted; BROKER_CONFIG_FILE points at it.
 {{- define "token-broker.configDir" -}}/etc/token-broker{{- end }}
 
 {{/*
-The broker's config file. Chart-managed keys (http.port, http.host, http.metricsPort) come first, the modelled
+The broker's config file. Chart-managed keys (http.port, http.host, http.adminPort) come first, the modelled
 sections next, config.extra last (deep merge, extra wins). The Redis URL is never part of it.
 */}}
 {{- define "token-broker.config" -}}
 {{- $c := .Values.config }}
-{{- $http := merge (dict "port" (.Values.containerPort | int) "host" "0.0.0.0" "metricsPort" (.Values.metrics.port | int)) (deepCopy $c.http) }}
+{{- $http := merge (dict "port" (.Values.containerPort | int) "host" "0.0.0.0" "adminPort" (.Values.adminPort | int)) (deepCopy $c.http) }}
 {{- $cfg := dict "http" $http "log" (deepCopy $c.log) "clients" (deepCopy $c.clients) }}
-{{- range $section := list "token" "provider" "orders" "audit" }}
+{{- range $section := list "token" "provider" "orders" "forward" "audit" }}
 {{- with (get $c $section) }}
 {{- $_ := set $cfg $section (deepCopy .) }}
 {{- end }}
@@ -241,6 +241,23 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- $v := .Values }}
 {{- if not $v.config.clients }}
 {{- fail "config.clients: configure at least one client ({id, authUrl, baseUrl, credentials: {secretId} or {file}})" }}
+{{- end }}
+{{- /* The admin listener (issue #16). */}}
+{{- if hasKey ($v.metrics | default dict) "port" }}
+{{- fail "metrics.port was renamed adminPort: that port now serves /metrics, /health/* and the admin routes (/admin/*). Set adminPort instead (the probes and the ServiceMonitor use it)" }}
+{{- end }}
+{{- if eq (int $v.adminPort) (int $v.containerPort) }}
+{{- fail "adminPort must differ from containerPort: the admin routes must not share the callers' port" }}
+{{- end }}
+{{- range $key := list "adminPort" "metricsPort" }}
+{{- if or (hasKey ($v.config.http | default dict) $key) (hasKey (($v.config.extra | default dict).http | default dict) $key) }}
+{{- fail (printf "config.http.%s: set the chart's adminPort instead (it also names the container and Service port)" $key) }}
+{{- end }}
+{{- end }}
+{{- range $v.networkPolicy.ingress.admin.from }}
+{{- if has . $v.networkPolicy.ingress.callers }}
+{{- fail (printf "networkPolicy.ingress.admin.from lists a peer of networkPolicy.ingress.callers (%s): callers must never reach the admin port" (toJson .)) }}
+{{- end }}
 {{- end }}
 {{- $csiFiles := dict }}
 {{- range $v.csi.objects }}

@@ -1,0 +1,165 @@
+import { Inject, Injectable } from '@nestjs/common';
+import type { Logger } from 'pino';
+import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
+import { authorizationOf } from '../caller-auth/bearer-credential';
+import { CallerAuthException } from '../caller-auth/caller-auth.exception';
+import { assertScope, mayUse } from '../caller-auth/caller-authorization';
+import { BrokerException } from '../errors/broker.exception';
+import { toProblem } from '../http/problem';
+import { LOGGER } from '../logging/logger';
+import { TokenStoreException } from '../token/token-store.exception';
+import { TokenService } from '../token/token.service';
+import { AdminErrorCode, AdminException } from './admin.exception';
+
+/** The admin actions, as audit lines name them. */
+export type AdminAction = 'status' | 'refresh' | 'revoke' | 'reload';
+
+/** How long a revoke's answer waits for the replicas it notified to acknowledge. */
+const ACK_WAIT_MS = 2000;
+const ACK_POLL_MS = 50;
+
+/**
+ * What the operators' routes do: authentication (scope `admin`, and the client in the grant
+ * where a route names one), the fleet-wide actions, and one audit line per call, allowed or
+ * refused (`audit: "admin"`: caller, action, client, outcome, request id; never a token or a
+ * secret, only fingerprints).
+ */
+@Injectable()
+export class AdminService {
+  private readonly audit: Logger;
+
+  constructor(
+    @Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator,
+    private readonly tokens: TokenService,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.audit = logger.child({ audit: 'admin' });
+  }
+
+  /**
+   * Runs `action` for the caller of `req` once it is admitted (scope `admin`; with `clientId`,
+   * a configured client in its grant), and writes the audit line either way.
+   */
+  async run<T>(
+    req: { id: string; raw: Parameters<typeof authorizationOf>[0] },
+    action: AdminAction,
+    clientId: string | undefined,
+    work: (caller: Caller, clientId: string | undefined) => Promise<T>,
+    summary: (result: T) => Record<string, unknown> = () => ({}),
+  ): Promise<T> {
+    let caller: Caller | undefined;
+    let client: string | undefined;
+    try {
+      caller = await this.auth.authenticate(authorizationOf(req.raw));
+      assertScope(caller, 'admin');
+      // 403 for a client outside the grant, configured or not; 404 for a granted unknown one.
+      if (clientId !== undefined) client = this.tokens.resolveClient(clientId, caller);
+      const result = await work(caller, client).catch(translate);
+      this.audit.info(
+        {
+          caller: caller.name,
+          action,
+          client,
+          outcome: 'ok',
+          requestId: req.id,
+          ...summary(result),
+        },
+        'admin',
+      );
+      return result;
+    } catch (err) {
+      const outcome = err instanceof BrokerException ? String(err.code) : 'internal_error';
+      // A refused client is named in the audit line only (the answer hides whether it exists).
+      const refused = err instanceof CallerAuthException ? err.audit : {};
+      this.audit.warn(
+        {
+          caller: caller?.name,
+          action,
+          client: client ?? refused.client,
+          outcome,
+          reason: refused.reason,
+          requestId: req.id,
+        },
+        'admin',
+      );
+      throw err;
+    }
+  }
+
+  /** `GET /admin/clients`: the clients in the caller's grant, and the store. */
+  status(caller: Caller): ReturnType<TokenService['adminStatus']> {
+    return this.tokens.adminStatus(this.tokens.clientIds().filter((id) => mayUse(caller, id)));
+  }
+
+  /** `POST /admin/clients/<id>/refresh`. */
+  refresh(clientId: string, askedAt: number): ReturnType<TokenService['forceRefresh']> {
+    return this.tokens.forceRefresh(clientId, askedAt);
+  }
+
+  /**
+   * `POST /admin/clients/<id>/revoke`: the revoke, then up to {@link ACK_WAIT_MS} for the
+   * replicas it reached to acknowledge (each drops the token on the notification and says so).
+   */
+  async revoke(clientId: string): Promise<{
+    client: string;
+    generation: number;
+    revokedFingerprint?: string;
+    replicas: { notified: number; acknowledged: number };
+  }> {
+    const revocation = await this.tokens.revoke(clientId);
+    const deadline = Date.now() + ACK_WAIT_MS;
+    let acknowledged = await this.tokens.revocationAcks(clientId, revocation.generation);
+    while (acknowledged < revocation.delivered && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, ACK_POLL_MS));
+      acknowledged = await this.tokens.revocationAcks(clientId, revocation.generation);
+    }
+    return {
+      client: clientId,
+      generation: revocation.generation,
+      revokedFingerprint: revocation.fingerprint,
+      replicas: { notified: revocation.delivered, acknowledged },
+    };
+  }
+
+  /** `POST /admin/reload`: client credentials and caller grants re-read now; names only. */
+  async reload(): Promise<{
+    credentials: { changed: string[]; firstRead: string[]; failed: string[] };
+    callers: { added: string[]; removed: string[] } | { error: string };
+  }> {
+    const credentials = await this.tokens.reloadCredentials();
+    let callers: { added: string[]; removed: string[] } | { error: string };
+    try {
+      callers = (await this.auth.reloadNow?.()) ?? { added: [], removed: [] };
+    } catch {
+      // The reader's message may name internals; the log of the periodic reload has the cause.
+      callers = {
+        error:
+          'the caller grants could not be re-read (the API key source); the loaded ones stay in force',
+      };
+    }
+    return { credentials, callers };
+  }
+}
+
+/**
+ * The store's and the provider's failures as admin problems: a fleet-wide action without Redis
+ * is refused (503), a provider refusal names its code only.
+ */
+function translate(err: unknown): never {
+  if (err instanceof TokenStoreException) {
+    throw new AdminException(
+      AdminErrorCode.StoreUnavailable,
+      'the shared store (Redis) does not answer: a fleet-wide action needs it; check Redis, then retry',
+      { cause: err, retryAfterSeconds: 2 },
+    );
+  }
+  // Provider and secrets exceptions are internal (a 500 that echoes nothing): name their code.
+  if (err instanceof BrokerException && toProblem(err).problem.code === 'internal_error') {
+    throw new AdminException(
+      AdminErrorCode.RefreshFailed,
+      `the provider did not grant a token (${String(err.code)}); see the broker's log and the README's "Running it"`,
+      { cause: err },
+    );
+  }
+  throw err;
+}

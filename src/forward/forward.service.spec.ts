@@ -1,0 +1,203 @@
+import { Readable } from 'node:stream';
+import pino from 'pino';
+import { Counter, Histogram, Registry } from 'prom-client';
+import { brokerConfigSchema } from '../config/config.schema';
+import { MemoryIdempotencyStore } from '../orders/idempotency-store.memory';
+import { readOrderHeaders } from '../orders/order-request';
+import type { ApiOutcome, ApiRequest, ProviderApiGateway } from '../provider/provider-api.client';
+import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
+import { type TokenRecord, toRecord } from '../token/token-record';
+import { ForwardErrorCode, ForwardException } from './forward.exception';
+import { type ForwardCall, ForwardService } from './forward.service';
+import { parseForwardTarget } from './forward-target';
+
+const config = brokerConfigSchema.parse({
+  clients: [
+    {
+      id: 'acme',
+      authUrl: 'http://auth.invalid',
+      baseUrl: 'http://api.invalid',
+      credentials: { file: '/dev/null' },
+    },
+  ],
+  callerAuth: { mode: 'none', allowNone: true },
+  token: { waitTimeoutMs: 500 },
+  forward: { maxStoredResponseBytes: 1024 },
+});
+
+function token(name: string): TokenRecord {
+  const now = Date.now();
+  return toRecord({ accessToken: name, obtainedAt: now, expiresAt: now + 600_000 });
+}
+
+/** Tokens as the forwarding core sees them: a rejected one is replaced (fenced) by the next. */
+function fakeTokens() {
+  let n = 0;
+  let current = token('t0');
+  const replaced: string[] = [];
+  return {
+    replaced,
+    getToken: async () => current,
+    replaceRejected: async (_client: string, fp: string) => {
+      replaced.push(fp);
+      if (fp !== current.fingerprint) return false;
+      current = token(`t${++n}`);
+      return true;
+    },
+  };
+}
+
+type Step = ApiOutcome | { status: number; body?: string | Readable; length?: boolean };
+
+/** A provider API answering from a script, one entry per call, recording the calls. */
+class ScriptedApi implements ProviderApiGateway {
+  readonly calls: ApiRequest[] = [];
+  constructor(private readonly script: Step[]) {}
+
+  async call(request: ApiRequest): Promise<ApiOutcome> {
+    this.calls.push(request);
+    const next = this.script.shift() ?? { status: 200 };
+    if ('kind' in next) return next;
+    const body = next.body ?? `{"n":${this.calls.length}}`;
+    return {
+      kind: 'answered',
+      status: next.status,
+      headers: { 'content-type': 'application/json', 'set-cookie': ['s=1'] },
+      body: typeof body === 'string' ? Buffer.from(body) : body,
+    };
+  }
+}
+
+function failed(delivered: 'no' | 'maybe'): ApiOutcome {
+  return {
+    kind: 'failed',
+    delivered,
+    error: new ProviderException(ProviderErrorCode.Unreachable, 'connect failed'),
+  };
+}
+
+function callOf(method: string, key?: string, body?: string): ForwardCall {
+  const headers = key === undefined ? {} : { 'idempotency-key': key };
+  return {
+    client: config.clients[0],
+    method,
+    target: parseForwardTarget('/provider/acme/api/marketing/v1/offers?amount=5'),
+    headers: readOrderHeaders(headers, key === undefined ? [] : ['Idempotency-Key', key], 'r1'),
+    passed: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : Buffer.from(body),
+  };
+}
+
+async function codeOf(promise: Promise<unknown>): Promise<string | undefined> {
+  try {
+    await promise;
+  } catch (err) {
+    if (err instanceof ForwardException) return err.code;
+    throw err;
+  }
+  return undefined;
+}
+
+describe(ForwardService.name, () => {
+  const registry = new Registry();
+  const metrics = {
+    providerLatency: new Histogram({
+      name: 'latency',
+      help: 'h',
+      labelNames: ['call', 'status_class'] as const,
+      registers: [registry],
+    }),
+    idempotentReplays: new Counter({
+      name: 'replays',
+      help: 'h',
+      labelNames: ['client'] as const,
+      registers: [registry],
+    }),
+  };
+  const logger = pino({ level: 'silent' });
+  const service = (api: ProviderApiGateway, tokens = fakeTokens()) =>
+    new ForwardService(tokens, api, new MemoryIdempotencyStore(), config, metrics, logger);
+
+  it('sends the path and query as given, and returns only the safe headers', async () => {
+    const api = new ScriptedApi([{ status: 200 }]);
+    const reply = await service(api).forward(callOf('GET'), { attempts: 0 });
+    expect(api.calls[0]).toMatchObject({
+      method: 'GET',
+      target: '/api/marketing/v1/offers?amount=5',
+    });
+    expect(api.calls[0].accessToken).toBe('t0');
+    expect(reply.headers).toEqual({ 'content-type': 'application/json' });
+  });
+
+  it('retries a GET or HEAD once when the connection was refused before sending', async () => {
+    for (const method of ['GET', 'HEAD']) {
+      const api = new ScriptedApi([failed('no'), { status: 200 }]);
+      expect((await service(api).forward(callOf(method), { attempts: 0 })).status).toBe(200);
+      expect(api.calls).toHaveLength(2);
+    }
+    const twice = new ScriptedApi([failed('no'), failed('no'), { status: 200 }]);
+    expect(await codeOf(service(twice).forward(callOf('GET'), { attempts: 0 }))).toBe(
+      ForwardErrorCode.ProviderUnreachable,
+    );
+    expect(twice.calls).toHaveLength(2);
+  });
+
+  it('never resends a POST, nor a GET that may have arrived', async () => {
+    const post = new ScriptedApi([failed('no'), { status: 201 }]);
+    expect(
+      await codeOf(service(post).forward(callOf('POST', undefined, '{}'), { attempts: 0 })),
+    ).toBe(ForwardErrorCode.ProviderUnreachable);
+    expect(post.calls).toHaveLength(1);
+    const get = new ScriptedApi([failed('maybe'), { status: 200 }]);
+    expect(await codeOf(service(get).forward(callOf('GET'), { attempts: 0 }))).toBe(
+      ForwardErrorCode.ProviderUnreachable,
+    );
+    expect(get.calls).toHaveLength(1);
+  });
+
+  it('drains a streamed 401, invalidates the token (fenced) and retries once with a new one', async () => {
+    const rejected = Readable.from([Buffer.from('{"error":"invalid_token"}')]);
+    const api = new ScriptedApi([{ status: 401, body: rejected }, { status: 201 }]);
+    const tokens = fakeTokens();
+    const audit = { attempts: 0 };
+    const reply = await service(api, tokens).forward(callOf('POST', undefined, '{"a":1}'), audit);
+    expect(reply.status).toBe(201);
+    expect(api.calls.map((c) => c.accessToken)).toEqual(['t0', 't1']);
+    expect(api.calls[1].body?.toString()).toBe('{"a":1}');
+    expect(tokens.replaced).toHaveLength(1);
+    expect(audit.attempts).toBe(2);
+    // The refused answer's body was drained, not left holding the connection.
+    expect(rejected.readableFlowing).toBe(true);
+
+    const always = new ScriptedApi([{ status: 401 }, { status: 401 }]);
+    expect(await codeOf(service(always).forward(callOf('GET'), { attempts: 0 }))).toBe(
+      ForwardErrorCode.TokenRejected,
+    );
+  });
+
+  it('replays a keyed request, and marks unknown an answer too large to store', async () => {
+    const api = new ScriptedApi([{ status: 201 }, { status: 201, body: 'x'.repeat(2048) }]);
+    const svc = service(api);
+    const first = await svc.forward(callOf('POST', 'k1', '{}'), { attempts: 0 });
+    const again = await svc.forward(callOf('POST', 'k1', '{}'), { attempts: 0 });
+    expect(again).toMatchObject({ status: 201, replayed: true });
+    expect(again.body).toEqual(first.body);
+    expect(api.calls).toHaveLength(1);
+
+    expect(await codeOf(svc.forward(callOf('POST', 'k2', '{}'), { attempts: 0 }))).toBe(
+      ForwardErrorCode.ProviderBadResponse,
+    );
+    expect(await codeOf(svc.forward(callOf('POST', 'k2', '{}'), { attempts: 0 }))).toBe(
+      ForwardErrorCode.OutcomeUnknown,
+    );
+    expect(api.calls).toHaveLength(2);
+  });
+
+  it('passes a provider 429 back, not retried, and frees the key', async () => {
+    const api = new ScriptedApi([{ status: 429 }, { status: 201 }]);
+    const svc = service(api);
+    expect((await svc.forward(callOf('POST', 'k3', '{}'), { attempts: 0 })).status).toBe(429);
+    expect(api.calls).toHaveLength(1);
+    expect((await svc.forward(callOf('POST', 'k3', '{}'), { attempts: 0 })).status).toBe(201);
+  });
+});

@@ -1,0 +1,393 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { BrokerConfig } from '../config/config.schema';
+import type { BrokerExceptionOptions } from '../errors/broker.exception';
+import type { MetricsService } from '../metrics/metrics.service';
+import type { CheckoutFailure } from '../provider/checkout.client';
+import { ProviderErrorCode } from '../provider/provider.exception';
+import type { TokenRecord } from '../token/token-record';
+import { TokenException } from '../token/token.exception';
+import type { TokenService } from '../token/token.service';
+import {
+  type IdempotencyRecord,
+  type IdempotencyStore,
+  IdempotencyStoreErrorCode,
+  IdempotencyStoreException,
+  type StoredResponse,
+} from './idempotency-store';
+
+/** A request must leave with a token that outlives the trip to the provider. */
+const TOKEN_MIN_REMAINING_MS = 2000;
+/** Slack on an in-flight lease for event-loop delays (the store's clock sets and reads it). */
+const LEASE_MARGIN_MS = 5000;
+
+/**
+ * The ways a forwarded call ends without the provider's own answer. Each use of
+ * {@link Forwarding} (`POST /orders`, the provider passthrough) names them in its own problem
+ * vocabulary; the idempotency ones share their codes.
+ */
+export type ForwardingFailure =
+  | 'inFlight'
+  | 'outcomeUnknown'
+  | 'keyReused'
+  | 'tokenRejected'
+  | 'unreachable'
+  | 'badResponse'
+  | 'timeout'
+  | 'storeUnavailable'
+  | 'tampered';
+
+/** How one use of {@link Forwarding} words its failures. */
+export interface ForwardingVocabulary {
+  /** What a request creates, in messages: `order`, or `request` for the passthrough. */
+  readonly noun: string;
+  /** What is uncertain when a request was sent and its answer lost: `the order may or may not exist`. */
+  readonly uncertain: string;
+  /** The code repeats of such a request answer, for the advice: `order_outcome_unknown`. */
+  readonly unknownCode: string;
+  /** The `providerLatency` metric's `call` label. */
+  readonly call: string;
+  /** The caller-facing exception for `failure`. */
+  fail(failure: ForwardingFailure, message: string, options?: BrokerExceptionOptions): Error;
+}
+
+/** The provider's answer as the core sees it; the use decides how its body travels. */
+export interface ForwardedAnswer {
+  readonly kind: 'answered';
+  readonly status: number;
+}
+
+/** One call to forward: the client, its idempotency identity, and how to send it once. */
+export interface Exchange<A extends ForwardedAnswer> {
+  readonly clientId: string;
+  /** Present with an `Idempotency-Key`: the key's hash (scoped by the use) and the body's. */
+  readonly idempotency?: { readonly keyHash: string; readonly bodyHash: string };
+  /** Sends the request once with `token`. Never throws for a transport failure. */
+  send(token: TokenRecord): Promise<A | CheckoutFailure>;
+  /** Lets go of a 401 answer that will not be relayed (drains a streamed body). */
+  discard(answer: A): void;
+  /** What to record for replays; only called for an exchange with `idempotency`. */
+  stored(answer: A): StoredResponse;
+}
+
+/** What happened: the provider's answer, live, or the recorded answer of an earlier request. */
+export type ForwardingResult<A> =
+  | { readonly kind: 'live'; readonly answer: A }
+  | { readonly kind: 'replayed'; readonly response: StoredResponse };
+
+/** Filled in as a request goes through, for the route's audit line. Never holds a secret. */
+export interface ForwardingAudit {
+  /** Fingerprint of the token of the last provider call (never the token). */
+  tokenFingerprint?: string;
+  /** First 16 hex digits of the SHA-256 of the `Idempotency-Key`. */
+  idempotencyKeyHash?: string;
+  /** Provider calls made: 0 (replayed or refused), 1, or 2 (after a 401). */
+  attempts: number;
+}
+
+/** How the record of an idempotency claim is settled; a no-op without a key. */
+interface Ledger {
+  complete(response: StoredResponse): Promise<void>;
+  markUnknown(): Promise<void>;
+  release(): Promise<void>;
+}
+
+const NO_LEDGER: Ledger = {
+  complete: async () => undefined,
+  markUnknown: async () => undefined,
+  release: async () => undefined,
+};
+
+/**
+ * The one implementation of "call the provider for a caller" that `POST /orders` and the
+ * provider passthrough share:
+ *
+ * - The broker itself never repeats a request that may have reached the provider. The one
+ *   retry is after a 401: the provider refused the token before looking at the request. The
+ *   rejected token is invalidated by fingerprint (fenced: only if it is still the current one),
+ *   so a storm of 401s across the fleet costs one token request, and the retry waits for a
+ *   token *different* from the rejected one.
+ * - With an `Idempotency-Key`, the key is claimed atomically before anything is sent, and the
+ *   outcome is recorded: the provider's answer (replayed to repeats), or "unknown" when the
+ *   request was sent and its answer lost (repeats get 409 for the whole TTL, because sending
+ *   it again could act twice). A claim that certainly did nothing (not sent, 401 twice, 429,
+ *   no token) is released so the caller may retry.
+ * - If the idempotency store is down, requests with a key are refused (503): the broker cannot
+ *   promise no duplicate. Requests without a key do not need the store and are forwarded.
+ *
+ * Plain TypeScript: no Nest import, so it is unit tested without the framework.
+ */
+export class Forwarding {
+  private readonly ttlMs: number;
+  /** How long a claim's holder is presumed alive: its longest possible run, plus slack. */
+  private readonly leaseMs: number;
+
+  constructor(
+    private readonly tokens: Pick<TokenService, 'getToken' | 'replaceRejected'>,
+    private readonly store: IdempotencyStore,
+    config: Pick<BrokerConfig, 'orders' | 'token'>,
+    private readonly metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays'>,
+    private readonly logger: Logger,
+    private readonly words: ForwardingVocabulary,
+  ) {
+    const o = config.orders;
+    // Two token waits (the first token, the fresh one after a 401) and two provider calls.
+    this.leaseMs =
+      2 * config.token.waitTimeoutMs +
+      2 * (o.connectTimeoutMs + o.headersTimeoutMs + o.bodyTimeoutMs) +
+      LEASE_MARGIN_MS;
+    this.ttlMs = o.idempotencyTtlSeconds * 1000;
+  }
+
+  /**
+   * Forwards `exchange` (or answers from what is recorded for its key) and returns the
+   * provider's answer, whatever its status. Throws the vocabulary's or {@link TokenException}
+   * problems.
+   */
+  async forward<A extends ForwardedAnswer>(
+    exchange: Exchange<A>,
+    audit: ForwardingAudit,
+  ): Promise<ForwardingResult<A>> {
+    const { clientId, idempotency } = exchange;
+    let ledger = NO_LEDGER;
+    if (idempotency !== undefined) {
+      const claim = await this.claim(clientId, idempotency.keyHash, idempotency.bodyHash, audit);
+      if ('replay' in claim) return { kind: 'replayed', response: claim.replay };
+      ledger = claim.ledger;
+    }
+    let outcome: A | CheckoutFailure;
+    try {
+      outcome = await this.send(exchange, audit);
+    } catch (err) {
+      // No token, or every token refused with 401: nothing reached the provider that it
+      // accepted, so the key may be used again. Anything unexpected errs on the safe side.
+      const refused = err instanceof TokenException || err instanceof TokenRejected;
+      await (refused ? ledger.release() : ledger.markUnknown());
+      throw err instanceof TokenRejected ? err.problem : err;
+    }
+    return this.conclude(exchange, outcome, ledger, idempotency !== undefined);
+  }
+
+  /**
+   * Sends, and once more after a 401 with a token different from the rejected one: the token
+   * layer never hands a rejected token out again ({@link TokenService.replaceRejected}).
+   */
+  private async send<A extends ForwardedAnswer>(
+    exchange: Exchange<A>,
+    audit: ForwardingAudit,
+  ): Promise<A | CheckoutFailure> {
+    const { clientId } = exchange;
+    const first = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
+    const outcome = await this.attempt(exchange, first, audit);
+    if (!isUnauthorized(outcome)) return outcome;
+    exchange.discard(outcome);
+
+    // Fenced: a no-op when another request (or replica) already replaced this token.
+    await this.tokens.replaceRejected(clientId, first.fingerprint);
+    const fresh = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
+    const retried = await this.attempt(exchange, fresh, audit);
+    if (!isUnauthorized(retried)) return retried;
+    exchange.discard(retried);
+
+    await this.tokens.replaceRejected(clientId, fresh.fingerprint);
+    const noun = this.words.noun;
+    throw new TokenRejected(
+      this.words.fail(
+        'tokenRejected',
+        `the provider refused a freshly obtained token for client "${clientId}" too (HTTP 401); no ${noun} was created. Check that the merchant's credentials are enabled for this API in this environment`,
+      ),
+    );
+  }
+
+  private async attempt<A extends ForwardedAnswer>(
+    exchange: Exchange<A>,
+    token: TokenRecord,
+    audit: ForwardingAudit,
+  ): Promise<A | CheckoutFailure> {
+    audit.attempts++;
+    audit.tokenFingerprint = token.fingerprint;
+    const started = performance.now();
+    const outcome = await exchange.send(token);
+    const statusClass =
+      outcome.kind === 'answered' ? `${Math.floor(outcome.status / 100)}xx` : 'none';
+    this.metrics.providerLatency
+      .labels(this.words.call, statusClass)
+      .observe((performance.now() - started) / 1000);
+    return outcome;
+  }
+
+  /** Records the outcome and turns it into the caller's answer. */
+  private async conclude<A extends ForwardedAnswer>(
+    exchange: Exchange<A>,
+    outcome: A | CheckoutFailure,
+    ledger: Ledger,
+    withKey: boolean,
+  ): Promise<ForwardingResult<A>> {
+    const noun = this.words.noun;
+    if (outcome.kind === 'answered') {
+      // 429: rate limited, refused before processing, so a retry under the same key is safe
+      // (and replaying a stale 429 for a day would block it).
+      if (outcome.status === 429) await ledger.release();
+      else if (withKey) await ledger.complete(exchange.stored(outcome));
+      return { kind: 'live', answer: outcome };
+    }
+    const { error } = outcome;
+    if (outcome.delivered === 'no') {
+      await ledger.release();
+      throw this.words.fail(
+        'unreachable',
+        `${error.message}; the ${noun} was not sent, so it is safe to retry`,
+        { retryAfterSeconds: 2, cause: error },
+      );
+    }
+    await ledger.markUnknown();
+    const advice = withKey
+      ? `${this.words.uncertain}. A repeat with the same Idempotency-Key answers 409 ${this.words.unknownCode}; check with the provider before sending it again under a new key`
+      : `${this.words.uncertain}; check with the provider before sending it again (send an Idempotency-Key to make repeats safe)`;
+    this.logger.warn(
+      { client: exchange.clientId, code: error.code, err: error.message },
+      `${noun} outcome unknown: sent, but no complete answer`,
+    );
+    const failure: ForwardingFailure =
+      error.code === ProviderErrorCode.Timeout
+        ? 'timeout'
+        : error.code === ProviderErrorCode.MalformedResponse
+          ? 'badResponse'
+          : 'unreachable';
+    const when = failure === 'badResponse' ? '' : ` after the ${noun} was sent`;
+    throw this.words.fail(failure, `${error.message}${when}: ${advice}`, { cause: error });
+  }
+
+  /** Claims the key, or answers from what is recorded for it (replay, 409 or 422). */
+  private async claim(
+    clientId: string,
+    keyHash: string,
+    bodyHash: string,
+    audit: ForwardingAudit,
+  ): Promise<{ ledger: Ledger } | { replay: StoredResponse }> {
+    audit.idempotencyKeyHash = keyHash.slice(0, 16);
+    const owner = randomUUID();
+    let result;
+    try {
+      result = await this.store.claim(
+        clientId,
+        keyHash,
+        { bodyHash, owner, leaseMs: this.leaseMs },
+        // Never shorter than a claim can be held, so a record cannot vanish mid-flight.
+        Math.max(this.ttlMs, 2 * this.leaseMs),
+      );
+    } catch (err) {
+      if (
+        err instanceof IdempotencyStoreException &&
+        err.code === IdempotencyStoreErrorCode.Tampered
+      ) {
+        this.logger.error(
+          { client: clientId, idemKeyHash: audit.idempotencyKeyHash, reason: err.message },
+          'idempotency record failed its integrity check: refused, nothing replayed or sent; something other than a broker writes to Redis',
+        );
+        throw this.words.fail(
+          'tampered',
+          `the stored outcome of this Idempotency-Key fails its integrity check (it was changed in Redis by something other than a broker), so it is not replayed; nothing was sent. Tell the platform team, and check with the provider whether the ${this.words.noun} was processed before using a new key`,
+          { cause: err },
+        );
+      }
+      throw this.storeFailure(err);
+    }
+    if (result.claimed) return { ledger: this.ledger(clientId, keyHash, owner) };
+    return { replay: this.recorded(result.existing, bodyHash, clientId) };
+  }
+
+  private recorded(
+    existing: IdempotencyRecord,
+    bodyHash: string,
+    clientId: string,
+  ): StoredResponse {
+    const noun = this.words.noun;
+    if (existing.bodyHash !== bodyHash) {
+      throw this.words.fail(
+        'keyReused',
+        `this Idempotency-Key was first used with a different body. A repeat must send the same bytes; a different ${noun} needs a new key`,
+      );
+    }
+    switch (existing.state) {
+      case 'completed':
+        this.metrics.idempotentReplays.labels(clientId).inc();
+        return existing.response;
+      case 'in_flight':
+        if (existing.leaseRemainingMs > 0) {
+          throw this.words.fail(
+            'inFlight',
+            'the first request with this Idempotency-Key is still being forwarded; repeat it shortly to get its answer',
+            { retryAfterSeconds: 1 },
+          );
+        }
+        // Its holder stopped mid-flight (a crashed replica): the request may have been sent.
+        // Unlike an answer lost, nobody knows whether it was even sent: say exactly that.
+        throw this.words.fail(
+          'outcomeUnknown',
+          `the broker replica that took the first request with this Idempotency-Key stopped before recording what happened to it (it crashed, or lost Redis), so the broker cannot know whether that ${noun} was sent to the provider or processed. The broker will not send it again: check with the provider, and send it under a new key only if it was not processed`,
+        );
+      case 'unknown':
+        throw this.words.fail(
+          'outcomeUnknown',
+          `the first request with this Idempotency-Key was sent to the provider but its answer was lost, so the ${noun} may or may not have been processed. The broker will not send it again: check with the provider, and send it under a new key only if it was not processed`,
+        );
+    }
+  }
+
+  /** Settles a claim; a store failure is logged, never changes what the caller is told. */
+  private ledger(clientId: string, keyHash: string, owner: string): Ledger {
+    const settle = async (what: string, op: () => Promise<boolean>): Promise<void> => {
+      try {
+        if (!(await op())) {
+          this.logger.warn(
+            { client: clientId, idemKeyHash: keyHash.slice(0, 16) },
+            `idempotency record not ${what}: the claim was no longer held`,
+          );
+        }
+      } catch (err) {
+        // The claim stays in flight until its lease ends; repeats then get an "outcome
+        // unknown" 409, which errs on the side of never duplicating.
+        this.logger.error(
+          { client: clientId, idemKeyHash: keyHash.slice(0, 16), err: (err as Error).message },
+          `idempotency record could not be ${what}; repeats of this key will answer 409 once its lease ends`,
+        );
+      }
+    };
+    return {
+      complete: (response) =>
+        settle('completed', () =>
+          this.store.complete(clientId, keyHash, owner, response, this.ttlMs),
+        ),
+      markUnknown: () =>
+        settle('marked unknown', () =>
+          this.store.markUnknown(clientId, keyHash, owner, this.ttlMs),
+        ),
+      release: () => settle('released', () => this.store.release(clientId, keyHash, owner)),
+    };
+  }
+
+  /** Fail closed: without the store, a repeat could not be recognised and might duplicate. */
+  private storeFailure(err: unknown): Error {
+    if (!(err instanceof IdempotencyStoreException)) throw err;
+    const corrupt = err.code === IdempotencyStoreErrorCode.Corrupt;
+    return this.words.fail(
+      'storeUnavailable',
+      corrupt
+        ? `${err.message}; nothing was sent`
+        : `the idempotency store (Redis) is unreachable, so a duplicate ${this.words.noun} could not be ruled out; nothing was sent. Retry shortly with the same Idempotency-Key`,
+      { retryAfterSeconds: corrupt ? undefined : 2, cause: err },
+    );
+  }
+}
+
+/** Every token refused with 401: carries the caller's problem out of `send`. */
+class TokenRejected extends Error {
+  constructor(readonly problem: Error) {
+    super(problem.message);
+  }
+}
+
+function isUnauthorized<A extends ForwardedAnswer>(outcome: A | CheckoutFailure): outcome is A {
+  return outcome.kind === 'answered' && outcome.status === 401;
+}

@@ -1,0 +1,409 @@
+import { createHash } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Redis from 'ioredis';
+import { ProviderEmulator } from '../emulator/provider-emulator';
+import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { FaultProxy } from './support/fault-proxy';
+import { FLEET_CLIENT, FLEET_CREDENTIALS } from './support/fleet';
+import { freePort } from './support/ports';
+import { startRedis, type TestRedis } from './support/redis-server';
+import { delay, waitFor } from './support/wait';
+
+/**
+ * The admin listener and routes (issue #16) on three real broker processes, each reaching Redis
+ * through a fault proxy of its own so that one can be cut off: scopes and audit lines, a forced
+ * refresh fleet-wide, and a revoke while one replica is partitioned from Redis.
+ */
+const ADMIN_KEY = 'admin-key-0123456789abcdef0123456789abcdef';
+const CALLER_KEY = 'caller-key-0123456789abcdef0123456789abcdef';
+const sha = (s: string) => createHash('sha256').update(s).digest('hex');
+const fingerprintOf = (token: string) => sha(token).slice(0, 16);
+const GRANTS = [
+  { name: 'oncall', sha256: sha(ADMIN_KEY), clients: ['*'], scopes: ['admin'] },
+  { name: 'checkout', sha256: sha(CALLER_KEY), clients: [FLEET_CLIENT] },
+];
+
+interface Replica {
+  broker: BrokerProcess;
+  adminUrl: string;
+  proxy: FaultProxy;
+}
+
+/** One answer of `GET /token` seen by the poller. */
+interface Served {
+  replica: number;
+  sentAt: number;
+  status: number;
+  fingerprint?: string;
+}
+
+describe('admin routes (3 replicas)', () => {
+  let redis: TestRedis;
+  let emulator: ProviderEmulator;
+  let replicas: Replica[];
+  let inspect: Redis;
+  let files: { credentials: string; keys: string };
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    emulator = await ProviderEmulator.start({
+      credentials: { [FLEET_CREDENTIALS.client_id]: FLEET_CREDENTIALS.client_secret },
+    });
+    const dir = mkdtempSync(join(tmpdir(), 'tb-admin-'));
+    files = { credentials: join(dir, 'credentials.json'), keys: join(dir, 'keys.json') };
+    writeFileSync(files.credentials, JSON.stringify(FLEET_CREDENTIALS), { mode: 0o600 });
+    writeFileSync(files.keys, JSON.stringify(GRANTS));
+    replicas = await Promise.all(
+      [0, 1, 2].map(async (i) => {
+        const proxy = await FaultProxy.start({ target: { host: redis.host, port: redis.port } });
+        const adminPort = await freePort();
+        const broker = await spawnBroker({
+          name: `broker-${i}`,
+          env: {
+            CLIENT_ID: FLEET_CLIENT,
+            REDIS_URL: proxy.url('redis'),
+            PROVIDER_AUTH_URL: emulator.url,
+            PROVIDER_BASE_URL: emulator.url,
+            CREDENTIALS_FILE: files.credentials,
+            CALLER_AUTH_MODE: 'api-key',
+            CALLER_API_KEYS_FILE: files.keys,
+            HOST: '127.0.0.1',
+            ADMIN_PORT: String(adminPort),
+            LOG_LEVEL: 'info',
+            REDIS_PING_INTERVAL_MS: '200',
+            REDIS_COMMAND_TIMEOUT_MS: '300',
+            TOKEN_MIN_REFRESH_INTERVAL_MS: '500',
+          },
+        });
+        return { broker, proxy, adminUrl: `http://127.0.0.1:${adminPort}` };
+      }),
+    );
+    await Promise.all(replicas.map((r) => r.broker.waitReady(20_000)));
+    inspect = new Redis(redis.url, { lazyConnect: true });
+    await inspect.connect();
+  });
+
+  afterAll(async () => {
+    inspect?.disconnect();
+    await Promise.all((replicas ?? []).map((r) => r.broker.stop()));
+    await Promise.all((replicas ?? []).map((r) => r.proxy.close()));
+    await emulator?.close();
+    await redis?.stop();
+  });
+
+  const admin = (r: Replica, path: string, method = 'GET', key = ADMIN_KEY) =>
+    fetch(`${r.adminUrl}${path}`, { method, headers: { authorization: `Bearer ${key}` } });
+
+  /** The fingerprint a replica serves now (GET /token), or the status when it serves none. */
+  async function served(r: Replica): Promise<{ status: number; fingerprint?: string }> {
+    const res = await fetch(`${r.broker.url}/token`, {
+      headers: { authorization: `Bearer ${CALLER_KEY}` },
+    });
+    if (res.status !== 200) {
+      await res.arrayBuffer();
+      return { status: res.status };
+    }
+    const body = (await res.json()) as { access_token: string };
+    return { status: 200, fingerprint: fingerprintOf(body.access_token) };
+  }
+
+  /** Audit lines of `action` a replica wrote so far. */
+  const auditLines = (r: Replica, action: string) =>
+    r.broker
+      .logs()
+      .filter((l) => l.includes('"audit":"admin"') && l.includes(`"action":"${action}"`))
+      .map((l) => JSON.parse(l.slice(l.indexOf('{'))) as Record<string, unknown>);
+
+  it('serves /admin/* and /metrics on the admin port only, /health/* on both, to scope admin only, auditing every call', async () => {
+    const [r] = replicas;
+    // The API port: no admin routes, no metrics; the probes stay.
+    for (const path of ['/admin/clients', '/metrics']) {
+      const res = await fetch(`${r.broker.url}${path}`, {
+        headers: { authorization: `Bearer ${ADMIN_KEY}` },
+      });
+      expect(res.status).toBe(404);
+      expect(res.headers.get('content-type')).toContain('application/problem+json');
+      await res.arrayBuffer();
+    }
+    expect((await fetch(`${r.broker.url}/health/ready`)).status).toBe(200);
+    // The admin port: probes, metrics and admin routes, but not the API.
+    expect((await fetch(`${r.adminUrl}/health/ready`)).status).toBe(200);
+    expect((await fetch(`${r.adminUrl}/health/live`)).status).toBe(200);
+    const metrics = await fetch(`${r.adminUrl}/metrics`);
+    expect(metrics.status).toBe(200);
+    expect(await metrics.text()).toContain('token_broker_');
+    const api = await fetch(`${r.adminUrl}/token`, {
+      headers: { authorization: `Bearer ${CALLER_KEY}` },
+    });
+    expect(api.status).toBe(404);
+    await api.arrayBuffer();
+
+    // No credential: 401; a caller without scope admin: 403; both problem+json and audited.
+    const anonymous = await fetch(`${r.adminUrl}/admin/clients`);
+    expect(anonymous.status).toBe(401);
+    expect(((await anonymous.json()) as { code: string }).code).toBe('unauthenticated');
+    const merchant = await admin(r, `/admin/clients/${FLEET_CLIENT}/revoke`, 'POST', CALLER_KEY);
+    expect(merchant.status).toBe(403);
+    expect(((await merchant.json()) as { detail: string }).detail).toContain('scope "admin"');
+    const unknown = await admin(r, '/admin/clients/no-such-client/refresh', 'POST');
+    expect(unknown.status).toBe(404);
+    await unknown.arrayBuffer();
+
+    const status = await admin(r, '/admin/clients');
+    expect(status.status).toBe(200);
+    expect(status.headers.get('cache-control')).toBe('no-store');
+    const text = await status.text();
+    const body = JSON.parse(text) as {
+      store: { kind: string; mode: string; state: string; nodes: string[] };
+      clients: Array<{ client: string; fingerprint: string; generation: number; lock: unknown }>;
+    };
+    expect(body.store).toMatchObject({ kind: 'redis', mode: 'standalone', state: 'up' });
+    expect(body.clients).toHaveLength(1);
+    expect(body.clients[0]).toMatchObject({ client: FLEET_CLIENT, generation: 0 });
+    const now = await served(r);
+    expect(body.clients[0].fingerprint).toBe(now.fingerprint);
+    // Fingerprints only: the token itself is nowhere in the answer.
+    const token = (await (
+      await fetch(`${r.broker.url}/token`, { headers: { authorization: `Bearer ${CALLER_KEY}` } })
+    ).json()) as { access_token: string };
+    expect(text).not.toContain(token.access_token);
+
+    await waitFor(
+      () => auditLines(r, 'status').length >= 2 && auditLines(r, 'revoke').length >= 1,
+      {
+        timeoutMs: 5000,
+        what: 'the audit lines of the admin calls',
+      },
+    );
+    const outcomes = [...auditLines(r, 'status'), ...auditLines(r, 'revoke')].map((l) => ({
+      caller: l.caller,
+      outcome: l.outcome,
+      client: l.client,
+      reason: l.reason,
+    }));
+    expect(outcomes).toEqual(
+      expect.arrayContaining([
+        { caller: undefined, outcome: 'unauthenticated', client: undefined, reason: undefined },
+        {
+          caller: 'checkout',
+          outcome: 'forbidden',
+          client: undefined,
+          reason: 'missing_scope_admin',
+        },
+        { caller: 'oncall', outcome: 'ok', client: undefined, reason: undefined },
+      ]),
+    );
+    for (const line of auditLines(r, 'status')) expect(typeof line.requestId).toBe('string');
+    // A revoke the caller was refused changed nothing.
+    expect(await inspect.get(`tb:{${FLEET_CLIENT}}:gen`)).toBeNull();
+  });
+
+  it('forces one refresh for the whole fleet, even asked on every replica at once, adopted everywhere within a second', async () => {
+    // The fleet's token must be older than the coalescing slack (FORCED_COALESCE_MS).
+    await delay(200);
+    const before = emulator.stats.tokenRequests;
+    const old = (await served(replicas[0])).fingerprint;
+    const answers = await Promise.all(
+      [...replicas, ...replicas].map(async (r) => {
+        const res = await admin(r, `/admin/clients/${FLEET_CLIENT}/refresh`, 'POST');
+        expect(res.status).toBe(200);
+        return {
+          at: Date.now(),
+          ...((await res.json()) as { fingerprint: string; providerRequest: boolean }),
+        };
+      }),
+    );
+    const fresh = answers[0].fingerprint;
+    expect(fresh).not.toBe(old);
+    expect(new Set(answers.map((a) => a.fingerprint))).toEqual(new Set([fresh]));
+    expect(answers.filter((a) => a.providerRequest)).toHaveLength(1);
+    const answeredAt = Math.max(...answers.map((a) => a.at));
+    const adoptedIn = await Promise.all(
+      replicas.map(async (r) => {
+        await waitFor(async () => (await served(r)).fingerprint === fresh, {
+          timeoutMs: 1000,
+          intervalMs: 10,
+          what: `${r.broker.name} to serve the forced token`,
+        });
+        return Date.now() - answeredAt;
+      }),
+    );
+    expect(emulator.stats.tokenRequests).toBe(before + 1);
+    process.stdout.write(
+      `forced refresh: 6 concurrent requests on 3 replicas, ${emulator.stats.tokenRequests - before} provider request, every replica serving it ${Math.max(0, ...adoptedIn)} ms after the last answer\n`,
+    );
+  });
+
+  it('revokes fleet-wide while one replica is cut off from Redis: nobody serves the old token after it hears of it, the cut-off one never writes it back', async () => {
+    const before = emulator.stats.tokenRequests;
+    const old = (await served(replicas[0])).fingerprint!;
+    for (const r of replicas) expect((await served(r)).fingerprint).toBe(old);
+
+    // Every replica polled throughout, each answer recorded with the time it was sent.
+    const seen: Served[] = [];
+    let polling = true;
+    const pollers = replicas.map(async (r, replica) => {
+      const deadline = Date.now() + 60_000;
+      while (polling && Date.now() < deadline) {
+        const sentAt = Date.now();
+        seen.push({ replica, sentAt, ...(await served(r).catch(() => ({ status: 0 }))) });
+        await delay(5);
+      }
+    });
+    try {
+      // Partition replica 2: its connections are cut and every reconnection refused.
+      const cut = replicas[2];
+      cut.proxy.refuse();
+      cut.proxy.cut();
+      await waitFor(
+        async () =>
+          ((await (await admin(cut, '/admin/clients')).json()) as { store: { state: string } })
+            .store.state === 'down',
+        { timeoutMs: 5000, what: 'replica 2 to see Redis down' },
+      );
+
+      // The replacement lives shorter than the revoked token: a replica that merely adopted the
+      // later-expiring token on reconnection would keep the old one.
+      emulator.setKnobs({ tokenLifetimeSeconds: 1200 });
+      const revokeSentAt = Date.now();
+      const res = await admin(replicas[0], `/admin/clients/${FLEET_CLIENT}/revoke`, 'POST');
+      const revokedAt = Date.now();
+      expect(res.status).toBe(200);
+      const answer = (await res.json()) as {
+        generation: number;
+        revokedFingerprint: string;
+        replicas: { notified: number; acknowledged: number };
+      };
+      expect(answer).toMatchObject({
+        generation: 1,
+        revokedFingerprint: old,
+        replicas: { notified: 2, acknowledged: 2 },
+      });
+      // The connected replicas get one new token between them.
+      const [fresh] = await Promise.all(
+        [0, 1].map((i) =>
+          waitFor(
+            async () => {
+              const now = (await served(replicas[i])).fingerprint;
+              return now !== undefined && now !== old ? now : undefined;
+            },
+            { timeoutMs: 5000, what: `replica ${i} to serve a new token` },
+          ),
+        ),
+      );
+      // Meanwhile the cut-off replica cannot hear it and still serves what it holds.
+      await delay(500);
+      const stillOld = seen.filter(
+        (s) => s.replica === 2 && s.fingerprint === old && s.sentAt > revokedAt,
+      );
+      expect(stillOld.length).toBeGreaterThan(0);
+
+      // Heal: replica 2 reconnects, learns the generation, drops the old token.
+      const healedAt = Date.now();
+      cut.proxy.pass();
+      const backAt = await waitFor(
+        async () => {
+          const s = (await (await admin(cut, '/admin/clients')).json()) as {
+            store: { state: string };
+          };
+          return s.store.state === 'up' ? Date.now() : undefined;
+        },
+        { timeoutMs: 10_000, intervalMs: 10, what: 'replica 2 to see Redis again' },
+      );
+      await waitFor(async () => (await served(cut)).fingerprint === fresh, {
+        timeoutMs: 3000,
+        what: 'replica 2 to serve the new token',
+      });
+      await delay(1500);
+      polling = false;
+      await Promise.all(pollers);
+
+      const oldAfter = (replica: number, t: number) =>
+        seen.filter((s) => s.replica === replica && s.fingerprint === old && s.sentAt >= t);
+      // The connected replicas: not one answer with the old token sent after the revoke answered.
+      expect(oldAfter(0, revokedAt)).toEqual([]);
+      expect(oldAfter(1, revokedAt)).toEqual([]);
+      // The cut-off one: none sent once it saw Redis again.
+      expect(oldAfter(2, backAt)).toEqual([]);
+      const lastOld = (replica: number) =>
+        Math.max(
+          ...seen
+            .filter((s) => s.replica === replica && s.fingerprint === old)
+            .map((s) => s.sentAt),
+        );
+      // Never written back: Redis holds the new token; one provider request for the fleet.
+      expect(await inspect.hget(`tb:{${FLEET_CLIENT}}:token`, 'fp')).toBe(fresh);
+      expect(await inspect.get(`tb:{${FLEET_CLIENT}}:gen`)).toBe('1');
+      expect(emulator.stats.tokenRequests).toBe(before + 1);
+      // It acknowledged the revoke once back.
+      expect(await inspect.scard(`tb:{${FLEET_CLIENT}}:acks:1`)).toBe(3);
+      expect(seen.filter((s) => s.status !== 200 && s.status !== 503)).toEqual([]);
+      process.stdout.write(
+        `revoke under partition: ${seen.length} calls checked (${seen.filter((s) => s.fingerprint === old).length} with the old token, all before each replica knew); ` +
+          `revoke answered in ${revokedAt - revokeSentAt} ms (notified ${answer.replicas.notified}, acknowledged ${answer.replicas.acknowledged}); ` +
+          `last old answer on the connected replicas ${Math.max(lastOld(0), lastOld(1)) - revokeSentAt} ms after the revoke was sent; ` +
+          `cut-off replica: Redis seen again ${backAt - healedAt} ms after the heal, last old answer sent ${lastOld(2) - healedAt} ms after the heal; ` +
+          `${emulator.stats.tokenRequests - before} new token from the provider\n`,
+      );
+    } finally {
+      polling = false;
+      await Promise.all(pollers);
+    }
+  });
+
+  it('reloads credentials and caller grants now, naming what changed: the rotation after a leak', async () => {
+    const unchanged = await admin(replicas[1], '/admin/reload', 'POST');
+    expect(unchanged.status).toBe(200);
+    const first = (await unchanged.json()) as {
+      credentials: { changed: string[]; firstRead: string[]; failed: string[] };
+    };
+    expect(first).toMatchObject({
+      credentials: { changed: [], failed: [] },
+      callers: { added: [], removed: [] },
+    });
+    // The secret is rotated at the provider and in the secret store; a new caller is granted.
+    const rotated = { ...FLEET_CREDENTIALS, client_secret: 'rotated-secret-value' };
+    emulator.setCredentials({ [rotated.client_id]: rotated.client_secret });
+    writeFileSync(files.credentials, JSON.stringify(rotated), { mode: 0o600 });
+    const newcomer = 'newcomer-key-0123456789abcdef0123456789abcdef';
+    writeFileSync(
+      files.keys,
+      JSON.stringify([...GRANTS, { name: 'newcomer', sha256: sha(newcomer), clients: ['*'] }]),
+    );
+    const changed: string[] = [];
+    for (const r of replicas) {
+      const res = await admin(r, '/admin/reload', 'POST');
+      expect(res.status).toBe(200);
+      const text = await res.text();
+      const body = JSON.parse(text) as {
+        credentials: { changed: string[]; firstRead: string[]; failed: string[] };
+      };
+      // A replica that only ever adopted the fleet's tokens had never read the credentials:
+      // it says so (firstRead) rather than "changed".
+      expect([...body.credentials.changed, ...body.credentials.firstRead]).toEqual([FLEET_CLIENT]);
+      expect(body).toMatchObject({
+        credentials: { failed: [] },
+        callers: { added: ['newcomer'], removed: [] },
+      });
+      changed.push(...body.credentials.changed);
+      // Names only.
+      expect(text).not.toContain(rotated.client_secret);
+    }
+    // At least the replica that obtained the first token had read them: it saw the change.
+    expect(changed.length).toBeGreaterThan(0);
+    // The fleet gets a token with the new secret at once; the newcomer may use it.
+    const refreshed = await admin(replicas[2], `/admin/clients/${FLEET_CLIENT}/refresh`, 'POST');
+    expect(refreshed.status).toBe(200);
+    expect(((await refreshed.json()) as { providerRequest: boolean }).providerRequest).toBe(true);
+    const res = await fetch(`${replicas[0].broker.url}/token`, {
+      headers: { authorization: `Bearer ${newcomer}` },
+    });
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    for (const r of replicas) {
+      expect(r.broker.logs().join('\n')).not.toContain(rotated.client_secret);
+    }
+  });
+});
