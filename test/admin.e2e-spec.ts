@@ -353,7 +353,28 @@ describe('admin routes (3 replicas)', () => {
     }
   });
 
-  it('reloads credentials and caller grants now, naming what changed: the rotation after a leak', async () => {
+  it('reloads credentials and caller grants now, fleet-wide, naming what changed: the rotation after a leak', async () => {
+    /** Each other replica's log line for the fleet reload asked after `before` (log lengths). */
+    const fleetReloadLines = (asker: number, before: number[]) =>
+      Promise.all(
+        replicas.map((r, i) =>
+          i === asker
+            ? Promise.resolve(undefined)
+            : waitFor(
+                () =>
+                  r.broker
+                    .logs()
+                    .slice(before[i])
+                    .filter((l) => l.startsWith('{'))
+                    .map((l) => JSON.parse(l) as Record<string, unknown>)
+                    .find((l) =>
+                      String(l.msg).startsWith('reloaded credentials and caller grants'),
+                    ),
+                { timeoutMs: 5000, what: `${r.broker.name} reloading at the fleet request` },
+              ),
+        ),
+      );
+    const beforeFirst = replicas.map((r) => r.broker.logs().length);
     const unchanged = await admin(replicas[1], '/admin/reload', 'POST');
     expect(unchanged.status).toBe(200);
     const first = (await unchanged.json()) as {
@@ -363,6 +384,10 @@ describe('admin routes (3 replicas)', () => {
       credentials: { changed: [], failed: [] },
       callers: { added: [], removed: [] },
     });
+    // The others reloaded too (before anything is rotated: their answer must not see it).
+    for (const line of await fleetReloadLines(1, beforeFirst)) {
+      if (line) expect(line).toMatchObject({ callers: { added: [], removed: [] } });
+    }
     // The secret is rotated at the provider and in the secret store; a new caller is granted.
     const rotated = { ...FLEET_CREDENTIALS, client_secret: 'rotated-secret-value' };
     emulator.setCredentials({ [rotated.client_id]: rotated.client_secret });
@@ -372,24 +397,39 @@ describe('admin routes (3 replicas)', () => {
       files.keys,
       JSON.stringify([...GRANTS, { name: 'newcomer', sha256: sha(newcomer), clients: ['*'] }]),
     );
-    const changed: string[] = [];
-    for (const r of replicas) {
-      const res = await admin(r, '/admin/reload', 'POST');
-      expect(res.status).toBe(200);
-      const text = await res.text();
-      const body = JSON.parse(text) as {
-        credentials: { changed: string[]; firstRead: string[]; failed: string[] };
-      };
-      // A replica that only ever adopted the fleet's tokens had never read the credentials:
-      // it says so (firstRead) rather than "changed".
-      expect([...body.credentials.changed, ...body.credentials.firstRead]).toEqual([FLEET_CLIENT]);
-      expect(body).toMatchObject({
-        credentials: { failed: [] },
-        callers: { added: ['newcomer'], removed: [] },
+    // Asked on one replica, the reload reaches the whole fleet through Redis.
+    const logsBefore = replicas.map((r) => r.broker.logs().length);
+    const res0 = await admin(replicas[0], '/admin/reload', 'POST');
+    expect(res0.status).toBe(200);
+    const text = await res0.text();
+    const body = JSON.parse(text) as {
+      credentials: { changed: string[]; firstRead: string[]; failed: string[] };
+    };
+    // A replica that only ever adopted the fleet's tokens had never read the credentials:
+    // it says so (firstRead) rather than "changed".
+    expect([...body.credentials.changed, ...body.credentials.firstRead]).toEqual([FLEET_CLIENT]);
+    expect(body).toMatchObject({
+      credentials: { failed: [] },
+      callers: { added: ['newcomer'], removed: [] },
+      replicas: { notified: replicas.length },
+    });
+    // Names only.
+    expect(text).not.toContain(rotated.client_secret);
+    const changed = [...body.credentials.changed];
+    const lines = await fleetReloadLines(0, logsBefore);
+    for (const [i, r] of replicas.entries()) {
+      const line = lines[i];
+      if (!line) continue;
+      const credentials = line.clients as { changed: string[]; firstRead: string[] };
+      expect([...credentials.changed, ...credentials.firstRead]).toEqual([FLEET_CLIENT]);
+      expect(line).toMatchObject({ callers: { added: ['newcomer'], removed: [] } });
+      changed.push(...credentials.changed);
+      // The newcomer's key works there without anyone calling that replica's admin route.
+      const token = await fetch(`${r.broker.url}/token`, {
+        headers: { authorization: `Bearer ${newcomer}` },
       });
-      changed.push(...body.credentials.changed);
-      // Names only.
-      expect(text).not.toContain(rotated.client_secret);
+      expect(token.status).toBe(200);
+      await token.arrayBuffer();
     }
     // At least the replica that obtained the first token had read them: it saw the change.
     expect(changed.length).toBeGreaterThan(0);

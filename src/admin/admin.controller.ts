@@ -69,7 +69,7 @@ export class AdminController {
     );
   }
 
-  /** Client credentials and caller grants re-read now, on this replica; names of what changed. */
+  /** Client credentials and caller grants re-read now, here and on every replica; names only. */
   @Post('reload')
   @HttpCode(200)
   @Header('cache-control', 'no-store')
@@ -82,6 +82,7 @@ export class AdminController {
       (r) => ({
         changedCredentials: r.credentials.changed,
         callers: 'error' in r.callers ? 'error' : r.callers,
+        replicasNotified: 'notified' in r.replicas ? r.replicas.notified : 'error',
       }),
     );
   }

@@ -1,4 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
 import { authorizationOf } from '../caller-auth/bearer-credential';
@@ -25,15 +25,28 @@ const ACK_POLL_MS = 50;
  * secret, only fingerprints).
  */
 @Injectable()
-export class AdminService {
+export class AdminService implements OnModuleInit {
   private readonly audit: Logger;
 
   constructor(
     @Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator,
     private readonly tokens: TokenService,
-    @Inject(LOGGER) logger: Logger,
+    @Inject(LOGGER) private readonly logger: Logger,
   ) {
     this.audit = logger.child({ audit: 'admin' });
+  }
+
+  /** Another replica's `POST /admin/reload` reloads this one too. */
+  onModuleInit(): void {
+    this.tokens.onFleetReloadRequested((from) => {
+      void this.reloadHere().then((result) =>
+        this.logger.info(
+          // Not `credentials`: the logger redacts any field of that name.
+          { askedBy: from, clients: result.credentials, callers: result.callers },
+          'reloaded credentials and caller grants at an operator request made on another replica',
+        ),
+      );
+    });
   }
 
   /**
@@ -121,11 +134,27 @@ export class AdminService {
     };
   }
 
-  /** `POST /admin/reload`: client credentials and caller grants re-read now; names only. */
-  async reload(): Promise<{
-    credentials: { changed: string[]; firstRead: string[]; failed: string[] };
-    callers: { added: string[]; removed: string[] } | { error: string };
-  }> {
+  /**
+   * `POST /admin/reload`: client credentials and caller grants re-read now on this replica
+   * (its answer names what changed here; names only), and every other replica asked to do the
+   * same through Redis (`replicas.notified`: how many subscribers heard it, this one included).
+   */
+  async reload(): Promise<ReloadResult & { replicas: { notified: number } | { error: string } }> {
+    const [here, replicas] = await Promise.all([
+      this.reloadHere(),
+      this.tokens.requestFleetReload().then(
+        (notified) => ({ notified }),
+        () => ({
+          error:
+            'the other replicas could not be asked (Redis does not answer); they reload on their own schedule, or call this route on each',
+        }),
+      ),
+    ]);
+    return { ...here, replicas };
+  }
+
+  /** This replica's reload. */
+  private async reloadHere(): Promise<ReloadResult> {
     const credentials = await this.tokens.reloadCredentials();
     let callers: { added: string[]; removed: string[] } | { error: string };
     try {
@@ -139,6 +168,12 @@ export class AdminService {
     }
     return { credentials, callers };
   }
+}
+
+/** What one replica's reload changed: names only, never a value. */
+interface ReloadResult {
+  credentials: { changed: string[]; firstRead: string[]; failed: string[] };
+  callers: { added: string[]; removed: string[] } | { error: string };
 }
 
 /**

@@ -657,11 +657,12 @@ export const OPENAPI_DOCUMENT: Json = {
       post: {
         tags: ['admin'],
         operationId: 'adminReload',
-        summary: "Re-reads this replica's client credentials and caller grants now",
+        summary:
+          'Re-reads client credentials and caller grants now, on this replica and (through Redis) every other',
         security: [{ bearer: [] }],
         responses: {
           '200': adminAnswer(
-            'Names only: the clients whose credentials changed, the callers added or removed.',
+            'Names only, for this replica: the clients whose credentials changed, the callers added or removed; `replicas`: how many replicas heard the request (each logs its own outcome).',
             'AdminReload',
           ),
           ...ADMIN_AUTH,
@@ -889,8 +890,17 @@ export const OPENAPI_DOCUMENT: Json = {
       },
       AdminReload: {
         type: 'object',
-        required: ['credentials', 'callers'],
+        required: ['credentials', 'callers', 'replicas'],
         properties: {
+          replicas: {
+            type: 'object',
+            description:
+              'How many replicas the reload request reached through Redis (this one included), or why none could be asked.',
+            properties: {
+              notified: { type: 'integer', minimum: 0 },
+              error: { type: 'string' },
+            },
+          },
           credentials: {
             type: 'object',
             properties: {

@@ -25,4 +25,6 @@ export const redisKeys = {
   revocationAcks: (clientId: string, generation: number) => `tb:{${clientId}}:acks:${generation}`,
   /** Which replica last took the refresh lock (shown while the lock exists). */
   lockHolder: (clientId: string) => `tb:{${clientId}}:holder`,
+  /** Pub/sub channel (not a key): an operator asked every replica to reload; the message is the asker's id. */
+  reloadChannel: 'tb:reload',
 } as const;

@@ -291,6 +291,7 @@ export class RedisTokenStore implements TokenStore {
   private readonly redlock: Redlock;
   private readonly listeners: Array<(e: TokenStoreEvent) => void> = [];
   private readonly recoveredListeners: Array<() => void> = [];
+  private readonly reloadListeners: Array<(from: string) => void> = [];
   private readonly lastCorrupt = new Map<string, string>();
   /** The highest revocation generation this replica saw per client (see {@link generation}). */
   private readonly generations = new Map<string, number>();
@@ -341,6 +342,10 @@ export class RedisTokenStore implements TokenStore {
 
     const channels = new Map(clientIds.map((id) => [redisKeys.events(id), id]));
     subscriber.on('message', (channel: string, message: string) => {
+      if (channel === redisKeys.reloadChannel) {
+        for (const l of this.reloadListeners) l(message);
+        return;
+      }
       const clientId = channels.get(channel);
       if (clientId !== undefined) this.dispatch(clientId, message);
     });
@@ -371,7 +376,7 @@ export class RedisTokenStore implements TokenStore {
       if (subscribedBefore) for (const l of this.recoveredListeners) l();
       subscribedBefore = true;
     });
-    void subscriber.subscribe(...channels.keys()).catch(() => undefined);
+    void subscriber.subscribe(...channels.keys(), redisKeys.reloadChannel).catch(() => undefined);
     this.pingTimer = setInterval(() => void this.ping(), settings.pingIntervalMs);
     this.pingTimer.unref();
   }
@@ -399,6 +404,14 @@ export class RedisTokenStore implements TokenStore {
 
   onRecovered(listener: () => void): void {
     this.recoveredListeners.push(listener);
+  }
+
+  async requestReload(): Promise<number> {
+    return this.run(() => this.redis.publish(redisKeys.reloadChannel, REPLICA_ID));
+  }
+
+  onReloadRequested(listener: (from: string) => void): void {
+    this.reloadListeners.push(listener);
   }
 
   async read(clientId: string): Promise<StoredToken> {

@@ -152,6 +152,15 @@ export class MemoryTokenStore implements TokenStore {
     this.entries.clear();
   }
 
+  /** One replica: nobody else to ask (the admin route reloads this one itself). */
+  async requestReload(): Promise<number> {
+    return 0;
+  }
+
+  onReloadRequested(): void {
+    // No other replica can ask.
+  }
+
   onRecovered(): void {
     // Memory never goes away.
   }

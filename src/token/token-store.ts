@@ -147,6 +147,14 @@ export interface TokenStore {
   onEvent(listener: (event: TokenStoreEvent) => void): void;
   /** Called when the store becomes reachable again after an outage. */
   onRecovered(listener: () => void): void;
+  /**
+   * Asks every replica to re-read client credentials and caller grants now (an operator's
+   * `POST /admin/reload`). Returns how many replicas the request reached (Redis subscribers,
+   * this one included; 0 without a shared store). Throws `TokenStoreException` when down.
+   */
+  requestReload(): Promise<number>;
+  /** Receives those requests, with the {@link REPLICA_ID} of the replica that made them. */
+  onReloadRequested(listener: (from: string) => void): void;
   /** Whether the last interaction with the store succeeded. */
   readonly healthy: boolean;
   /**

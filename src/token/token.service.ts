@@ -21,6 +21,7 @@ import { StoreContinuityWatch } from './store-continuity.watch';
 import type { TokenRecord } from './token-record';
 import {
   type LockState,
+  REPLICA_ID,
   type Revocation,
   type StoreTopology,
   TOKEN_STORE,
@@ -210,6 +211,18 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   async revoke(clientId: string): Promise<Revocation> {
     this.manager(clientId);
     return this.store.revoke(clientId);
+  }
+
+  /** Asks every replica to reload credentials and grants (see `TokenStore.requestReload`). */
+  requestFleetReload(): Promise<number> {
+    return this.store.requestReload();
+  }
+
+  /** `listener` runs when another replica asks the fleet to reload; `from` names it. */
+  onFleetReloadRequested(listener: (from: string) => void): void {
+    this.store.onReloadRequested((from) => {
+      if (from !== REPLICA_ID) listener(from);
+    });
   }
 
   /** How many replicas acknowledged revocation `generation` of `clientId`. */
