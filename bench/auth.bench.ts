@@ -18,6 +18,8 @@ export interface AuthBenchTarget {
 }
 
 const CLIENT_ID = 'bench';
+/** The api-key broker with tracing on (see `otlpEndpoint`). */
+export const TRACED_TARGET = 'GET /token, api-key caller, tracing on';
 const CREDENTIALS = { client_id: 'bench-merchant', client_secret: 'bench-only-secret' };
 const SUBJECT = 'system:serviceaccount:bench:caller';
 
@@ -34,6 +36,11 @@ const SUBJECT = 'system:serviceaccount:bench:caller';
 export async function startAuthBrokers(opts: {
   /** The brokers' LOG_LEVEL; `info` (the default, as in production) writes the audit lines. */
   logLevel?: string;
+  /**
+   * Also start the api-key broker a second time with OpenTelemetry tracing on, exporting to
+   * this OTLP/HTTP endpoint (target named {@link TRACED_TARGET}).
+   */
+  otlpEndpoint?: string;
 }): Promise<{ targets: AuthBenchTarget[]; stop(): Promise<void> }> {
   const provider = await ProviderEmulator.start({
     credentials: { [CREDENTIALS.client_id]: CREDENTIALS.client_secret },
@@ -84,6 +91,19 @@ export async function startAuthBrokers(opts: {
       },
     },
   ];
+  if (opts.otlpEndpoint !== undefined) {
+    modes.push({
+      ...modes[0],
+      name: TRACED_TARGET,
+      env: {
+        ...modes[0].env,
+        OTEL_EXPORTER_OTLP_ENDPOINT: opts.otlpEndpoint,
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+        OTEL_BSP_SCHEDULE_DELAY: '200',
+        OTEL_SERVICE_NAME: 'token-broker-bench',
+      },
+    });
+  }
   const brokers: BenchBroker[] = [];
   const stop = async () => {
     await Promise.all(brokers.map((b) => b.stop()));
@@ -101,7 +121,7 @@ export async function startAuthBrokers(opts: {
         url: `${broker.url}/token?client=${CLIENT_ID}`,
         headers: { authorization: mode.authorization },
       });
-      if (mode.env.CALLER_AUTH_MODE === 'api-key') apiKeyBroker = broker;
+      if (mode.env.CALLER_AUTH_MODE === 'api-key') apiKeyBroker ??= broker;
     }
     // The stock OAuth client's request to the same api-key broker: Basic id:key, form body.
     targets.push({

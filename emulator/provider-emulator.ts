@@ -545,8 +545,14 @@ export class ProviderEmulator {
         sent += n;
         if (!res.write(n === LARGE_CHUNK.length ? LARGE_CHUNK : LARGE_CHUNK.subarray(0, n))) {
           await new Promise<void>((resolve) => {
-            res.once('drain', resolve);
-            res.once('close', resolve);
+            // Whichever comes first; the other listener goes too (one per wait would pile up).
+            const done = () => {
+              res.off('drain', done);
+              res.off('close', done);
+              resolve();
+            };
+            res.once('drain', done);
+            res.once('close', done);
           });
           if (res.destroyed) return;
         }

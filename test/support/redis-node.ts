@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { ManagedProcess, minimalEnv } from './managed-process';
+import { ManagedProcess, minimalEnv, REDIS_PRIORITY } from './managed-process';
 import { freePort } from './ports';
 import { waitFor } from './wait';
 
@@ -76,6 +76,7 @@ export class RedisNode {
       args: fullArgs,
       env: minimalEnv(),
       cwd: dir,
+      priority: REDIS_PRIORITY,
     });
     const node = new RedisNode(port, dir, proc);
     try {

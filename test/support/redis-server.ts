@@ -2,7 +2,7 @@ import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { Redis } from 'ioredis';
 import type { StartedTestContainer } from 'testcontainers';
-import { hostProcess, ManagedProcess, minimalEnv } from './managed-process';
+import { hostProcess, ManagedProcess, minimalEnv, REDIS_PRIORITY } from './managed-process';
 import { freePort } from './ports';
 import { waitFor } from './wait';
 
@@ -253,6 +253,7 @@ async function spawnRedisServer(port: number): Promise<ManagedProcess> {
       'no',
     ],
     env: minimalEnv(),
+    priority: REDIS_PRIORITY,
     // Redis resolves relative files against its working directory; keep any stray file out of
     // the repository.
     cwd: tmpdir(),

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Cluster, Redis } from 'ioredis';
 import { FaultProxy } from './fault-proxy';
-import { ManagedProcess, minimalEnv } from './managed-process';
+import { ManagedProcess, minimalEnv, REDIS_PRIORITY } from './managed-process';
 import { freePort } from './ports';
 import { ping, startRedis, type TestRedis } from './redis-server';
 import { waitFor } from './wait';
@@ -790,6 +790,7 @@ async function spawnOnFreePort(
       env: minimalEnv(),
       // Redis resolves relative files against its working directory: keep them out of the repo.
       cwd: tmpdir(),
+      priority: REDIS_PRIORITY,
     });
     const exited = new AbortController();
     void proc.exited.then(() => exited.abort(new Error(proc.describeExit())));
