@@ -1,4 +1,5 @@
 import { Redis } from 'ioredis';
+import { Agent, request } from 'undici';
 import { redisKeys } from '../../src/redis/redis.constants';
 import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
 import { type Fleet, FLEET_CLIENT } from '../support/fleet';
@@ -140,4 +141,35 @@ describe('SIGTERM under load', () => {
       emulator.setKnobs({ tokenLatencyMs: 0 });
     }
   }, 60_000);
+
+  it('answers an order in flight at SIGTERM with Connection: close, so its keep-alive connection does not hold the exit for the grace period', async () => {
+    const { emulator, brokers } = fleet;
+    const broker = brokers[1];
+    const keepAlive = new Agent({ keepAliveTimeout: 60_000, keepAliveMaxTimeout: 60_000 });
+    emulator.setKnobs({ ordersLatencyMs: 1000 });
+    try {
+      const answer = request(`${broker.url}/orders?client=${FLEET_CLIENT}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ price: 50_000, orderRef: 'in-flight-at-sigterm' }),
+        dispatcher: keepAlive,
+      });
+      // The order is at the provider (1 s) when the signal arrives.
+      await delay(300);
+      const signalledAt = Date.now();
+      const exited = broker.kill('SIGTERM');
+      const res = await answer;
+      const body = await res.body.text();
+      expect(res.statusCode).toBe(201);
+      expect(JSON.parse(body)).toMatchObject({ status: 'CREATED' });
+      expect(res.headers.connection).toBe('close');
+      expect(await exited).toMatchObject({ code: 0, signal: null });
+      // Without the header the kept-alive connection would hold the closing server open until
+      // the grace period ends.
+      expect(Date.now() - signalledAt).toBeLessThan(GRACE_MS);
+    } finally {
+      emulator.setKnobs({ ordersLatencyMs: 0 });
+      await keepAlive.close();
+    }
+  }, 30_000);
 });
