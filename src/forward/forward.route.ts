@@ -47,7 +47,6 @@ const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
 export class ForwardRoute implements OnModuleInit {
   private readonly line: AuditLineWriter;
   private readonly clients: ReadonlyMap<string, ClientConfig>;
-  private closing = false;
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
@@ -68,7 +67,6 @@ export class ForwardRoute implements OnModuleInit {
       this.config.forward.bodyLimitBytes,
       {
         refuse: (err, req, reply) => this.refuse(this.translate(err), req, reply),
-        closing: () => (this.closing = true),
       },
       {
         method: [...FORWARD_METHODS],
@@ -141,7 +139,6 @@ export class ForwardRoute implements OnModuleInit {
       reply.code(result.status).headers(result.headers);
       if (result.headers['cache-control'] === undefined) reply.header('cache-control', 'no-store');
       if (result.replayed) reply.header('idempotent-replayed', 'true');
-      if (this.closing) reply.header('connection', 'close');
       if (req.method === 'HEAD') {
         if (!Buffer.isBuffer(result.body)) result.body.resume();
         return reply.send();
@@ -161,7 +158,6 @@ export class ForwardRoute implements OnModuleInit {
     const { problem } = toProblem(err);
     this.count(req, problem.code);
     this.log(req, reply, audit, { status: problem.status, result: problem.code, err });
-    if (this.closing) reply.header('connection', 'close');
     return sendProblem(reply, err, req.id);
   }
 

@@ -10,8 +10,6 @@ import type {
 export interface ForwardingRouteHooks {
   /** Answers an error Fastify met before the handler (body too large, bad length...). */
   refuse(err: FastifyError, req: FastifyRequest, reply: FastifyReply): FastifyReply;
-  /** Called once the server starts closing (SIGTERM). */
-  closing(): void;
 }
 
 /**
@@ -22,9 +20,10 @@ export interface ForwardingRouteHooks {
  *   must not apply to any other route;
  * - the route authenticates the caller in `onRequest`, so an unauthenticated or forbidden
  *   request is refused before its body is read.
- * Errors, including Fastify's own, go to `hooks.refuse`; `hooks.closing` learns of SIGTERM, so
- * that a request still in flight is answered with `Connection: close` instead of its keep-alive
- * connection holding the closing server open until the grace period ends.
+ * Errors, including Fastify's own, go to `hooks.refuse`. Once the server starts closing
+ * (SIGTERM), every answer of the route, forwarded or refused, carries `Connection: close`, so a
+ * request still in flight does not leave its keep-alive connection holding the closing server
+ * open until the grace period ends.
  */
 export function registerForwardingRoute(
   fastify: FastifyInstance,
@@ -38,9 +37,14 @@ export function registerForwardingRoute(
       done(null, body),
     );
     scope.setErrorHandler((err: FastifyError, req, reply) => hooks.refuse(err, req, reply));
+    let closing = false;
     scope.addHook('preClose', (done) => {
-      hooks.closing();
+      closing = true;
       done();
+    });
+    scope.addHook('onSend', (_req, reply, payload, done) => {
+      if (closing) reply.header('connection', 'close');
+      done(null, payload);
     });
     scope.route({ ...route, bodyLimit });
   });

@@ -36,8 +36,6 @@ export class OrdersRoute implements OnModuleInit {
    * format (see {@link AuditLineWriter}) rather than through pino's generic serialiser.
    */
   private readonly line: AuditLineWriter;
-  /** Set when the server starts closing: the last answers on each connection close it. */
-  private closing = false;
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
@@ -55,7 +53,6 @@ export class OrdersRoute implements OnModuleInit {
       this.config.orders.bodyLimitBytes,
       {
         refuse: (err, req, reply) => this.refuse(this.translate(err), req, reply),
-        closing: () => (this.closing = true),
       },
       {
         method: 'POST',
@@ -102,7 +99,6 @@ export class OrdersRoute implements OnModuleInit {
         status: result.status,
         result: result.replayed ? 'replayed' : 'forwarded',
       });
-      if (this.closing) reply.header('connection', 'close');
       return send(reply, result);
     } catch (err) {
       return this.refuse(err, req, reply, audit);
@@ -122,7 +118,6 @@ export class OrdersRoute implements OnModuleInit {
       result: problem.code,
       err,
     });
-    if (this.closing) reply.header('connection', 'close');
     return sendProblem(reply, err, req.id);
   }
 
