@@ -17,8 +17,8 @@ import { MetricsService } from '../metrics/metrics.service';
 import type { ForwardingAudit } from '../orders/forwarding';
 import { writeForwardingAudit } from '../orders/forwarding-audit';
 import { registerForwardingRoute } from '../orders/forwarding-route';
-import { readOrderHeaders, withoutTraceContext } from '../orders/order-request';
-import { inCallerSpan, spansEnabled } from '../tracing/spans';
+import { readOrderHeaders } from '../orders/order-request';
+import { inCallerSpan } from '../tracing/spans';
 import { FORWARD_RATE_LIMITER } from './forward.constants';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
 import type { ForwardRateLimiter } from './forward-rate-limiter';
@@ -125,8 +125,7 @@ export class ForwardRoute implements OnModuleInit {
               client: this.clients.get(context.clientId)!,
               method: req.method,
               target,
-              // Traced: the provider request carries this span's context, as for orders.
-              headers: spansEnabled() ? withoutTraceContext(headers) : headers,
+              headers,
               passed,
               body: body !== undefined && body.length > 0 ? body : undefined,
             },

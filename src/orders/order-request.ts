@@ -1,6 +1,7 @@
 import { isUtf8 } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
+import { spansEnabled } from '../tracing/spans';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
 
 /**
@@ -40,9 +41,11 @@ const TRACESTATE = /^[\x20-\x7e]{1,512}$/;
 /**
  * Picks the headers to forward: `Idempotency-Key` (validated: a malformed key is a 400, since
  * silently dropping it would drop the caller's protection against duplicates), `X-Request-Id`
- * (the broker's request id, which is the caller's when it gave a sane one), and W3C trace
- * context when well formed (tracing is best effort: a bad `traceparent` is dropped, not
- * refused). A header the caller's `Connection` header nominates is hop-by-hop and stays here.
+ * (the broker's request id, which is the caller's when it gave a sane one), and the caller's
+ * W3C trace context when well formed (tracing is best effort: a bad `traceparent` is dropped,
+ * not refused) and the broker does not trace itself: when it does, the provider request carries
+ * the broker's own span (injected by the undici instrumentation), a child of the caller's. A
+ * header the caller's `Connection` header nominates is hop-by-hop and stays here.
  *
  * @param rawHeaders Node's `rawHeaders`, to tell a repeated `Idempotency-Key` (Node joins
  *   repeats with ", ") from one key that contains a comma.
@@ -66,7 +69,9 @@ export function readOrderHeaders(
   const idempotencyKey = readIdempotencyKey(headers, rawHeaders);
   if (idempotencyKey !== undefined) pass('idempotency-key', idempotencyKey);
   forward['x-request-id'] = requestId;
-  const traceparent = single(headers.traceparent)?.trim().toLowerCase();
+  const traceparent = spansEnabled()
+    ? undefined
+    : single(headers.traceparent)?.trim().toLowerCase();
   if (traceparent !== undefined && isValidTraceparent(traceparent)) {
     pass('traceparent', traceparent);
     const tracestate = single(headers.tracestate)?.trim();
@@ -75,20 +80,6 @@ export function readOrderHeaders(
     }
   }
   return { idempotencyKey, forward };
-}
-
-/**
- * The headers to forward without the caller's W3C trace context: when the broker traces, the
- * provider request carries the broker's own span (injected by the undici instrumentation), a
- * child of the caller's.
- */
-export function withoutTraceContext(headers: OrderHeaders): OrderHeaders {
-  const forward = Object.fromEntries(
-    Object.entries(headers.forward).filter(
-      ([name]) => name !== 'traceparent' && name !== 'tracestate',
-    ),
-  );
-  return { ...headers, forward };
 }
 
 function readIdempotencyKey(

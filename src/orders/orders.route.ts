@@ -9,17 +9,12 @@ import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
 import { AuditLineWriter } from '../logging/audit-line.writer';
 import { LOGGER } from '../logging/logger';
-import {
-  assertJsonObject,
-  isJsonContentType,
-  readOrderHeaders,
-  withoutTraceContext,
-} from './order-request';
+import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
 import { writeForwardingAudit } from './forwarding-audit';
 import { registerForwardingRoute } from './forwarding-route';
 import { type OrderAudit, type OrderReply, OrdersService } from './orders.service';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
-import { inCallerSpan, spansEnabled } from '../tracing/spans';
+import { inCallerSpan } from '../tracing/spans';
 
 /**
  * `POST /orders`, registered on Fastify in its own encapsulated context rather than as a Nest
@@ -87,13 +82,7 @@ export class OrdersRoute implements OnModuleInit {
         req.headers,
         'POST /orders',
         { 'token_broker.client': clientId },
-        () =>
-          this.orders.create(
-            // Traced: the provider request carries this span's context (injected by the undici
-            // instrumentation), a child of the caller's, not the caller's own header.
-            { clientId, body, headers: spansEnabled() ? withoutTraceContext(headers) : headers },
-            audit,
-          ),
+        () => this.orders.create({ clientId, body, headers }, audit),
       );
       writeForwardingAudit(this.line, req, reply, audit, {
         status: result.status,
