@@ -20,6 +20,18 @@ function bucketOf(digest: Buffer): number {
   return digest.readUIntLE(0, 6);
 }
 
+/** {@link bucketOf} for a digest held as a latin1 string (one character per byte). */
+function bucketOfLatin1(digest: string): number {
+  return (
+    digest.charCodeAt(0) +
+    digest.charCodeAt(1) * 0x100 +
+    digest.charCodeAt(2) * 0x10000 +
+    digest.charCodeAt(3) * 0x1000000 +
+    digest.charCodeAt(4) * 0x100000000 +
+    digest.charCodeAt(5) * 0x10000000000
+  );
+}
+
 /** What a reload changed, by caller name (names are safe to log; keys and hashes are not logged). */
 export interface ApiKeyReload {
   added: string[];
@@ -37,6 +49,8 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
   /** The same entries by {@link bucketOf} their digest, for the hot path. */
   private byBucket: ReadonlyMap<number, readonly Entry[]> = new Map();
   private reloadTimer?: NodeJS.Timeout;
+  /** The presented key's digest, for the constant-time comparison (see {@link lookup}). */
+  private readonly scratch = Buffer.alloc(32);
   private load?: () => Promise<readonly ApiKeyGrant[]>;
 
   constructor(grants: readonly ApiKeyGrant[]) {
@@ -139,14 +153,18 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
 
   private lookup(key: string): Caller | undefined {
     if (key.length > MAX_CREDENTIAL_LENGTH) return undefined;
-    const digest = hash('sha256', key, 'buffer') as unknown as Buffer;
-    const bucket = this.byBucket.get(bucketOf(digest));
+    // The digest as a latin1 ("binary") string rather than a Buffer: measured here, a Buffer result costs
+    // ~0.7 µs per call against ~0.3 µs (a new ArrayBuffer each time, and its sweeping).
+    const digest = hash('sha256', key, 'binary');
+    const bucket = this.byBucket.get(bucketOfLatin1(digest));
     if (bucket === undefined) return undefined;
     // The decision rests on a constant-time comparison of the whole digest; which bucket is
-    // looked at depends only on the hash of what the caller sent.
+    // looked at depends only on the hash of what the caller sent. The scratch buffer is
+    // written and read in this synchronous step only.
+    this.scratch.write(digest, 0, 'latin1');
     let found: Caller | undefined;
     for (const entry of bucket) {
-      if (timingSafeEqual(entry.digest, digest)) found = entry.caller;
+      if (timingSafeEqual(entry.digest, this.scratch)) found = entry.caller;
     }
     return found;
   }

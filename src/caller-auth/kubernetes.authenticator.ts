@@ -62,12 +62,12 @@ export class KubernetesAuthenticator implements CallerAuthenticator {
     let rawId: string | undefined;
     if (authorization?.startsWith('Bearer ') && authorization.length <= MAX_CREDENTIAL_LENGTH) {
       raw = authorization.slice(7);
-      rawId = hash('sha256', raw, 'base64');
+      rawId = hash('sha256', raw, 'binary');
       const cached = this.cache.get(rawId, now);
       if (cached !== undefined) return cached;
     }
     const token = bearerCredential(authorization);
-    const id = token === raw ? rawId! : hash('sha256', token, 'base64');
+    const id = token === raw ? rawId! : hash('sha256', token, 'binary');
     const cached = token === raw ? undefined : this.cache.get(id, now);
     if (cached !== undefined) return cached;
     let pending = this.inflight.get(id);

@@ -71,6 +71,30 @@ describe('TokenAuditTrail', () => {
     );
   });
 
+  it('counts each caller, client and token apart when they interleave (no stale shortcut)', () => {
+    const lines = run(`
+      const other = { name: 'billing', clients: '*' };
+      const renewed = { fingerprint: 'fedcba9876543210' };
+      const now = Date.now();
+      const calls = [
+        [caller, 'acme-prod', record], [caller, 'acme-prod', record], [other, 'acme-prod', record],
+        [caller, 'acme-prod', record], [caller, 'globex-prod', record], [caller, 'acme-prod', renewed],
+        [caller, 'acme-prod', renewed], [other, 'acme-prod', record],
+      ];
+      calls.forEach(([c, client, r], i) => trail.issued('r-' + i, c, client, r, now + i));
+      setTimeout(() => process.exit(1), 10);
+    `);
+    const counts = lines
+      .filter((l) => l.msg === 'token issued')
+      .map((l) => [l.caller, l.client, l.fp, l.count]);
+    expect(counts).toEqual([
+      ['checkout', 'acme-prod', '0123456789abcdef', 3],
+      ['billing', 'acme-prod', '0123456789abcdef', 2],
+      ['checkout', 'globex-prod', '0123456789abcdef', 1],
+      ['checkout', 'acme-prod', 'fedcba9876543210', 2],
+    ]);
+  });
+
   it('after shutdown, writes every token handed out at once, with its reqId', () => {
     const lines = run(`
       trail.issued('r-0', caller, 'acme-prod', record, Date.now());

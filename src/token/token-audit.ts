@@ -46,6 +46,8 @@ export class TokenAuditTrail implements OnApplicationShutdown {
   private readonly refusals: AuditRateLimit;
   /** Per caller, per client: the caller's current aggregate (no lookup on the hot path). */
   private readonly slots = new WeakMap<Caller, Map<string, CallerSlot>>();
+  /** The slot {@link issued} used last, with its caller and client. */
+  private last: { caller?: Caller; clientId?: string; slot?: CallerSlot } = {};
   private readonly timer?: NodeJS.Timeout;
   private readonly onExit = (): void => {
     this.flush();
@@ -73,6 +75,12 @@ export class TokenAuditTrail implements OnApplicationShutdown {
   /** Records a token handed out to `caller` for `clientId` at `now` (epoch ms). */
   issued(reqId: string, caller: Caller, clientId: string, record: TokenRecord, now: number): void {
     if (!this.issuedLines.enabled) return;
+    // The same caller, client and token as the last time: most requests, no lookup.
+    const last = this.last;
+    if (last.caller === caller && last.clientId === clientId && last.slot?.record === record) {
+      this.issuedLines.record(last.slot.aggregate, reqId, now);
+      return;
+    }
     let byClient = this.slots.get(caller);
     if (byClient === undefined) {
       byClient = new Map();
@@ -91,6 +99,7 @@ export class TokenAuditTrail implements OnApplicationShutdown {
       };
       byClient.set(clientId, slot);
     }
+    this.last = { caller, clientId, slot };
     this.issuedLines.record(slot.aggregate, reqId, now);
   }
 

