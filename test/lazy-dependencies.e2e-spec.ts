@@ -130,6 +130,12 @@ process.once('exit', () => {
     CALLER_AUTH_SUBJECTS: SUBJECT,
   });
 
+  it('dist/main.js is pure ASCII, so V8 holds its source at one byte a character', () => {
+    const bundle = readFileSync(join(ROOT, 'dist', 'main.js'));
+    expect(bundle.length).toBeGreaterThan(0);
+    expect(bundle.findIndex((byte) => byte > 0x7f)).toBe(-1);
+  });
+
   it('file credentials and api-key callers load neither the AWS SDK nor jose', async () => {
     const modules = await modulesOf('file-api-key', apiKeyEnv(), `Bearer ${apiKey}`);
     expect(modules.filter((m) => AWS_SDK.test(m))).toEqual([]);
