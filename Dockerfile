@@ -14,10 +14,12 @@ COPY package.json package-lock.json ./
 # Exactly the lockfile's tree. No install scripts: no production dependency needs one, and
 # nothing a dependency ships runs at build time.
 RUN npm ci --no-audit --no-fund --ignore-scripts
-COPY tsconfig.json tsconfig.build.json ./
+COPY tsconfig.json tsconfig.build.json esbuild.config.mjs ./
 # The app only: the emulators, the sandbox and the benchmarks live outside src/ (built into
 # dist-dev/ by `npm run build:dev`) and are not even in the build context.
 COPY src ./src
+# `npm run build`: tsc compiles src/ into dist-tsc/, then esbuild bundles that with its
+# dependencies into one file, dist/main.js (esbuild.config.mjs says why and what it leaves out).
 # --omit=optional as well: every optional package in the production tree is only there because
 # a dev dependency (testcontainers) installed it and it satisfies an optional peer of
 # @nestjs/terminus (gRPC health checks, unused): @grpc/*, protobufjs, @types/node, yargs...
@@ -26,6 +28,8 @@ RUN npm run build \
  && npm prune --omit=dev --omit=optional --no-audit --no-fund --ignore-scripts
 
 # ---- runtime: node, the pruned node_modules and dist, nothing else --------------------------
+# node_modules still holds every production dependency: the bundle requires the ones it leaves
+# out (ioredis, the AWS SDK, jose, OpenTelemetry) from there.
 FROM node:26-trixie-slim AS runtime
 # `node dist/main.js` needs neither npm, npx nor corepack; removing them removes their
 # dependencies from image scans and from an attacker's toolbox.

@@ -126,12 +126,14 @@ export default tseslint.config(
   {
     ignores: [
       'dist/**',
+      'dist-tsc/**',
       'dist-dev/**',
       'packages/*/dist/**',
       '.tmp/**',
       'node_modules/**',
       'coverage/**',
       'eslint.config.mjs',
+      'esbuild.config.mjs',
       'jest.config.js',
       'helm/**',
     ],

@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import { Agent, type Dispatcher, errors as undiciErrors } from 'undici';
+import type { Dispatcher } from 'undici';
+import { Agent, errors as undiciErrors } from './undici-agent';
 import type { ClientConfig, OrdersSettings } from '../config/config.schema';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { translateTransportError } from './provider-http';

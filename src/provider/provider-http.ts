@@ -1,4 +1,4 @@
-import { Agent, errors as undiciErrors } from 'undici';
+import { Agent, errors as undiciErrors } from './undici-agent';
 import type { ProviderSettings } from '../config/config.schema';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 
