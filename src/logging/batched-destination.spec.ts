@@ -70,7 +70,7 @@ describe(BatchedDestination.name, () => {
 
   it('writes what is still gathered when the process exits', () => {
     // The compiled module (`npm test` builds first): the child is a plain node process.
-    const compiled = join(__dirname, '..', '..', 'dist', 'logging', 'batched-destination.js');
+    const compiled = join(__dirname, '..', '..', 'dist-tsc', 'logging', 'batched-destination.js');
     const script = `
       const pino = require(${JSON.stringify(require.resolve('pino'))});
       const { BatchedDestination } = require(${JSON.stringify(compiled)});

@@ -15,7 +15,8 @@ describe('TokenAuditTrail', () => {
 
   function run(body: string): Array<Record<string, unknown>> {
     const file = join(dir, 'out.log');
-    const dist = join(__dirname, '..', '..', 'dist');
+    // The tsc output (`npm run build` bundles it into dist/main.js).
+    const dist = join(__dirname, '..', '..', 'dist-tsc');
     const script = `
       const pino = require(${JSON.stringify(require.resolve('pino'))});
       const { BatchedDestination } = require(${JSON.stringify(join(dist, 'logging', 'batched-destination.js'))});
