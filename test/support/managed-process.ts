@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn, type SpawnOptions } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn, type SpawnOptions } from 'node:child_process';
 import { setPriority } from 'node:os';
 import { runInThisContext } from 'node:vm';
 
@@ -37,6 +37,11 @@ export interface ManagedProcessOptions {
    * enters TILT mode and stops failing over for 30 s.
    */
   priority?: number;
+  /**
+   * Run under the real-time FIFO scheduler (`chrt -f 1`), when this user may: for sentinels,
+   * which use little CPU but must not miss their timer (see `priority`) on a loaded machine.
+   */
+  realtime?: boolean;
 }
 
 /**
@@ -128,6 +133,13 @@ export class ManagedProcess {
         setPriority(child.pid, opts.priority);
       } catch {
         // Not allowed (not root): it runs at the default priority.
+      }
+    }
+    if (opts.realtime === true && child.pid !== undefined) {
+      try {
+        execFileSync('chrt', ['-f', '-p', '1', String(child.pid)], { stdio: 'ignore' });
+      } catch {
+        // No chrt, or not allowed: the nice value above is all it gets.
       }
     }
     return new ManagedProcess(opts.name, child, opts.maxLogLines ?? 50_000);

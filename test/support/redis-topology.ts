@@ -791,6 +791,7 @@ async function spawnOnFreePort(
       // Redis resolves relative files against its working directory: keep them out of the repo.
       cwd: tmpdir(),
       priority: REDIS_PRIORITY,
+      realtime: command === 'redis-sentinel',
     });
     const exited = new AbortController();
     void proc.exited.then(() => exited.abort(new Error(proc.describeExit())));
