@@ -12,16 +12,12 @@ interface Entry {
 }
 
 /**
- * The index of a SHA-256 digest: its first 6 bytes as a number. A number key spares the hot path
- * the hex string of the digest and the hashing of that string by the Map; entries whose digests
- * share these bytes (never, in practice) share a bucket and are each compared in full.
+ * The index of a SHA-256 digest held as a latin1 string (one character per byte, as `hash(...,
+ * 'binary')` returns it): its first 6 bytes as a number. A number key spares the hot path the hex
+ * string of the digest and the hashing of that string by the Map; entries whose digests share
+ * these bytes (never, in practice) share a bucket and are each compared in full.
  */
-function bucketOf(digest: Buffer): number {
-  return digest.readUIntLE(0, 6);
-}
-
-/** {@link bucketOf} for a digest held as a latin1 string (one character per byte). */
-function bucketOfLatin1(digest: string): number {
+function bucketOf(digest: string): number {
   return (
     digest.charCodeAt(0) +
     digest.charCodeAt(1) * 0x100 +
@@ -101,7 +97,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
     }
     const buckets = new Map<number, Entry[]>();
     for (const entry of next.values()) {
-      const bucket = bucketOf(entry.digest);
+      const bucket = bucketOf(entry.digest.toString('latin1'));
       buckets.set(bucket, [...(buckets.get(bucket) ?? []), entry]);
     }
     const previous = this.byHash;
@@ -156,7 +152,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
     // The digest as a latin1 ("binary") string rather than a Buffer: measured here, a Buffer result costs
     // ~0.7 µs per call against ~0.3 µs (a new ArrayBuffer each time, and its sweeping).
     const digest = hash('sha256', key, 'binary');
-    const bucket = this.byBucket.get(bucketOfLatin1(digest));
+    const bucket = this.byBucket.get(bucketOf(digest));
     if (bucket === undefined) return undefined;
     // The decision rests on a constant-time comparison of the whole digest; which bucket is
     // looked at depends only on the hash of what the caller sent. The scratch buffer is

@@ -22,8 +22,8 @@ export const MAX_MIN_TTL_SECONDS = 86_400;
 export type TokenQuery = Readonly<Record<string, string | string[] | undefined>>;
 
 /**
- * A complete answer to `GET /token`: what either front writes, byte for byte, plus the request's
- * `x-request-id`. A 200 answer is shared by every request served the same token in the same
+ * A complete answer to `GET /token`: what either front writes, byte for byte, but for the
+ * request's `x-request-id`, which the front adds. A 200 answer is shared by every request served the same token in the same
  * second: never mutate one.
  */
 export interface TokenAnswer {
