@@ -103,7 +103,8 @@ export type OrdersFailure =
       kind: 'status';
       status: number;
       body?: string;
-      contentType?: string;
+      /** Default `application/json` with a body; `null` sends the body without a type. */
+      contentType?: string | null;
       /** Further response headers (e.g. `set-cookie`), to see what the broker relays. */
       headers?: Record<string, string>;
     }
@@ -646,7 +647,9 @@ function failed(req: IncomingMessage, res: ServerResponse, failure: OrdersFailur
   switch (failure.kind) {
     case 'status': {
       const headers: Record<string, string> = { ...failure.headers };
-      if (failure.body) headers['content-type'] = failure.contentType ?? 'application/json';
+      if (failure.body && failure.contentType !== null) {
+        headers['content-type'] = failure.contentType ?? 'application/json';
+      }
       send(res, failure.status, failure.body ?? '', headers);
       return true;
     }

@@ -1,4 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Caller } from '../caller-auth/caller';
 import { CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { partialCallerContext } from '../caller-auth/caller-auth.guard';
 import { AuditLineWriter } from '../logging/audit-line.writer';
@@ -22,13 +23,43 @@ export function writeForwardingAudit(
   extra = '',
 ): void {
   if (!line.enabled) return;
-  const hidden = outcome.err instanceof CallerAuthException ? outcome.err.audit : {};
   const seen = partialCallerContext(req);
-  const caller = seen.caller;
-  const clientId = seen.clientId ?? hidden.client;
+  writeForwardingAuditLine(
+    line,
+    { reqId: req.id, ...seen, durationMs: reply.elapsedTime },
+    audit,
+    outcome,
+    extra,
+  );
+}
+
+/** Who made a forwarded request and how long it took, as far as the broker got. */
+export interface ForwardedRequest {
+  readonly reqId: string;
+  readonly caller?: Caller;
+  readonly clientId?: string;
+  /** From the request's arrival to its answer. */
+  readonly durationMs: number;
+}
+
+/**
+ * {@link writeForwardingAudit} for a front that is not Fastify (`OrdersFastPath`): the same line
+ * from what that front knows of the request.
+ */
+export function writeForwardingAuditLine(
+  line: AuditLineWriter,
+  request: ForwardedRequest,
+  audit: ForwardingAudit,
+  outcome: { status: number; result: string; err?: unknown },
+  extra = '',
+): void {
+  if (!line.enabled) return;
+  const hidden = outcome.err instanceof CallerAuthException ? outcome.err.audit : {};
+  const caller = request.caller;
+  const clientId = request.clientId ?? hidden.client;
   const field = AuditLineWriter.field;
   line.write(
-    field('reqId', req.id) +
+    field('reqId', request.reqId) +
       (caller ? field('caller', caller.name) : '') +
       (clientId !== undefined ? field('client', clientId) : '') +
       extra +
@@ -40,6 +71,6 @@ export function writeForwardingAudit(
       field('status', outcome.status) +
       field('result', outcome.result) +
       (hidden.reason !== undefined ? field('reason', hidden.reason) : '') +
-      field('durationMs', Math.round(reply.elapsedTime * 10) / 10),
+      field('durationMs', Math.round(request.durationMs * 10) / 10),
   );
 }

@@ -12,7 +12,7 @@ import { LOGGER } from '../logging/logger';
 import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
 import { writeForwardingAudit } from './forwarding-audit';
 import { registerForwardingRoute } from './forwarding-route';
-import { type OrderAudit, type OrderReply, OrdersService } from './orders.service';
+import { type OrderAudit, orderOutcome, type OrderReply, OrdersService } from './orders.service';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
 import { inCallerSpan } from '../tracing/spans';
 
@@ -30,7 +30,7 @@ export class OrdersRoute implements OnModuleInit {
    * field is one the broker computed or validated, so the line is written directly in pino's
    * format (see {@link AuditLineWriter}) rather than through pino's generic serialiser.
    */
-  private readonly line: AuditLineWriter;
+  readonly line: AuditLineWriter;
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
@@ -84,10 +84,7 @@ export class OrdersRoute implements OnModuleInit {
         { 'token_broker.client': clientId },
         () => this.orders.create({ clientId, body, headers }, audit),
       );
-      writeForwardingAudit(this.line, req, reply, audit, {
-        status: result.status,
-        result: result.replayed ? 'replayed' : 'forwarded',
-      });
+      writeForwardingAudit(this.line, req, reply, audit, orderOutcome(result));
       return send(reply, result);
     } catch (err) {
       return this.refuse(err, req, reply, audit);

@@ -32,6 +32,11 @@ export interface OrderReply {
   readonly replayed: boolean;
 }
 
+/** The audit line's outcome of an order answered with the provider's answer (live or replayed). */
+export function orderOutcome(result: OrderReply): { status: number; result: string } {
+  return { status: result.status, result: result.replayed ? 'replayed' : 'forwarded' };
+}
+
 /** Filled in as an order goes through, for the route's audit line. Never holds a secret. */
 export type OrderAudit = ForwardingAudit;
 
