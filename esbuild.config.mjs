@@ -4,6 +4,7 @@
 // Why: a replica spent most of its start-up CPU finding, reading and compiling ~1,050 module
 // files one by one (Nest 12 and rxjs are ESM, loaded through require(esm) on Node 20); one file
 // is read and compiled once (issue #17, README "Benchmarks", "One replica").
+import { dirname } from 'node:path';
 import { build } from 'esbuild';
 
 /**
@@ -32,8 +33,31 @@ const external = [
   'class-transformer',
 ];
 
+/**
+ * zod's index loads all of its ~60 locales (`z.locales`) for `z.locales.xx` to exist, though only
+ * the English one, which zod configures itself from its own file, is ever used here: the
+ * locales' index is replaced by one that has English only. Every error message zod writes for
+ * the broker's configuration is English either way (`src/config`'s specs read them).
+ */
+const zodEnglishOnly = {
+  name: 'zod-english-only',
+  setup(b) {
+    b.onLoad({ filter: /[\\/]zod[\\/]v4[\\/]locales[\\/]index\.cjs$/ }, (args) => ({
+      contents: [
+        '"use strict";',
+        'Object.defineProperty(exports, "__esModule", { value: true });',
+        'var en = require("./en.cjs");',
+        'Object.defineProperty(exports, "en", { enumerable: true, get: function () { return en.__esModule ? en.default : en; } });',
+      ].join('\n'),
+      resolveDir: dirname(args.path),
+      loader: 'js',
+    }));
+  },
+};
+
 await build({
   entryPoints: ['dist-tsc/main.js'],
+  plugins: [zodEnglishOnly],
   outfile: 'dist/main.js',
   bundle: true,
   platform: 'node',
