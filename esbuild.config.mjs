@@ -4,6 +4,7 @@
 // Why: a replica spent most of its start-up CPU finding, reading and compiling ~1,050 module
 // files one by one (Nest 12 and rxjs are ESM, loaded through require(esm) on Node 20); one file
 // is read and compiled once (issue #17, README "Benchmarks", "One replica").
+import { readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { build } from 'esbuild';
 
@@ -55,9 +56,40 @@ const zodEnglishOnly = {
   },
 };
 
+/**
+ * prom-client's process CPU metric requires the OpenTelemetry API at load, for exemplars, which
+ * the broker does not enable: every replica read the API's ~45 files for nothing (the broker's
+ * own spans load it only when tracing is on, `src/tracing/spans.ts`). Here the metric gets the
+ * API on first use instead; `test/lazy-dependencies.e2e-spec.ts` checks it stays unloaded.
+ */
+const promClientLazyOtel = {
+  name: 'prom-client-lazy-otel',
+  setup(b) {
+    b.onLoad(
+      { filter: /[\\/]prom-client[\\/]lib[\\/]metrics[\\/]processCpuTotal\.js$/ },
+      async (args) => {
+        const source = await readFile(args.path, 'utf8');
+        const eager = "const OtelApi = require('@opentelemetry/api');";
+        if (!source.includes(eager)) {
+          throw new Error(
+            `${args.path} no longer loads the OpenTelemetry API as expected: review this plugin`,
+          );
+        }
+        const lazy =
+          "const OtelApi = { get trace() { return require('@opentelemetry/api').trace; }, get context() { return require('@opentelemetry/api').context; } };";
+        return {
+          contents: source.replace(eager, lazy),
+          loader: 'js',
+          resolveDir: dirname(args.path),
+        };
+      },
+    );
+  },
+};
+
 await build({
   entryPoints: ['dist-tsc/main.js'],
-  plugins: [zodEnglishOnly],
+  plugins: [zodEnglishOnly, promClientLazyOtel],
   outfile: 'dist/main.js',
   bundle: true,
   platform: 'node',

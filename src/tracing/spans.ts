@@ -1,33 +1,40 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import {
-  type Attributes,
-  context,
-  INVALID_SPAN_CONTEXT,
-  propagation,
-  type Span,
-  SpanKind,
-  SpanStatusCode,
-  trace,
-} from '@opentelemetry/api';
+import type { Attributes, Span, SpanKind, Tracer } from '@opentelemetry/api';
 
 /**
- * The broker's own spans, through the OpenTelemetry API only: without an SDK started (see
- * `tracing.ts`) the API is a no-op, and every helper here returns its argument untouched or
- * calls straight through, so a broker without tracing pays nothing.
+ * The broker's own spans, through the OpenTelemetry API only, which is loaded when tracing is
+ * turned on (see `tracing.ts`), after the SDK has registered: without it (no OTEL_* variables)
+ * every helper here returns its argument untouched or calls straight through, and the API's
+ * ~45 modules are never read (about 25 ms of start-up CPU; `test/lazy-dependencies.e2e-spec.ts`).
  *
  * Spans exist only where the broker does I/O: a `GET /token` that waits (the L1 hit never gets
  * here), the refresh pass (lock, provider request, fenced write), `POST /orders`, and the
  * Secrets Manager read (the AWS SDK's own instrumentation). Redis commands and provider
  * requests become child spans through the ioredis and undici instrumentations.
  */
-const tracer = trace.getTracer('token-broker');
-/** Handed to `fn` when spans are off: every call on it is a no-op. */
-const NO_SPAN = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
+let otel: { api: typeof import('@opentelemetry/api'); tracer: Tracer } | undefined;
+
+/** Handed to `fn` when spans are off: every call on it is a no-op, as on the API's own. */
+const NO_SPAN: Span = {
+  spanContext: () => ({ traceId: '0'.repeat(32), spanId: '0'.repeat(16), traceFlags: 0 }),
+  setAttribute: () => NO_SPAN,
+  setAttributes: () => NO_SPAN,
+  addEvent: () => NO_SPAN,
+  addLink: () => NO_SPAN,
+  addLinks: () => NO_SPAN,
+  setStatus: () => NO_SPAN,
+  updateName: () => NO_SPAN,
+  end: () => undefined,
+  isRecording: () => false,
+  recordException: () => undefined,
+};
 
 let enabled = false;
 
-/** Called once the SDK has started: from then on the helpers create spans. */
-export function enableSpans(): void {
+/** Called once the SDK has started: loads the API, and from then on the helpers create spans. */
+export async function enableSpans(): Promise<void> {
+  const api = await import('@opentelemetry/api');
+  otel = { api, tracer: api.trace.getTracer('token-broker') };
   enabled = true;
 }
 
@@ -40,20 +47,25 @@ export function inSpan<T>(
   name: string,
   attributes: Attributes,
   fn: (span: Span) => Promise<T>,
-  kind: SpanKind = SpanKind.INTERNAL,
+  kind?: SpanKind,
 ): Promise<T> {
-  if (!enabled) return fn(NO_SPAN);
-  return tracer.startActiveSpan(name, { kind, attributes }, async (span) => {
-    try {
-      return await fn(span);
-    } catch (err) {
-      span.recordException(err instanceof Error ? err : String(err));
-      span.setStatus({ code: SpanStatusCode.ERROR });
-      throw err;
-    } finally {
-      span.end();
-    }
-  });
+  if (!enabled || otel === undefined) return fn(NO_SPAN);
+  const { api, tracer } = otel;
+  return tracer.startActiveSpan(
+    name,
+    { kind: kind ?? api.SpanKind.INTERNAL, attributes },
+    async (span) => {
+      try {
+        return await fn(span);
+      } catch (err) {
+        span.recordException(err instanceof Error ? err : String(err));
+        span.setStatus({ code: api.SpanStatusCode.ERROR });
+        throw err;
+      } finally {
+        span.end();
+      }
+    },
+  );
 }
 
 /**
@@ -66,7 +78,8 @@ export function inCallerSpan<T>(
   attributes: Attributes,
   fn: () => Promise<T>,
 ): Promise<T> {
-  if (!enabled) return fn();
+  if (!enabled || otel === undefined) return fn();
+  const { context, propagation, SpanKind } = otel.api;
   const parent = propagation.extract(context.active(), headers ?? {});
   return context.with(parent, () => inSpan(name, attributes, fn, SpanKind.SERVER));
 }

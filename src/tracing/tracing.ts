@@ -96,6 +96,6 @@ export async function startTracing(
       new AwsInstrumentation(),
     ],
   });
-  enableSpans();
+  await enableSpans();
   return () => provider.shutdown();
 }
