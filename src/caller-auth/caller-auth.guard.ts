@@ -68,15 +68,9 @@ export class CallerAuthGuard implements CanActivate {
     SEEN.set(req, seen);
     const caller = await this.auth.authenticate(authorizationOf(req.raw));
     seen.caller = caller;
-    assertScope(caller, scope);
-    const clientId = this.resolveClient(
-      pathClient !== undefined ? pathClient() : clientParam(req.query),
-      caller,
-    );
-    seen.clientId = clientId;
-    assertMayUse(caller, clientId);
+    const context = this.grant(caller, pathClient ?? (() => clientParam(req.query)), scope, seen);
     seen.authorized = true;
-    return { caller, clientId };
+    return context;
   }
 
   /**
@@ -92,13 +86,24 @@ export class CallerAuthGuard implements CanActivate {
     scope: CallerScope,
   ): CallerContext | Promise<CallerContext> {
     const caller = this.auth.authenticate(authorization);
-    if (caller instanceof Promise) return caller.then((c) => this.grant(c, requestedClient, scope));
-    return this.grant(caller, requestedClient, scope);
+    const requested = () => requestedClient;
+    if (caller instanceof Promise) return caller.then((c) => this.grant(c, requested, scope));
+    return this.grant(caller, requested, scope);
   }
 
-  private grant(caller: Caller, requestedClient: string | undefined, scope: CallerScope) {
+  /**
+   * The checks after authentication, in order: `scope`, then the client (read only once the
+   * scope is held), then the caller's grant for it; `seen` records the client for the audit line.
+   */
+  private grant(
+    caller: Caller,
+    requestedClient: () => string | undefined,
+    scope: CallerScope,
+    seen?: Seen,
+  ): CallerContext {
     assertScope(caller, scope);
-    const clientId = this.resolveClient(requestedClient, caller);
+    const clientId = this.resolveClient(requestedClient(), caller);
+    if (seen) seen.clientId = clientId;
     assertMayUse(caller, clientId);
     return { caller, clientId };
   }
