@@ -12,6 +12,7 @@ import type { Attributes, Span, SpanKind, Tracer } from '@opentelemetry/api';
  * Secrets Manager read (the AWS SDK's own instrumentation). Redis commands and provider
  * requests become child spans through the ioredis and undici instrumentations.
  */
+/** The API and the broker's tracer, once tracing is on ({@link enableSpans}). */
 let otel: { api: typeof import('@opentelemetry/api'); tracer: Tracer } | undefined;
 
 /** Handed to `fn` when spans are off: every call on it is a no-op, as on the API's own. */
@@ -29,17 +30,14 @@ const NO_SPAN: Span = {
   recordException: () => undefined,
 };
 
-let enabled = false;
-
 /** Called once the SDK has started: loads the API, and from then on the helpers create spans. */
 export async function enableSpans(): Promise<void> {
   const api = await import('@opentelemetry/api');
   otel = { api, tracer: api.trace.getTracer('token-broker') };
-  enabled = true;
 }
 
 export function spansEnabled(): boolean {
-  return enabled;
+  return otel !== undefined;
 }
 
 /** Runs `fn` in a span that ends when it settles, recording a thrown error. */
@@ -49,7 +47,7 @@ export function inSpan<T>(
   fn: (span: Span) => Promise<T>,
   kind?: SpanKind,
 ): Promise<T> {
-  if (!enabled || otel === undefined) return fn(NO_SPAN);
+  if (otel === undefined) return fn(NO_SPAN);
   const { api, tracer } = otel;
   return tracer.startActiveSpan(
     name,
@@ -78,7 +76,7 @@ export function inCallerSpan<T>(
   attributes: Attributes,
   fn: () => Promise<T>,
 ): Promise<T> {
-  if (!enabled || otel === undefined) return fn();
+  if (otel === undefined) return fn();
   const { context, propagation, SpanKind } = otel.api;
   const parent = propagation.extract(context.active(), headers ?? {});
   return context.with(parent, () => inSpan(name, attributes, fn, SpanKind.SERVER));
