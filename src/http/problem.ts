@@ -6,6 +6,7 @@ import { ForwardErrorCode, ForwardException } from '../forward/forward.exception
 import { OrdersErrorCode, OrdersException } from '../orders/orders.exception';
 import { TokenErrorCode, TokenException } from '../token/token.exception';
 import { RequestErrorCode, RequestException } from './request.exception';
+import { SECURITY_HEADERS } from './security-headers';
 
 /** Every `code` a problem response can carry. Adding a domain adds its enum here. */
 export type ProblemCode =
@@ -135,6 +136,35 @@ export function statusFor(code: ProblemCode): ProblemStatus {
     default:
       return assertUnreachable(code);
   }
+}
+
+/** A whole problem answer for a front that writes to Node's response itself. */
+export interface ProblemAnswer {
+  readonly problem: Problem;
+  /** Every header but `x-request-id` (the front adds the request's) and connection management. */
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: Buffer;
+}
+
+/**
+ * `err` as the `application/problem+json` answer a Fastify route sends (`sendProblem` and the
+ * app's `onSend` hook), for the fronts on Node's request event (`GET /token`, `POST /orders`):
+ * the same status, headers and bytes.
+ */
+export function problemAnswer(err: unknown, requestId: string): ProblemAnswer {
+  const { problem, headers } = toProblem(err, requestId);
+  const body = Buffer.from(JSON.stringify(problem));
+  return {
+    problem,
+    headers: {
+      ...headers,
+      'cache-control': 'no-store',
+      'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8`,
+      ...SECURITY_HEADERS,
+      'content-length': String(body.length),
+    },
+    body,
+  };
 }
 
 /**

@@ -7,7 +7,7 @@ import { authorizationOf } from '../caller-auth/bearer-credential';
 import { CallerAuthGuard, type CallerContext } from '../caller-auth/caller-auth.guard';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
-import { PROBLEM_CONTENT_TYPE, toProblem } from '../http/problem';
+import { problemAnswer } from '../http/problem';
 import { requestIdFrom } from '../http/request-id';
 import { SECURITY_HEADERS } from '../http/security-headers';
 import { LOGGER } from '../logging/logger';
@@ -164,7 +164,7 @@ export class OrdersFastPath implements OnModuleInit {
       );
       this.answer(res, result, reqId);
     } catch (err) {
-      const { problem, headers: problemHeaders } = toProblem(err, reqId);
+      const { problem, headers: problemHeaders, body: payload } = problemAnswer(err, reqId);
       status = problem.status;
       if (problem.status >= 500 && problem.code === 'internal_error') {
         this.logger.error({ err, reqId }, 'unhandled error');
@@ -175,18 +175,7 @@ export class OrdersFastPath implements OnModuleInit {
         audit,
         { status: problem.status, result: problem.code, err },
       );
-      const payload = Buffer.from(JSON.stringify(problem));
-      this.write(
-        res,
-        problem.status,
-        {
-          ...problemHeaders,
-          'cache-control': 'no-store',
-          'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8`,
-        },
-        reqId,
-        payload,
-      );
+      this.write(res, problem.status, problemHeaders, reqId, payload);
     }
     this.httpMetrics.requests.record('/orders', 'POST', status);
   }
@@ -199,23 +188,21 @@ export class OrdersFastPath implements OnModuleInit {
     if (body.length > 0) headers['content-type'] = result.contentType ?? 'application/octet-stream';
     if (result.retryAfter !== undefined) headers['retry-after'] = result.retryAfter;
     if (result.replayed) headers['idempotent-replayed'] = 'true';
+    Object.assign(headers, SECURITY_HEADERS);
+    headers['content-length'] = String(body.length);
     this.write(res, result.status, headers, reqId, body);
   }
 
+  /** Writes `headers` (all but the request id and connection management) and `body`. */
   private write(
     res: ServerResponse,
     status: number,
-    headers: Record<string, string>,
+    headers: Readonly<Record<string, string>>,
     reqId: string,
     body: Buffer,
   ): void {
     if (res.destroyed) return;
-    const all: Record<string, string> = {
-      ...headers,
-      'x-request-id': reqId,
-      ...SECURITY_HEADERS,
-      'content-length': String(body.length),
-    };
+    const all: Record<string, string> = { ...headers, 'x-request-id': reqId };
     // As the Fastify route: once the server is closing, the answer ends its connection.
     if (this.closing) all.connection = 'close';
     res.writeHead(status, all);

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
 import { CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { assertMayUse, assertScope } from '../caller-auth/caller-authorization';
-import { PROBLEM_CONTENT_TYPE, toProblem } from '../http/problem';
+import { problemAnswer } from '../http/problem';
 import { RequestErrorCode, RequestException } from '../http/request.exception';
 import { SECURITY_HEADERS } from '../http/security-headers';
 import { LOGGER } from '../logging/logger';
@@ -170,7 +170,7 @@ export class TokenResponder {
     clientId: string | undefined,
     reqId: string,
   ): TokenAnswer {
-    const { problem, headers } = toProblem(err, reqId);
+    const { problem, headers, body } = problemAnswer(err, reqId);
     if (problem.status >= 500 && problem.code === 'internal_error') {
       this.logger.error({ err, reqId }, 'unhandled error');
     }
@@ -184,18 +184,7 @@ export class TokenResponder {
       result: problem.code,
       reason: hidden.reason,
     });
-    const body = Buffer.from(JSON.stringify(problem));
-    return {
-      status: problem.status,
-      headers: {
-        ...headers,
-        'cache-control': 'no-store',
-        'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8`,
-        ...SECURITY_HEADERS,
-        'content-length': String(body.length),
-      },
-      body,
-    };
+    return { status: problem.status, headers, body };
   }
 }
 
