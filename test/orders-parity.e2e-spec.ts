@@ -5,18 +5,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { comparable, type RawAnswer } from './support/raw-answer';
 import { freePort } from './support/ports';
 
 const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
 const API_KEY = 'orders-parity-key-0123456789abcdef';
 
 jest.setTimeout(60_000);
-
-interface RawAnswer {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  body: Buffer;
-}
 
 /**
  * One POST on its own connection. `chunked` sends the body without `Content-Length`, which
@@ -47,13 +42,6 @@ function post(
       req.end(body);
     }
   });
-}
-
-/** What must match between the two fronts: everything but the date. */
-function comparable(a: RawAnswer) {
-  const headers = { ...a.headers };
-  delete headers.date;
-  return { status: a.status, headers, body: a.body.toString('latin1') };
 }
 
 /**

@@ -3,16 +3,11 @@ import { connect } from 'node:net';
 import { rmSync } from 'node:fs';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { comparable, type RawAnswer } from './support/raw-answer';
 import { writeBrokerConfig } from './support/broker-config';
 
 const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
 const API_KEY = 'parity-test-key-0123456789abcdef';
-
-interface RawAnswer {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  body: Buffer;
-}
 
 /** One request on its own connection, with the raw headers and body bytes of the answer. */
 function get(base: string, path: string, headers: Record<string, string>): Promise<RawAnswer> {
@@ -55,13 +50,6 @@ function raw(port: number, head: string): Promise<RawAnswer> {
     });
     socket.end(`${head}\r\nConnection: close\r\n\r\n`);
   });
-}
-
-/** What must match between the two fronts: everything but the date. */
-function comparable(a: RawAnswer) {
-  const headers = { ...a.headers };
-  delete headers.date;
-  return { status: a.status, headers, body: a.body.toString('latin1') };
 }
 
 /**
