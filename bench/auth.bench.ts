@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
+import { brokerMain } from './paths';
 
 /** One configuration to load: a running broker, the URL and the caller's credential. */
 export interface AuthBenchTarget {
@@ -28,7 +29,7 @@ const SUBJECT = 'system:serviceaccount:bench:caller';
  * (hash and constant-time compare on every request) and `kubernetes` (a projected token
  * verified once against a local JWKS, then answered from the verified-token cache).
  *
- * Each mode runs in its own broker process (`node main.js`, memory store, the provider
+ * Each mode runs in its own broker process (`node dist/main.js`, memory store, the provider
  * emulator as provider) at LOG_LEVEL=info, so the audit line written per token is part of the
  * measured cost, as in production. The load, the baseline (a bare `node:http` server, measured
  * in the same interleaved rounds) and the ratios are the harness's job.
@@ -147,7 +148,7 @@ interface BenchBroker {
 }
 
 /**
- * `node main.js` from the dev build next to this file (`dist-dev/src/main.js`), its output
+ * `node dist/main.js` (the production bundle, as the image runs it), its output
  * drained (the audit lines are part of the cost; a full pipe would stall the broker).
  */
 async function startBroker(env: Record<string, string>): Promise<BenchBroker> {
@@ -156,7 +157,7 @@ async function startBroker(env: Record<string, string>): Promise<BenchBroker> {
   // through a pipe here would spend the load generator's CPU and skew the figures.
   const logFile = join(mkdtempSync(join(tmpdir(), 'tb-bench-log-')), 'broker.log');
   const fd = openSync(logFile, 'w');
-  const child: ChildProcess = spawn(process.execPath, [join(__dirname, '..', 'src', 'main.js')], {
+  const child: ChildProcess = spawn(process.execPath, [brokerMain()], {
     env: { PATH: process.env.PATH ?? '', ...env, PORT: String(port) },
     stdio: ['ignore', fd, fd],
   });

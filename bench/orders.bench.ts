@@ -11,6 +11,7 @@ import {
   ProviderEmulator,
   type ProviderKnobs,
 } from '../emulator/provider-emulator';
+import { brokerMain } from './paths';
 
 /** One measured configuration, as the main bench harness prints it. */
 export interface OrdersBenchRow {
@@ -121,7 +122,7 @@ const EMULATOR_ARG = '--orders-bench-emulator';
  * generator's process, direct calls would never wait for another process to be scheduled
  * while brokered ones would, and the comparison would measure the operating system.
  *
- * Build first (`npm run bench` does): this module starts the dev build's `dist-dev/src/main.js`.
+ * Build first (`npm run bench` does): this module starts the production bundle, `dist/main.js`.
  */
 export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBenchReport> {
   const rounds = opts.rounds ?? 3;
@@ -134,7 +135,7 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
     const credentialsFile = join(dir, 'credentials.json');
     writeFileSync(credentialsFile, JSON.stringify(CREDENTIALS), { mode: 0o600 });
     const port = await freePort();
-    broker = fork(join(__dirname, '..', 'src', 'main.js'), [], {
+    broker = fork(brokerMain(), [], {
       stdio: 'ignore',
       env: {
         PATH: process.env.PATH,

@@ -3,7 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { get } from 'node:http';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import {
   SecretsManagerEmulator,
@@ -11,6 +11,7 @@ import {
 } from '../emulator/secrets-manager-emulator';
 import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
 import { ManagedProcess, minimalEnv } from '../test/support/managed-process';
+import { repoRoot } from './paths';
 import { freePort } from '../test/support/ports';
 import { startRedis } from '../test/support/redis-server';
 
@@ -296,15 +297,4 @@ function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const mid = Math.floor(sorted.length / 2);
   return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
-
-/** The directory holding package.json (this file runs from `dist-dev/bench`). */
-function repoRoot(): string {
-  let dir = __dirname;
-  while (!existsSync(join(dir, 'package.json'))) {
-    const parent = dirname(dir);
-    if (parent === dir) return resolve(__dirname, '..');
-    dir = parent;
-  }
-  return dir;
 }
