@@ -7,14 +7,20 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
  * come closer together than the requests were sent. A bound on such a gap allows for the
  * longest stall measured while it was taken, no more.
  */
-export function watchObserverLag(): { stop(): number } {
-  const histogram = monitorEventLoopDelay({ resolution: 10 });
+export function watchObserverLag(): { maxMs(): number; stop(): number } {
+  const histogram = monitorEventLoopDelay({ resolution: RESOLUTION_MS });
   histogram.enable();
+  // The histogram records each interval whole: what exceeds the resolution is the stall.
+  const maxMs = () => Math.max(0, histogram.max / 1e6 - RESOLUTION_MS);
   return {
-    /** Stops watching; the longest stall seen beyond the sampling interval, in ms. */
+    /** The longest stall seen so far, in ms. */
+    maxMs,
+    /** Stops watching; the longest stall seen, in ms. */
     stop() {
       histogram.disable();
-      return Math.max(0, histogram.max / 1e6 - 10);
+      return maxMs();
     },
   };
 }
+
+const RESOLUTION_MS = 10;
