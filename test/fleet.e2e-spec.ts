@@ -38,7 +38,9 @@ describe.each(TOPOLOGY_KINDS)('fleet of 5 brokers sharing one Redis (%s)', (kind
     // Each token's expiry as the brokers stated it: the fetching replica's send time plus the
     // lifetime, on its own clock. The emulator's request times are taken in this (busy) test
     // process and can lag by hundreds of milliseconds under CI load, so they group requests
-    // into cycles but do not time the refresh schedule.
+    // into cycles but do not time the refresh schedule. The earliest stated expiry is the
+    // writer's: a reader states the same, or a later one when the write reached Redis too late
+    // for the writer's figure to be believed (`localExpiry`).
     const servedExpiries = new Map<string, number>();
     const lag = watchObserverLag();
     const result = await hammer({
@@ -56,9 +58,8 @@ describe.each(TOPOLOGY_KINDS)('fleet of 5 brokers sharing one Redis (%s)', (kind
         const expiresAt = Date.parse(body.expires_at);
         if (expiresAt <= res.receivedAt) return `expired token served by ${res.url}`;
         const known = servedExpiries.get(body.access_token);
-        if (known !== undefined && known !== expiresAt)
-          return `token served with two expiries (${known} and ${expiresAt})`;
-        servedExpiries.set(body.access_token, expiresAt);
+        if (known === undefined || expiresAt < known)
+          servedExpiries.set(body.access_token, expiresAt);
         const grant = issued().find((g) => g.token === body.access_token);
         if (!grant) return 'a token the provider never issued';
         if (grant.expiresAt <= res.receivedAt)
