@@ -1,16 +1,5 @@
-import { existsSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-
-/** The directory holding package.json (the bench runs from `dist-dev/bench`). */
-export function repoRoot(): string {
-  let dir = __dirname;
-  while (!existsSync(join(dir, 'package.json'))) {
-    const parent = dirname(dir);
-    if (parent === dir) return resolve(__dirname, '..');
-    dir = parent;
-  }
-  return dir;
-}
+import { join, resolve } from 'node:path';
+import { repoRoot } from '../test/support/repo-root';
 
 /**
  * The build the bench's brokers run: the production bundle `dist/main.js`, what the image ships

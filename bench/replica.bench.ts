@@ -11,8 +11,8 @@ import {
 } from '../emulator/secrets-manager-emulator';
 import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
 import { ManagedProcess, minimalEnv } from '../test/support/managed-process';
-import { repoRoot } from './paths';
 import { freePort } from '../test/support/ports';
+import { repoRoot } from '../test/support/repo-root';
 import { startRedis } from '../test/support/redis-server';
 
 /** Issue #17's targets for one replica. */

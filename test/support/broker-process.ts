@@ -1,8 +1,9 @@
 import { existsSync } from 'node:fs';
 import { get } from 'node:http';
-import { dirname, join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { type ExitInfo, ManagedProcess, minimalEnv } from './managed-process';
 import { freePort } from './ports';
+import { repoRoot } from './repo-root';
 import { waitFor } from './wait';
 
 /** Options for {@link spawnBroker}. */
@@ -134,20 +135,6 @@ export async function spawnBroker(opts: SpawnBrokerOptions): Promise<BrokerProce
       }
     },
   };
-}
-
-/**
- * The directory holding package.json. Walking up rather than a fixed `../..` because these
- * helpers also run compiled, from `dist-dev/test/support` (`npm run bench`).
- */
-function repoRoot(): string {
-  let dir = __dirname;
-  while (!existsSync(join(dir, 'package.json'))) {
-    const parent = dirname(dir);
-    if (parent === dir) return resolve(__dirname, '../..');
-    dir = parent;
-  }
-  return dir;
 }
 
 /**
