@@ -2,6 +2,7 @@ import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import {
   chmodSync,
   chownSync,
+  copyFileSync,
   cpSync,
   existsSync,
   lstatSync,
@@ -10,7 +11,6 @@ import {
   readFileSync,
   readdirSync,
   rmSync,
-  symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
@@ -392,10 +392,13 @@ describe('Docker runtime stage', () => {
         mode: 0o400,
       },
     );
-    // `node` and nothing else on PATH: the runtime stage has no npm.
+    // `node` and nothing else on PATH: the runtime stage has no npm. A copy, not a link: the
+    // unprivileged user must not need to traverse the folders above this one (a clone under
+    // root's 0700 home would give EACCES).
     const bin = join(scratch, 'bin');
     mkdirSync(bin);
-    symlinkSync(process.execPath, join(bin, 'node'));
+    copyFileSync(process.execPath, join(bin, 'node'));
+    chmodSync(join(bin, 'node'), 0o755);
 
     const asRoot = process.getuid?.() === 0;
     if (asRoot && runtimeUser) {
