@@ -13,6 +13,9 @@ module.exports = {
   testEnvironment: 'node',
   // A global option: Jest ignores it inside `projects`. End-to-end hooks start processes.
   testTimeout: 120000,
+  // One temporary folder per run, removed at its end (see test/support/run-tmpdir.ts).
+  globalSetup: '<rootDir>/test/support/run-tmpdir.setup.ts',
+  globalTeardown: '<rootDir>/test/support/run-tmpdir.teardown.ts',
   moduleFileExtensions: ['js', 'json', 'ts'],
   transform: { '^.+\\.ts$': tsJest },
   projects: [

@@ -15,10 +15,10 @@ import {
 } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { basename, join, posix, relative, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { ProviderEmulator } from '../emulator/provider-emulator';
+import { machineTmpdir } from './support/run-tmpdir';
 
 /**
  * The Docker image's runtime stage, proven without a container engine: this suite reads the
@@ -312,7 +312,7 @@ describe('Docker runtime stage', () => {
   }
 
   beforeAll(async () => {
-    scratch = mkdtempSync(join(tmpdir(), 'tb-runtime-stage-'));
+    scratch = mkdtempSync(join(machineTmpdir(), 'tb-runtime-stage-'));
     // Traversable by the image's user when the suite runs as root and drops to it.
     chmodSync(scratch, 0o755);
     await assemble();

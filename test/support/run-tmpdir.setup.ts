@@ -1,0 +1,3 @@
+import { setupRunTmpdir } from './run-tmpdir';
+
+export default setupRunTmpdir;

@@ -1,0 +1,3 @@
+import { teardownRunTmpdir } from './run-tmpdir';
+
+export default teardownRunTmpdir;
