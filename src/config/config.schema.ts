@@ -515,14 +515,28 @@ export const apiKeyGrantListSchema = z.array(apiKeyGrantSchema).superRefine((key
 export const SERVICE_ACCOUNT_SUBJECT =
   /^system:serviceaccount:[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
 
-/** `CALLER_AUTH_SUBJECTS` is a comma-separated list; each subject listed there gets every client. */
-function subjectListToGrants(value: unknown): unknown {
+/**
+ * `CALLER_AUTH_SUBJECTS` holds the same JSON object as the file's `subjects`. A comma list of
+ * subjects is refused rather than read: it names no clients, and a grant is never widened to
+ * every client implicitly.
+ */
+function subjectsFromEnvironment(value: unknown, ctx: z.core.$RefinementCtx): unknown {
   if (typeof value !== 'string') return value;
-  const subjects = value
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s !== '');
-  return Object.fromEntries(subjects.map((s) => [s, ['*']]));
+  const example =
+    '{"system:serviceaccount:<namespace>:<name>": {"clients": ["<client id>"], "scopes": ["token"]}}';
+  if (!value.trim().startsWith('{')) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `must be a JSON object granting each service account its clients, e.g. ${example} (a list of subjects alone names no clients)`,
+    });
+    return z.NEVER;
+  }
+  try {
+    return JSON.parse(value) as unknown;
+  } catch {
+    ctx.addIssue({ code: 'custom', message: `must be valid JSON, e.g. ${example}` });
+    return z.NEVER;
+  }
 }
 
 /**
@@ -555,11 +569,12 @@ export const kubernetesCallerAuthSchema = z
     audience: z.string().min(1).default('token-broker'),
     /**
      * Service-account subject to the clients it may use, e.g. `{"system:serviceaccount:shop:checkout": ["acme-prod"]}`,
-     * or to `{"clients": [...], "scopes": [...]}` to choose its scopes (see `CALLER_SCOPES`). @default {}
+     * or to `{"clients": [...], "scopes": [...]}` to choose its scopes (see `CALLER_SCOPES`).
+     * `CALLER_AUTH_SUBJECTS` takes the same object as JSON. @default {}
      */
     subjects: z
       .preprocess(
-        subjectListToGrants,
+        subjectsFromEnvironment,
         z.record(z.string(), subjectGrantSchema).superRefine((subjects, ctx) => {
           for (const subject of Object.keys(subjects)) {
             if (!SERVICE_ACCOUNT_SUBJECT.test(subject)) {

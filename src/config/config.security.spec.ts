@@ -214,8 +214,10 @@ describe('caller authentication and cache encryption settings', () => {
       CALLER_AUTH_MODE: 'kubernetes',
       CALLER_AUTH_JWKS_URL: 'https://oidc.eks.eu-west-1.amazonaws.com/id/ABC/keys',
       CALLER_AUTH_ISSUER: 'https://oidc.eks.eu-west-1.amazonaws.com/id/ABC',
-      CALLER_AUTH_SUBJECTS:
-        'system:serviceaccount:shop:checkout, system:serviceaccount:shop:billing',
+      CALLER_AUTH_SUBJECTS: JSON.stringify({
+        'system:serviceaccount:shop:checkout': { clients: ['default'], scopes: ['forward'] },
+        'system:serviceaccount:shop:billing': ['default'],
+      }),
     };
 
     it('needs the JWKS URL, the issuer and at least one subject, each named', () => {
@@ -226,20 +228,46 @@ describe('caller authentication and cache encryption settings', () => {
       ]);
     });
 
-    it('reads the one-client case from the environment: each listed subject gets every client', () => {
+    it('reads CALLER_AUTH_SUBJECTS in the JSON form the README documents, granting only the clients named', () => {
       const cfg = loadConfig({ ...CLIENT, ...K8S, CALLER_AUTH_AUDIENCE: 'broker.acme' });
       expect(cfg.callerAuth.kubernetes).toEqual({
         jwksUrl: K8S.CALLER_AUTH_JWKS_URL,
         issuer: K8S.CALLER_AUTH_ISSUER,
         audience: 'broker.acme',
         subjects: {
-          'system:serviceaccount:shop:checkout': { clients: ['*'], scopes: ['token', 'forward'] },
-          'system:serviceaccount:shop:billing': { clients: ['*'], scopes: ['token', 'forward'] },
+          'system:serviceaccount:shop:checkout': { clients: ['default'], scopes: ['forward'] },
+          'system:serviceaccount:shop:billing': {
+            clients: ['default'],
+            scopes: ['token', 'forward'],
+          },
         },
         cacheSize: 10_000,
         clockToleranceSeconds: 5,
       });
       expect(loadConfig({ ...CLIENT, ...K8S }).callerAuth.kubernetes.audience).toBe('token-broker');
+    });
+
+    it('never widens a grant: a comma list of subjects, or a subject without clients, is refused', () => {
+      const subjects = (value: string) =>
+        problems({ ...CLIENT, ...K8S, CALLER_AUTH_SUBJECTS: value });
+      expect(subjects('system:serviceaccount:shop:checkout, system:serviceaccount:shop:b')).toEqual(
+        [
+          'CALLER_AUTH_SUBJECTS: must be a JSON object granting each service account its clients, e.g. {"system:serviceaccount:<namespace>:<name>": {"clients": ["<client id>"], "scopes": ["token"]}} (a list of subjects alone names no clients)',
+        ],
+      );
+      expect(subjects('{"system:serviceaccount:shop:checkout": ')).toEqual([
+        expect.stringMatching(/^CALLER_AUTH_SUBJECTS: must be valid JSON, e\.g\. /),
+      ]);
+      const withoutClients = [
+        { 'system:serviceaccount:shop:checkout': { scopes: ['token'] } },
+        { 'system:serviceaccount:shop:checkout': { clients: [] } },
+        { 'system:serviceaccount:shop:checkout': [] },
+      ];
+      for (const grant of withoutClients) {
+        const found = subjects(JSON.stringify(grant));
+        expect(found).toHaveLength(1);
+        expect(found[0]).toMatch(/^CALLER_AUTH_SUBJECTS: (required|grant at least one client)/);
+      }
     });
 
     it('maps subjects to clients from the config file, and refuses malformed subjects', () => {
