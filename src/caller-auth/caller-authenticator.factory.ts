@@ -102,5 +102,6 @@ async function createKubernetesAuthenticator(
     getKey: keys.getKey,
     cacheSize: settings.cacheSize,
     clockToleranceSeconds: settings.clockToleranceSeconds,
+    maxTokenLifetimeSeconds: settings.maxTokenLifetimeSeconds,
   });
 }

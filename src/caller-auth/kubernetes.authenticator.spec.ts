@@ -47,6 +47,7 @@ describe(KubernetesAuthenticator.name, () => {
       getKey: keys.getKey,
       cacheSize: overrides.cacheSize ?? 100,
       clockToleranceSeconds: 5,
+      maxTokenLifetimeSeconds: 48 * 3600,
     });
   }
 
@@ -111,6 +112,22 @@ describe(KubernetesAuthenticator.name, () => {
       'without exp',
       () => issuer.token({ subject: CHECKOUT, expiresInSeconds: null }),
       /"exp" claim/,
+    ],
+    [
+      'without iat (its lifetime cannot be judged)',
+      () => issuer.token({ subject: CHECKOUT, issuedAtSeconds: null }),
+      /"iat" claim is not accepted \(missing\)/,
+    ],
+    [
+      'living longer than the 48 h accepted',
+      () => issuer.token({ subject: CHECKOUT, expiresInSeconds: 48 * 3600 + 1 }),
+      /lifetime \(exp - iat\) is 172801 s, over the 172800 s accepted \(CALLER_AUTH_MAX_TOKEN_LIFETIME_SECONDS\)/,
+    ],
+    [
+      'issued a year ago, with an hour left (a legacy long-lived token)',
+      () =>
+        issuer.token({ subject: CHECKOUT, issuedAtSeconds: -365 * 86_400, expiresInSeconds: 3600 }),
+      /lifetime \(exp - iat\) is 31539600 s, over the 172800 s accepted/,
     ],
     [
       'for another audience',
@@ -215,6 +232,12 @@ describe(KubernetesAuthenticator.name, () => {
     expect(err.message).toMatch(reason);
   });
 
+  it('accepts a token living exactly the 48 h maximum', async () => {
+    const token = await issuer.token({ subject: CHECKOUT, expiresInSeconds: 48 * 3600 });
+    const caller = await outcome(authenticator().authenticate(`Bearer ${token}`));
+    expect(caller).toMatchObject({ name: CHECKOUT });
+  });
+
   it('accepts a token whose audiences include ours (aud is an array)', async () => {
     const token = await issuer.token({ subject: CHECKOUT, audience: ['vault', 'token-broker'] });
     const caller = await outcome(authenticator().authenticate(`Bearer ${token}`));
@@ -286,6 +309,7 @@ describe(KubernetesAuthenticator.name, () => {
       getKey: keys.getKey,
       cacheSize: 10,
       clockToleranceSeconds: 0,
+      maxTokenLifetimeSeconds: 48 * 3600,
     });
     await auth.authenticate(`Bearer ${await issuer.token({ subject: CHECKOUT })}`);
     await issuer.rotateKeys();

@@ -592,6 +592,13 @@ export const kubernetesCallerAuthSchema = z
     cacheSize: z.coerce.number().int().min(1).max(1_000_000).default(10_000),
     /** Leeway for `exp`/`nbf` against clock skew. @default 5 */
     clockToleranceSeconds: seconds(0, 300).default(5),
+    /**
+     * Longest lifetime (`exp` - `iat`) of a token accepted; tokens without `iat` are refused.
+     * A verified token is trusted until it expires, so a year-long token (a legacy Secret
+     * token, or a stolen one) must not be. Projected volumes ask for an hour by default.
+     * @default 172800 (48 h)
+     */
+    maxTokenLifetimeSeconds: seconds(60, 31_536_000).default(172_800),
   })
   .strict();
 

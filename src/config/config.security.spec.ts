@@ -243,7 +243,12 @@ describe('caller authentication and cache encryption settings', () => {
         },
         cacheSize: 10_000,
         clockToleranceSeconds: 5,
+        maxTokenLifetimeSeconds: 172_800,
       });
+      expect(
+        loadConfig({ ...CLIENT, ...K8S, CALLER_AUTH_MAX_TOKEN_LIFETIME_SECONDS: '7200' }).callerAuth
+          .kubernetes.maxTokenLifetimeSeconds,
+      ).toBe(7200);
       expect(loadConfig({ ...CLIENT, ...K8S }).callerAuth.kubernetes.audience).toBe('token-broker');
     });
 
