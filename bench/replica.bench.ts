@@ -129,7 +129,7 @@ export async function benchReplica(opts: {
         CALLER_AUTH_JWKS_URL: issuer.jwksUrl,
         CALLER_AUTH_ISSUER: issuer.issuer,
         CALLER_AUTH_AUDIENCE: issuer.audience,
-        CALLER_AUTH_SUBJECTS: SUBJECT,
+        CALLER_AUTH_SUBJECTS: JSON.stringify({ [SUBJECT]: ['*'] }),
       },
     },
   ];

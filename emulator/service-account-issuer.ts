@@ -27,6 +27,8 @@ export interface ServiceAccountTokenOptions {
   alg?: ServiceAccountAlgorithm;
   /** Seconds from now; negative for an expired token. `null` omits `exp`. @default 3600 */
   expiresInSeconds?: number | null;
+  /** `iat` in seconds from now (negative: issued in the past). `null` omits `iat`. @default 0 */
+  issuedAtSeconds?: number | null;
   /** Overrides `iss` (a token from another cluster). */
   issuer?: string;
   /** Sign with a key the JWKS does not publish (an unknown `kid`). @default false */
@@ -109,12 +111,12 @@ export class ServiceAccountIssuer {
       sub: opts.subject,
       aud:
         typeof opts.audience === 'object' ? [...opts.audience] : [opts.audience ?? this.audience],
-      iat: now,
       nbf: now + (opts.notBeforeSeconds ?? 0),
       'kubernetes.io': { namespace: opts.subject.split(':')[2] },
     };
     const expiresIn = opts.expiresInSeconds === undefined ? 3600 : opts.expiresInSeconds;
     if (expiresIn !== null) claims.exp = now + expiresIn;
+    if (opts.issuedAtSeconds !== null) claims.iat = now + (opts.issuedAtSeconds ?? 0);
     return new SignJWT(claims)
       .setProtectedHeader({ alg, kid: opts.kid ?? key.kid })
       .sign(key.privateKey);

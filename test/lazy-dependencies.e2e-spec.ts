@@ -128,7 +128,7 @@ process.once('exit', () => {
     CALLER_AUTH_JWKS_URL: issuer.jwksUrl,
     CALLER_AUTH_ISSUER: issuer.issuer,
     CALLER_AUTH_AUDIENCE: issuer.audience,
-    CALLER_AUTH_SUBJECTS: SUBJECT,
+    CALLER_AUTH_SUBJECTS: JSON.stringify({ [SUBJECT]: ['*'] }),
   });
 
   it('dist/main.js is pure ASCII, so V8 holds its source at one byte a character', () => {

@@ -260,6 +260,42 @@ describe('Redis configuration errors', () => {
       );
     }, 40_000);
 
+    /**
+     * A TLS mismatch only ever shows as a dropped connection; the broker must still say it is
+     * a setting (REDIS_TLS, the URL's scheme), not an outage, and say it once.
+     */
+    async function expectTlsMismatch(b: BrokerProcess, node: RedisNode, cliAuth: string[]) {
+      const ready = await readinessBecomes(b, 503, 'REDIS_TLS');
+      expect(ready.body).toContain('redis_misconfigured');
+      await logged(b, 'misconfigured');
+      const before = await connectionsReceived(node, cliAuth);
+      await reconnectionsSeen(node, before, 3, cliAuth);
+      expect((await readiness(b)).status).toBe(503);
+      expect(transitions(b, 'misconfigured')).toHaveLength(1);
+      expect(transitions(b, 'up')).toHaveLength(0);
+      // At most the first dropped connection, before the probe told why.
+      expect(transitions(b, 'down').length).toBeLessThanOrEqual(1);
+      expect((await fetch(`${b.url}/token`)).status).toBe(200);
+    }
+
+    it('redis:// against a TLS-only port: 503 naming REDIS_TLS and rediss://, not "unreachable"', async () => {
+      const node = await tlsRedis();
+      const b = await broker({ REDIS_URL: `redis://${node.address}` });
+      await expectTlsMismatch(b, node, tlsCli());
+      expect(transitions(b, 'misconfigured')[0]).toContain(
+        'the Redis port speaks TLS only but the broker connects in clear (a redis:// REDIS_URL and REDIS_TLS off); use a rediss:// URL or set REDIS_TLS=true',
+      );
+    }, 40_000);
+
+    it('rediss:// against a plain port: 503 naming REDIS_TLS and redis://', async () => {
+      const node = await redis();
+      const b = await broker({ REDIS_URL: `rediss://${node.address}` });
+      await expectTlsMismatch(b, node, []);
+      expect(transitions(b, 'misconfigured')[0]).toContain(
+        'the Redis port does not speak TLS but the broker connects with TLS (a rediss:// REDIS_URL or REDIS_TLS=true); use a redis:// URL with REDIS_TLS off, or the TLS port',
+      );
+    }, 40_000);
+
     it('a server name the certificate does not carry: 503 naming the mismatch', async () => {
       const node = await tlsRedis();
       const b = await broker({

@@ -6,8 +6,6 @@ import { ApiKeyAuthenticator } from './api-key.authenticator';
 import { loadApiKeyGrants } from './api-key-grants.loader';
 import type { CallerAuthenticator } from './caller';
 
-const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
-
 /** Builds the authenticator for the configured mode; fails start-up if its keys cannot be read. */
 export async function createCallerAuthenticator(
   config: BrokerConfig,
@@ -20,7 +18,7 @@ export async function createCallerAuthenticator(
     case 'none':
       logger.warn(
         { mode: 'none', host: config.http.host },
-        `CALLER AUTHENTICATION IS OFF (CALLER_AUTH_MODE=none): anyone who can reach ${config.http.host}:${config.http.port} can take the merchants' tokens. Local development only${LOOPBACK.has(config.http.host) ? '' : '; and this broker is NOT listening on loopback only'}.`,
+        `CALLER AUTHENTICATION IS OFF (CALLER_AUTH_MODE=none): anyone who can reach ${config.http.host}:${config.http.port} can take the merchants' tokens. Local development only.`,
       );
       return new AllowAllAuthenticator();
     case 'api-key':
@@ -104,5 +102,6 @@ async function createKubernetesAuthenticator(
     getKey: keys.getKey,
     cacheSize: settings.cacheSize,
     clockToleranceSeconds: settings.clockToleranceSeconds,
+    maxTokenLifetimeSeconds: settings.maxTokenLifetimeSeconds,
   });
 }

@@ -1,4 +1,6 @@
 import { createHmac } from 'node:crypto';
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { SignJWT } from 'jose';
 import { ServiceAccountIssuer } from '../../emulator/service-account-issuer';
 import type { Caller } from './caller';
@@ -31,8 +33,10 @@ describe(KubernetesAuthenticator.name, () => {
   let issuer: ServiceAccountIssuer;
   let fetchFailures: unknown[];
 
-  function authenticator(overrides: { cacheSize?: number } = {}): KubernetesAuthenticator {
-    const keys = remoteServiceAccountKeys(issuer.jwksUrl, {
+  function authenticator(
+    overrides: { cacheSize?: number; jwksUrl?: string } = {},
+  ): KubernetesAuthenticator {
+    const keys = remoteServiceAccountKeys(overrides.jwksUrl ?? issuer.jwksUrl, {
       cooldownMs: 30_000,
       failureBackoffMs: 60_000,
       onFetchFailure: (err) => fetchFailures.push(err),
@@ -47,6 +51,7 @@ describe(KubernetesAuthenticator.name, () => {
       getKey: keys.getKey,
       cacheSize: overrides.cacheSize ?? 100,
       clockToleranceSeconds: 5,
+      maxTokenLifetimeSeconds: 48 * 3600,
     });
   }
 
@@ -111,6 +116,22 @@ describe(KubernetesAuthenticator.name, () => {
       'without exp',
       () => issuer.token({ subject: CHECKOUT, expiresInSeconds: null }),
       /"exp" claim/,
+    ],
+    [
+      'without iat (its lifetime cannot be judged)',
+      () => issuer.token({ subject: CHECKOUT, issuedAtSeconds: null }),
+      /"iat" claim is not accepted \(missing\)/,
+    ],
+    [
+      'living longer than the 48 h accepted',
+      () => issuer.token({ subject: CHECKOUT, expiresInSeconds: 48 * 3600 + 1 }),
+      /lifetime \(exp - iat\) is 172801 s, over the 172800 s accepted \(CALLER_AUTH_MAX_TOKEN_LIFETIME_SECONDS\)/,
+    ],
+    [
+      'issued a year ago, with an hour left (a legacy long-lived token)',
+      () =>
+        issuer.token({ subject: CHECKOUT, issuedAtSeconds: -365 * 86_400, expiresInSeconds: 3600 }),
+      /lifetime \(exp - iat\) is 31539600 s, over the 172800 s accepted/,
     ],
     [
       'for another audience',
@@ -215,6 +236,12 @@ describe(KubernetesAuthenticator.name, () => {
     expect(err.message).toMatch(reason);
   });
 
+  it('accepts a token living exactly the 48 h maximum', async () => {
+    const token = await issuer.token({ subject: CHECKOUT, expiresInSeconds: 48 * 3600 });
+    const caller = await outcome(authenticator().authenticate(`Bearer ${token}`));
+    expect(caller).toMatchObject({ name: CHECKOUT });
+  });
+
   it('accepts a token whose audiences include ours (aud is an array)', async () => {
     const token = await issuer.token({ subject: CHECKOUT, audience: ['vault', 'token-broker'] });
     const caller = await outcome(authenticator().authenticate(`Bearer ${token}`));
@@ -286,6 +313,7 @@ describe(KubernetesAuthenticator.name, () => {
       getKey: keys.getKey,
       cacheSize: 10,
       clockToleranceSeconds: 0,
+      maxTokenLifetimeSeconds: 48 * 3600,
     });
     await auth.authenticate(`Bearer ${await issuer.token({ subject: CHECKOUT })}`);
     await issuer.rotateKeys();
@@ -313,6 +341,81 @@ describe(KubernetesAuthenticator.name, () => {
     const caller = await auth.authenticate(header);
     issuer.failJwks(503);
     expect(auth.authenticate(header)).toBe(caller);
+  });
+
+  describe('JWKS limits', () => {
+    let server: Server;
+    let jwksUrl: string;
+    let answer: (res: ServerResponse) => void;
+
+    beforeAll(async () => {
+      server = createServer((_req, res) => answer(res));
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      jwksUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/openid/v1/jwks`;
+    });
+
+    afterAll(async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    });
+
+    /** The outcome of a fresh token checked against the JWKS `answer` serves. */
+    async function check(): Promise<Caller | CallerAuthException> {
+      const header = `Bearer ${await issuer.token({ subject: CHECKOUT })}`;
+      return outcome(authenticator({ jwksUrl }).authenticate(header));
+    }
+
+    it('stops reading a JWKS answer past 1 MiB (503; the logged failure says why)', async () => {
+      // An endless answer without Content-Length, sent as fast as the broker reads it.
+      let sent = 0;
+      let closed = false;
+      answer = (res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.on('close', () => (closed = true));
+        const chunk = Buffer.alloc(64 * 1024, ' ');
+        const pump = () => {
+          while (!closed && sent < 256 * 1024 * 1024) {
+            sent += chunk.length;
+            if (!res.write(chunk)) return void res.once('drain', pump);
+          }
+        };
+        res.write('{"keys": [');
+        pump();
+      };
+      const result = await check();
+      expect(result).toBeInstanceOf(CallerAuthException);
+      expect((result as CallerAuthException).code).toBe(CallerAuthErrorCode.Unavailable);
+      expect(fetchFailures).toHaveLength(1);
+      expect(String(fetchFailures[0])).toMatch(
+        /JWKS answer is refused: it is larger than 1048576 bytes/,
+      );
+      const deadline = Date.now() + 5000;
+      while (!closed && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      expect(closed).toBe(true);
+      // Socket buffers hold a few MiB at most: the rest was never sent.
+      expect(sent).toBeLessThan(32 * 1024 * 1024);
+    });
+
+    it('refuses a JWKS listing more than 100 keys, and accepts 100', async () => {
+      const real = issuer.publicJwks.find((k) => k.alg === 'ES256' || k.kty === 'EC')!;
+      const keys = (n: number) => [
+        real,
+        ...Array.from({ length: n - 1 }, (_, i) => ({ ...real, kid: `decoy-${i}` })),
+      ];
+      answer = (res) => sendJwks(res, keys(101));
+      const refused = await check();
+      expect(refused).toBeInstanceOf(CallerAuthException);
+      expect((refused as CallerAuthException).code).toBe(CallerAuthErrorCode.Unavailable);
+      expect(String(fetchFailures[0])).toMatch(/it lists 101 keys, more than the 100 accepted/);
+
+      answer = (res) => sendJwks(res, keys(100));
+      expect(await check()).toMatchObject({ name: CHECKOUT });
+    });
+
+    function sendJwks(res: ServerResponse, keys: unknown[]): void {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ keys }));
+    }
   });
 
   it('forgets a cached token when it expires', async () => {

@@ -27,6 +27,8 @@ export interface KubernetesAuthOptions {
   cacheSize: number;
   /** Leeway for `exp`/`nbf`. */
   clockToleranceSeconds: number;
+  /** Longest `exp` - `iat` accepted. */
+  maxTokenLifetimeSeconds: number;
 }
 
 /**
@@ -85,11 +87,19 @@ export class KubernetesAuthenticator implements CallerAuthenticator {
         issuer: this.options.issuer,
         audience: this.options.audience,
         algorithms: SERVICE_ACCOUNT_ALGORITHMS,
-        requiredClaims: ['exp', 'sub'],
+        requiredClaims: ['exp', 'iat', 'sub'],
         clockTolerance: this.options.clockToleranceSeconds,
       }));
     } catch (err) {
       throw rejection(err);
+    }
+    // A verified token is cached until `exp`, so its lifetime bounds how long a leaked token
+    // keeps working here: a long-lived one (a legacy Secret token) is refused outright.
+    const lifetime = payload.exp! - payload.iat!;
+    if (lifetime > this.options.maxTokenLifetimeSeconds) {
+      throw unauthenticated(
+        `service-account token rejected: its lifetime (exp - iat) is ${lifetime} s, over the ${this.options.maxTokenLifetimeSeconds} s accepted (CALLER_AUTH_MAX_TOKEN_LIFETIME_SECONDS); use a projected token with a shorter expirationSeconds`,
+      );
     }
     const subject = payload.sub!;
     if (!SERVICE_ACCOUNT_SUBJECT.test(subject)) {

@@ -1,4 +1,10 @@
-import { createRemoteJWKSet, errors, type JWTVerifyGetKey } from 'jose';
+import {
+  createRemoteJWKSet,
+  customFetch,
+  errors,
+  type FetchImplementation,
+  type JWTVerifyGetKey,
+} from 'jose';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 
 /** The signing keys could not be fetched (endpoint down, timeout, not a JWKS): not the caller's fault. */
@@ -28,6 +34,10 @@ export interface ServiceAccountKeysOptions {
   maxAgeMs?: number;
   /** After a failed fetch, no new fetch is attempted for this long. @default 2000 */
   failureBackoffMs?: number;
+  /** A larger JWKS answer is refused, its read aborted at this size. @default 1048576 (1 MiB) */
+  maxBytes?: number;
+  /** A JWKS with more keys than this is refused. @default 100 */
+  maxKeys?: number;
   /** Told about each failed fetch (to log it). */
   onFetchFailure?: (err: unknown) => void;
 }
@@ -57,6 +67,7 @@ export function remoteServiceAccountKeys(
     timeoutDuration: options.timeoutMs ?? 3000,
     cooldownDuration: options.cooldownMs ?? 30_000,
     cacheMaxAge: options.maxAgeMs ?? 600_000,
+    [customFetch]: boundedJwksFetch(options.maxBytes ?? 1_048_576, options.maxKeys ?? 100),
   });
   const backoffMs = options.failureBackoffMs ?? 2000;
   let failedUntil = 0;
@@ -89,5 +100,51 @@ export function remoteServiceAccountKeys(
         throw failed(err);
       }
     },
+  };
+}
+
+/**
+ * jose reads the JWKS answer whole; a huge or endless one would take the broker past its memory
+ * limit, and any caller can make it refetch (an unknown `kid`, once per cooldown). This fetch
+ * stops reading past `maxBytes` and refuses a set of more than `maxKeys` keys (each is tried
+ * against every token naming no known `kid`).
+ */
+function boundedJwksFetch(maxBytes: number, maxKeys: number): FetchImplementation {
+  const refused = (why: string) =>
+    new CallerAuthException(
+      CallerAuthErrorCode.Unavailable,
+      `the JWKS answer is refused: ${why}; check that callerAuth.kubernetes.jwksUrl (CALLER_AUTH_JWKS_URL) points at the cluster's service-account JWKS`,
+    );
+  return async (url, init) => {
+    const response = await fetch(url, init);
+    if (response.status !== 200 || response.body === null) return response;
+    if (Number(response.headers.get('content-length') ?? 0) > maxBytes) {
+      await response.body.cancel();
+      throw refused(`it is larger than ${maxBytes} bytes`);
+    }
+    const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    for (let read = await reader.read(); !read.done; read = await reader.read()) {
+      size += read.value.byteLength;
+      if (size > maxBytes) {
+        // The rest is never downloaded: cancelling closes the connection.
+        await reader.cancel();
+        throw refused(`it is larger than ${maxBytes} bytes`);
+      }
+      chunks.push(read.value);
+    }
+    const body = Buffer.concat(chunks);
+    let keys: unknown;
+    try {
+      keys = (JSON.parse(body.toString('utf8')) as { keys?: unknown } | null)?.keys;
+    } catch {
+      // Not JSON: jose says so in its own words.
+      return new Response(body, { status: 200 });
+    }
+    if (Array.isArray(keys) && keys.length > maxKeys) {
+      throw refused(`it lists ${keys.length} keys, more than the ${maxKeys} accepted`);
+    }
+    return new Response(body, { status: 200 });
   };
 }

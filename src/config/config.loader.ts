@@ -62,6 +62,10 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'CALLER_AUTH_ISSUER', path: ['callerAuth', 'kubernetes', 'issuer'] },
   { env: 'CALLER_AUTH_AUDIENCE', path: ['callerAuth', 'kubernetes', 'audience'] },
   { env: 'CALLER_AUTH_SUBJECTS', path: ['callerAuth', 'kubernetes', 'subjects'] },
+  {
+    env: 'CALLER_AUTH_MAX_TOKEN_LIFETIME_SECONDS',
+    path: ['callerAuth', 'kubernetes', 'maxTokenLifetimeSeconds'],
+  },
   { env: 'CACHE_KEY_SECRET_ID', path: ['cacheEncryption', 'key', 'secretId'] },
   { env: 'CACHE_KEY_FILE', path: ['cacheEncryption', 'key', 'file'] },
   { env: 'REDIS_MODE', path: ['redis', 'mode'] },

@@ -1,3 +1,4 @@
+import { BlockList, isIP } from 'node:net';
 import { z } from 'zod';
 
 /**
@@ -514,14 +515,28 @@ export const apiKeyGrantListSchema = z.array(apiKeyGrantSchema).superRefine((key
 export const SERVICE_ACCOUNT_SUBJECT =
   /^system:serviceaccount:[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
 
-/** `CALLER_AUTH_SUBJECTS` is a comma-separated list; each subject listed there gets every client. */
-function subjectListToGrants(value: unknown): unknown {
+/**
+ * `CALLER_AUTH_SUBJECTS` holds the same JSON object as the file's `subjects`. A comma list of
+ * subjects is refused rather than read: it names no clients, and a grant is never widened to
+ * every client implicitly.
+ */
+function subjectsFromEnvironment(value: unknown, ctx: z.core.$RefinementCtx): unknown {
   if (typeof value !== 'string') return value;
-  const subjects = value
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s !== '');
-  return Object.fromEntries(subjects.map((s) => [s, ['*']]));
+  const example =
+    '{"system:serviceaccount:<namespace>:<name>": {"clients": ["<client id>"], "scopes": ["token"]}}';
+  if (!value.trim().startsWith('{')) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `must be a JSON object granting each service account its clients, e.g. ${example} (a list of subjects alone names no clients)`,
+    });
+    return z.NEVER;
+  }
+  try {
+    return JSON.parse(value) as unknown;
+  } catch {
+    ctx.addIssue({ code: 'custom', message: `must be valid JSON, e.g. ${example}` });
+    return z.NEVER;
+  }
 }
 
 /**
@@ -554,11 +569,12 @@ export const kubernetesCallerAuthSchema = z
     audience: z.string().min(1).default('token-broker'),
     /**
      * Service-account subject to the clients it may use, e.g. `{"system:serviceaccount:shop:checkout": ["acme-prod"]}`,
-     * or to `{"clients": [...], "scopes": [...]}` to choose its scopes (see `CALLER_SCOPES`). @default {}
+     * or to `{"clients": [...], "scopes": [...]}` to choose its scopes (see `CALLER_SCOPES`).
+     * `CALLER_AUTH_SUBJECTS` takes the same object as JSON. @default {}
      */
     subjects: z
       .preprocess(
-        subjectListToGrants,
+        subjectsFromEnvironment,
         z.record(z.string(), subjectGrantSchema).superRefine((subjects, ctx) => {
           for (const subject of Object.keys(subjects)) {
             if (!SERVICE_ACCOUNT_SUBJECT.test(subject)) {
@@ -576,6 +592,13 @@ export const kubernetesCallerAuthSchema = z
     cacheSize: z.coerce.number().int().min(1).max(1_000_000).default(10_000),
     /** Leeway for `exp`/`nbf` against clock skew. @default 5 */
     clockToleranceSeconds: seconds(0, 300).default(5),
+    /**
+     * Longest lifetime (`exp` - `iat`) of a token accepted; tokens without `iat` are refused.
+     * A verified token is trusted until it expires, so a year-long token (a legacy Secret
+     * token, or a stolen one) must not be. Projected volumes ask for an hour by default.
+     * @default 172800 (48 h)
+     */
+    maxTokenLifetimeSeconds: seconds(60, 31_536_000).default(172_800),
   })
   .strict();
 
@@ -604,7 +627,10 @@ export const callerAuthSettingsSchema = z
         });
       })
       .transform((v) => v as CallerAuthMode),
-    /** Must be `true` for mode `none`, which is refused outright when `NODE_ENV=production`. @default false */
+    /**
+     * Must be `true` for mode `none`, which is refused outright in production (any `NODE_ENV`
+     * but `development` or `test`) and on any `HOST` but loopback. @default false
+     */
     allowNone: flag.default(false),
     /** Mode `api-key`: grants listed in the config file (hashes only). */
     apiKeys: apiKeyGrantListSchema.optional(),
@@ -623,7 +649,8 @@ export const cacheEncryptionSchema = z
      * Secret (or file) holding the AES-256 key for the token in Redis: one base64 32-byte key
      * (`openssl rand -base64 32`), or `{"current": "<base64>", "previous": ["<base64>", ...]}`
      * to rotate (read with every key, write with `current`). Unset: the token is stored in
-     * clear, with a warning; refused when `NODE_ENV=production` and Redis is configured.
+     * clear, with a warning; refused in production (any `NODE_ENV` but `development` or
+     * `test`) when Redis is configured.
      */
     key: credentialsSourceSchema.optional(),
   })
@@ -641,7 +668,11 @@ export const brokerConfigSchema = z
     orders: ordersSettingsSchema.default(ordersSettingsSchema.parse({})),
     forward: forwardSettingsSchema.default(forwardSettingsSchema.parse({})),
     clients: z.array(clientSchema).min(1, { message: 'configure at least one client' }),
-    /** `NODE_ENV`; `production` turns development conveniences (no caller auth, clear cache) into errors. @default 'development' */
+    /**
+     * `NODE_ENV`; anything but `development` or `test` (`production`, `Production`, `prod`...)
+     * is production, where development conveniences (no caller auth, clear cache) are errors.
+     * @default 'development'
+     */
     nodeEnv: z.string().min(1).default('development'),
     // Parsed even when absent, so a missing section reports the missing mode by its name.
     callerAuth: z.preprocess((v) => v ?? {}, callerAuthSettingsSchema),
@@ -680,10 +711,30 @@ export const brokerConfigSchema = z
 
 export type BrokerConfig = z.infer<typeof brokerConfigSchema>;
 
+/**
+ * Whether `NODE_ENV` names a development setting. Only the two exact names do: a misspelt
+ * production value (`Production`, `prod`) must fail closed, not unlock development shortcuts.
+ */
+export function isDevelopmentEnv(nodeEnv: string): boolean {
+  return nodeEnv === 'development' || nodeEnv === 'test';
+}
+
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
+
+/** Whether a listen address only accepts connections from this machine. */
+export function isLoopbackHost(host: string): boolean {
+  if (host === 'localhost') return true;
+  const family = isIP(host);
+  return family !== 0 && LOOPBACK.check(host, family === 4 ? 'ipv4' : 'ipv6');
+}
+
 /** Cross-field checks of caller authentication and cache encryption. */
 function refineSecurity(
   cfg: {
     nodeEnv: string;
+    http: { host: string };
     clients: readonly { id: string }[];
     redis: { mode: RedisMode; url?: string };
     callerAuth: CallerAuthSettings;
@@ -693,16 +744,26 @@ function refineSecurity(
 ): void {
   const issue = (path: (string | number)[], message: string) =>
     ctx.addIssue({ code: 'custom', path, message });
-  const production = cfg.nodeEnv === 'production';
+  const production = !isDevelopmentEnv(cfg.nodeEnv);
   const auth = cfg.callerAuth;
   switch (auth.mode) {
     case 'none':
       if (production) {
         issue(
           ['callerAuth', 'mode'],
-          '"none" is refused when NODE_ENV=production; use "api-key" or "kubernetes"',
+          '"none" is refused unless NODE_ENV is "development" or "test"; use "api-key" or "kubernetes"',
         );
-      } else if (!auth.allowNone) {
+        break;
+      }
+      // Decided by where the broker listens, not by NODE_ENV alone: anyone who can connect
+      // could take the merchants' tokens.
+      if (!isLoopbackHost(cfg.http.host)) {
+        issue(
+          ['callerAuth', 'mode'],
+          '"none" listens on loopback only: set HOST (http.host) to 127.0.0.1, ::1 or localhost, or use "api-key" or "kubernetes"',
+        );
+      }
+      if (!auth.allowNone) {
         issue(
           ['callerAuth', 'allowNone'],
           'must be true to turn caller authentication off (mode "none", local development only)',
@@ -745,7 +806,7 @@ function refineSecurity(
   if (production && redisConfigured(cfg.redis) && cfg.cacheEncryption.key === undefined) {
     issue(
       ['cacheEncryption', 'key'],
-      'required when Redis is used and NODE_ENV=production: the token must be encrypted at rest (generate a key with `openssl rand -base64 32`)',
+      'required when Redis is used and NODE_ENV is not "development" or "test": the token must be encrypted at rest (generate a key with `openssl rand -base64 32`)',
     );
   }
 }

@@ -56,36 +56,74 @@ describe('caller authentication and cache encryption settings', () => {
   });
 
   describe('mode none', () => {
+    const LOCAL = { ...CLIENT, HOST: '127.0.0.1' };
+
     it('needs an explicit CALLER_AUTH_ALLOW_NONE', () => {
-      expect(problems({ ...CLIENT, CALLER_AUTH_MODE: 'none' })).toEqual([
+      expect(problems({ ...LOCAL, CALLER_AUTH_MODE: 'none' })).toEqual([
         'CALLER_AUTH_ALLOW_NONE: must be true to turn caller authentication off (mode "none", local development only)',
       ]);
       const cfg = loadConfig({
-        ...CLIENT,
+        ...LOCAL,
         CALLER_AUTH_MODE: 'none',
         CALLER_AUTH_ALLOW_NONE: 'true',
       });
       expect(cfg.callerAuth).toMatchObject({ mode: 'none', allowNone: true });
     });
 
-    it.each(['true', 'false', undefined])(
-      'is refused when NODE_ENV=production (allow=%s)',
-      (allow) => {
-        const found = problems({
+    it.each([
+      ['production', 'true'],
+      ['production', undefined],
+      ['Production', 'true'],
+      ['prod', 'true'],
+      ['staging', 'true'],
+      [' development', 'true'],
+    ])('is refused when NODE_ENV=%j, whatever the host (allow=%s)', (nodeEnv, allow) => {
+      const found = problems({
+        ...LOCAL,
+        NODE_ENV: nodeEnv,
+        CALLER_AUTH_MODE: 'none',
+        CALLER_AUTH_ALLOW_NONE: allow,
+      });
+      expect(found).toEqual([
+        'CALLER_AUTH_MODE: "none" is refused unless NODE_ENV is "development" or "test"; use "api-key" or "kubernetes"',
+      ]);
+    });
+
+    it.each([undefined, '0.0.0.0', '::', '10.0.0.12', 'broker.internal', '::ffff:10.0.0.1'])(
+      'refuses any non-loopback HOST (%s) whatever NODE_ENV says, naming both settings',
+      (host) => {
+        for (const nodeEnv of [undefined, 'development', 'test']) {
+          const found = problems({
+            ...CLIENT,
+            HOST: host,
+            NODE_ENV: nodeEnv,
+            CALLER_AUTH_MODE: 'none',
+            CALLER_AUTH_ALLOW_NONE: 'true',
+          });
+          expect(found).toEqual([
+            'CALLER_AUTH_MODE: "none" listens on loopback only: set HOST (http.host) to 127.0.0.1, ::1 or localhost, or use "api-key" or "kubernetes"',
+          ]);
+        }
+      },
+    );
+
+    it.each(['127.0.0.1', '127.1.2.3', '::1', 'localhost'])(
+      'accepts the loopback HOST %s',
+      (host) => {
+        const cfg = loadConfig({
           ...CLIENT,
-          NODE_ENV: 'production',
+          HOST: host,
+          NODE_ENV: 'test',
           CALLER_AUTH_MODE: 'none',
-          CALLER_AUTH_ALLOW_NONE: allow,
+          CALLER_AUTH_ALLOW_NONE: 'true',
         });
-        expect(found).toEqual([
-          'CALLER_AUTH_MODE: "none" is refused when NODE_ENV=production; use "api-key" or "kubernetes"',
-        ]);
+        expect(cfg.http.host).toBe(host);
       },
     );
 
     it('refuses a non-boolean allow flag', () => {
       expect(
-        problems({ ...CLIENT, CALLER_AUTH_MODE: 'none', CALLER_AUTH_ALLOW_NONE: 'sure' }).join(),
+        problems({ ...LOCAL, CALLER_AUTH_MODE: 'none', CALLER_AUTH_ALLOW_NONE: 'sure' }).join(),
       ).toContain('CALLER_AUTH_ALLOW_NONE');
     });
   });
@@ -176,8 +214,10 @@ describe('caller authentication and cache encryption settings', () => {
       CALLER_AUTH_MODE: 'kubernetes',
       CALLER_AUTH_JWKS_URL: 'https://oidc.eks.eu-west-1.amazonaws.com/id/ABC/keys',
       CALLER_AUTH_ISSUER: 'https://oidc.eks.eu-west-1.amazonaws.com/id/ABC',
-      CALLER_AUTH_SUBJECTS:
-        'system:serviceaccount:shop:checkout, system:serviceaccount:shop:billing',
+      CALLER_AUTH_SUBJECTS: JSON.stringify({
+        'system:serviceaccount:shop:checkout': { clients: ['default'], scopes: ['forward'] },
+        'system:serviceaccount:shop:billing': ['default'],
+      }),
     };
 
     it('needs the JWKS URL, the issuer and at least one subject, each named', () => {
@@ -188,20 +228,51 @@ describe('caller authentication and cache encryption settings', () => {
       ]);
     });
 
-    it('reads the one-client case from the environment: each listed subject gets every client', () => {
+    it('reads CALLER_AUTH_SUBJECTS in the JSON form the README documents, granting only the clients named', () => {
       const cfg = loadConfig({ ...CLIENT, ...K8S, CALLER_AUTH_AUDIENCE: 'broker.acme' });
       expect(cfg.callerAuth.kubernetes).toEqual({
         jwksUrl: K8S.CALLER_AUTH_JWKS_URL,
         issuer: K8S.CALLER_AUTH_ISSUER,
         audience: 'broker.acme',
         subjects: {
-          'system:serviceaccount:shop:checkout': { clients: ['*'], scopes: ['token', 'forward'] },
-          'system:serviceaccount:shop:billing': { clients: ['*'], scopes: ['token', 'forward'] },
+          'system:serviceaccount:shop:checkout': { clients: ['default'], scopes: ['forward'] },
+          'system:serviceaccount:shop:billing': {
+            clients: ['default'],
+            scopes: ['token', 'forward'],
+          },
         },
         cacheSize: 10_000,
         clockToleranceSeconds: 5,
+        maxTokenLifetimeSeconds: 172_800,
       });
+      expect(
+        loadConfig({ ...CLIENT, ...K8S, CALLER_AUTH_MAX_TOKEN_LIFETIME_SECONDS: '7200' }).callerAuth
+          .kubernetes.maxTokenLifetimeSeconds,
+      ).toBe(7200);
       expect(loadConfig({ ...CLIENT, ...K8S }).callerAuth.kubernetes.audience).toBe('token-broker');
+    });
+
+    it('never widens a grant: a comma list of subjects, or a subject without clients, is refused', () => {
+      const subjects = (value: string) =>
+        problems({ ...CLIENT, ...K8S, CALLER_AUTH_SUBJECTS: value });
+      expect(subjects('system:serviceaccount:shop:checkout, system:serviceaccount:shop:b')).toEqual(
+        [
+          'CALLER_AUTH_SUBJECTS: must be a JSON object granting each service account its clients, e.g. {"system:serviceaccount:<namespace>:<name>": {"clients": ["<client id>"], "scopes": ["token"]}} (a list of subjects alone names no clients)',
+        ],
+      );
+      expect(subjects('{"system:serviceaccount:shop:checkout": ')).toEqual([
+        expect.stringMatching(/^CALLER_AUTH_SUBJECTS: must be valid JSON, e\.g\. /),
+      ]);
+      const withoutClients = [
+        { 'system:serviceaccount:shop:checkout': { scopes: ['token'] } },
+        { 'system:serviceaccount:shop:checkout': { clients: [] } },
+        { 'system:serviceaccount:shop:checkout': [] },
+      ];
+      for (const grant of withoutClients) {
+        const found = subjects(JSON.stringify(grant));
+        expect(found).toHaveLength(1);
+        expect(found[0]).toMatch(/^CALLER_AUTH_SUBJECTS: (required|grant at least one client)/);
+      }
     });
 
     it('maps subjects to clients from the config file, and refuses malformed subjects', () => {
@@ -284,9 +355,11 @@ describe('caller authentication and cache encryption settings', () => {
 
     it('is required with Redis in production, optional otherwise', () => {
       const prod = { ...CLIENT, ...API_KEYS, NODE_ENV: 'production' };
-      expect(problems({ ...prod, REDIS_URL: 'rediss://cache:6379' })).toEqual([
-        'CACHE_KEY_SECRET_ID or CACHE_KEY_FILE: required when Redis is used and NODE_ENV=production: the token must be encrypted at rest (generate a key with `openssl rand -base64 32`)',
-      ]);
+      for (const nodeEnv of ['production', 'Production', 'prod']) {
+        expect(problems({ ...prod, NODE_ENV: nodeEnv, REDIS_URL: 'rediss://cache:6379' })).toEqual([
+          'CACHE_KEY_SECRET_ID or CACHE_KEY_FILE: required when Redis is used and NODE_ENV is not "development" or "test": the token must be encrypted at rest (generate a key with `openssl rand -base64 32`)',
+        ]);
+      }
       expect(
         loadConfig({ ...prod, REDIS_URL: 'rediss://cache:6379', CACHE_KEY_FILE: '/k' }).nodeEnv,
       ).toBe('production');

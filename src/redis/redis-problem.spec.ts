@@ -1,4 +1,4 @@
-import { classifyRedisError } from './redis-problem';
+import { classifyRedisError, explainRedisError, tlsMismatch } from './redis-problem';
 
 function withCode(message: string, code: string): Error {
   return Object.assign(new Error(message), { code });
@@ -42,6 +42,25 @@ describe(classifyRedisError.name, () => {
     const problem = classifyRedisError(err);
     expect(problem?.kind).toBe(kind);
     expect(problem?.message).toContain(named);
+  });
+
+  it('names REDIS_TLS and the URL scheme for a TLS handshake with a plain port', () => {
+    const problem = classifyRedisError(
+      withCode('wrong version number', 'ERR_SSL_WRONG_VERSION_NUMBER'),
+    );
+    expect(problem?.kind).toBe('tls');
+    expect(problem?.message).toMatch(/REDIS_TLS/);
+    expect(problem?.message).toMatch(/use a redis:\/\/ URL/);
+  });
+
+  it('classifies a dropped connection once a probe explained it, and only that one', () => {
+    const explained = withCode('read ECONNRESET', 'ECONNRESET');
+    explainRedisError(explained, tlsMismatch(false));
+    expect(classifyRedisError(explained)).toEqual({
+      kind: 'tls',
+      message: expect.stringContaining('use a rediss:// URL or set REDIS_TLS=true') as string,
+    });
+    expect(classifyRedisError(withCode('read ECONNRESET', 'ECONNRESET'))).toBeUndefined();
   });
 
   it('looks inside a cluster error at its last node error', () => {

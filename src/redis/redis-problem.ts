@@ -50,12 +50,10 @@ export function classifyRedisError(err: unknown): RedisProblem | undefined {
       };
     }
     if (code === 'ERR_SSL_WRONG_VERSION_NUMBER' || /wrong version number/i.test(e.message)) {
-      return {
-        kind: 'tls',
-        message:
-          'TLS handshake with Redis failed (the port does not speak TLS); turn REDIS_TLS off or use the TLS port',
-      };
+      return tlsMismatch(true);
     }
+    const found = explained.get(e);
+    if (found !== undefined) return found;
     const reply = replyText(e.message);
     if (reply.startsWith('WRONGPASS')) {
       return {
@@ -78,6 +76,31 @@ export function classifyRedisError(err: unknown): RedisProblem | undefined {
     }
   }
   return undefined;
+}
+
+/**
+ * Errors whose cause was found out afterwards (a reset connection that a probe showed to be a
+ * TLS mismatch): their own message only says "reset".
+ */
+const explained = new WeakMap<Error, RedisProblem>();
+
+/** Records that `err` was caused by `problem`, for {@link classifyRedisError}. */
+export function explainRedisError(err: Error, problem: RedisProblem): void {
+  explained.set(err, problem);
+}
+
+/**
+ * The broker and the Redis port disagree about TLS. Either way the server just drops the
+ * connection, which looks like an outage, so the message names both settings that choose TLS.
+ * @param brokerUsesTls whether the broker spoke TLS (a `rediss://` URL or `REDIS_TLS=true`).
+ */
+export function tlsMismatch(brokerUsesTls: boolean): RedisProblem {
+  return {
+    kind: 'tls',
+    message: brokerUsesTls
+      ? 'the Redis port does not speak TLS but the broker connects with TLS (a rediss:// REDIS_URL or REDIS_TLS=true); use a redis:// URL with REDIS_TLS off, or the TLS port'
+      : 'the Redis port speaks TLS only but the broker connects in clear (a redis:// REDIS_URL and REDIS_TLS off); use a rediss:// URL or set REDIS_TLS=true',
+  };
 }
 
 /** `err`, its `cause` chain and a cluster's `lastNodeError`, each once. */

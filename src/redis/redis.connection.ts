@@ -3,6 +3,8 @@ import type { ConnectionOptions } from 'node:tls';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import type { CredentialsSource, RedisSettings } from '../config/config.schema';
 import type { SecretReader } from '../secrets/secret-reader';
+import { explainRedisError, type RedisProblem, tlsMismatch } from './redis-problem';
+import { speaksOtherProtocol } from './redis-tls.probe';
 
 /**
  * A broker connection to Redis, whatever the topology: one `Redis` for a standalone server
@@ -168,10 +170,69 @@ export function createRedisConnection(
   // non-JSON line the broker wrote. Keep the last one for the owner instead (see
   // `takeEarlyError`).
   const early: EarlyErrors = { listener: (err: unknown) => (early.last = err) };
+  if (plan.kind === 'redis' && plan.url !== undefined) {
+    watchTlsMismatch(client as Redis, plan.url, settings);
+  }
   client.on('error', early.listener);
   client.on('node error', early.listener);
   earlyErrors.set(client, early);
   return client;
+}
+
+/** Least time between two TLS probes of one connection: they only run while it fails. */
+const TLS_PROBE_INTERVAL_MS = 5000;
+
+/**
+ * A Redis that speaks TLS and a broker that does not (or the reverse) only ever see the
+ * connection dropped or timing out, which reads as an outage. When a connection fails that
+ * way, a side connection checks (at most every few seconds) whether the port speaks the other
+ * protocol; if it does, that is reported as an error of its own, and the failures that follow
+ * carry it (see `explainRedisError`), so the state stays "misconfigured" instead of flapping
+ * back to "unreachable". A later probe that finds no mismatch (the server went away) drops it.
+ */
+function watchTlsMismatch(client: Redis, url: string, settings: RedisSettings): void {
+  const { hostname, port } = new URL(url);
+  const target = {
+    host: hostname.replace(/^\[(.*)\]$/, '$1'),
+    port: Number(port || 6379),
+    tls: settings.tls.enabled,
+    serverName: settings.tls.serverName,
+    timeoutMs: settings.connectTimeoutMs,
+  };
+  let found: RedisProblem | undefined;
+  let probing = false;
+  let lastProbe = -Infinity;
+  client.on('ready', () => (found = undefined));
+  // Prepended: the explanation must be in place before the owner's listener reads the error.
+  client.prependListener('error', (err: unknown) => {
+    if (!(err instanceof Error) || !isDroppedConnection(err)) return;
+    if (found !== undefined) explainRedisError(err, found);
+    if (probing || Date.now() - lastProbe < TLS_PROBE_INTERVAL_MS) return;
+    probing = true;
+    lastProbe = Date.now();
+    void speaksOtherProtocol(target).then((mismatch) => {
+      probing = false;
+      if (!mismatch) {
+        found = undefined;
+        return;
+      }
+      if (found !== undefined || client.status === 'ready' || client.status === 'end') return;
+      found = tlsMismatch(target.tls);
+      const report = new Error(found.message);
+      explainRedisError(report, found);
+      client.emit('error', report);
+    });
+  });
+}
+
+/**
+ * A connection that opened but never came up: what a TLS mismatch looks like. A TLS server
+ * drops a client speaking clear; a plain server waits for the end of a "command" that is a
+ * TLS handshake, so the connect times out.
+ */
+function isDroppedConnection(err: Error): boolean {
+  const code = (err as NodeJS.ErrnoException).code;
+  return code === 'ECONNRESET' || code === 'EPIPE' || code === 'ETIMEDOUT';
 }
 
 interface EarlyErrors {
