@@ -375,10 +375,10 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- end }}
 
 {{/*
-The runbook annotation of an alert: where in the README's Operations table the row about it is.
+The runbook annotation of an alert: where in docs/operations.md's Failures table the row about it is.
 Args: (list $prometheusRuleValues "row name").
 */}}
 {{- define "token-broker.runbook" -}}
 {{- $r := index . 0 -}}
-{{- printf "%q" (printf "README.md, Operations table, row %q%s" (index . 1) (ternary (printf " (%s)" $r.runbookUrl) "" (ne ($r.runbookUrl | default "") ""))) -}}
+{{- printf "%q" (printf "docs/operations.md, Failures table, row %q%s" (index . 1) (ternary (printf " (%s)" $r.runbookUrl) "" (ne ($r.runbookUrl | default "") ""))) -}}
 {{- end }}
