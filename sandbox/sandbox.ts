@@ -46,7 +46,7 @@ async function main(): Promise<void> {
       `  curl -s ${base}/metrics | grep token_broker_`,
       `  curl -s -X POST ${base}/orders -H 'content-type: application/json' -H 'idempotency-key: demo-1' \\`,
       `       -d '{"price": 1200, "localization": {"currency": "USD"}}' | jq`,
-      `  curl -s ${base}/admin/clients | jq                                   # operators (README "Running it")`,
+      `  curl -s ${base}/admin/clients | jq                                   # operators (docs/operations.md)`,
       `  curl -s -X POST ${base}/admin/clients/sandbox/refresh | jq`,
       `  curl -s -X POST ${base}/admin/clients/sandbox/revoke | jq`,
       `  curl -s '${base}/provider/sandbox/api/marketing/v1/offers?amount=500' | jq   # any provider call`,

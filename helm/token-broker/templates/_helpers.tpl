@@ -362,7 +362,7 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- $k8s := $auth.kubernetes | default dict }}
 {{- range $key, $envName := dict "jwksUrl" "CALLER_AUTH_JWKS_URL" "issuer" "CALLER_AUTH_ISSUER" "subjects" "CALLER_AUTH_SUBJECTS" }}
 {{- if not (or (get $k8s $key) (hasKey $env $envName)) }}
-{{- fail (printf "config.extra.callerAuth.kubernetes.%s is required in mode kubernetes (see the README's Caller access)" $key) }}
+{{- fail (printf "config.extra.callerAuth.kubernetes.%s is required in mode kubernetes (see docs/security.md, Caller access)" $key) }}
 {{- end }}
 {{- end }}
 {{- end }}
