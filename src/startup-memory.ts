@@ -8,7 +8,7 @@ type GarbageCollector = (options: {
 }) => void;
 
 /**
- * Gives back, once, the memory V8 kept from start-up (issue #17, README "One replica"). Loading
+ * Gives back, once, the memory V8 kept from start-up (`BENCH_ONLY=replica npm run bench`). Loading
  * and wiring the app makes V8 grow its young generation to two 16 MB semi-spaces while start-up
  * objects survive scavenges, and it keeps them until its idle memory reducer runs, up to ~100 s
  * later. A last-resort full GC (what V8 runs before giving up on an allocation) collects until

@@ -5,7 +5,7 @@ import { waitFor } from './support/wait';
 const CLIENT = { id: 'trial-merchant', secret: 'trial-only-secret' };
 
 /**
- * `npm run emulator` (the README's command, build included) starts the provider emulator on its
+ * `npm run emulator` (docs/development.md's command, build included) starts the provider emulator on its
  * own, takes its options from flags and the environment, and serves the provider's token
  * endpoint; SIGTERM stops it with the counts.
  */

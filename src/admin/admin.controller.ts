@@ -3,7 +3,7 @@ import type { FastifyRequest } from 'fastify';
 import { AdminService } from './admin.service';
 
 /**
- * The operators' routes (README "Running it"). Every answer is `no-store`; every error is
+ * The operators' routes (docs/operations.md). Every answer is `no-store`; every error is
  * problem+json; every call writes one audit line (see {@link AdminService.run}).
  */
 @Controller('admin')

@@ -192,7 +192,7 @@ function translate(err: unknown): never {
   if (err instanceof BrokerException && toProblem(err).problem.code === 'internal_error') {
     throw new AdminException(
       AdminErrorCode.RefreshFailed,
-      `the provider did not grant a token (${String(err.code)}); see the broker's log and the README's "Running it"`,
+      `the provider did not grant a token (${String(err.code)}); see the broker's log and docs/operations.md`,
       { cause: err },
     );
   }

@@ -428,7 +428,7 @@ export const logSettingsSchema = z
   .strict();
 
 /**
- * The token audit trail: who received which token, when and how often (see the README's
+ * The token audit trail: who received which token, when and how often (see docs/security.md,
  * "Audit trail").
  */
 export const auditSettingsSchema = z

@@ -33,8 +33,7 @@ export type DeclinedHandler = (req: IncomingMessage, res: ServerResponse) => voi
  * Why: when the provider answers at once, Fastify's request pipeline (routing, hooks, body
  * parsing, the reply and its `onSend` hooks) was about a quarter of the broker's CPU per order,
  * and its request and reply objects a good part of the ~31 KB allocated per order, whose
- * scavenges set the tail latency of a caller sending orders one at a time (see the README,
- * issue #17). What to do with an order is {@link OrdersService}'s, as on the Fastify route
+ * scavenges set the tail latency of a caller sending orders one at a time. What to do with an order is {@link OrdersService}'s, as on the Fastify route
  * ({@link OrdersRoute}); this front only reads the request and writes the answer.
  *
  * It takes only the ordinary request, decided before a byte of the body is read: `POST /orders`

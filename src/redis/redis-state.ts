@@ -23,7 +23,7 @@ export class RedisStateTracker {
   /**
    * Whether the current `down` was logged. The tracker starts `down` without a line: the first
    * connection error of a replica started while Redis is unreachable is that transition, and
-   * it is logged then (the README's "warn once per outage" holds from start-up on).
+   * it is logged then (docs/operations.md's "warn once per outage" holds from start-up on).
    */
   private downLogged = false;
   /** The last connection-level error since Redis was last up: the real reason for a failure. */

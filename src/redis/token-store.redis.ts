@@ -131,7 +131,7 @@ return {gen, fp, reached}
 
 /**
  * KEYS[1] a revocation's acknowledgements. ARGV: replica id, TTL (ms). A script rather than
- * MULTI: the ACL the README asks for grants scripting, not transactions.
+ * MULTI: the ACL docs/redis.md asks for grants scripting, not transactions.
  */
 const ACKNOWLEDGE = `
 redis.call('SADD', KEYS[1], ARGV[1])

@@ -60,8 +60,8 @@ export class StoreContinuityWatch {
       this.logger.error(
         { client, continuity: found },
         found === 'lost'
-          ? 'Redis lost its data: the continuity marker this replica saw is gone (Redis restarted without persistence, was flushed, or failed over to a node that never had the data). Idempotency records went with it: a repeat of an order answered before now is sent to the provider again and may create a second order. Tokens recover by themselves. Give Redis persistence (appendonly yes, appendfsync everysec) and a replica with automatic failover; see the README, "What idempotency needs from Redis"'
-          : 'Redis went back in time: the continuity marker is older than one this replica already saw (a failover to a replica that missed the latest writes). Idempotency records written just before it may be gone: a repeat of such an order may be sent again. See the README, "What idempotency needs from Redis"',
+          ? 'Redis lost its data: the continuity marker this replica saw is gone (Redis restarted without persistence, was flushed, or failed over to a node that never had the data). Idempotency records went with it: a repeat of an order answered before now is sent to the provider again and may create a second order. Tokens recover by themselves. Give Redis persistence (appendonly yes, appendfsync everysec) and a replica with automatic failover; see docs/redis.md, "What idempotency needs from Redis"'
+          : 'Redis went back in time: the continuity marker is older than one this replica already saw (a failover to a replica that missed the latest writes). Idempotency records written just before it may be gone: a repeat of such an order may be sent again. See docs/redis.md, "What idempotency needs from Redis"',
       );
     }
   }

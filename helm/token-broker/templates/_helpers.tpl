@@ -362,7 +362,7 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- $k8s := $auth.kubernetes | default dict }}
 {{- range $key, $envName := dict "jwksUrl" "CALLER_AUTH_JWKS_URL" "issuer" "CALLER_AUTH_ISSUER" "subjects" "CALLER_AUTH_SUBJECTS" }}
 {{- if not (or (get $k8s $key) (hasKey $env $envName)) }}
-{{- fail (printf "config.extra.callerAuth.kubernetes.%s is required in mode kubernetes (see the README's Caller access)" $key) }}
+{{- fail (printf "config.extra.callerAuth.kubernetes.%s is required in mode kubernetes (see docs/security.md, Caller access)" $key) }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -375,10 +375,10 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- end }}
 
 {{/*
-The runbook annotation of an alert: where in the README's Operations table the row about it is.
+The runbook annotation of an alert: where in docs/operations.md's Failures table the row about it is.
 Args: (list $prometheusRuleValues "row name").
 */}}
 {{- define "token-broker.runbook" -}}
 {{- $r := index . 0 -}}
-{{- printf "%q" (printf "README.md, Operations table, row %q%s" (index . 1) (ternary (printf " (%s)" $r.runbookUrl) "" (ne ($r.runbookUrl | default "") ""))) -}}
+{{- printf "%q" (printf "docs/operations.md, Failures table, row %q%s" (index . 1) (ternary (printf " (%s)" $r.runbookUrl) "" (ne ($r.runbookUrl | default "") ""))) -}}
 {{- end }}

@@ -1,5 +1,5 @@
 /**
- * The `code`s the broker's problem+json answers carry (its README's error tables), plus two
+ * The `code`s the broker's problem+json answers carry (docs/api.md in its repository), plus two
  * of the client's own: `network_error` (no HTTP answer: refused, reset, DNS) and `timeout`
  * (no answer within `requestTimeoutMs`).
  */

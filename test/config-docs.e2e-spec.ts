@@ -1,0 +1,47 @@
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { CONFIG_DOCS_FILE, renderConfigDocs } from '../scripts/config-docs';
+import { repoRoot } from './support/repo-root';
+
+const root = repoRoot();
+
+describe('docs/configuration.md', () => {
+  it('is what `npm run docs:config` generates from the config schema today', () => {
+    const committed = readFileSync(join(root, CONFIG_DOCS_FILE), 'utf8');
+    const generated = renderConfigDocs(root);
+    // The failure names the command that fixes it; Jest's diff shows the rows that drifted.
+    if (committed !== generated) {
+      expect({ file: CONFIG_DOCS_FILE, hint: 'run `npm run docs:config`', committed }).toEqual({
+        file: CONFIG_DOCS_FILE,
+        hint: 'run `npm run docs:config`',
+        committed: generated,
+      });
+    }
+  });
+
+  it('lists every environment variable the loader reads', () => {
+    const loader = readFileSync(join(root, 'src/config/config.loader.ts'), 'utf8');
+    const docs = readFileSync(join(root, CONFIG_DOCS_FILE), 'utf8');
+    const names = [...loader.matchAll(/\benv: '([A-Z0-9_]+)'/g)].map((m) => m[1]);
+    expect(names.length).toBeGreaterThan(50);
+    expect(names.filter((name) => !docs.includes(`\`${name}\``))).toEqual([]);
+  });
+});
+
+describe('relative links in README.md and docs/', () => {
+  const files = [
+    'README.md',
+    ...readdirSync(join(root, 'docs'))
+      .filter((f) => f.endsWith('.md'))
+      .map((f) => `docs/${f}`),
+  ];
+
+  it.each(files)('%s links only to files that exist', (file) => {
+    const text = readFileSync(join(root, file), 'utf8');
+    const broken = [...text.matchAll(/\]\(([^)\s]+)\)/g)]
+      .map((m) => m[1])
+      .filter((target) => !/^[a-z][a-z0-9+.-]*:/i.test(target) && !target.startsWith('#'))
+      .filter((target) => !existsSync(resolve(dirname(join(root, file)), target.split('#')[0])));
+    expect(broken).toEqual([]);
+  });
+});
