@@ -448,17 +448,19 @@ export class RedisTokenStore implements TokenStore {
     let accessToken: string;
     try {
       // The clear fields are authenticated with the value: an edited fingerprint, lifetime or
-      // writer's expiry (to pin an old token's expiry, say) fails to open.
+      // writer's expiry (to pin an old token's expiry, say) fails to open. So is the highest
+      // generation seen: a value put back after a revoke (or with the generation key reset
+      // under a replica that saw the revoke) fails too.
       accessToken = this.cipher.open(
         clientId,
         val,
         recordContext(fp, expRedis - obtRedis, writerExp ?? ''),
+        generation,
       );
     } catch {
       return this.corrupt(clientId, val);
     }
-    // The fingerprint is in clear for the fence; it must be this token's (also for values in
-    // the legacy format, whose context is not authenticated).
+    // The fingerprint is in clear for the fence; it must be this token's.
     if (fingerprintOf(accessToken) !== fp) return this.corrupt(clientId, val);
     const offset = this.clock.observe(sentAt, arrivedAt, redisNow);
     const writerExpiresAt = Number(writerExp);
@@ -492,6 +494,8 @@ export class RedisTokenStore implements TokenStore {
       clientId,
       record.accessToken,
       recordContext(record.fingerprint, lifetimeMs, writerExpiresAt),
+      // The fenced write stores it only in this generation (an older one is refused).
+      record.generation ?? 0,
     );
     // Durations from this replica's clock: whatever its offset, it cancels out here.
     const remainingMs = record.expiresAt - this.now();
