@@ -449,8 +449,8 @@ export class RedisTokenStore implements TokenStore {
     try {
       // The clear fields are authenticated with the value: an edited fingerprint, lifetime or
       // writer's expiry (to pin an old token's expiry, say) fails to open. So is the highest
-      // generation seen: a value put back after a revoke (or with the generation key reset
-      // under a replica that saw the revoke) fails too.
+      // revocation generation this replica has seen: a value put back after a revoke fails
+      // too, even with the generation key reset as well.
       accessToken = this.cipher.open(
         clientId,
         val,
@@ -494,7 +494,8 @@ export class RedisTokenStore implements TokenStore {
       clientId,
       record.accessToken,
       recordContext(record.fingerprint, lifetimeMs, writerExpiresAt),
-      // The fenced write stores it only in this generation (an older one is refused).
+      // The generation it was requested in: the fenced write stores it only if that is the
+      // store's generation (or raises the store's to it), which is what readers open it with.
       record.generation ?? 0,
     );
     // Durations from this replica's clock: whatever its offset, it cancels out here.
