@@ -18,11 +18,19 @@ import { delay, waitFor } from './support/wait';
  */
 const ADMIN_KEY = 'admin-key-0123456789abcdef0123456789abcdef';
 const CALLER_KEY = 'caller-key-0123456789abcdef0123456789abcdef';
+/** An admin of one named client, not of every client (`"*"`). */
+const NARROW_ADMIN_KEY = 'narrow-admin-key-0123456789abcdef0123456789ab';
 const sha = (s: string) => createHash('sha256').update(s).digest('hex');
 const fingerprintOf = (token: string) => sha(token).slice(0, 16);
 const GRANTS = [
   { name: 'oncall', sha256: sha(ADMIN_KEY), clients: ['*'], scopes: ['admin'] },
   { name: 'checkout', sha256: sha(CALLER_KEY), clients: [FLEET_CLIENT] },
+  {
+    name: 'other-oncall',
+    sha256: sha(NARROW_ADMIN_KEY),
+    clients: [FLEET_CLIENT],
+    scopes: ['admin'],
+  },
 ];
 
 interface Replica {
@@ -350,6 +358,30 @@ describe('admin routes (3 replicas)', () => {
     } finally {
       polling = false;
       await Promise.all(pollers);
+    }
+  });
+
+  it('refuses the fleet-wide reload to an admin granted one client, naming no other client', async () => {
+    const [r] = replicas;
+    const before = replicas.map((x) => x.broker.logs().length);
+    const res = await admin(r, '/admin/reload', 'POST', NARROW_ADMIN_KEY);
+    expect(res.status).toBe(403);
+    const text = await res.text();
+    const problem = JSON.parse(text) as { code: string; detail: string };
+    expect(problem.code).toBe('forbidden');
+    expect(problem.detail).toContain('every client ("*")');
+    expect(text).not.toContain(FLEET_CLIENT);
+    await waitFor(() => auditLines(r, 'reload').some((l) => l.caller === 'other-oncall'), {
+      timeoutMs: 5000,
+      what: 'the audit line of the refused reload',
+    });
+    expect(auditLines(r, 'reload').find((l) => l.caller === 'other-oncall')).toMatchObject({
+      outcome: 'forbidden',
+      reason: 'fleet_wide_needs_every_client',
+    });
+    // Nothing reloaded, here or elsewhere (a reload's answer would name the clients it read).
+    for (const [i, x] of replicas.entries()) {
+      expect(x.broker.logs().slice(before[i]).join('\n')).not.toContain('reloaded credentials');
     }
   });
 

@@ -86,7 +86,7 @@ describe('cache encryption at rest (real Redis)', () => {
       await store.writeFenced('acme-prod', r);
       const hash = await rawHash(raw, 'acme-prod');
       expect(Object.keys(hash).sort()).toEqual(['exp', 'fp', 'obt', 'val', 'wexp']);
-      expect(hash.val).toMatch(/^gcm2:[0-9a-f]{8}:/);
+      expect(hash.val).toMatch(/^gcm3:[0-9a-f]{8}:/);
       for (const value of Object.values(hash)) {
         expect(value).not.toContain(r.accessToken);
         expect(value).not.toContain(r.accessToken.slice(5, 25));
@@ -157,7 +157,7 @@ describe('cache encryption at rest (real Redis)', () => {
       });
       await after.writeFenced('acme-prod', renewed);
       const { val } = await rawHash(raw, 'acme-prod');
-      expect(val.startsWith(`gcm2:${new AesGcmTokenCipher(k2).currentKeyId}:`)).toBe(true);
+      expect(val.startsWith(`gcm3:${new AesGcmTokenCipher(k2).currentKeyId}:`)).toBe(true);
     });
 
     it('refuses a record whose clear fields were edited: pinned expiry, lifetime, fingerprint', async () => {
@@ -198,7 +198,7 @@ describe('cache encryption at rest (real Redis)', () => {
       }
     });
 
-    it("refuses a legacy (gcm1) value under another token's fingerprint", async () => {
+    it('treats a value in the earliest format (gcm1: no context bound) as unreadable, even under its own fingerprint', async () => {
       const store = newStore(new AesGcmTokenCipher(k1));
       await store.waitUntilReady(2000);
       await store.writeFenced('acme-prod', record(token('acme')));
@@ -210,13 +210,32 @@ describe('cache encryption at rest (real Redis)', () => {
       const old = token('acme');
       const body = Buffer.concat([iv, c.update(old, 'utf8'), c.final(), c.getAuthTag()]);
       const legacy = `gcm1:${new AesGcmTokenCipher(k1).currentKeyId}:${body.toString('base64url')}`;
-      await raw.hset(redisKeys.token('acme-prod'), 'val', legacy);
-      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
       const fp = createHash('sha256').update(old).digest('hex').slice(0, 16);
-      await raw.hset(redisKeys.token('acme-prod'), 'fp', fp);
-      const read = await store.read('acme-prod');
-      expect(read.status).toBe('found');
-      expect(read.status === 'found' && read.record.accessToken).toBe(old);
+      await raw.hset(redisKeys.token('acme-prod'), 'val', legacy, 'fp', fp);
+      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
+    });
+
+    it('refuses a value put back after a revoke: the generation is bound to it', async () => {
+      const store = newStore(new AesGcmTokenCipher(k1));
+      await store.waitUntilReady(2000);
+      const key = redisKeys.token('acme-prod');
+      const r = record(token('acme'));
+      await store.writeFenced('acme-prod', r);
+      const before = await rawHash(raw, 'acme-prod');
+      expect((await store.revoke('acme-prod')).generation).toBe(1);
+      // Someone with write access to Redis puts the revoked token's record back as it was.
+      await raw.del(key);
+      await raw.hset(key, before);
+      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
+      // The same with the generation key reset too: this replica saw the revoke.
+      await raw.del(redisKeys.generation('acme-prod'));
+      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
+      // A token of the new generation is read.
+      await raw.set(redisKeys.generation('acme-prod'), '1');
+      await raw.del(key);
+      const fresh = { ...record(token('acme')), generation: 1 };
+      expect(await store.writeFenced('acme-prod', fresh)).toBe(true);
+      expect(await store.read('acme-prod')).toEqual({ status: 'found', record: fresh });
     });
   });
 
@@ -302,7 +321,7 @@ describe('cache encryption at rest (real Redis)', () => {
       for (const client of CLIENTS) {
         const accessToken = await tokenOf(b, client);
         const hash = await rawHash(raw, client);
-        expect(hash.val).toMatch(/^gcm2:/);
+        expect(hash.val).toMatch(/^gcm3:/);
         expect(JSON.stringify(hash)).not.toContain(accessToken);
       }
       // Nothing else in Redis holds it either (locks, channels, idempotency records).

@@ -118,9 +118,15 @@ describe('GET /token parity: fast path and Fastify route', () => {
       auth,
     ],
     [
-      'a min_ttl beyond the lifetime (503)',
-      '/token?client=acme-preprod&min_ttl=3600',
-      '/token?client=acme-preprod&min_ttl=%33600',
+      'a min_ttl at the refresh-ahead lead',
+      '/token?client=acme-preprod&min_ttl=300',
+      '/token?client=acme-preprod&min_ttl=%3300',
+      auth,
+    ],
+    [
+      'a min_ttl beyond the refresh-ahead lead (400)',
+      '/token?client=acme-preprod&min_ttl=301',
+      '/token?client=acme-preprod&min_ttl=%3301',
       auth,
     ],
     ['no credentials (401)', '/token?client=acme-preprod', '/token?client=acme%2Dpreprod', {}],
@@ -145,6 +151,25 @@ describe('GET /token parity: fast path and Fastify route', () => {
     expect(a.headers['x-request-id']).toMatch(/^parity-\d$/);
     expect(a.headers['content-length']).toBe(String(Buffer.byteLength(a.body, 'latin1')));
   });
+  it('caps min_ttl at TOKEN_REFRESH_AHEAD_SECONDS on both fronts: above it 400 naming the cap, at it a token from memory', async () => {
+    // A fresh 600 s token is in memory; the refresh-ahead lead is the default 300 s.
+    expect((await get(broker.url, '/token?client=acme-preprod', auth)).status).toBe(200);
+    const requests = provider.stats.tokenRequests;
+    for (const minTtl of ['301', '%3301', '599']) {
+      const res = await get(broker.url, `/token?client=acme-preprod&min_ttl=${minTtl}`, auth);
+      expect(res.status).toBe(400);
+      const problem = JSON.parse(res.body.toString('utf8')) as { code: string; detail: string };
+      expect(problem.code).toBe('invalid_request');
+      expect(problem.detail).toContain('"min_ttl" must be a whole number of seconds from 0 to 300');
+    }
+    for (const minTtl of ['300', '%3300']) {
+      const res = await get(broker.url, `/token?client=acme-preprod&min_ttl=${minTtl}`, auth);
+      expect(res.status).toBe(200);
+    }
+    // None of these callers made the broker ask the provider for a token.
+    expect(provider.stats.tokenRequests).toBe(requests);
+  });
+
   /**
    * Request targets and headers an attacker inside the cluster can send raw. Each is sent as
    * written (the fast path's turn) and with `acme-preprod` escaped as `acme%2Dpreprod`, which

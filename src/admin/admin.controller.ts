@@ -69,7 +69,10 @@ export class AdminController {
     );
   }
 
-  /** Client credentials and caller grants re-read now, here and on every replica; names only. */
+  /**
+   * Client credentials and caller grants re-read now, here and on every replica; names only.
+   * Fleet-wide: for callers granted every client (`"*"`) only.
+   */
   @Post('reload')
   @HttpCode(200)
   @Header('cache-control', 'no-store')

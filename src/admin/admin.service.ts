@@ -2,7 +2,7 @@ import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
 import { authorizationOf } from '../caller-auth/bearer-credential';
-import { CallerAuthException } from '../caller-auth/caller-auth.exception';
+import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { assertScope, mayUse } from '../caller-auth/caller-authorization';
 import { BrokerException } from '../errors/broker.exception';
 import { toProblem } from '../http/problem';
@@ -13,6 +13,13 @@ import { AdminErrorCode, AdminException } from './admin.exception';
 
 /** The admin actions, as audit lines name them. */
 export type AdminAction = 'status' | 'refresh' | 'revoke' | 'reload';
+
+/**
+ * Actions that act on every client at once: only a caller granted every client (`"*"`) may ask
+ * for them, since their effect and their answer (which clients' credentials changed) reach
+ * beyond any narrower grant.
+ */
+const FLEET_WIDE: ReadonlySet<AdminAction> = new Set(['reload']);
 
 /** How long a revoke's answer waits for the replicas it notified to acknowledge. */
 const ACK_WAIT_MS = 2000;
@@ -51,7 +58,8 @@ export class AdminService implements OnModuleInit {
 
   /**
    * Runs `action` for the caller of `req` once it is admitted (scope `admin`; with `clientId`,
-   * a configured client in its grant), and writes the audit line either way.
+   * a configured client in its grant; for a fleet-wide action, a grant of every client), and
+   * writes the audit line either way.
    */
   async run<T>(
     req: { id: string; raw: Parameters<typeof authorizationOf>[0] },
@@ -65,6 +73,7 @@ export class AdminService implements OnModuleInit {
     try {
       caller = await this.auth.authenticate(authorizationOf(req.raw));
       assertScope(caller, 'admin');
+      if (FLEET_WIDE.has(action)) assertGrantsEveryClient(caller, action);
       // 403 for a client outside the grant, configured or not; 404 for a granted unknown one.
       if (clientId !== undefined) client = this.tokens.resolveClient(clientId, caller);
       const result = await work(caller, client).catch(translate);
@@ -168,6 +177,17 @@ export class AdminService implements OnModuleInit {
     }
     return { credentials, callers };
   }
+}
+
+/** Throws 403 `forbidden` unless `caller` is granted every client (`"*"`). */
+function assertGrantsEveryClient(caller: Caller, action: AdminAction): void {
+  if (caller.clients === '*') return;
+  // Names only the caller: the refusal must not tell which other clients exist.
+  throw new CallerAuthException(
+    CallerAuthErrorCode.Forbidden,
+    `caller "${caller.name}" may not ${action} the whole fleet: that needs a grant of every client ("*"); ask the platform team`,
+    { audit: { reason: 'fleet_wide_needs_every_client' } },
+  );
 }
 
 /** What one replica's reload changed: names only, never a value. */

@@ -294,7 +294,7 @@ export const OPENAPI_DOCUMENT: Json = {
             name: 'min_ttl',
             in: 'query',
             description:
-              'Seconds the token must stay valid at least; a shorter-lived one is refreshed first.',
+              'Seconds the token must stay valid at least, up to `TOKEN_REFRESH_AHEAD_SECONDS` (tokens are replaced that long before they expire); more is a 400.',
             schema: { type: 'integer', minimum: 0 },
             example: 60,
           },

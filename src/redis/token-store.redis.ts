@@ -448,17 +448,19 @@ export class RedisTokenStore implements TokenStore {
     let accessToken: string;
     try {
       // The clear fields are authenticated with the value: an edited fingerprint, lifetime or
-      // writer's expiry (to pin an old token's expiry, say) fails to open.
+      // writer's expiry (to pin an old token's expiry, say) fails to open. So is the highest
+      // revocation generation this replica has seen: a value put back after a revoke fails
+      // too, even with the generation key reset as well.
       accessToken = this.cipher.open(
         clientId,
         val,
         recordContext(fp, expRedis - obtRedis, writerExp ?? ''),
+        generation,
       );
     } catch {
       return this.corrupt(clientId, val);
     }
-    // The fingerprint is in clear for the fence; it must be this token's (also for values in
-    // the legacy format, whose context is not authenticated).
+    // The fingerprint is in clear for the fence; it must be this token's.
     if (fingerprintOf(accessToken) !== fp) return this.corrupt(clientId, val);
     const offset = this.clock.observe(sentAt, arrivedAt, redisNow);
     const writerExpiresAt = Number(writerExp);
@@ -492,6 +494,9 @@ export class RedisTokenStore implements TokenStore {
       clientId,
       record.accessToken,
       recordContext(record.fingerprint, lifetimeMs, writerExpiresAt),
+      // The generation it was requested in: the fenced write stores it only if that is the
+      // store's generation (or raises the store's to it), which is what readers open it with.
+      record.generation ?? 0,
     );
     // Durations from this replica's clock: whatever its offset, it cancels out here.
     const remainingMs = record.expiresAt - this.now();

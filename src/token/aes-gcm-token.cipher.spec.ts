@@ -4,6 +4,15 @@ import { PlainTokenCipher } from './plain-token.cipher';
 
 const TOKEN = 'eyJhbGciOiJSUzI1NiJ9.provider-access-token.signature';
 
+/** `TOKEN` sealed as a given format version would have sealed it, with `aad`. */
+function sealedAs(version: string, key: Buffer, aad: Buffer): string {
+  const iv = randomBytes(12);
+  const c = createCipheriv('aes-256-gcm', key, iv, { authTagLength: 16 });
+  c.setAAD(aad);
+  const body = Buffer.concat([iv, c.update(TOKEN, 'utf8'), c.final(), c.getAuthTag()]);
+  return `${version}:${cacheKeyId(key)}:${body.toString('base64url')}`;
+}
+
 describe(AesGcmTokenCipher.name, () => {
   const k1 = randomBytes(32);
   const k2 = randomBytes(32);
@@ -11,7 +20,7 @@ describe(AesGcmTokenCipher.name, () => {
   it('round-trips a token, and the sealed value reveals neither the token nor the key', () => {
     const cipher = new AesGcmTokenCipher(k1);
     const sealed = cipher.seal('acme-prod', TOKEN);
-    expect(sealed).toMatch(new RegExp(`^gcm2:${cacheKeyId(k1)}:[A-Za-z0-9_-]+$`));
+    expect(sealed).toMatch(new RegExp(`^gcm3:${cacheKeyId(k1)}:[A-Za-z0-9_-]+$`));
     expect(sealed).not.toContain(TOKEN);
     expect(sealed).not.toContain('provider-access-token');
     expect(sealed).not.toContain(k1.toString('base64'));
@@ -39,11 +48,11 @@ describe(AesGcmTokenCipher.name, () => {
     for (const at of [0, 12, body.length - 17, body.length - 1]) {
       const bad = Buffer.from(body);
       bad[at] ^= 0x01;
-      const forged = `gcm2:${cacheKeyId(k1)}:${bad.toString('base64url')}`;
+      const forged = `gcm3:${cacheKeyId(k1)}:${bad.toString('base64url')}`;
       expect(() => cipher.open('acme-prod', forged)).toThrow();
     }
     // A truncated tag must not be accepted as a shorter one.
-    const truncated = `gcm2:${cacheKeyId(k1)}:${body.subarray(0, body.length - 4).toString('base64url')}`;
+    const truncated = `gcm3:${cacheKeyId(k1)}:${body.subarray(0, body.length - 4).toString('base64url')}`;
     expect(() => cipher.open('acme-prod', truncated)).toThrow();
   });
 
@@ -57,6 +66,9 @@ describe(AesGcmTokenCipher.name, () => {
     ['no key id (gcm2)', 'gcm2:'],
     ['too short (gcm2)', `gcm2:KID:AAAA`],
     ['garbage (gcm2)', 'gcm2:KID:!!!!'],
+    ['no key id (gcm3)', 'gcm3:'],
+    ['too short (gcm3)', `gcm3:KID:AAAA`],
+    ['garbage (gcm3)', 'gcm3:KID:!!!!'],
   ])('throws (never crashes) on a %s value', (_label, value) => {
     const cipher = new AesGcmTokenCipher(k1);
     expect(() => cipher.open('acme-prod', value.replace('KID', cipher.currentKeyId))).toThrow(
@@ -72,7 +84,7 @@ describe(AesGcmTokenCipher.name, () => {
     expect(after.keyIds.sort()).toEqual([cacheKeyId(k1), cacheKeyId(k2)].sort());
     expect(after.open('acme-prod', old)).toBe(TOKEN);
     const fresh = after.seal('acme-prod', TOKEN);
-    expect(fresh.startsWith(`gcm2:${cacheKeyId(k2)}:`)).toBe(true);
+    expect(fresh.startsWith(`gcm3:${cacheKeyId(k2)}:`)).toBe(true);
     // A replica that has not got the new key yet treats the new value as unreadable.
     expect(() => before.open('acme-prod', fresh)).toThrow();
   });
@@ -110,15 +122,38 @@ describe(AesGcmTokenCipher.name, () => {
     }
   });
 
-  it('still opens values in the earlier format (gcm1: the client id only), for rolling upgrades', () => {
-    const iv = randomBytes(12);
-    const c = createCipheriv('aes-256-gcm', k1, iv, { authTagLength: 16 });
-    c.setAAD(Buffer.from('acme-prod'));
-    const body = Buffer.concat([iv, c.update(TOKEN, 'utf8'), c.final(), c.getAuthTag()]);
-    const legacy = `gcm1:${cacheKeyId(k1)}:${body.toString('base64url')}`;
+  it('binds the revocation generation: a value opened in another generation fails', () => {
     const cipher = new AesGcmTokenCipher(k1);
-    expect(cipher.open('acme-prod', legacy, 'fp=x;life=1;wexp=2')).toBe(TOKEN);
-    expect(() => cipher.open('acme-preprod', legacy)).toThrow();
+    const context = 'fp=0123456789abcdef;life=60000;wexp=1800000000000';
+    const sealed = cipher.seal('acme-prod', TOKEN, context, 3);
+    expect(cipher.open('acme-prod', sealed, context, 3)).toBe(TOKEN);
+    for (const other of [0, 2, 4, 30]) {
+      expect(() => cipher.open('acme-prod', sealed, context, other)).toThrow(
+        /failed authentication/,
+      );
+    }
+    // Relabelled as the previous version, whose data has no generation, it opens under none.
+    const relabelled = sealed.replace(/^gcm3:/, 'gcm2:');
+    for (const edited of [context, `${context}\u00003`, `${context}\u0000gen=3`]) {
+      expect(() => cipher.open('acme-prod', relabelled, edited, 3)).toThrow();
+    }
+  });
+
+  it('opens the previous version (gcm2: no generation) in any generation, for rolling upgrades', () => {
+    const context = 'fp=0123456789abcdef;life=60000;wexp=1800000000000';
+    const previous = sealedAs('gcm2', k1, Buffer.from(`acme-prod\u0000${context}`));
+    const cipher = new AesGcmTokenCipher(k1);
+    expect(cipher.open('acme-prod', previous, context, 0)).toBe(TOKEN);
+    expect(cipher.open('acme-prod', previous, context, 7)).toBe(TOKEN);
+    expect(() => cipher.open('acme-prod', previous, context.replace('life=6', 'life=9'))).toThrow();
+    expect(() => cipher.open('acme-preprod', previous, context)).toThrow();
+  });
+
+  it('no longer opens the earliest format (gcm1: the client id only, its context not bound)', () => {
+    const legacy = sealedAs('gcm1', k1, Buffer.from('acme-prod'));
+    const cipher = new AesGcmTokenCipher(k1);
+    expect(() => cipher.open('acme-prod', legacy, 'fp=x;life=1;wexp=2')).toThrow();
+    expect(() => cipher.open('acme-prod', legacy)).toThrow();
   });
 
   it('authenticates records with a MAC under any configured key, and refuses any change', () => {

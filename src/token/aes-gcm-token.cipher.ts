@@ -12,13 +12,16 @@ const IV_BYTES = 12;
 const TAG_BYTES = 16;
 export const KEY_BYTES = 32;
 /**
- * Sealed values look like `gcm2:<key id>:<base64url(iv ‖ ciphertext ‖ tag)>`, the associated
- * data being the client id and the record's context (see {@link AesGcmTokenCipher.seal}).
- * `gcm1:` values (earlier versions: the client id only) are still read, so that a rolling
- * upgrade keeps the fleet's token; they are the only ones whose context is not authenticated.
+ * Sealed values look like `gcm3:<key id>:<base64url(iv ‖ ciphertext ‖ tag)>`, the associated
+ * data binding the client id, the record's context and the client's revocation generation
+ * (see {@link AesGcmTokenCipher.seal}). `gcm2:` values (the previous version: no generation)
+ * are still read, because old and new replicas share one Redis during a rolling upgrade; the
+ * previous version cannot read `gcm3:`, treats it as unreadable and fetches its own token, at
+ * most once per token lifetime. `gcm1:` values (the client id only: their expiry could be
+ * pinned by anyone who can write Redis) are refused.
  */
-const PREFIX = 'gcm2:';
-const LEGACY_PREFIX = 'gcm1:';
+const PREFIX = 'gcm3:';
+const UNBOUND_PREFIX = 'gcm2:';
 /** Label of the MAC key derived from each cache key (never the encryption key itself). */
 const MAC_LABEL = 'token-broker record mac';
 
@@ -67,13 +70,14 @@ export class AesGcmTokenCipher implements TokenCipher {
 
   /**
    * Seals `accessToken` for `clientId`. `context` (what the store keeps in clear next to the
-   * value: fingerprint, lifetime, writer's expiry) is authenticated with it: a value whose
-   * clear fields were edited, or moved to another client, fails to open.
+   * value: fingerprint, lifetime, writer's expiry) and `generation` (the client's revocation
+   * generation) are authenticated with it: a value whose clear fields were edited, moved to
+   * another client, or put back after a revoke, fails to open.
    */
-  seal(clientId: string, accessToken: string, context = ''): string {
+  seal(clientId: string, accessToken: string, context = '', generation = 0): string {
     const iv = randomBytes(IV_BYTES);
     const cipher = createCipheriv(ALGORITHM, this.current.key, iv, { authTagLength: TAG_BYTES });
-    cipher.setAAD(associatedData(clientId, context));
+    cipher.setAAD(boundData(clientId, context, generation));
     const body = Buffer.concat([
       iv,
       cipher.update(accessToken, 'utf8'),
@@ -83,10 +87,12 @@ export class AesGcmTokenCipher implements TokenCipher {
     return `${PREFIX}${this.current.id}:${body.toString('base64url')}`;
   }
 
-  open(clientId: string, sealed: string, context = ''): string {
-    const legacy = sealed.startsWith(LEGACY_PREFIX);
-    if (!legacy && !sealed.startsWith(PREFIX)) throw new Error('not an AES-GCM sealed value');
-    const aad = legacy ? Buffer.from(clientId, 'utf8') : associatedData(clientId, context);
+  open(clientId: string, sealed: string, context = '', generation = 0): string {
+    const unbound = sealed.startsWith(UNBOUND_PREFIX);
+    if (!unbound && !sealed.startsWith(PREFIX)) throw new Error('not an AES-GCM sealed value');
+    const aad = unbound
+      ? associatedData(clientId, context)
+      : boundData(clientId, context, generation);
     const idEnd = sealed.indexOf(':', PREFIX.length);
     const keys = idEnd > 0 ? this.byId.get(sealed.slice(PREFIX.length, idEnd)) : undefined;
     if (keys === undefined) throw new Error('sealed with a key this broker does not have');
@@ -105,7 +111,9 @@ export class AesGcmTokenCipher implements TokenCipher {
         // Wrong key, another client's value, or tampered: try the next key with this id.
       }
     }
-    throw new Error('sealed value failed authentication (wrong key, tampered, or another client)');
+    throw new Error(
+      'sealed value failed authentication (wrong key, tampered, another client or generation)',
+    );
   }
 
   /**
@@ -129,9 +137,19 @@ export class AesGcmTokenCipher implements TokenCipher {
   }
 }
 
+/** The associated data of a `gcm2:` value. */
 function associatedData(clientId: string, context: string): Buffer {
   // The client id cannot contain a NUL (config validation), so the split is unambiguous.
   return Buffer.from(context === '' ? clientId : `${clientId}\u0000${context}`, 'utf8');
+}
+
+/**
+ * The associated data of a `gcm3:` value: its parts length-prefixed, so no two lists encode
+ * alike. It starts with a zero byte and `gcm2:` data with the client id (never empty, never a
+ * NUL), so a value relabelled from one version to the other cannot open either.
+ */
+function boundData(clientId: string, context: string, generation: number): Buffer {
+  return lengthPrefixed(['gcm3', clientId, context, String(generation)]);
 }
 
 function macKey(key: Buffer): Buffer {
@@ -140,12 +158,17 @@ function macKey(key: Buffer): Buffer {
 
 /** Each part length-prefixed, so that no two different lists hash alike. */
 function hmacOf(key: Buffer, parts: readonly (string | Buffer)[]): string {
-  const h = createHmac('sha256', key);
+  return createHmac('sha256', key).update(lengthPrefixed(parts)).digest('base64url');
+}
+
+/** Each part as a 4-byte big-endian length, then its bytes. */
+function lengthPrefixed(parts: readonly (string | Buffer)[]): Buffer {
+  const chunks: Buffer[] = [];
   for (const part of parts) {
     const bytes = typeof part === 'string' ? Buffer.from(part, 'utf8') : part;
     const length = Buffer.alloc(4);
     length.writeUInt32BE(bytes.length);
-    h.update(length).update(bytes);
+    chunks.push(length, bytes);
   }
-  return h.digest('base64url');
+  return Buffer.concat(chunks);
 }

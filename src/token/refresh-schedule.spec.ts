@@ -50,16 +50,24 @@ describe('refresh schedule', () => {
       expect(near).toBe(2_000);
     });
 
-    it('honours Retry-After but not past the token expiry', () => {
+    it("honours Retry-After even past the token's expiry, up to the largest delay", () => {
       expect(retryDelayMs({ ...base, attempt: 1, retryAfterMs: 5000, random: () => 0 })).toBe(5000);
-      const capped = retryDelayMs({
+      // The token expires in 10 s, the provider asks for 15: no attempt before it says.
+      const pastExpiry = retryDelayMs({
         ...base,
         attempt: 1,
-        retryAfterMs: 60_000,
+        retryAfterMs: 15_000,
         expiresAt: 10_000,
         random: () => 0,
       });
-      expect(capped).toBeLessThan(10_000);
+      expect(pastExpiry).toBe(15_000);
+      // Even with half a second left (where the jittered backoff alone would be 25 ms).
+      expect(
+        retryDelayMs({ ...base, attempt: 3, retryAfterMs: 3000, now: 9500, expiresAt: 10_000 }),
+      ).toBe(3000);
+      expect(retryDelayMs({ ...base, attempt: 1, retryAfterMs: 3_600_000, random: () => 0 })).toBe(
+        base.maxMs,
+      );
     });
 
     it('keeps the number of attempts within a refresh window bounded', () => {

@@ -75,7 +75,11 @@ export function retryDelayMs(opts: {
   now: number;
   /** Expiry of the token still being served, if any. */
   expiresAt?: number;
-  /** The provider's `Retry-After`, honoured unless it would outlast the token. */
+  /**
+   * The provider's `Retry-After`, honoured (up to `maxMs`) even past the token's expiry: the
+   * provider refuses any request before then, so a "last chance" inside it is only one more
+   * refusal, and this delay becomes the whole fleet's deferral.
+   */
   retryAfterMs?: number;
   random?: () => number;
 }): number {
@@ -88,11 +92,7 @@ export function retryDelayMs(opts: {
   const exp = Math.min(cap, opts.baseMs * 2 ** Math.min(opts.attempt - 1, 30));
   // Full jitter, with a floor so a run of tiny draws cannot turn into a hot loop.
   let delay = Math.max(Math.min(25, opts.baseMs), random() * exp);
-  if (opts.retryAfterMs !== undefined) {
-    delay = Math.max(
-      delay,
-      Math.min(opts.retryAfterMs, Math.max(remaining - opts.baseMs, opts.baseMs), opts.maxMs),
-    );
-  }
+  if (opts.retryAfterMs !== undefined)
+    delay = Math.max(delay, Math.min(opts.retryAfterMs, opts.maxMs));
   return Math.round(delay);
 }

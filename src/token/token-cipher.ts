@@ -1,17 +1,22 @@
 /**
  * Seals a token before it leaves the process for the shared store, and opens it on the way
- * back. The client id, and the `context` the store keeps in clear next to the value (its
- * fingerprint, lifetime and expiry), are bound to the sealed value: a value copied between
- * clients' keys, or whose clear fields were edited, is refused rather than served.
+ * back. The client id, the `context` the store keeps in clear next to the value (its
+ * fingerprint, lifetime and expiry) and the client's revocation generation are bound to the
+ * sealed value: a value copied between clients' keys, whose clear fields were edited, or put
+ * back after a revoke, is refused rather than served.
  *
  * The same key authenticates what the idempotency store replays ({@link mac}).
  */
 export interface TokenCipher {
   /** Whether {@link mac} proves anything (false without a cache key: nothing to sign with). */
   readonly authenticates: boolean;
-  seal(clientId: string, accessToken: string, context?: string): string;
-  /** Throws when the value cannot be opened (wrong key, tampered, another client's or context). */
-  open(clientId: string, sealed: string, context?: string): string;
+  /** `generation`: the client's revocation generation the value belongs to (absent: 0). */
+  seal(clientId: string, accessToken: string, context?: string, generation?: number): string;
+  /**
+   * Throws when the value cannot be opened (wrong key, tampered, another client's, context or
+   * generation).
+   */
+  open(clientId: string, sealed: string, context?: string, generation?: number): string;
   /** An authentication tag over `parts`, to store next to them. */
   mac(parts: readonly (string | Buffer)[]): string;
   /** Whether `tag` is {@link mac}'s tag for `parts`. */

@@ -15,9 +15,6 @@ import type { TokenRecord } from './token-record';
 import { TokenService } from './token.service';
 import { inCallerSpan } from '../tracing/spans';
 
-/** The largest `min_ttl` accepted: a day, the longest lifetime the broker believes. */
-export const MAX_MIN_TTL_SECONDS = 86_400;
-
 /** `GET /token`'s query as parsed by either front: a value per name, an array when repeated. */
 export type TokenQuery = Readonly<Record<string, string | string[] | undefined>>;
 
@@ -128,7 +125,9 @@ export class TokenResponder {
       // A proxy-only caller (scope "forward") never sees the token, from any route.
       assertScope(caller, 'token');
       clientId = this.tokens.resolveClient(single(query, 'client'), caller);
-      const minMs = parseMinTtl(single(query, 'min_ttl')) * 1000;
+      const minTtl = single(query, 'min_ttl');
+      const minMs =
+        minTtl === undefined ? 0 : parseMinTtl(minTtl, this.tokens.maxMinTtlSeconds) * 1000;
       const hit = this.tokens.peek(clientId, minMs);
       if (hit) return this.issue(caller, clientId, hit, reqId);
       this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
@@ -215,12 +214,16 @@ function single(query: TokenQuery, name: string): string | undefined {
   return v === '' ? undefined : v;
 }
 
-export function parseMinTtl(value: string | undefined): number {
-  if (value === undefined) return 0;
-  if (!/^\d{1,6}$/.test(value) || Number(value) > MAX_MIN_TTL_SECONDS) {
+/**
+ * `min_ttl` in seconds, at most `maxSeconds` (the refresh-ahead lead): a larger one would let
+ * any caller make the broker ask the provider for a token before the fleet's own refresh, as
+ * often as the refresh floor allows. Both fronts answer through here.
+ */
+export function parseMinTtl(value: string, maxSeconds: number): number {
+  if (!/^\d{1,6}$/.test(value) || Number(value) > maxSeconds) {
     throw new RequestException(
       RequestErrorCode.InvalidRequest,
-      `query parameter "min_ttl" must be a whole number of seconds from 0 to ${MAX_MIN_TTL_SECONDS}`,
+      `query parameter "min_ttl" must be a whole number of seconds from 0 to ${maxSeconds} (TOKEN_REFRESH_AHEAD_SECONDS: tokens are replaced that long before they expire); ask for ${maxSeconds} or less`,
     );
   }
   return Number(value);

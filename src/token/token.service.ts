@@ -153,6 +153,15 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   /**
+   * The largest `min_ttl` (seconds) a caller may ask for: the refresh-ahead lead. Every token
+   * is replaced that long before it expires, so a larger one could only make the broker ask
+   * the provider before the fleet's own refresh, as often as the refresh floor lets it.
+   */
+  get maxMinTtlSeconds(): number {
+    return this.config.token.refreshAheadSeconds;
+  }
+
+  /**
    * A token for `clientId` with at least `minRemainingMs` left: from L1, or after waiting for
    * the single refresh, at most `waitTimeoutMs` (then a 503 problem with `Retry-After`).
    */
