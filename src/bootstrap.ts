@@ -13,7 +13,6 @@ import { requestIdFrom } from './http/request-id';
 import { SECURITY_HEADERS } from './http/security-headers';
 import { lazyChildLogger } from './logging/lazy-request-logger';
 import { TokenFastPath } from './token/token-fast-path';
-import { OrdersFastPath } from './orders/orders-fast-path';
 import { DrainState } from './health/drain-state';
 import { PinoNestLogger } from './logging/logger';
 
@@ -111,13 +110,10 @@ export async function createBrokerApp(
     reply.headers(SECURITY_HEADERS);
     done(null, payload);
   });
-  // The GET /token cache hit and the ordinary POST /orders are answered before Fastify (see
-  // TokenFastPath, OrdersFastPath); what they decline goes to Fastify's handler.
+  // The GET /token cache hit is answered before Fastify (see TokenFastPath); what it declines
+  // goes to Fastify's handler.
   const tokenFront = app.get(TokenFastPath);
-  const ordersFront = app.get(OrdersFastPath);
-  const declined = (req: IncomingMessage, res: ServerResponse) => front.handler!(req, res);
-  front.tryServe = (req, res) =>
-    tokenFront.tryServe(req, res) || ordersFront.tryServe(req, res, declined);
+  front.tryServe = (req, res) => tokenFront.tryServe(req, res);
   front.drain = app.get(DrainState);
   if (adminApart) {
     // The admin listener (see `http.adminPort`): `/metrics`, `/health/*` and `/admin/*`, through
