@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
-import { LogController } from 'fastify';
+import { type FastifyError, type FastifyReply, type FastifyRequest, LogController } from 'fastify';
 import type { Logger } from 'pino';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -33,19 +33,20 @@ function answerClientError(err: Error & { code?: string }, socket: Socket): void
     : err.code === 'HPE_HEADER_OVERFLOW'
       ? `the request line and headers exceed ${MAX_HEADER_BYTES} bytes; shorten the query string`
       : 'the request is not valid HTTP/1.1';
+  const requestId = crypto.randomUUID();
   const { problem } = toProblem(
     new RequestException(
       timedOut ? RequestErrorCode.RequestTimeout : RequestErrorCode.InvalidRequest,
       detail,
     ),
+    requestId,
   );
   const body = JSON.stringify(problem);
-  if (socket.writable) {
-    socket.write(
-      `HTTP/1.1 ${problem.status} ${problem.title}\r\ncontent-type: application/problem+json\r\n` +
-        `content-length: ${Buffer.byteLength(body)}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n${body}`,
-    );
-  }
+  let head =
+    `HTTP/1.1 ${problem.status} ${problem.title}\r\ncontent-type: application/problem+json\r\n` +
+    `content-length: ${Buffer.byteLength(body)}\r\ncache-control: no-store\r\nx-request-id: ${requestId}\r\n`;
+  for (const [name, value] of Object.entries(SECURITY_HEADERS)) head += `${name}: ${value}\r\n`;
+  if (socket.writable) socket.write(`${head}connection: close\r\n\r\n${body}`);
   socket.destroy();
 }
 
@@ -116,6 +117,11 @@ export async function createBrokerApp(
     genReqId: (req: { headers: Record<string, string | string[] | undefined> }) =>
       requestIdFrom(req.headers['x-request-id']),
     routerOptions: { maxParamLength: 200 },
+    // Errors met before routing (a target that does not percent-decode) skip the app's hooks:
+    // answered here like any other, without echoing the target.
+    frameworkErrors: (err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {
+      void sendProblem(reply.header('x-request-id', req.id).headers(SECURITY_HEADERS), err, req.id);
+    },
     return503OnClosing: true,
     forceCloseConnections: 'idle',
   });

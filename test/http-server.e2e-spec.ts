@@ -354,6 +354,48 @@ describe('HTTP front: slow clients and the admin port', () => {
     }
   });
 
+  it('answers a target that does not percent-decode, and every framework error, in problem+json with the security headers and a request id, echoing nothing', async () => {
+    const cases: [number, string, string?][] = [
+      [broker.port, 'GET /token%C0%AE?client=secret-looking-query HTTP/1.1'],
+      [broker.port, 'GET /%C0%AE HTTP/1.1'],
+      [broker.port, 'GET /orders%C0%AE HTTP/1.1'],
+      [metricsPort, 'GET /metrics%C0%AE?x=secret-looking-query HTTP/1.1'],
+      [metricsPort, 'GET /%C0%AE HTTP/1.1'],
+      [broker.port, 'GET /no-such-route?x=secret-looking-query HTTP/1.1'],
+      [metricsPort, 'GET /no-such-route?x=secret-looking-query HTTP/1.1'],
+      [
+        metricsPort,
+        'POST /admin/reload?x=secret-looking-query HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 1',
+        '{',
+      ],
+      [
+        metricsPort,
+        'POST /admin/reload HTTP/1.1\r\nContent-Type: text/xml\r\nContent-Length: 4',
+        '<a/>',
+      ],
+      [
+        metricsPort,
+        'POST /admin/reload HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 5000000',
+      ],
+      [broker.port, 'GET /%C0%AE HTTP/1.1\r\nBad Header Line'],
+    ];
+    for (const [port, head, body] of cases) {
+      const a = await raw(port, `${head}\r\nAuthorization: Bearer ${ADMIN_KEY}`, body);
+      expect([head, a.status >= 400 && a.status < 500]).toEqual([head, true]);
+      expect([head, a.headers['content-type']]).toEqual([
+        head,
+        expect.stringContaining('application/problem+json'),
+      ]);
+      expect(a.headers['x-content-type-options']).toBe('nosniff');
+      expect(a.headers['content-security-policy']).toContain("default-src 'none'");
+      expect(a.headers['x-frame-options']).toBe('DENY');
+      expect(a.headers['x-request-id']).toMatch(/^[A-Za-z0-9._:-]+$/);
+      const problem = JSON.parse(a.body) as { code: string; requestId: string };
+      expect(problem.requestId).toBe(a.headers['x-request-id']);
+      expect(a.body).not.toMatch(/%C0|secret-looking-query|no-such-route|orders|metrics/i);
+    }
+  });
+
   it('cuts a client trickling its headers off the admin port within HTTP_HEADERS_TIMEOUT_MS and a second', async () => {
     const started = Date.now();
     const socket = connect(metricsPort, '127.0.0.1');
@@ -376,6 +418,7 @@ describe('HTTP front: slow clients and the admin port', () => {
     expect(closedAfterMs).toBeLessThan(HEADERS_TIMEOUT_MS + 1000 + 1500);
     const answer = Buffer.concat(chunks).toString();
     expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+    expect(answer).toContain('x-content-type-options: nosniff');
   });
 
   it('closes every connection after its answer on both listeners once draining', async () => {
