@@ -7,12 +7,13 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { Socket } from 'node:net';
 import { AppModule } from './app.module';
 import { adminPortOf, type BrokerConfig } from './config/config.schema';
-import { toProblem } from './http/problem';
+import { problemAnswer, toProblem } from './http/problem';
 import { sendProblem } from './http/problem.reply';
 import { RequestErrorCode, RequestException } from './http/request.exception';
 import { requestIdFrom } from './http/request-id';
 import { SECURITY_HEADERS } from './http/security-headers';
 import { lazyChildLogger } from './logging/lazy-request-logger';
+import { TokenErrorCode, TokenException } from './token/token.exception';
 import { TokenFastPath } from './token/token-fast-path';
 import { DrainState } from './health/drain-state';
 import { PinoNestLogger } from './logging/logger';
@@ -99,6 +100,7 @@ export async function createBrokerApp(
     // Draining: still answered, but the caller's keep-alive connection ends with this answer,
     // so its next request opens a connection the Service sends elsewhere.
     if (front.drain?.draining === true) res.shouldKeepAlive = false;
+    if (front.drain?.closing === true) return shuttingDown(req, res);
     if (adminSockets.has(req.socket) || front.token?.tryServe(req, res) !== true) {
       front.fastify!(req, res);
     }
@@ -122,7 +124,9 @@ export async function createBrokerApp(
     frameworkErrors: (err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {
       void sendProblem(reply.header('x-request-id', req.id).headers(SECURITY_HEADERS), err, req.id);
     },
-    return503OnClosing: true,
+    // A request arriving while the server closes is answered by the front (see shuttingDown),
+    // the same on both listeners.
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
   });
   const app = await NestFactory.create<NestFastifyApplication>(
@@ -140,6 +144,10 @@ export async function createBrokerApp(
   // goes to Fastify's handler.
   front.token = app.get(TokenFastPath);
   front.drain = app.get(DrainState);
+  fastify.addHook('preClose', (done) => {
+    front.drain?.close();
+    done();
+  });
   if (adminPort !== undefined) {
     // The admin listener (see `http.adminPort`): `/metrics`, `/health/*` and `/admin/*`, through
     // the same Fastify app, so a NetworkPolicy can admit operators and Prometheus here only.
@@ -157,9 +165,17 @@ export async function createBrokerApp(
       adminServer.once('error', done);
       adminServer.listen(adminPort, config.http.host, () => done());
     });
+    // Closed as Fastify closes its own listener (`forceCloseConnections: 'idle'`), at the same
+    // time: no new connections, idle ones closed, requests in flight finished; the app's close
+    // waits for both.
+    let adminClosed = Promise.resolve();
     fastify.addHook('preClose', (done) => {
-      adminServer.close(() => done());
-      adminServer.closeAllConnections();
+      adminClosed = new Promise((resolve) => adminServer.close(() => resolve()));
+      adminServer.closeIdleConnections();
+      done();
+    });
+    fastify.addHook('onClose', (_instance, done) => {
+      void adminClosed.then(() => done());
     });
   }
   return app;
@@ -174,6 +190,17 @@ function listenersOf(route: string | undefined): 'admin' | 'api' | 'both' {
   if (route === undefined || route.startsWith('/health/')) return 'both';
   if (route === '/metrics' || route === '/admin' || route.startsWith('/admin/')) return 'admin';
   return 'api';
+}
+
+/** The answer to a request that arrives once the listeners are closing, on either. */
+function shuttingDown(req: IncomingMessage, res: ServerResponse): void {
+  const reqId = requestIdFrom(req.headers['x-request-id']);
+  const { headers, body } = problemAnswer(
+    new TokenException(TokenErrorCode.ShuttingDown, 'the broker is shutting down; retry'),
+    reqId,
+  );
+  res.writeHead(503, { ...headers, 'x-request-id': reqId, connection: 'close' });
+  res.end(body);
 }
 
 function notFound(): RequestException {

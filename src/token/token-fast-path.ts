@@ -1,7 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Injectable, type OnModuleInit } from '@nestjs/common';
-import { HttpAdapterHost } from '@nestjs/core';
-import type { FastifyInstance } from 'fastify';
+import { Injectable } from '@nestjs/common';
 import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
 import { requestIdFrom } from '../http/request-id';
 import { HttpMetricsHook } from '../metrics/http-metrics.hook';
@@ -16,13 +14,10 @@ import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-respo
  * the Fastify route ({@link TokenRoute}); this front only parses the plain query strings callers
  * send and writes the answer. It declines ("not mine": Fastify serves the request) any target
  * but exactly `/token` with a plain query (see {@link plainQuery}), so that routing and query
- * semantics stay Fastify's, and every request once the server is closing, so that Fastify's
- * `return503OnClosing` answers it.
+ * semantics stay Fastify's.
  */
 @Injectable()
-export class TokenFastPath implements OnModuleInit {
-  /** Set when Fastify starts closing (its `preClose` hook). */
-  private closing = false;
+export class TokenFastPath {
   /** The last answer written and its headers as a flat list (see {@link headerList}). */
   private lastAnswer?: TokenAnswer;
   private lastList: string[] = [];
@@ -30,22 +25,12 @@ export class TokenFastPath implements OnModuleInit {
   constructor(
     private readonly responder: TokenResponder,
     private readonly httpMetrics: HttpMetricsHook,
-    private readonly adapterHost: HttpAdapterHost,
   ) {}
-
-  onModuleInit(): void {
-    // Absent in a Nest application context without HTTP (a test module): never closing then.
-    const adapter = this.adapterHost.httpAdapter as HttpAdapterHost['httpAdapter'] | undefined;
-    adapter?.getInstance<FastifyInstance>().addHook('preClose', (done) => {
-      this.closing = true;
-      done();
-    });
-  }
 
   /** Serves `req` if it is a plain `GET /token`; returns whether it took the request. */
   tryServe(req: IncomingMessage, res: ServerResponse): boolean {
     const url = req.url;
-    if (req.method !== 'GET' || url === undefined || this.closing) return false;
+    if (req.method !== 'GET' || url === undefined) return false;
     const query = plainQuery(url);
     if (query === undefined) return false;
     const seen = scanHeaders(req.rawHeaders);
