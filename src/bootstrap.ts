@@ -1,19 +1,20 @@
 import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
-import { LogController } from 'fastify';
+import { type FastifyError, type FastifyReply, type FastifyRequest, LogController } from 'fastify';
 import type { Logger } from 'pino';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { AppModule } from './app.module';
 import { adminPortOf, type BrokerConfig } from './config/config.schema';
-import { toProblem } from './http/problem';
+import { problemAnswer, toProblem } from './http/problem';
+import { sendProblem } from './http/problem.reply';
 import { RequestErrorCode, RequestException } from './http/request.exception';
 import { requestIdFrom } from './http/request-id';
 import { SECURITY_HEADERS } from './http/security-headers';
 import { lazyChildLogger } from './logging/lazy-request-logger';
+import { TokenErrorCode, TokenException } from './token/token.exception';
 import { TokenFastPath } from './token/token-fast-path';
-import { OrdersFastPath } from './orders/orders-fast-path';
 import { DrainState } from './health/drain-state';
 import { PinoNestLogger } from './logging/logger';
 
@@ -33,20 +34,48 @@ function answerClientError(err: Error & { code?: string }, socket: Socket): void
     : err.code === 'HPE_HEADER_OVERFLOW'
       ? `the request line and headers exceed ${MAX_HEADER_BYTES} bytes; shorten the query string`
       : 'the request is not valid HTTP/1.1';
+  const requestId = crypto.randomUUID();
   const { problem } = toProblem(
     new RequestException(
       timedOut ? RequestErrorCode.RequestTimeout : RequestErrorCode.InvalidRequest,
       detail,
     ),
+    requestId,
   );
   const body = JSON.stringify(problem);
-  if (socket.writable) {
-    socket.write(
-      `HTTP/1.1 ${problem.status} ${problem.title}\r\ncontent-type: application/problem+json\r\n` +
-        `content-length: ${Buffer.byteLength(body)}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n${body}`,
-    );
-  }
+  let head =
+    `HTTP/1.1 ${problem.status} ${problem.title}\r\ncontent-type: application/problem+json\r\n` +
+    `content-length: ${Buffer.byteLength(body)}\r\ncache-control: no-store\r\nx-request-id: ${requestId}\r\n`;
+  for (const [name, value] of Object.entries(SECURITY_HEADERS)) head += `${name}: ${value}\r\n`;
+  if (socket.writable) socket.write(`${head}connection: close\r\n\r\n${body}`);
   socket.destroy();
+}
+
+/**
+ * A listener with the broker's HTTP settings. Both listeners (callers' and admin) are made here,
+ * so a slow or malformed request is cut off and answered the same way on either.
+ */
+function createListener(
+  http: BrokerConfig['http'],
+  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+): Server {
+  const server = createServer(
+    {
+      maxHeaderSize: MAX_HEADER_BYTES,
+      // Fastify applies none of its timeouts to a server it did not create: set Node's.
+      // A client trickling its headers (slowloris) or body is cut off after these.
+      headersTimeout: http.headersTimeoutMs,
+      requestTimeout: http.requestTimeoutMs,
+      keepAliveTimeout: http.keepAliveTimeoutMs,
+      // How often Node checks those deadlines (its default, 30 s, would add up to that).
+      connectionsCheckingInterval: Math.min(1000, http.headersTimeoutMs),
+    },
+    onRequest,
+  );
+  // Fastify adds its default handler to the callers' listener after this one: it then finds the
+  // socket closed and does nothing.
+  server.on('clientError', answerClientError);
+  return server;
 }
 
 /**
@@ -57,36 +86,30 @@ export async function createBrokerApp(
   config: BrokerConfig,
   logger: Logger,
 ): Promise<NestFastifyApplication> {
+  const adminPort = adminPortOf(config.http);
+  // Connections the admin listener accepted. Which routes answer a request is decided by the
+  // listener it arrived on, a fact the router cannot read differently from this code.
+  const adminSockets = new WeakSet<Socket>();
   const front: {
-    tryServe?: (req: IncomingMessage, res: ServerResponse) => boolean;
-    handler?: (req: IncomingMessage, res: ServerResponse) => void;
+    fastify?: (req: IncomingMessage, res: ServerResponse) => void;
+    token?: TokenFastPath;
     drain?: DrainState;
   } = {};
-  const adminPort = adminPortOf(config.http);
-  const adminApart = adminPort !== undefined;
+  // Every request of both listeners starts here.
+  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    // Draining: still answered, but the caller's keep-alive connection ends with this answer,
+    // so its next request opens a connection the Service sends elsewhere.
+    if (front.drain?.draining === true) res.shouldKeepAlive = false;
+    if (front.drain?.closing === true) return shuttingDown(req, res);
+    if (adminSockets.has(req.socket) || front.token?.tryServe(req, res) !== true) {
+      front.fastify!(req, res);
+    }
+  };
   const adapter = new FastifyAdapter({
     // maxHeaderSize bounds the query string too: an oversized request line is refused early.
     serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) => {
-      front.handler = handler;
-      return createServer(
-        {
-          maxHeaderSize: MAX_HEADER_BYTES,
-          // Fastify applies none of its timeouts to a server it did not create: set Node's.
-          // A client trickling its headers (slowloris) or body is cut off after these.
-          headersTimeout: config.http.headersTimeoutMs,
-          requestTimeout: config.http.requestTimeoutMs,
-          keepAliveTimeout: config.http.keepAliveTimeoutMs,
-          // How often Node checks those deadlines (its default, 30 s, would add up to that).
-          connectionsCheckingInterval: Math.min(1000, config.http.headersTimeoutMs),
-        },
-        (req, res) => {
-          if (adminApart && isAdminOnlyPath(req.url)) return notFound(req, res);
-          // Draining: still answered, but the caller's keep-alive connection ends with this
-          // answer, so its next request opens a connection the Service sends elsewhere.
-          if (front.drain?.draining === true) res.shouldKeepAlive = false;
-          if (front.tryServe?.(req, res) !== true) handler(req, res);
-        },
-      );
+      front.fastify = handler;
+      return createListener(config.http, onRequest);
     },
     loggerInstance: logger,
     // Per-request info logs would cost more than the whole GET /token hot path; audit lines
@@ -96,8 +119,14 @@ export async function createBrokerApp(
     genReqId: (req: { headers: Record<string, string | string[] | undefined> }) =>
       requestIdFrom(req.headers['x-request-id']),
     routerOptions: { maxParamLength: 200 },
-    clientErrorHandler: answerClientError,
-    return503OnClosing: true,
+    // Errors met before routing (a target that does not percent-decode) skip the app's hooks:
+    // answered here like any other, without echoing the target.
+    frameworkErrors: (err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {
+      void sendProblem(reply.header('x-request-id', req.id).headers(SECURITY_HEADERS), err, req.id);
+    },
+    // A request arriving while the server closes is answered by the front (see shuttingDown),
+    // the same on both listeners.
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
   });
   const app = await NestFactory.create<NestFastifyApplication>(
@@ -111,75 +140,72 @@ export async function createBrokerApp(
     reply.headers(SECURITY_HEADERS);
     done(null, payload);
   });
-  // The GET /token cache hit and the ordinary POST /orders are answered before Fastify (see
-  // TokenFastPath, OrdersFastPath); what they decline goes to Fastify's handler.
-  const tokenFront = app.get(TokenFastPath);
-  const ordersFront = app.get(OrdersFastPath);
-  const declined = (req: IncomingMessage, res: ServerResponse) => front.handler!(req, res);
-  front.tryServe = (req, res) =>
-    tokenFront.tryServe(req, res) || ordersFront.tryServe(req, res, declined);
+  // The GET /token cache hit is answered before Fastify (see TokenFastPath); what it declines
+  // goes to Fastify's handler.
+  front.token = app.get(TokenFastPath);
   front.drain = app.get(DrainState);
-  if (adminApart) {
+  fastify.addHook('preClose', (done) => {
+    front.drain?.close();
+    done();
+  });
+  if (adminPort !== undefined) {
     // The admin listener (see `http.adminPort`): `/metrics`, `/health/*` and `/admin/*`, through
     // the same Fastify app, so a NetworkPolicy can admit operators and Prometheus here only.
-    const adminServer = createServer(
-      {
-        maxHeaderSize: MAX_HEADER_BYTES,
-        headersTimeout: config.http.headersTimeoutMs,
-        requestTimeout: config.http.requestTimeoutMs,
-        keepAliveTimeout: config.http.keepAliveTimeoutMs,
-      },
-      (req, res) => {
-        if ((isAdminOnlyPath(req.url) || isHealthPath(req.url)) && front.handler) {
-          front.handler(req, res);
-        } else notFound(req, res);
-      },
-    );
-    adminServer.on('clientError', answerClientError);
+    const adminServer = createListener(config.http, onRequest);
+    adminServer.on('connection', (socket: Socket) => adminSockets.add(socket));
+    // Keyed on the route Fastify matched, after it decoded the target: every spelling that
+    // reaches an admin route is refused on the callers' listener, and the reverse.
+    fastify.addHook('onRequest', (req, reply, done) => {
+      const served = listenersOf(req.routeOptions.url);
+      const on = adminSockets.has(req.raw.socket) ? 'admin' : 'api';
+      if (served === 'both' || served === on) return done();
+      void sendProblem(reply, notFound(), req.id);
+    });
     fastify.addHook('onListen', (done) => {
       adminServer.once('error', done);
       adminServer.listen(adminPort, config.http.host, () => done());
     });
+    // Closed as Fastify closes its own listener (`forceCloseConnections: 'idle'`), at the same
+    // time: no new connections, idle ones closed, requests in flight finished; the app's close
+    // waits for both.
+    let adminClosed = Promise.resolve();
     fastify.addHook('preClose', (done) => {
-      adminServer.close(() => done());
-      adminServer.closeAllConnections();
+      adminClosed = new Promise((resolve) => adminServer.close(() => resolve()));
+      adminServer.closeIdleConnections();
+      done();
+    });
+    fastify.addHook('onClose', (_instance, done) => {
+      void adminClosed.then(() => done());
     });
   }
   return app;
 }
 
-/** Whether `url` is `prefix` itself or below it (`/admin`, `/admin/…`, `/admin?…`). */
-function under(url: string | undefined, prefix: string): boolean {
-  if (url === undefined || !url.startsWith(prefix)) return false;
-  const next = url.charCodeAt(prefix.length);
-  // End, '/', '?': anything else is another route (`/metricsfoo`).
-  return Number.isNaN(next) || next === 0x2f || next === 0x3f;
+/**
+ * Which listener serves a route, by the route's pattern (`undefined`: no route matched, the
+ * not-found answer on either): the metrics and admin routes on the admin listener only, the
+ * probes on both, the callers' API on the callers' listener only.
+ */
+function listenersOf(route: string | undefined): 'admin' | 'api' | 'both' {
+  if (route === undefined || route.startsWith('/health/')) return 'both';
+  if (route === '/metrics' || route === '/admin' || route.startsWith('/admin/')) return 'admin';
+  return 'api';
 }
 
-/** Routes served on the admin port only when it is set: the metrics and the admin routes. */
-function isAdminOnlyPath(url: string | undefined): boolean {
-  return under(url, '/metrics') || under(url, '/admin');
-}
-
-/** Probes: served on both ports (see `http.adminPort`). */
-function isHealthPath(url: string | undefined): boolean {
-  return under(url, '/health');
-}
-
-/** A 404 problem, written directly: `/metrics` and `/admin/*` on the API port, the API on the admin port. */
-function notFound(req: IncomingMessage, res: ServerResponse): void {
+/** The answer to a request that arrives once the listeners are closing, on either. */
+function shuttingDown(req: IncomingMessage, res: ServerResponse): void {
   const reqId = requestIdFrom(req.headers['x-request-id']);
-  const { problem } = toProblem(
-    new RequestException(RequestErrorCode.NotFound, 'no such route; see the README for the API'),
+  const { headers, body } = problemAnswer(
+    new TokenException(TokenErrorCode.ShuttingDown, 'the broker is shutting down; retry'),
     reqId,
   );
-  const body = JSON.stringify(problem);
-  res.writeHead(problem.status, {
-    'content-type': 'application/problem+json; charset=utf-8',
-    'content-length': Buffer.byteLength(body),
-    'cache-control': 'no-store',
-    'x-request-id': reqId,
-    ...SECURITY_HEADERS,
-  });
+  res.writeHead(503, { ...headers, 'x-request-id': reqId, connection: 'close' });
   res.end(body);
+}
+
+function notFound(): RequestException {
+  return new RequestException(
+    RequestErrorCode.NotFound,
+    'no such route; see the README for the API',
+  );
 }

@@ -74,24 +74,6 @@ export class CallerAuthGuard implements CanActivate {
   }
 
   /**
-   * The checks of {@link authorize}, in the same order, for a front on Node's request event
-   * (`POST /orders`, see `OrdersFastPath`): synchronous when the caller is already known, so a
-   * request allocates no promise, and without the audit bookkeeping, because such a front hands
-   * a request refused here to Fastify, whose route refuses and audits it through
-   * {@link authorize}. Throws or rejects what {@link authorize} would.
-   */
-  admit(
-    authorization: string | undefined,
-    requestedClient: string | undefined,
-    scope: CallerScope,
-  ): CallerContext | Promise<CallerContext> {
-    const caller = this.auth.authenticate(authorization);
-    const requested = () => requestedClient;
-    if (caller instanceof Promise) return caller.then((c) => this.grant(c, requested, scope));
-    return this.grant(caller, requested, scope);
-  }
-
-  /**
    * The checks after authentication, in order: `scope`, then the client (read only once the
    * scope is held), then the caller's grant for it; `seen` records the client for the audit line.
    */

@@ -10,6 +10,7 @@
  */
 export class DrainState {
   private since: number | undefined;
+  private stopped = false;
 
   /** Marks the start of the drain; later calls keep the first time. */
   begin(now = Date.now()): void {
@@ -23,5 +24,18 @@ export class DrainState {
   /** When the drain began (epoch ms), if it has. */
   get startedAt(): number | undefined {
     return this.since;
+  }
+
+  /** Marks the end of the drain: the listeners stop, in-flight requests finish. */
+  close(): void {
+    this.stopped = true;
+  }
+
+  /**
+   * Whether the listeners have stopped taking requests: one still arriving on an open
+   * connection is answered 503 `shutting_down`, with `Connection: close`.
+   */
+  get closing(): boolean {
+    return this.stopped;
   }
 }

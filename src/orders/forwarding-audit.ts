@@ -42,10 +42,7 @@ export interface ForwardedRequest {
   readonly durationMs: number;
 }
 
-/**
- * {@link writeForwardingAudit} for a front that is not Fastify (`OrdersFastPath`): the same line
- * from what that front knows of the request.
- */
+/** {@link writeForwardingAudit}'s line from what is known of the request. */
 export function writeForwardingAuditLine(
   line: AuditLineWriter,
   request: ForwardedRequest,

@@ -13,7 +13,6 @@ import { ProviderModule } from '../provider/provider.module';
 import { TokenService } from '../token/token.service';
 import type { IdempotencyStore } from './idempotency-store';
 import { IDEMPOTENCY_STORE } from './orders.constants';
-import { OrdersFastPath } from './orders-fast-path';
 import { OrdersRoute } from './orders.route';
 import { OrdersService } from './orders.service';
 
@@ -27,7 +26,6 @@ import { OrdersService } from './orders.service';
   providers: [
     CallerAuthGuard,
     OrdersRoute,
-    OrdersFastPath,
     {
       provide: OrdersService,
       inject: [

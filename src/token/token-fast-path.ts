@@ -1,7 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Injectable, type OnModuleInit } from '@nestjs/common';
-import { HttpAdapterHost } from '@nestjs/core';
-import type { FastifyInstance } from 'fastify';
+import { Injectable } from '@nestjs/common';
 import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
 import { requestIdFrom } from '../http/request-id';
 import { HttpMetricsHook } from '../metrics/http-metrics.hook';
@@ -14,14 +12,12 @@ import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-respo
  * third of the broker's CPU per token served, which kept the hot path far from the bare
  * `node:http` baseline it is held to. What to answer comes from {@link TokenResponder}, as on
  * the Fastify route ({@link TokenRoute}); this front only parses the plain query strings callers
- * send and writes the answer. It declines ("not mine": Fastify serves the request) a query with
- * escapes, repeats or unknown parameters, so that query semantics stay Fastify's, and every
- * request once the server is closing, so that Fastify's `return503OnClosing` answers it.
+ * send and writes the answer. It declines ("not mine": Fastify serves the request) any target
+ * but exactly `/token` with a plain query (see {@link plainQuery}), so that routing and query
+ * semantics stay Fastify's.
  */
 @Injectable()
-export class TokenFastPath implements OnModuleInit {
-  /** Set when Fastify starts closing (its `preClose` hook). */
-  private closing = false;
+export class TokenFastPath {
   /** The last answer written and its headers as a flat list (see {@link headerList}). */
   private lastAnswer?: TokenAnswer;
   private lastList: string[] = [];
@@ -29,23 +25,12 @@ export class TokenFastPath implements OnModuleInit {
   constructor(
     private readonly responder: TokenResponder,
     private readonly httpMetrics: HttpMetricsHook,
-    private readonly adapterHost: HttpAdapterHost,
   ) {}
-
-  onModuleInit(): void {
-    // Absent in a Nest application context without HTTP (a test module): never closing then.
-    const adapter = this.adapterHost.httpAdapter as HttpAdapterHost['httpAdapter'] | undefined;
-    adapter?.getInstance<FastifyInstance>().addHook('preClose', (done) => {
-      this.closing = true;
-      done();
-    });
-  }
 
   /** Serves `req` if it is a plain `GET /token`; returns whether it took the request. */
   tryServe(req: IncomingMessage, res: ServerResponse): boolean {
     const url = req.url;
-    if (req.method !== 'GET' || url === undefined || !url.startsWith('/token')) return false;
-    if (this.closing) return false;
+    if (req.method !== 'GET' || url === undefined) return false;
     const query = plainQuery(url);
     if (query === undefined) return false;
     const seen = scanHeaders(req.rawHeaders);
@@ -118,27 +103,24 @@ function isName(name: string, lower: string, usual: string): boolean {
 }
 
 /**
- * The query of `/token` or `/token?client=..&min_ttl=..` when it is that plain (each at most
- * once, no escapes); `undefined` for anything else, including another path.
+ * The query of a request whose target is exactly `/token`, or `/token?` and a query naming
+ * `client` and `min_ttl` at most once each, without escapes; `undefined` for anything else,
+ * which Fastify then routes and parses. The front reads no other spelling of a target: what the
+ * router makes of one (an escape, an absolute form, a dot segment) is the router's alone.
  */
 function plainQuery(url: string): TokenQuery | undefined {
-  if (url.length === 6) return {};
-  if (url.charCodeAt(6) !== 63 /* ? */) return undefined;
+  if (url === '/token') return {};
+  if (!url.startsWith('/token?')) return undefined;
+  const search = url.slice(7);
+  // Escapes are left to Fastify: its query parser and URLSearchParams decode a malformed one
+  // differently, and no plain client id needs one.
+  if (search.includes('%')) return undefined;
   let client: string | undefined;
   let minTtl: string | undefined;
-  // By index rather than `split`: no array and no pair strings per request.
-  for (let start = 7; start <= url.length; ) {
-    let end = url.indexOf('&', start);
-    if (end < 0) end = url.length;
-    const eq = url.indexOf('=', start);
-    const hasValue = eq >= 0 && eq < end;
-    const key = url.slice(start, hasValue ? eq : end);
-    const value = hasValue ? url.slice(eq + 1, end) : '';
-    if (value.includes('%') || value.includes('+')) return undefined;
+  for (const [key, value] of new URLSearchParams(search)) {
     if (key === 'client' && client === undefined) client = value;
     else if (key === 'min_ttl' && minTtl === undefined) minTtl = value;
     else return undefined;
-    start = end + 1;
   }
   return { client, min_ttl: minTtl };
 }

@@ -5,10 +5,10 @@ import { authorizationOf } from '../caller-auth/bearer-credential';
 import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-responder';
 
 /**
- * `GET /token` on Fastify: the front for what {@link TokenFastPath} leaves to it (a query string
- * with escapes or unknown parameters, any request while the server closes, where Fastify's
- * `return503OnClosing` answers). Registered directly on Fastify rather than as a Nest
- * controller: measured on this service, Nest's per-request pipeline cost ~10% of throughput.
+ * `GET /token` on Fastify: the route for what {@link TokenFastPath} leaves to it (any other
+ * spelling of the target, a query string with escapes or unknown parameters). Registered
+ * directly on Fastify rather than as a Nest controller: measured on this service, Nest's
+ * per-request pipeline cost ~10% of throughput.
  * Everything `GET /token` means is in {@link TokenResponder}; this only transports its answer.
  */
 @Injectable()

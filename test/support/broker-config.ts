@@ -8,6 +8,8 @@ export interface ApiKeyGrant {
   name: string;
   key: string;
   clients: string[];
+  /** The key's scopes; absent: the default ones. */
+  scopes?: string[];
 }
 
 /** Options for {@link writeBrokerConfig}. */
@@ -50,6 +52,7 @@ export function writeBrokerConfig(opts: BrokerConfigOptions): { dir: string; con
             name: k.name,
             sha256: createHash('sha256').update(k.key).digest('hex'),
             clients: k.clients,
+            ...(k.scopes && { scopes: k.scopes }),
           })),
         }),
       },
