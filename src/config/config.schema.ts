@@ -56,15 +56,13 @@ export const forwardRuleSchema = z
       .default([...FORWARD_METHODS]),
     /**
      * A provider path prefix ending in `/`, e.g. `/api/marketing/v1/`. Matched against the
-     * request path after it was checked for tricks (`..`, encoded slashes, `//`): no prefix
-     * can be escaped.
+     * request path after it was checked for tricks (`..`, `;`, encoded slashes, `//`): no
+     * prefix can be escaped, and a prefix holding `;` could never match.
      */
-    prefix: z
-      .string()
-      .regex(/^\/(?:[A-Za-z0-9_~!$&'()*+,;=:@-][A-Za-z0-9._~!$&'()*+,;=:@-]*\/)*$/, {
-        message:
-          'must be an absolute path of plain segments ending in "/" (no "." or ".." segments, no "//", no percent-encoding), e.g. /api/marketing/v1/',
-      }),
+    prefix: z.string().regex(/^\/(?:[A-Za-z0-9_~!$&'()*+,=:@-][A-Za-z0-9._~!$&'()*+,=:@-]*\/)*$/, {
+      message:
+        'must be an absolute path of plain segments ending in "/" (no "." or ".." segments, no "//", no ";", no percent-encoding), e.g. /api/marketing/v1/',
+    }),
   })
   .strict();
 export type ForwardRule = z.infer<typeof forwardRuleSchema>;
