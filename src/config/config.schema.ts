@@ -14,14 +14,34 @@ import { z } from 'zod';
 
 const CLIENT_ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
+/**
+ * `value` without its trailing slashes. A loop, not `/\/+$/`: that regex backtracks over every
+ * run of slashes not at the end, quadratic in a long configured URL.
+ */
+export function trimTrailingSlashes(value: string): string {
+  let end = value.length;
+  while (end > 0 && value.charCodeAt(end - 1) === 0x2f) end--;
+  return value.slice(0, end);
+}
+
+function noUserinfo(url: URL): boolean {
+  return url.username === '' && url.password === '';
+}
+
 const httpUrl = z
   .string()
   .refine((v) => URL.canParse(v) && /^https?:\/\/[^/]/.test(v), {
     message: 'must be an absolute http:// or https:// URL',
   })
+  // Undici and the broker's own errors quote the URL they called: a password in it would
+  // reach logs and problem bodies. Credentials have their own settings.
+  .refine((v) => !URL.canParse(v) || noUserinfo(new URL(v)), {
+    message:
+      'must not hold a user name or password ("user:password@host"); the URL is quoted in errors and logs, credentials belong in their own settings',
+  })
   // A trailing slash would produce `//api/...` when joined with the provider's paths
   // (`/api/auth/v1/oauth/token`, `/api/checkout/v1/orders`).
-  .transform((v) => v.replace(/\/+$/, ''));
+  .transform(trimTrailingSlashes);
 
 const path = z
   .string()

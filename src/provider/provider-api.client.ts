@@ -1,7 +1,11 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { pipeline, Transform, type Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import type { ClientConfig, OrdersSettings } from '../config/config.schema';
+import {
+  type ClientConfig,
+  type OrdersSettings,
+  trimTrailingSlashes,
+} from '../config/config.schema';
 import type { CheckoutFailure } from './checkout.client';
 import { wasNeverSent } from './checkout.client';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
@@ -129,7 +133,7 @@ export class ProviderApiClient implements ProviderApiGateway {
     let base = this.origins.get(client.id);
     if (!base) {
       const url = new URL(client.baseUrl);
-      base = { origin: url.origin, base: url.pathname.replace(/\/+$/, '') };
+      base = { origin: url.origin, base: trimTrailingSlashes(url.pathname) };
       this.origins.set(client.id, base);
     }
     return base;
