@@ -157,7 +157,10 @@ export const providerSettingsSchema = z
   .object({
     /** TCP connect timeout to the provider. @default 2000 */
     connectTimeoutMs: millis(50, 60_000).default(2000),
-    /** Time to the response headers and between body chunks. @default 5000 */
+    /**
+     * Time to the response headers and between body chunks; the whole call, connect included,
+     * ends at `connectTimeoutMs + responseTimeoutMs` however the body trickles. @default 5000
+     */
     responseTimeoutMs: millis(50, 120_000).default(5000),
     /** Token responses larger than this are rejected as malformed. @default 65536 */
     maxTokenResponseBytes: z.coerce.number().int().min(1024).max(10_485_760).default(65_536),
@@ -175,7 +178,10 @@ export const ordersSettingsSchema = z
     connectTimeoutMs: millis(50, 60_000).default(2000),
     /** Time from sending the order to the provider's response headers; past it the outcome is unknown (504). @default 10000 */
     headersTimeoutMs: millis(100, 300_000).default(10_000),
-    /** Longest pause between two chunks of the provider's response body. @default 10000 */
+    /**
+     * Longest pause between two chunks of the provider's response body. The whole call ends at
+     * connect + headers + body timeouts however the body trickles (504, outcome unknown). @default 10000
+     */
     bodyTimeoutMs: millis(100, 300_000).default(10_000),
     /** Provider responses larger than this are not relayed (502, outcome unknown). @default 1048576 (1 MiB) */
     maxResponseBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
@@ -771,3 +777,20 @@ export type TokenSettings = BrokerConfig['token'];
 export type ProviderSettings = BrokerConfig['provider'];
 export type RedisSettings = BrokerConfig['redis'];
 export type OrdersSettings = BrokerConfig['orders'];
+
+/**
+ * The whole of one token request, connect to last byte. Undici's body timeout is an idle timer
+ * that a server sending a byte now and then never trips, so the call also has this one deadline.
+ */
+export function tokenCallDeadlineMs(provider: ProviderSettings): number {
+  return provider.connectTimeoutMs + provider.responseTimeoutMs;
+}
+
+/**
+ * The whole of one checkout or passthrough call, connect to last byte: the sum of its three
+ * timeouts, enforced as one deadline (see {@link tokenCallDeadlineMs}). Idempotency leases are
+ * sized from it.
+ */
+export function ordersCallDeadlineMs(orders: OrdersSettings): number {
+  return orders.connectTimeoutMs + orders.headersTimeoutMs + orders.bodyTimeoutMs;
+}

@@ -3,6 +3,7 @@ import { pipeline, Transform, type Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import {
   type ClientConfig,
+  ordersCallDeadlineMs,
   type OrdersSettings,
   trimTrailingSlashes,
 } from '../config/config.schema';
@@ -88,6 +89,8 @@ export class ProviderApiClient implements ProviderApiGateway {
         body: request.body,
         headersTimeout: this.settings.headersTimeoutMs,
         bodyTimeout: this.settings.bodyTimeoutMs,
+        // Also ends a streamed body: one that trickles in never trips the idle timers.
+        signal: AbortSignal.timeout(ordersCallDeadlineMs(this.settings)),
       });
     } catch (cause) {
       return {
