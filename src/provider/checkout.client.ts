@@ -130,7 +130,14 @@ export class CheckoutClient implements CheckoutGateway {
           return;
         }
         // Still queued for a connection: nothing was written, and nothing will be.
-        resolve({ kind: 'failed', delivered: 'no', error: expired });
+        resolve({
+          kind: 'failed',
+          delivered: 'no',
+          error: new ProviderException(
+            ProviderErrorCode.Timeout,
+            `${what()}: no connection to the provider came free within ${this.deadlineMs} ms`,
+          ),
+        });
       }, this.deadlineMs);
       const resolve = (outcome: CheckoutOutcome) => {
         clearTimeout(deadline);
