@@ -232,6 +232,65 @@ describe(loadConfig.name, () => {
     expect(problems({ BROKER_CONFIG_FILE: file }).join()).toMatch(/tokn/);
   });
 
+  it('refuses a user name or password in the provider URLs, naming the setting, never the password', () => {
+    const password = 'hunter2-DO-NOT-PRINT';
+    const withUser = `https://svc:${password}@partner.credify.tech`;
+    const found = problems({ ...BASE, PROVIDER_AUTH_URL: withUser, PROVIDER_BASE_URL: withUser });
+    expect(found).toEqual([
+      expect.stringMatching(/^PROVIDER_AUTH_URL: must not hold a user name or password/),
+      expect.stringMatching(/^PROVIDER_BASE_URL: must not hold a user name or password/),
+    ]);
+    const file = tempFile(
+      'b.json',
+      JSON.stringify({
+        clients: [
+          { id: 'a', authUrl: 'https://a', baseUrl: withUser, credentials: { file: '/a' } },
+        ],
+      }),
+    );
+    const fromFile = problems({
+      BROKER_CONFIG_FILE: file,
+      CALLER_AUTH_MODE: 'api-key',
+      CALLER_API_KEYS_FILE: '/k',
+    });
+    expect(fromFile).toEqual([expect.stringContaining(`${file}: clients[0].baseUrl: must not`)]);
+    const userOnly = problems({
+      ...BASE,
+      PROVIDER_BASE_URL: `https://${password}@partner.credify.tech`,
+    });
+    expect(userOnly).toEqual([expect.stringMatching(/^PROVIDER_BASE_URL: must not/)]);
+    expect([...found, ...fromFile, ...userOnly].join()).not.toContain(password);
+  });
+
+  it('trims trailing slashes from a URL in time linear in its length', () => {
+    // A regex like /\/+$/ retries from every slash of a run that is not at the end.
+    const slashes = '/'.repeat(50_000);
+    const started = performance.now();
+    const cfg = loadConfig({
+      ...BASE,
+      PROVIDER_AUTH_URL: `https://a/${slashes}x${slashes}`,
+      PROVIDER_BASE_URL: `https://b/${slashes}x`,
+    });
+    expect(performance.now() - started).toBeLessThan(250);
+    expect(cfg.clients[0].authUrl).toBe(`https://a/${slashes}x`);
+    expect(cfg.clients[0].baseUrl).toBe(`https://b/${slashes}x`);
+  });
+
+  it('refuses a config file over 1 MiB with a config error', () => {
+    const file = tempFile('big.yaml', `# ${'x'.repeat(1024 * 1024)}\nclients: []\n`);
+    let thrown: unknown;
+    try {
+      loadConfig({ BROKER_CONFIG_FILE: file });
+    } catch (err) {
+      thrown = err;
+    }
+    expect(thrown).toBeInstanceOf(ConfigException);
+    expect((thrown as ConfigException).code).toBe(ConfigErrorCode.FileUnreadable);
+    expect((thrown as ConfigException).problems).toEqual([
+      expect.stringMatching(/^BROKER_CONFIG_FILE: the file is over 1048576 bytes/),
+    ]);
+  });
+
   describe('redis', () => {
     it('defaults to standalone without a URL: no Redis, the in-memory stores', () => {
       const { redis } = loadConfig(BASE);

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { closeSync, openSync, readSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import type { ZodError } from 'zod';
 import { ConfigErrorCode, ConfigException } from './config.exception';
@@ -209,11 +209,18 @@ function formatPath(path: readonly PropertyKey[]): string {
     .join('');
 }
 
+/**
+ * The largest config file read. Hundreds of clients and callers take a few tens of KiB; a file
+ * far past that is a mistake (or a device), and the YAML parser's time and memory grow with it.
+ */
+export const CONFIG_FILE_MAX_BYTES = 1024 * 1024;
+
 function readConfigFile(fileName: string): Record<string, unknown> {
   let text: string;
   try {
-    text = readFileSync(fileName, 'utf8');
+    text = readCapped(fileName, CONFIG_FILE_MAX_BYTES);
   } catch (cause) {
+    if (cause instanceof ConfigException) throw cause;
     const reason = (cause as NodeJS.ErrnoException).code ?? 'unreadable';
     throw ConfigException.of(
       ConfigErrorCode.FileUnreadable,
@@ -238,6 +245,31 @@ function readConfigFile(fileName: string): Record<string, unknown> {
     ]);
   }
   return parsed as Record<string, unknown>;
+}
+
+/**
+ * Reads at most `limit` bytes of `fileName` as UTF-8, refusing a longer file. Reads rather than
+ * trusts `stat`: a FIFO or a device reports size 0 and never ends.
+ */
+function readCapped(fileName: string, limit: number): string {
+  const fd = openSync(fileName, 'r');
+  try {
+    const buffer = Buffer.alloc(limit + 1);
+    let length = 0;
+    for (;;) {
+      const n = readSync(fd, buffer, length, buffer.length - length, null);
+      if (n === 0) break;
+      length += n;
+      if (length > limit) {
+        throw ConfigException.of(ConfigErrorCode.FileUnreadable, [
+          `BROKER_CONFIG_FILE: the file is over ${limit} bytes (1 MiB); it should hold clients and callers only, with secrets referenced, not inlined`,
+        ]);
+      }
+    }
+    return buffer.toString('utf8', 0, length);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 function setPath(target: Record<string, unknown>, path: Path, value: unknown): void {

@@ -15,14 +15,34 @@ import { z } from 'zod';
 
 const CLIENT_ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
+/**
+ * `value` without its trailing slashes. A loop, not `/\/+$/`: that regex backtracks over every
+ * run of slashes not at the end, quadratic in a long configured URL.
+ */
+export function trimTrailingSlashes(value: string): string {
+  let end = value.length;
+  while (end > 0 && value.charCodeAt(end - 1) === 0x2f) end--;
+  return value.slice(0, end);
+}
+
+function noUserinfo(url: URL): boolean {
+  return url.username === '' && url.password === '';
+}
+
 const httpUrl = z
   .string()
   .refine((v) => URL.canParse(v) && /^https?:\/\/[^/]/.test(v), {
     message: 'must be an absolute http:// or https:// URL',
   })
+  // Undici and the broker's own errors quote the URL they called: a password in it would
+  // reach logs and problem bodies. Credentials have their own settings.
+  .refine((v) => !URL.canParse(v) || noUserinfo(new URL(v)), {
+    message:
+      'must not hold a user name or password ("user:password@host"); the URL is quoted in errors and logs, credentials belong in their own settings',
+  })
   // A trailing slash would produce `//api/...` when joined with the provider's paths
   // (`/api/auth/v1/oauth/token`, `/api/checkout/v1/orders`).
-  .transform((v) => v.replace(/\/+$/, ''));
+  .transform(trimTrailingSlashes);
 
 const path = z
   .string()
@@ -57,15 +77,13 @@ export const forwardRuleSchema = z
       .default([...FORWARD_METHODS]),
     /**
      * A provider path prefix ending in `/`, e.g. `/api/marketing/v1/`. Matched against the
-     * request path after it was checked for tricks (`..`, encoded slashes, `//`): no prefix
-     * can be escaped.
+     * request path after it was checked for tricks (`..`, `;`, encoded slashes, `//`): no
+     * prefix can be escaped, and a prefix holding `;` could never match.
      */
-    prefix: z
-      .string()
-      .regex(/^\/(?:[A-Za-z0-9_~!$&'()*+,;=:@-][A-Za-z0-9._~!$&'()*+,;=:@-]*\/)*$/, {
-        message:
-          'must be an absolute path of plain segments ending in "/" (no "." or ".." segments, no "//", no percent-encoding), e.g. /api/marketing/v1/',
-      }),
+    prefix: z.string().regex(/^\/(?:[A-Za-z0-9_~!$&'()*+,=:@-][A-Za-z0-9._~!$&'()*+,=:@-]*\/)*$/, {
+      message:
+        'must be an absolute path of plain segments ending in "/" (no "." or ".." segments, no "//", no ";", no percent-encoding), e.g. /api/marketing/v1/',
+    }),
   })
   .strict();
 export type ForwardRule = z.infer<typeof forwardRuleSchema>;
@@ -140,7 +158,10 @@ export const providerSettingsSchema = z
   .object({
     /** TCP connect timeout to the provider. @default 2000 */
     connectTimeoutMs: millis(50, 60_000).default(2000),
-    /** Time to the response headers and between body chunks. @default 5000 */
+    /**
+     * Time to the response headers and between body chunks; the whole call, connect included,
+     * ends at `connectTimeoutMs + responseTimeoutMs` however the body trickles. @default 5000
+     */
     responseTimeoutMs: millis(50, 120_000).default(5000),
     /** Token responses larger than this are rejected as malformed. @default 65536 */
     maxTokenResponseBytes: z.coerce.number().int().min(1024).max(10_485_760).default(65_536),
@@ -158,7 +179,10 @@ export const ordersSettingsSchema = z
     connectTimeoutMs: millis(50, 60_000).default(2000),
     /** Time from sending the order to the provider's response headers; past it the outcome is unknown (504). @default 10000 */
     headersTimeoutMs: millis(100, 300_000).default(10_000),
-    /** Longest pause between two chunks of the provider's response body. @default 10000 */
+    /**
+     * Longest pause between two chunks of the provider's response body. The whole call ends at
+     * connect + headers + body timeouts however the body trickles (504, outcome unknown). @default 10000
+     */
     bodyTimeoutMs: millis(100, 300_000).default(10_000),
     /** Provider responses larger than this are not relayed (502, outcome unknown). @default 1048576 (1 MiB) */
     maxResponseBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
@@ -814,3 +838,20 @@ export type TokenSettings = BrokerConfig['token'];
 export type ProviderSettings = BrokerConfig['provider'];
 export type RedisSettings = BrokerConfig['redis'];
 export type OrdersSettings = BrokerConfig['orders'];
+
+/**
+ * The whole of one token request, connect to last byte. Undici's body timeout is an idle timer
+ * that a server sending a byte now and then never trips, so the call also has this one deadline.
+ */
+export function tokenCallDeadlineMs(provider: ProviderSettings): number {
+  return provider.connectTimeoutMs + provider.responseTimeoutMs;
+}
+
+/**
+ * The whole of one checkout or passthrough call, connect to last byte: the sum of its three
+ * timeouts, enforced as one deadline (see {@link tokenCallDeadlineMs}). Idempotency leases are
+ * sized from it.
+ */
+export function ordersCallDeadlineMs(orders: OrdersSettings): number {
+  return orders.connectTimeoutMs + orders.headersTimeoutMs + orders.bodyTimeoutMs;
+}

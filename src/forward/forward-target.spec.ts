@@ -15,6 +15,15 @@ describe(parseForwardTarget.name, () => {
     '/provider/acme/api/../token',
     '/provider/acme/api/%2E%2e/token',
     '/provider/acme/api/%2e/token',
+    '/provider/acme/api/..;/token',
+    '/provider/acme/api/..;x/token',
+    '/provider/acme/api/.;/token',
+    '/provider/acme/api/%2e%2e;/token',
+    '/provider/acme/api/%2E%2e%3b/token',
+    '/provider/acme/api/.%2e%3Bx/token',
+    '/provider/acme/api/..%3b/token',
+    '/provider/acme/api/offers;jsessionid=1',
+    '/provider/acme/api/offers%3B',
     '/provider/acme/api/a%2fb',
     '/provider/acme/api/a%5Cb',
     '/provider/acme/api/a\\b',
@@ -59,6 +68,7 @@ describe('clients[].forward.allow prefixes', () => {
     '/api//v1/',
     '/api/%2e%2e/',
     '/api/./v1/',
+    '/api/a;b/',
   ])('refuses %j in the config', (prefix) => {
     expect(forwardRuleSchema.safeParse({ prefix }).success).toBe(false);
   });

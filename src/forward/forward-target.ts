@@ -17,9 +17,14 @@ export interface ForwardTarget {
 /** Raw bytes no provider path may hold: controls, space, backslash, `#`, non-ASCII. */
 // eslint-disable-next-line no-control-regex -- refusing control characters is the point
 const RAW_FORBIDDEN = /[\x00-\x20\x7f-\uffff\\#]/;
-/** What no segment may decode to: a slash or backslash (an encoded separator), `%` (double encoding), controls. */
+/**
+ * What no segment may decode to: a slash or backslash (an encoded separator), `%` (double
+ * encoding), `;` (raw or `%3B`), controls. Java servers (Tomcat, Spring, Jetty) drop a
+ * segment's `;parameters` before resolving dot segments, so `..;` would climb out of the
+ * allow-list there; no provider path needs `;`, so it is refused outright.
+ */
 // eslint-disable-next-line no-control-regex -- refusing control characters is the point
-const DECODED_FORBIDDEN = /[/\\%\x00-\x1f\x7f]/;
+const DECODED_FORBIDDEN = /[/\\%;\x00-\x1f\x7f]/;
 /** A percent sign not followed by two hex digits. */
 const BAD_ESCAPE = /%(?![0-9A-Fa-f]{2})/;
 
@@ -29,8 +34,9 @@ const BAD_ESCAPE = /%(?![0-9A-Fa-f]{2})/;
  * server on the way could read differently from the allow-list: `.` and `..` segments (also
  * percent-encoded, `%2e%2e`), encoded slashes and backslashes (`%2f`, `%5c`), double encoding
  * (`%25`), backslashes, empty segments (`//`), controls and NUL (raw or encoded), malformed
- * escapes, and anything but an origin-form target (`GET http://evil/...`). What passes is sent
- * byte for byte, so the path matched is the path the provider receives.
+ * escapes, `;` path parameters (`..;`, `%3B`), and anything but an origin-form target
+ * (`GET http://evil/...`). What passes is sent byte for byte, so the path matched is the path
+ * the provider receives.
  */
 export function parseForwardTarget(rawUrl: string): ForwardTarget {
   if (!rawUrl.startsWith(FORWARD_ROUTE_PREFIX)) {
@@ -75,7 +81,7 @@ function assertPlainPath(path: string): void {
     }
     if (DECODED_FORBIDDEN.test(decoded)) {
       throw invalid(
-        'the provider path holds an encoded slash or backslash (%2F, %5C), an encoded % (double encoding) or an encoded control character',
+        'the provider path holds a ";" (raw or %3B: path parameters are refused), an encoded slash or backslash (%2F, %5C), an encoded % (double encoding) or an encoded control character',
       );
     }
   }

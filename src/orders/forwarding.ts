@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { BrokerConfig } from '../config/config.schema';
+import { type BrokerConfig, ordersCallDeadlineMs } from '../config/config.schema';
 import type { BrokerExceptionOptions } from '../errors/broker.exception';
 import type { MetricsService } from '../metrics/metrics.service';
 import type { CheckoutFailure } from '../provider/checkout.client';
@@ -131,11 +131,9 @@ export class Forwarding {
     private readonly words: ForwardingVocabulary,
   ) {
     const o = config.orders;
-    // Two token waits (the first token, the fresh one after a 401) and two provider calls.
-    this.leaseMs =
-      2 * config.token.waitTimeoutMs +
-      2 * (o.connectTimeoutMs + o.headersTimeoutMs + o.bodyTimeoutMs) +
-      LEASE_MARGIN_MS;
+    // Two token waits (the first token, the fresh one after a 401) and two provider calls, each
+    // ended by its deadline: the lease cannot run out while the order may still be in flight.
+    this.leaseMs = 2 * config.token.waitTimeoutMs + 2 * ordersCallDeadlineMs(o) + LEASE_MARGIN_MS;
     this.ttlMs = o.idempotencyTtlSeconds * 1000;
   }
 

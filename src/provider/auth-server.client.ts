@@ -1,5 +1,9 @@
 import type { Dispatcher } from 'undici';
-import type { ClientConfig, ProviderSettings } from '../config/config.schema';
+import {
+  type ClientConfig,
+  type ProviderSettings,
+  tokenCallDeadlineMs,
+} from '../config/config.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { parseRetryAfter, readCapped, translateTransportError } from './provider-http';
@@ -51,6 +55,8 @@ export class AuthServerClient implements TokenGrantor {
         headers: { authorization: `Basic ${basic}`, accept: 'application/json' },
         headersTimeout: this.settings.responseTimeoutMs,
         bodyTimeout: this.settings.responseTimeoutMs,
+        // Also aborts the body read below: a body trickling in never trips the idle timers.
+        signal: AbortSignal.timeout(tokenCallDeadlineMs(this.settings)),
       });
     } catch (cause) {
       throw translateTransportError(cause, what);

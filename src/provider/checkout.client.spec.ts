@@ -3,6 +3,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { clientSchema, ordersSettingsSchema } from '../config/config.schema';
 import { CheckoutClient, type CheckoutOutcome, createCheckoutAgent } from './checkout.client';
 import { ProviderErrorCode } from './provider.exception';
+import { Agent } from './undici-agent';
 
 /** The checkout adapter against a real HTTP server on loopback, one behaviour per test. */
 describe(CheckoutClient.name, () => {
@@ -144,6 +145,88 @@ describe(CheckoutClient.name, () => {
       kind: 'failed',
       delivered: 'maybe',
       error: { code: ProviderErrorCode.Timeout },
+    });
+  });
+
+  it('relays a redirect, never follows it: the other server receives nothing', async () => {
+    let elsewhereSeen = 0;
+    const elsewhere = createServer((_req, res) => {
+      elsewhereSeen++;
+      res.end('{}');
+    });
+    await new Promise<void>((resolve) => elsewhere.listen(0, '127.0.0.1', resolve));
+    const port = (elsewhere.address() as AddressInfo).port;
+    handler = (_req, _body, res) => {
+      res.writeHead(307, { location: `http://127.0.0.1:${port}/api/flexpay/v1/orders` });
+      res.end();
+    };
+    try {
+      expect(await order()).toMatchObject({ kind: 'answered', status: 307 });
+      expect(elsewhereSeen).toBe(0);
+    } finally {
+      await new Promise((resolve) => elsewhere.close(resolve));
+    }
+  });
+
+  describe('one deadline for the whole call (connect + headers + body timeouts)', () => {
+    // 100 + 200 + 200 ms: a byte every 100 ms never trips the 200 ms idle timers.
+    const short = ordersSettingsSchema.parse({
+      connectTimeoutMs: 100,
+      headersTimeoutMs: 200,
+      bodyTimeoutMs: 200,
+    });
+    const deadlineMs = 500;
+    let drips: NodeJS.Timeout[];
+    beforeEach(async () => {
+      drips = [];
+      await checkout.close();
+      // One connection: a second order waits in undici's queue.
+      checkout = new CheckoutClient(new Agent({ connections: 1 }), short);
+      handler = (req, _body, res) => {
+        res.writeHead(201, { 'content-type': 'application/json' });
+        res.write('{"x":"');
+        let left = 20; // 2 s of bytes, then the end: the old idle timers let it all through.
+        const drip = setInterval(() => {
+          if (--left > 0) res.write('y');
+          else {
+            clearInterval(drip);
+            res.end('"}');
+          }
+        }, 100);
+        drips.push(drip);
+        req.socket.once('close', () => clearInterval(drip));
+      };
+    });
+    afterEach(() => drips.forEach(clearInterval));
+
+    it('ends an answer that drips a byte every 100 ms: timeout, maybe delivered', async () => {
+      const started = performance.now();
+      const outcome = await order();
+      expect(performance.now() - started).toBeLessThan(deadlineMs + 400);
+      expect(outcome).toMatchObject({
+        kind: 'failed',
+        delivered: 'maybe',
+        error: { code: ProviderErrorCode.Timeout },
+      });
+    });
+
+    it('ends an order still queued for a connection: never delivered, nothing sent', async () => {
+      let received = 0;
+      const drip = handler;
+      handler = (req, body, res) => {
+        received++;
+        drip(req, body, res);
+      };
+      const started = performance.now();
+      const [first, queued] = await Promise.all([order(), order()]);
+      expect(performance.now() - started).toBeLessThan(deadlineMs + 400);
+      expect(first).toMatchObject({ kind: 'failed', delivered: 'maybe' });
+      expect(queued).toMatchObject({
+        kind: 'failed',
+        delivered: 'no',
+        error: { code: ProviderErrorCode.Timeout },
+      });
+      expect(received).toBe(1);
     });
   });
 

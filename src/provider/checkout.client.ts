@@ -1,7 +1,11 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { Agent, errors as undiciErrors } from './undici-agent';
-import type { ClientConfig, OrdersSettings } from '../config/config.schema';
+import {
+  type ClientConfig,
+  ordersCallDeadlineMs,
+  type OrdersSettings,
+} from '../config/config.schema';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { translateTransportError } from './provider-http';
 
@@ -86,11 +90,15 @@ export function createCheckoutAgent(settings: OrdersSettings): Agent {
 export class CheckoutClient implements CheckoutGateway {
   private readonly targets = new Map<string, { origin: string; path: string }>();
 
+  private readonly deadlineMs: number;
+
   constructor(
     private readonly dispatcher: Dispatcher,
     private readonly settings: OrdersSettings,
     private readonly userAgent = 'token-broker',
-  ) {}
+  ) {
+    this.deadlineMs = ordersCallDeadlineMs(settings);
+  }
 
   /**
    * Undici's `dispatch` with a handler rather than `request`: the answer is collected into one
@@ -102,12 +110,39 @@ export class CheckoutClient implements CheckoutGateway {
     const url = this.targetOf(client);
     const limit = this.settings.maxResponseBytes;
     const what = () => `create-order request for client "${client.id}"`;
-    return new Promise((resolve) => {
+    return new Promise((settle) => {
       let status = 0;
       let headers: IncomingHttpHeaders = {};
       let chunks: Buffer[] = [];
       let size = 0;
       let tooLarge = false;
+      let inFlight: Dispatcher.DispatchController | undefined;
+      let expired: ProviderException | undefined;
+      // The one deadline of the whole call: undici's body timeout is an idle timer, which a
+      // provider sending a byte now and then never trips.
+      const deadline = setTimeout(() => {
+        expired = new ProviderException(
+          ProviderErrorCode.Timeout,
+          `${what()}: the provider did not answer in full within ${this.deadlineMs} ms`,
+        );
+        if (inFlight) {
+          inFlight.abort(expired);
+          return;
+        }
+        // Still queued for a connection: nothing was written, and nothing will be.
+        resolve({
+          kind: 'failed',
+          delivered: 'no',
+          error: new ProviderException(
+            ProviderErrorCode.Timeout,
+            `${what()}: no connection to the provider came free within ${this.deadlineMs} ms`,
+          ),
+        });
+      }, this.deadlineMs);
+      const resolve = (outcome: CheckoutOutcome) => {
+        clearTimeout(deadline);
+        settle(outcome);
+      };
       this.dispatcher.dispatch(
         {
           origin: url.origin,
@@ -126,7 +161,11 @@ export class CheckoutClient implements CheckoutGateway {
         },
         {
           // Its presence tells undici this handler speaks the current (controller) interface.
-          onRequestStart: () => undefined,
+          // Called before the first byte is written, so aborting here sends nothing.
+          onRequestStart: (started) => {
+            inFlight = started;
+            if (expired) started.abort(expired);
+          },
           onResponseStart: (_controller, statusCode, responseHeaders) => {
             // Called again after a 1xx: only the final answer counts.
             status = statusCode;

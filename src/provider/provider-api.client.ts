@@ -1,7 +1,12 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { pipeline, Transform, type Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import type { ClientConfig, OrdersSettings } from '../config/config.schema';
+import {
+  type ClientConfig,
+  ordersCallDeadlineMs,
+  type OrdersSettings,
+  trimTrailingSlashes,
+} from '../config/config.schema';
 import type { CheckoutFailure } from './checkout.client';
 import { wasNeverSent } from './checkout.client';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
@@ -84,6 +89,8 @@ export class ProviderApiClient implements ProviderApiGateway {
         body: request.body,
         headersTimeout: this.settings.headersTimeoutMs,
         bodyTimeout: this.settings.bodyTimeoutMs,
+        // Also ends a streamed body: one that trickles in never trips the idle timers.
+        signal: AbortSignal.timeout(ordersCallDeadlineMs(this.settings)),
       });
     } catch (cause) {
       return {
@@ -129,7 +136,7 @@ export class ProviderApiClient implements ProviderApiGateway {
     let base = this.origins.get(client.id);
     if (!base) {
       const url = new URL(client.baseUrl);
-      base = { origin: url.origin, base: url.pathname.replace(/\/+$/, '') };
+      base = { origin: url.origin, base: trimTrailingSlashes(url.pathname) };
       this.origins.set(client.id, base);
     }
     return base;

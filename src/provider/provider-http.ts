@@ -38,7 +38,11 @@ export function translateTransportError(cause: unknown, what: string): ProviderE
   if (
     cause instanceof undiciErrors.HeadersTimeoutError ||
     cause instanceof undiciErrors.BodyTimeoutError ||
-    (cause instanceof Error && (cause.name === 'TimeoutError' || cause.name === 'AbortError'))
+    // By name: the call's deadline (`AbortSignal.timeout`) aborts with a DOMException, which
+    // is no `instanceof Error` of another realm (a test runner's).
+    ['TimeoutError', 'AbortError'].includes(
+      (cause as { name?: unknown } | undefined)?.name as string,
+    )
   ) {
     return new ProviderException(
       ProviderErrorCode.Timeout,

@@ -229,6 +229,27 @@ describe('createBrokerClient', () => {
       expect(broker.seen).toHaveLength(2);
     });
 
+    it('never follows a redirect: the other origin receives nothing, the call fails once', async () => {
+      const elsewhere = await StandIn.start();
+      try {
+        elsewhere.script(token('tok-elsewhere', 1800));
+        broker.script({ status: 307, headers: { location: `${elsewhere.url}/token` } });
+        const err = await client()
+          .getToken({ client: 'acme-prod' })
+          .catch((e: unknown) => e);
+        expect(err).toMatchObject({ code: 'unexpected_redirect', retryable: false });
+        broker.script({ status: 307, headers: { location: `${elsewhere.url}/orders` } });
+        const orderErr = await client()
+          .orders.create({ amount: 1 }, { client: 'acme-prod' })
+          .catch((e: unknown) => e);
+        expect(orderErr).toMatchObject({ code: 'unexpected_redirect', retryable: false });
+        expect(broker.seen.map((s) => s.method)).toEqual(['GET', 'POST']);
+        expect(elsewhere.seen).toEqual([]);
+      } finally {
+        await elsewhere.close();
+      }
+    });
+
     it('serves a still-valid token when the broker fails inside the margin', async () => {
       broker.script(token('tok-1', 4), problem(503, 'token_unavailable'));
       const c = client({ refreshAheadMs: 0 });

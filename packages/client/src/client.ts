@@ -119,7 +119,7 @@ class Client implements BrokerClient {
     if (url.protocol !== 'http:' && url.protocol !== 'https:') {
       throw new TypeError(`baseUrl must be http: or https:, got ${url.protocol}`);
     }
-    this.baseUrl = url.href.replace(/\/+$/, '');
+    this.baseUrl = trimTrailingSlashes(url.href);
     if ('apiKey' in options && 'serviceAccountTokenFile' in options) {
       throw new TypeError('give apiKey or serviceAccountTokenFile, not both');
     }
@@ -304,9 +304,20 @@ class Client implements BrokerClient {
           authorization: `Bearer ${credential}`,
         },
         signal: AbortSignal.timeout(this.requestTimeoutMs),
+        // Following would resend the credential, and an order's body, to whatever origin the
+        // answer names; the broker itself never redirects.
+        redirect: 'error',
       });
     } catch (err) {
       // Duck-typed: fetch's errors come from another realm under test runners.
+      if (causeMessage(err) === 'unexpected redirect') {
+        throw brokerError({
+          code: 'unexpected_redirect',
+          status: 0,
+          message: `${this.baseUrl} answered with a redirect, which the client never follows (it would resend the credential elsewhere): check baseUrl points at the broker itself`,
+          cause: err,
+        });
+      }
       const timedOut = (err as { name?: unknown } | undefined)?.name === 'TimeoutError';
       throw brokerError({
         code: timedOut ? 'timeout' : 'network_error',
@@ -389,6 +400,17 @@ function statusCode(status: number): string {
   if (status === 403) return 'forbidden';
   if (status === 502 || status === 503 || status === 504) return 'network_error';
   return status >= 500 ? 'internal_error' : 'invalid_request';
+}
+
+function causeMessage(err: unknown): unknown {
+  return (err as { cause?: { message?: unknown } } | undefined)?.cause?.message;
+}
+
+/** `value` without trailing slashes; a loop, since `/\/+$/` is quadratic in a run of slashes. */
+function trimTrailingSlashes(value: string): string {
+  let end = value.length;
+  while (end > 0 && value.charCodeAt(end - 1) === 0x2f) end--;
+  return value.slice(0, end);
 }
 
 function causeCode(err: unknown): string {

@@ -1,7 +1,8 @@
 /**
- * The `code`s the broker's problem+json answers carry (docs/api.md in its repository), plus two
- * of the client's own: `network_error` (no HTTP answer: refused, reset, DNS) and `timeout`
- * (no answer within `requestTimeoutMs`).
+ * The `code`s the broker's problem+json answers carry (docs/api.md in its repository), plus the
+ * client's own: `network_error` (no HTTP answer: refused, reset, DNS), `timeout` (no answer
+ * within `requestTimeoutMs`) and `unexpected_redirect` (a 3xx, never followed: `baseUrl` does
+ * not point at the broker).
  */
 export type BrokerErrorCode =
   // Requests and caller authentication
@@ -36,7 +37,8 @@ export type BrokerErrorCode =
   | 'internal_error'
   // The client's own
   | 'network_error'
-  | 'timeout';
+  | 'timeout'
+  | 'unexpected_redirect';
 
 /** What {@link BrokerError} is built from. */
 export interface BrokerErrorInit {
