@@ -80,6 +80,7 @@ function callOf(method: string, key?: string, body?: string): ForwardCall {
   const headers = key === undefined ? {} : { 'idempotency-key': key };
   return {
     client: config.clients[0],
+    caller: 'checkout',
     method,
     target: parseForwardTarget('/provider/acme/api/marketing/v1/offers?amount=5'),
     headers: readOrderHeaders(headers, key === undefined ? [] : ['Idempotency-Key', key], 'r1'),

@@ -23,6 +23,8 @@ import type { ForwardTarget } from './forward-target';
 /** A checked passthrough request, ready to forward. */
 export interface ForwardCall {
   readonly client: ClientConfig;
+  /** The caller's name: its `Idempotency-Key`s are its own. */
+  readonly caller: string;
   readonly method: string;
   readonly target: ForwardTarget;
   /** Idempotency key, request id and trace context, as for orders. */
@@ -143,6 +145,7 @@ export class ForwardService {
       clientId: client.id,
       idempotency: withKey
         ? {
+            caller: call.caller,
             keyHash: idempotencyKeyHash(`forward ${method} ${target.path}\n${key}`),
             bodyHash: createHash('sha256')
               .update(`${target.query}\n${call.passed['content-type'] ?? ''}\n`)

@@ -10,6 +10,7 @@ import { TokenException } from '../token/token.exception';
 import type { TokenService } from '../token/token.service';
 import {
   type IdempotencyRecord,
+  type IdempotencyRef,
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
   IdempotencyStoreException,
@@ -60,8 +61,15 @@ export interface ForwardedAnswer {
 /** One call to forward: the client, its idempotency identity, and how to send it once. */
 export interface Exchange<A extends ForwardedAnswer> {
   readonly clientId: string;
-  /** Present with an `Idempotency-Key`: the key's hash (scoped by the use) and the body's. */
-  readonly idempotency?: { readonly keyHash: string; readonly bodyHash: string };
+  /**
+   * Present with an `Idempotency-Key`: the caller it belongs to, the key's hash (scoped by the
+   * use) and the body's.
+   */
+  readonly idempotency?: {
+    readonly caller: string;
+    readonly keyHash: string;
+    readonly bodyHash: string;
+  };
   /** Sends the request once with `token`. Never throws for a transport failure. */
   send(token: TokenRecord): Promise<A | CheckoutFailure>;
   /** Lets go of a 401 answer that will not be relayed (drains a streamed body). */
@@ -151,7 +159,8 @@ export class Forwarding {
     const { clientId, idempotency } = exchange;
     let ledger = NO_LEDGER;
     if (idempotency !== undefined) {
-      const claim = await this.claim(clientId, idempotency.keyHash, idempotency.bodyHash, audit);
+      const { caller, keyHash, bodyHash } = idempotency;
+      const claim = await this.claim({ clientId, caller, keyHash }, bodyHash, audit);
       if ('replay' in claim) return { kind: 'replayed', response: claim.replay };
       ledger = claim.ledger;
     }
@@ -260,18 +269,17 @@ export class Forwarding {
 
   /** Claims the key, or answers from what is recorded for it (replay, 409 or 422). */
   private async claim(
-    clientId: string,
-    keyHash: string,
+    ref: IdempotencyRef,
     bodyHash: string,
     audit: ForwardingAudit,
   ): Promise<{ ledger: Ledger } | { replay: StoredResponse }> {
-    audit.idempotencyKeyHash = keyHash.slice(0, 16);
+    const { clientId } = ref;
+    audit.idempotencyKeyHash = ref.keyHash.slice(0, 16);
     const owner = randomUUID();
     let result;
     try {
       result = await this.store.claim(
-        clientId,
-        keyHash,
+        ref,
         { bodyHash, owner, leaseMs: this.leaseMs },
         // Never shorter than a claim can be held, so a record cannot vanish mid-flight.
         Math.max(this.ttlMs, 2 * this.leaseMs),
@@ -293,7 +301,7 @@ export class Forwarding {
       }
       throw this.storeFailure(err);
     }
-    if (result.claimed) return { ledger: this.ledger(clientId, keyHash, owner) };
+    if (result.claimed) return { ledger: this.ledger(ref, owner) };
     return { replay: this.recorded(result.existing, bodyHash, clientId) };
   }
 
@@ -336,7 +344,8 @@ export class Forwarding {
   }
 
   /** Settles a claim; a store failure is logged, never changes what the caller is told. */
-  private ledger(clientId: string, keyHash: string, owner: string): Ledger {
+  private ledger(ref: IdempotencyRef, owner: string): Ledger {
+    const { clientId, keyHash } = ref;
     const settle = async (what: string, op: () => Promise<boolean>): Promise<void> => {
       try {
         if (!(await op())) {
@@ -356,14 +365,10 @@ export class Forwarding {
     };
     return {
       complete: (response) =>
-        settle('completed', () =>
-          this.store.complete(clientId, keyHash, owner, response, this.ttlMs),
-        ),
+        settle('completed', () => this.store.complete(ref, owner, response, this.ttlMs)),
       markUnknown: () =>
-        settle('marked unknown', () =>
-          this.store.markUnknown(clientId, keyHash, owner, this.ttlMs),
-        ),
-      release: () => settle('released', () => this.store.release(clientId, keyHash, owner)),
+        settle('marked unknown', () => this.store.markUnknown(ref, owner, this.ttlMs)),
+      release: () => settle('released', () => this.store.release(ref, owner)),
     };
   }
 

@@ -1,6 +1,7 @@
 import type {
   ClaimResult,
   IdempotencyClaim,
+  IdempotencyRef,
   IdempotencyRecord,
   IdempotencyStore,
   StoredResponse,
@@ -33,13 +34,8 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     this.sweeper.unref();
   }
 
-  async claim(
-    clientId: string,
-    keyHash: string,
-    claim: IdempotencyClaim,
-    ttlMs: number,
-  ): Promise<ClaimResult> {
-    const id = entryId(clientId, keyHash);
+  async claim(ref: IdempotencyRef, claim: IdempotencyClaim, ttlMs: number): Promise<ClaimResult> {
+    const id = entryId(ref);
     const existing = this.live(id);
     if (existing) {
       const record = existing.record;
@@ -61,13 +57,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async complete(
-    clientId: string,
-    keyHash: string,
+    ref: IdempotencyRef,
     owner: string,
     response: StoredResponse,
     ttlMs: number,
   ): Promise<boolean> {
-    return this.settle(clientId, keyHash, owner, ttlMs, (bodyHash) => ({
+    return this.settle(ref, owner, ttlMs, (bodyHash) => ({
       state: 'completed',
       bodyHash,
       // A copy: the caller's buffer may be pooled or reused.
@@ -75,20 +70,15 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     }));
   }
 
-  async markUnknown(
-    clientId: string,
-    keyHash: string,
-    owner: string,
-    ttlMs: number,
-  ): Promise<boolean> {
-    return this.settle(clientId, keyHash, owner, ttlMs, (bodyHash) => ({
+  async markUnknown(ref: IdempotencyRef, owner: string, ttlMs: number): Promise<boolean> {
+    return this.settle(ref, owner, ttlMs, (bodyHash) => ({
       state: 'unknown',
       bodyHash,
     }));
   }
 
-  async release(clientId: string, keyHash: string, owner: string): Promise<boolean> {
-    const id = entryId(clientId, keyHash);
+  async release(ref: IdempotencyRef, owner: string): Promise<boolean> {
+    const id = entryId(ref);
     const entry = this.live(id);
     if (!entry || entry.owner !== owner || entry.record.state !== 'in_flight') return false;
     this.entries.delete(id);
@@ -100,13 +90,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   }
 
   private settle(
-    clientId: string,
-    keyHash: string,
+    ref: IdempotencyRef,
     owner: string,
     ttlMs: number,
     next: (bodyHash: string) => IdempotencyRecord,
   ): boolean {
-    const id = entryId(clientId, keyHash);
+    const id = entryId(ref);
     const entry = this.live(id);
     if (!entry || entry.owner !== owner) return false;
     this.entries.set(id, {
@@ -132,6 +121,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   }
 }
 
-function entryId(clientId: string, keyHash: string): string {
-  return `${clientId}\u0000${keyHash}`;
+/** Client ids and key hashes hold no NUL, so the three parts cannot run into each other. */
+function entryId(ref: IdempotencyRef): string {
+  return `${ref.clientId}\u0000${ref.keyHash}\u0000${ref.caller}`;
 }

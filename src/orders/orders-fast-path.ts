@@ -151,7 +151,12 @@ export class OrdersFastPath implements OnModuleInit {
     let status: number;
     try {
       const result = await this.orders.create(
-        { clientId: context.clientId, body: assertJsonObject(body), headers },
+        {
+          clientId: context.clientId,
+          caller: context.caller.name,
+          body: assertJsonObject(body),
+          headers,
+        },
         audit,
       );
       const outcome = orderOutcome(result);

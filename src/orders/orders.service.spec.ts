@@ -109,6 +109,7 @@ function orderWith(key?: string, body = '{"price":500}'): OrderRequest {
   const raw = key === undefined ? [] : ['Idempotency-Key', key];
   return {
     clientId: CLIENT,
+    caller: 'checkout',
     body: Buffer.from(body),
     headers: readOrderHeaders(headers, raw, 'r1'),
   };
@@ -274,8 +275,7 @@ describe(OrdersService.name, () => {
       const svc = service(checkout);
       const order = orderWith('k');
       await store.claim(
-        CLIENT,
-        idempotencyKeyHash('k'),
+        { clientId: CLIENT, caller: 'checkout', keyHash: idempotencyKeyHash('k') },
         {
           bodyHash: bodyFingerprint(order.body),
           owner: 'dead-replica',

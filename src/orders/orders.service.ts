@@ -16,6 +16,8 @@ import { OrdersErrorCode, OrdersException } from './orders.exception';
 /** A validated `POST /orders`, ready to forward. */
 export interface OrderRequest {
   readonly clientId: string;
+  /** The caller's name: its `Idempotency-Key`s are its own. */
+  readonly caller: string;
   /** The caller's JSON, byte for byte. */
   readonly body: Buffer;
   readonly headers: OrderHeaders;
@@ -101,7 +103,11 @@ export class OrdersService {
       idempotency:
         key === undefined
           ? undefined
-          : { keyHash: idempotencyKeyHash(key), bodyHash: bodyFingerprint(order.body) },
+          : {
+              caller: order.caller,
+              keyHash: idempotencyKeyHash(key),
+              bodyHash: bodyFingerprint(order.body),
+            },
       send: (token) =>
         this.checkout.createOrder({
           client,

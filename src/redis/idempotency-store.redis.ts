@@ -1,6 +1,7 @@
 import {
   type ClaimResult,
   type IdempotencyClaim,
+  type IdempotencyRef,
   type IdempotencyRecord,
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
@@ -13,17 +14,28 @@ import { classifyRedisError } from './redis-problem';
 import type { TokenCipher } from '../token/token-cipher';
 
 /**
- * KEYS[1] record hash. ARGV: body hash, owner, lease length (ms), TTL ms, MAC of the body hash.
+ * KEYS[1] record hash, KEYS[2] the same key's record as versions before per-caller records
+ * wrote it. ARGV: body hash, owner, lease length (ms), TTL ms, MAC of the body hash.
  * Check and create in one script: of any number of concurrent claims exactly one creates the
  * record, and every other one gets the record back in the same round trip. The lease deadline
  * is set and compared on Redis's clock (TIME), never a replica's: a claimant whose wall clock
  * is ahead would otherwise hold a dead claim "in flight" for longer, one behind would see a
- * live claim as abandoned. The lease comes back as the ms it has left (0: ended).
+ * live claim as abandoned. The lease comes back as the ms it has left (0: ended). An old
+ * record has no caller, so it answers only an exact repeat (same body hash), marked 'legacy'
+ * (9th field) for its MACs; any other body claims the caller's own record.
  */
 const CLAIM = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cur = redis.call('HMGET', KEYS[1], 'st', 'fp', 'lease', 'status', 'ct', 'body', 'fpm', 'mac')
+local fields = {'st', 'fp', 'lease', 'status', 'ct', 'body', 'fpm', 'mac'}
+local cur = redis.call('HMGET', KEYS[1], unpack(fields))
+if not cur[1] then
+  local old = redis.call('HMGET', KEYS[2], unpack(fields))
+  if old[1] and old[2] == ARGV[1] then
+    cur = old
+    cur[9] = 'legacy'
+  end
+end
 if cur[1] then
   local lease = tonumber(cur[3])
   if lease then cur[3] = tostring(math.max(0, lease - now)) end
@@ -65,21 +77,25 @@ return 1
 type RawField = Buffer | null;
 
 type RedisWithIdempotencyScripts = RedisClient & {
-  tbIdemClaimBuffer(key: string, ...args: (string | number)[]): Promise<number | RawField[]>;
+  tbIdemClaimBuffer(
+    key: string,
+    legacyKey: string,
+    ...args: (string | number)[]
+  ): Promise<number | RawField[]>;
   tbIdemSettle(key: string, ...args: (string | number | Buffer)[]): Promise<number>;
   tbIdemRelease(key: string, owner: string): Promise<number>;
 };
 
 /**
- * The idempotency store on Redis: one hash per client and key hash (`tb:{client}:idem:<sha256>`)
- * with the state, the body's SHA-256 in `fp`, the claimant in `own`, its lease (deadline in
+ * The idempotency store on Redis: one hash per client, caller and key hash
+ * (`tb:{client}:idem:<sha256 of key hash and caller>`) with the state, the body's SHA-256 in `fp`, the claimant in `own`, its lease (deadline in
  * Redis time), and once
  * settled the provider's status, content type and exact body bytes.
  *
  * Whoever can write to Redis must not be able to make a broker replay an answer of their
  * choosing: with a cache key configured, the body hash (`fpm`) and the stored answer (`mac`)
- * carry an HMAC under a key derived from it, bound to the client and the key hash, and a record
- * that fails the check is refused ({@link IdempotencyStoreErrorCode.Tampered}), never replayed.
+ * carry an HMAC under a key derived from it, bound to the client, the caller and the key hash,
+ * and a record that fails the check is refused ({@link IdempotencyStoreErrorCode.Tampered}), never replayed.
  *
  * It uses the shared command connection: commands time out after `redis.commandTimeoutMs` and
  * fail at once while disconnected, so an outage surfaces as
@@ -93,78 +109,64 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     redis: RedisClient,
     private readonly signer: Pick<TokenCipher, 'authenticates' | 'mac' | 'verifyMac'>,
   ) {
-    redis.defineCommand('tbIdemClaim', { numberOfKeys: 1, lua: CLAIM });
+    redis.defineCommand('tbIdemClaim', { numberOfKeys: 2, lua: CLAIM });
     redis.defineCommand('tbIdemSettle', { numberOfKeys: 1, lua: SETTLE });
     redis.defineCommand('tbIdemRelease', { numberOfKeys: 1, lua: RELEASE });
     this.redis = redis as RedisWithIdempotencyScripts;
   }
 
-  async claim(
-    clientId: string,
-    keyHash: string,
-    claim: IdempotencyClaim,
-    ttlMs: number,
-  ): Promise<ClaimResult> {
+  async claim(ref: IdempotencyRef, claim: IdempotencyClaim, ttlMs: number): Promise<ClaimResult> {
+    const { clientId, caller, keyHash } = ref;
     // The Buffer variant: a stored body is relayed byte for byte, never re-decoded as UTF-8.
     const reply = await this.run('claiming an idempotency key', () =>
       this.redis.tbIdemClaimBuffer(
+        redisKeys.callerIdempotency(clientId, caller, keyHash),
         redisKeys.idempotency(clientId, keyHash),
         claim.bodyHash,
         claim.owner,
         Math.ceil(claim.leaseMs),
         Math.ceil(ttlMs),
-        this.signer.mac(['fp', clientId, keyHash, claim.bodyHash]),
+        this.signer.mac(['fp2', clientId, caller, keyHash, claim.bodyHash]),
       ),
     );
     if (reply === 1) return { claimed: true };
     if (!Array.isArray(reply)) throw corrupt('unexpected reply to the claim script');
     const existing = parseRecord(reply);
-    this.verify(clientId, keyHash, existing, reply);
+    this.verify(ref, existing, reply);
     return { claimed: false, existing };
   }
 
   async complete(
-    clientId: string,
-    keyHash: string,
+    ref: IdempotencyRef,
     owner: string,
     response: StoredResponse,
     ttlMs: number,
   ): Promise<boolean> {
     const done = await this.run('recording an order outcome', () =>
       this.redis.tbIdemSettle(
-        redisKeys.idempotency(clientId, keyHash),
+        recordKey(ref),
         owner,
         Math.ceil(ttlMs),
         'c',
         response.status,
         response.contentType ?? '',
         response.body,
-        this.signer.mac(answerParts(clientId, keyHash, response)),
+        this.signer.mac(answerParts(ref, response)),
       ),
     );
     return done === 1;
   }
 
-  async markUnknown(
-    clientId: string,
-    keyHash: string,
-    owner: string,
-    ttlMs: number,
-  ): Promise<boolean> {
+  async markUnknown(ref: IdempotencyRef, owner: string, ttlMs: number): Promise<boolean> {
     const done = await this.run('recording an unknown order outcome', () =>
-      this.redis.tbIdemSettle(
-        redisKeys.idempotency(clientId, keyHash),
-        owner,
-        Math.ceil(ttlMs),
-        'u',
-      ),
+      this.redis.tbIdemSettle(recordKey(ref), owner, Math.ceil(ttlMs), 'u'),
     );
     return done === 1;
   }
 
-  async release(clientId: string, keyHash: string, owner: string): Promise<boolean> {
+  async release(ref: IdempotencyRef, owner: string): Promise<boolean> {
     const done = await this.run('releasing an idempotency key', () =>
-      this.redis.tbIdemRelease(redisKeys.idempotency(clientId, keyHash), owner),
+      this.redis.tbIdemRelease(recordKey(ref), owner),
     );
     return done === 1;
   }
@@ -173,21 +175,27 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     // The connection is shared and closed by the Redis module.
   }
 
-  /** Throws {@link IdempotencyStoreErrorCode.Tampered} unless the record's MACs check out. */
-  private verify(
-    clientId: string,
-    keyHash: string,
-    record: IdempotencyRecord,
-    fields: RawField[],
-  ): void {
+  /**
+   * Throws {@link IdempotencyStoreErrorCode.Tampered} unless the record's MACs check out: those
+   * of a per-caller record cover its caller, those of an old one (`legacy`) what it was.
+   */
+  private verify(ref: IdempotencyRef, record: IdempotencyRecord, fields: RawField[]): void {
     if (!this.signer.authenticates) return;
-    const text = (b: RawField) => (b === null ? '' : b.toString('latin1'));
-    if (!this.signer.verifyMac(['fp', clientId, keyHash, record.bodyHash], text(fields[6]))) {
+    const text = (b: RawField | undefined) => (b ? b.toString('latin1') : '');
+    const legacy = text(fields[8]) === 'legacy';
+    const { clientId, caller, keyHash } = ref;
+    const fp = legacy
+      ? ['fp', clientId, keyHash, record.bodyHash]
+      : ['fp2', clientId, caller, keyHash, record.bodyHash];
+    if (!this.signer.verifyMac(fp, text(fields[6]))) {
       throw tampered('its body hash is not one a broker recorded for this key');
     }
     if (
       record.state === 'completed' &&
-      !this.signer.verifyMac(answerParts(clientId, keyHash, record.response), text(fields[7]))
+      !this.signer.verifyMac(
+        legacy ? legacyAnswerParts(ref, record.response) : answerParts(ref, record.response),
+        text(fields[7]),
+      )
     ) {
       throw tampered('its stored answer is not one a broker recorded for this key');
     }
@@ -248,9 +256,19 @@ function parseRecord(fields: RawField[]): IdempotencyRecord {
   }
 }
 
-/** What the answer MAC covers: the client and key it belongs to, and every replayed byte. */
-function answerParts(clientId: string, keyHash: string, r: StoredResponse): (string | Buffer)[] {
-  return ['answer', clientId, keyHash, String(r.status), r.contentType ?? '', r.body];
+/** What the answer MAC covers: the client, caller and key it belongs to, and every replayed byte. */
+function answerParts(ref: IdempotencyRef, r: StoredResponse): (string | Buffer)[] {
+  const { clientId, caller, keyHash } = ref;
+  return ['answer2', clientId, caller, keyHash, String(r.status), r.contentType ?? '', r.body];
+}
+
+/** The answer MAC of a record written before records were per caller (read, never written). */
+function legacyAnswerParts(ref: IdempotencyRef, r: StoredResponse): (string | Buffer)[] {
+  return ['answer', ref.clientId, ref.keyHash, String(r.status), r.contentType ?? '', r.body];
+}
+
+function recordKey(ref: IdempotencyRef): string {
+  return redisKeys.callerIdempotency(ref.clientId, ref.caller, ref.keyHash);
 }
 
 function tampered(why: string): IdempotencyStoreException {
