@@ -283,6 +283,33 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       }
     });
 
+    it('keeps the stored answer sealed under the cache key, never in clear', async () => {
+      const store = await redisStore();
+      const raw = redis.client();
+      try {
+        const keyHash = idempotencyKeyHash(randomUUID());
+        const claim = claimOf();
+        const answer = { status: 201, body: Buffer.from('{"orderId":"o-secret-ish-42"}') };
+        await store.claim(ref(CLIENT, keyHash), claim, TTL_MS);
+        await store.complete(ref(CLIENT, keyHash), claim.owner, answer, TTL_MS);
+        const stored = await raw.hgetallBuffer(
+          redisKeys.callerIdempotency(CLIENT, 'checkout', keyHash),
+        );
+        expect(Buffer.concat(Object.values(stored)).includes('o-secret-ish-42')).toBe(false);
+        expect(await store.claim(ref(CLIENT, keyHash), claimOf(), TTL_MS)).toMatchObject({
+          existing: { state: 'completed', response: answer },
+        });
+        // Sealed for its record: moved under another caller's key it does not open.
+        await raw.hset(redisKeys.callerIdempotency(CLIENT, 'marketing', keyHash), stored);
+        const err: unknown = await store
+          .claim(ref(CLIENT, keyHash, 'marketing'), claimOf(), TTL_MS)
+          .catch((e: unknown) => e);
+        expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.Tampered);
+      } finally {
+        raw.disconnect();
+      }
+    });
+
     it('refuses a stored answer changed in Redis (status, body, content type, moved, re-hashed), never replaying it', async () => {
       const store = await redisStore();
       const raw = redis.client();

@@ -557,6 +557,27 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
       }
     });
 
+    it("keeps a keyed order's answer sealed in Redis: the record does not hold the body in clear", async () => {
+      const key = randomUUID();
+      const first = await order(orderBody('idem-sealed'), { key });
+      expect(first.status).toBe(201);
+      const orderId = (JSON.parse(first.text) as { orderId: string }).orderId;
+      const raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+      try {
+        const keyHash = createHash('sha256').update(key).digest('hex');
+        const stored = await raw.hgetallBuffer(
+          redisKeys.callerIdempotency('acme', 'checkout', keyHash),
+        );
+        expect(stored.body.length).toBeGreaterThan(0);
+        expect(Buffer.concat(Object.values(stored)).includes(orderId)).toBe(false);
+      } finally {
+        raw.disconnect();
+      }
+      const again = await order(orderBody('idem-sealed'), { key });
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.text).toBe(first.text);
+    });
+
     it('replays a business error as well: the provider answered it', async () => {
       const key = randomUUID();
       const first = await order(JSON.stringify({ price: 50 }), { key });

@@ -86,9 +86,12 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
       path: '/api/marketing/v1/offers',
       query: 'amount=500&currency=USD',
     });
-    const bearer = /^Bearer (.+)$/.exec(echoed.headers.authorization)?.[1];
+    // What the provider received; its echo redacts the token (see the next test for why).
+    const received = fleet.emulator.stats.calls[0].headers.authorization;
+    const bearer = /^Bearer (.+)$/.exec(received ?? '')?.[1];
     expect(bearer).toBeDefined();
     expect(fleet.emulator.isValidToken(bearer!)).toBe(true);
+    expect(echoed.headers.authorization).toBe('Bearer [redacted]');
     expect(echoed.headers.cookie).toBeUndefined();
     expect(echoed.headers['x-request-id']).toBe(answer.headers.get('x-request-id'));
     expect(answer.headers.get('cache-control')).toBe('private, max-age=5');
@@ -96,6 +99,43 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
     expect(answer.headers.get('set-cookie')).toBeNull();
     expect(answer.headers.get('x-internal-host')).toBeNull();
   });
+
+  it.each(['verbatim', 'split'] as const)(
+    'never relays an answer that echoes the token (%s): 502 forward_upstream_echoed_token, logged and counted',
+    async (echo) => {
+      fleet.emulator.setKnobs({ echoAuthorization: echo });
+      const before = await metricValue(broker, 'token_broker_upstream_token_echoes_total', {
+        client: FLEET_CLIENT,
+        call: 'forward',
+      });
+      const answer = await call(broker, `${MARKETING}/debug?echo=1`);
+      expect(answer.status).toBe(502);
+      expect(answer.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect((JSON.parse(answer.text) as { code: string }).code).toBe(
+        'forward_upstream_echoed_token',
+      );
+      const sent = /^Bearer (.+)$/.exec(fleet.emulator.stats.calls[0].headers.authorization)?.[1];
+      expect(sent).toBeDefined();
+      expect(answer.text).not.toContain(sent!);
+      expect(
+        await metricValue(broker, 'token_broker_upstream_token_echoes_total', {
+          client: FLEET_CLIENT,
+          call: 'forward',
+        }),
+      ).toBe(before + 1);
+      // A keyed request: answered the same, and its repeat never replays the echo.
+      const init = {
+        method: 'POST',
+        body: '{}',
+        headers: { 'content-type': 'application/json', 'idempotency-key': randomUUID() },
+      };
+      const keyed = await call(broker, `${CHECKOUT}/debug`, init);
+      expect(keyed.status).toBe(502);
+      const repeat = await call(fleet.brokers[1].url, `${CHECKOUT}/debug`, init);
+      expect(repeat.status).toBe(409);
+      expect(repeat.text).not.toContain('Bearer');
+    },
+  );
 
   it('forwards POST, PUT, PATCH and DELETE with their bodies and content types, and HEAD', async () => {
     for (const method of ['POST', 'PUT', 'PATCH', 'DELETE']) {

@@ -26,6 +26,11 @@ export enum ForwardErrorCode {
   ProviderUnreachable = 'forward_provider_unreachable',
   /** 502: the provider's answer could not be relayed (too large to store, or cut off). */
   ProviderBadResponse = 'forward_provider_bad_response',
+  /**
+   * 502: the provider's answer contained the access token the broker sent (an echo of the
+   * `Authorization` header): withheld, never relayed or stored. It may have been processed.
+   */
+  UpstreamEchoedToken = 'forward_upstream_echoed_token',
   /** 504: the provider did not answer in time after the request was sent. */
   ProviderTimeout = 'forward_provider_timeout',
 }

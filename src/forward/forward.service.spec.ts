@@ -114,6 +114,12 @@ describe(ForwardService.name, () => {
       labelNames: ['client'] as const,
       registers: [registry],
     }),
+    upstreamTokenEchoes: new Counter({
+      name: 'echoes',
+      help: 'h',
+      labelNames: ['client', 'call'] as const,
+      registers: [registry],
+    }),
   };
   const logger = pino({ level: 'silent' });
   const service = (api: ProviderApiGateway, tokens = fakeTokens()) =>
@@ -200,5 +206,82 @@ describe(ForwardService.name, () => {
     expect((await svc.forward(callOf('POST', 'k3', '{}'), { attempts: 0 })).status).toBe(429);
     expect(api.calls).toHaveLength(1);
     expect((await svc.forward(callOf('POST', 'k3', '{}'), { attempts: 0 })).status).toBe(201);
+  });
+
+  describe('an answer that echoes the token', () => {
+    async function read(body: Readable | Buffer): Promise<{ bytes: Buffer; error?: Error }> {
+      if (Buffer.isBuffer(body)) return { bytes: body };
+      const chunks: Buffer[] = [];
+      try {
+        for await (const chunk of body) chunks.push(chunk as Buffer);
+      } catch (error) {
+        return { bytes: Buffer.concat(chunks), error: error as Error };
+      }
+      return { bytes: Buffer.concat(chunks) };
+    }
+    const echoes = async () =>
+      (await metrics.upstreamTokenEchoes.get()).values.find((v) => v.labels.call === 'forward')
+        ?.value ?? 0;
+
+    it('refuses a whole answer containing the token with 502, and counts it', async () => {
+      const before = await echoes();
+      const api = new ScriptedApi([{ status: 200, body: '{"authorization":"Bearer t0"}' }]);
+      expect(await codeOf(service(api).forward(callOf('GET'), { attempts: 0 }))).toBe(
+        ForwardErrorCode.UpstreamEchoedToken,
+      );
+      expect(await echoes()).toBe(before + 1);
+    });
+
+    it('refuses a streamed answer with the token split across two chunks', async () => {
+      const api = new ScriptedApi([
+        {
+          status: 200,
+          body: Readable.from([Buffer.from('{"seen":"Bearer t'), Buffer.from('0"}')]),
+        },
+      ]);
+      expect(await codeOf(service(api).forward(callOf('GET'), { attempts: 0 }))).toBe(
+        ForwardErrorCode.UpstreamEchoedToken,
+      );
+    });
+
+    it('refuses the token it replaced after a 401 as well as the fresh one', async () => {
+      const api = new ScriptedApi([{ status: 401 }, { status: 200, body: 'Bearer t0' }]);
+      expect(await codeOf(service(api).forward(callOf('GET'), { attempts: 0 }))).toBe(
+        ForwardErrorCode.UpstreamEchoedToken,
+      );
+    });
+
+    it('cuts off a long stream at a token found after relaying began, never relaying any of it', async () => {
+      const pad = Buffer.alloc(70 * 1024, 'x');
+      const api = new ScriptedApi([
+        { status: 200, body: Readable.from([pad, Buffer.from('..t'), Buffer.from('0..'), pad]) },
+      ]);
+      const reply = await service(api).forward(callOf('GET'), { attempts: 0 });
+      expect(reply.status).toBe(200);
+      const { bytes, error } = await read(reply.body);
+      expect(error).toBeDefined();
+      expect(bytes.includes('t0')).toBe(false);
+      expect(bytes.includes('..t')).toBe(false);
+      // An answer without the token streams whole, byte for byte.
+      const clean = new ScriptedApi([
+        { status: 200, body: Readable.from([pad, pad, Buffer.from('t')]) },
+      ]);
+      const whole = await read((await service(clean).forward(callOf('GET'), { attempts: 0 })).body);
+      expect(whole.error).toBeUndefined();
+      expect(whole.bytes).toEqual(Buffer.concat([pad, pad, Buffer.from('t')]));
+    });
+
+    it('stores nothing of a keyed echo: a repeat answers 409 outcome unknown, never the echo', async () => {
+      const api = new ScriptedApi([{ status: 201, body: 'Bearer t0' }]);
+      const svc = service(api);
+      const call = callOf('POST', 'k-echo', '{}');
+      expect(await codeOf(svc.forward(call, { attempts: 0 }))).toBe(
+        ForwardErrorCode.UpstreamEchoedToken,
+      );
+      expect(await codeOf(svc.forward(call, { attempts: 0 }))).toBe(
+        ForwardErrorCode.OutcomeUnknown,
+      );
+      expect(api.calls).toHaveLength(1);
+    });
   });
 });

@@ -16,6 +16,7 @@ import type { ApiOutcome, ProviderApiGateway } from '../provider/provider-api.cl
 import type { CheckoutFailure } from '../provider/checkout.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { translateTransportError } from '../provider/provider-http';
+import { echoesToken, screenStream } from '../orders/token-echo.screen';
 import type { TokenService } from '../token/token.service';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
 import type { ForwardTarget } from './forward-target';
@@ -99,6 +100,8 @@ function fail(failure: ForwardingFailure, message: string, options?: object): Er
       return new ForwardException(ForwardErrorCode.ProviderBadResponse, message, options);
     case 'timeout':
       return new ForwardException(ForwardErrorCode.ProviderTimeout, message, options);
+    case 'echoedToken':
+      return new ForwardException(ForwardErrorCode.UpstreamEchoedToken, message, options);
   }
 }
 
@@ -123,7 +126,7 @@ export class ForwardService {
     private readonly api: ProviderApiGateway,
     store: IdempotencyStore,
     private readonly config: Pick<BrokerConfig, 'orders' | 'token' | 'forward'>,
-    metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays'>,
+    metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'>,
     logger: Logger,
   ) {
     this.forwarding = new Forwarding(tokens, store, config, metrics, logger, {
@@ -174,6 +177,7 @@ export class ForwardService {
       discard: (answer) => {
         if (!Buffer.isBuffer(answer.body)) answer.body.resume();
       },
+      screen: (answer, tokens, onLateEcho) => screened(answer, tokens, onLateEcho),
       stored: (answer) => ({
         status: answer.status,
         contentType: answer.headers['content-type'],
@@ -192,6 +196,32 @@ export class ForwardService {
     }
     return { ...result.answer, replayed: false };
   }
+}
+
+/** How much of a streamed answer is read before its status is relayed, to screen it whole. */
+const SCREEN_BEFORE_RELAY_BYTES = 64 * 1024;
+
+/** The answer unless it echoes a token (see {@link Exchange.screen}). */
+async function screened(
+  answer: PassAnswer,
+  tokens: readonly string[],
+  onLateEcho: () => void,
+): Promise<PassAnswer | CheckoutFailure | 'echoed'> {
+  if (Buffer.isBuffer(answer.body)) return echoesToken(answer.body, tokens) ? 'echoed' : answer;
+  let result;
+  try {
+    result = await screenStream(answer.body, tokens, SCREEN_BEFORE_RELAY_BYTES, onLateEcho);
+  } catch (cause) {
+    return {
+      kind: 'failed',
+      delivered: 'maybe',
+      error:
+        cause instanceof ProviderException
+          ? cause
+          : translateTransportError(cause, 'reading the provider answer'),
+    };
+  }
+  return 'echoed' in result ? 'echoed' : { ...answer, body: result.body };
 }
 
 /** The answer with its returned headers, body still streaming. */

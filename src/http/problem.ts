@@ -102,6 +102,8 @@ export function statusFor(code: ProblemCode): ProblemStatus {
       return { status: 502, title: 'Provider unreachable' };
     case OrdersErrorCode.ProviderBadResponse:
       return { status: 502, title: 'Bad provider response' };
+    case OrdersErrorCode.UpstreamEchoedToken:
+      return { status: 502, title: 'Provider answer echoed the token' };
     case OrdersErrorCode.IdempotencyUnavailable:
       return { status: 503, title: 'Idempotency store unavailable' };
     case OrdersErrorCode.IdempotencyRecordTampered:
@@ -131,6 +133,8 @@ export function statusFor(code: ProblemCode): ProblemStatus {
       return { status: 502, title: 'Provider unreachable' };
     case ForwardErrorCode.ProviderBadResponse:
       return { status: 502, title: 'Bad provider response' };
+    case ForwardErrorCode.UpstreamEchoedToken:
+      return { status: 502, title: 'Provider answer echoed the token' };
     case ForwardErrorCode.ProviderTimeout:
       return { status: 504, title: 'Provider timeout' };
     default:

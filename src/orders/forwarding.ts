@@ -36,7 +36,8 @@ export type ForwardingFailure =
   | 'badResponse'
   | 'timeout'
   | 'storeUnavailable'
-  | 'tampered';
+  | 'tampered'
+  | 'echoedToken';
 
 /** How one use of {@link Forwarding} words its failures. */
 export interface ForwardingVocabulary {
@@ -74,6 +75,16 @@ export interface Exchange<A extends ForwardedAnswer> {
   send(token: TokenRecord): Promise<A | CheckoutFailure>;
   /** Lets go of a 401 answer that will not be relayed (drains a streamed body). */
   discard(answer: A): void;
+  /**
+   * The answer, unless its body contains one of `tokens` (the tokens sent for this exchange):
+   * then `'echoed'`, and the answer is let go. A streamed body may be read in part to decide;
+   * a token found after relaying has begun cuts it off and calls `onLateEcho`.
+   */
+  screen(
+    answer: A,
+    tokens: readonly string[],
+    onLateEcho: () => void,
+  ): Promise<A | CheckoutFailure | 'echoed'>;
   /** What to record for replays; only called for an exchange with `idempotency`. */
   stored(answer: A): StoredResponse;
 }
@@ -122,6 +133,8 @@ const NO_LEDGER: Ledger = {
  *   no token) is released so the caller may retry.
  * - If the idempotency store is down, requests with a key are refused (503): the broker cannot
  *   promise no duplicate. Requests without a key do not need the store and are forwarded.
+ * - An answer whose body contains a token the broker sent for this request is neither relayed
+ *   nor stored (502, logged and counted): it would hand the fleet's token to a caller.
  *
  * Plain TypeScript: no Nest import, so it is unit tested without the framework.
  */
@@ -134,7 +147,10 @@ export class Forwarding {
     private readonly tokens: Pick<TokenService, 'getToken' | 'replaceRejected'>,
     private readonly store: IdempotencyStore,
     config: Pick<BrokerConfig, 'orders' | 'token'>,
-    private readonly metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays'>,
+    private readonly metrics: Pick<
+      MetricsService,
+      'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'
+    >,
     private readonly logger: Logger,
     private readonly words: ForwardingVocabulary,
   ) {
@@ -165,8 +181,9 @@ export class Forwarding {
       ledger = claim.ledger;
     }
     let outcome: A | CheckoutFailure;
+    const sent: string[] = [];
     try {
-      outcome = await this.send(exchange, audit);
+      outcome = await this.send(exchange, audit, sent);
     } catch (err) {
       // No token, or every token refused with 401: nothing reached the provider that it
       // accepted, so the key may be used again. Anything unexpected errs on the safe side.
@@ -174,7 +191,39 @@ export class Forwarding {
       await (refused ? ledger.release() : ledger.markUnknown());
       throw err instanceof TokenRejected ? err.problem : err;
     }
+    if (outcome.kind === 'answered') {
+      const status = outcome.status;
+      const screened = await exchange.screen(outcome, sent, () =>
+        this.echoed(exchange.clientId, status, true),
+      );
+      if (screened === 'echoed') {
+        this.echoed(exchange.clientId, status, false);
+        // Processed (or refused) by the provider: only a 429 certainly did nothing.
+        await (status === 429 ? ledger.release() : ledger.markUnknown());
+        const noun = this.words.noun;
+        const repeat =
+          idempotency === undefined || status === 429
+            ? ''
+            : ` A repeat with the same Idempotency-Key answers 409 ${this.words.unknownCode}.`;
+        throw this.words.fail(
+          'echoedToken',
+          `the provider answered HTTP ${status} with a body that contains the access token the broker sent it, so the answer is withheld (neither relayed nor stored); the ${noun} may have been processed.${repeat} Check with the provider, and have the provider endpoint fixed so that it does not echo the Authorization header`,
+        );
+      }
+      outcome = screened;
+    }
     return this.conclude(exchange, outcome, ledger, idempotency !== undefined);
+  }
+
+  /** Logs and counts an answer withheld (or cut off) for echoing the token; never the token. */
+  private echoed(clientId: string, status: number, late: boolean): void {
+    this.metrics.upstreamTokenEchoes.labels(clientId, this.words.call).inc();
+    this.logger.error(
+      { client: clientId, status, call: this.words.call },
+      late
+        ? 'provider answer contained the access token after relaying had begun: cut off'
+        : 'provider answer contained the access token: withheld, answered 502',
+    );
   }
 
   /**
@@ -184,9 +233,11 @@ export class Forwarding {
   private async send<A extends ForwardedAnswer>(
     exchange: Exchange<A>,
     audit: ForwardingAudit,
+    sent: string[],
   ): Promise<A | CheckoutFailure> {
     const { clientId } = exchange;
     const first = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
+    sent.push(first.accessToken);
     const outcome = await this.attempt(exchange, first, audit);
     if (!isUnauthorized(outcome)) return outcome;
     exchange.discard(outcome);
@@ -194,6 +245,7 @@ export class Forwarding {
     // Fenced: a no-op when another request (or replica) already replaced this token.
     await this.tokens.replaceRejected(clientId, first.fingerprint);
     const fresh = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
+    sent.push(fresh.accessToken);
     const retried = await this.attempt(exchange, fresh, audit);
     if (!isUnauthorized(retried)) return retried;
     exchange.discard(retried);

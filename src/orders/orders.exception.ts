@@ -29,6 +29,11 @@ export enum OrdersErrorCode {
   ProviderUnreachable = 'order_provider_unreachable',
   /** 502: the provider's answer could not be relayed (too large, or cut off). */
   ProviderBadResponse = 'order_provider_bad_response',
+  /**
+   * 502: the provider's answer contained the access token the broker sent (an echo of the
+   * `Authorization` header): withheld, never relayed or stored. The order may exist.
+   */
+  UpstreamEchoedToken = 'order_upstream_echoed_token',
   /** 503: the idempotency store (Redis) is unreachable, so a duplicate cannot be ruled out. */
   IdempotencyUnavailable = 'idempotency_unavailable',
   /**

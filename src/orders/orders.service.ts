@@ -12,6 +12,7 @@ import {
 import type { IdempotencyStore } from './idempotency-store';
 import { bodyFingerprint, idempotencyKeyHash, type OrderHeaders } from './order-request';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
+import { echoesToken } from './token-echo.screen';
 
 /** A validated `POST /orders`, ready to forward. */
 export interface OrderRequest {
@@ -53,6 +54,7 @@ const ORDER_CODES: Record<ForwardingFailure, OrdersErrorCode> = {
   timeout: OrdersErrorCode.ProviderTimeout,
   storeUnavailable: OrdersErrorCode.IdempotencyUnavailable,
   tampered: OrdersErrorCode.IdempotencyRecordTampered,
+  echoedToken: OrdersErrorCode.UpstreamEchoedToken,
 };
 
 /**
@@ -75,7 +77,7 @@ export class OrdersService {
     private readonly checkout: CheckoutGateway,
     store: IdempotencyStore,
     config: Pick<BrokerConfig, 'orders' | 'token' | 'clients'>,
-    metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays'>,
+    metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'>,
     logger: Logger,
   ) {
     this.clients = new Map(config.clients.map((c) => [c.id, c]));
@@ -117,6 +119,7 @@ export class OrdersService {
         }),
       // Collected whole already (bounded by ORDERS_MAX_RESPONSE_BYTES): nothing to drain.
       discard: () => undefined,
+      screen: async (answer, tokens) => (echoesToken(answer.body, tokens) ? 'echoed' : answer),
       stored: ({ status, contentType, body }) => ({ status, contentType, body }),
     };
     const result = await this.forwarding.forward(exchange, audit);

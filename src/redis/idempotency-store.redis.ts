@@ -97,6 +97,10 @@ type RedisWithIdempotencyScripts = RedisClient & {
  * carry an HMAC under a key derived from it, bound to the client, the caller and the key hash,
  * and a record that fails the check is refused ({@link IdempotencyStoreErrorCode.Tampered}), never replayed.
  *
+ * The stored answer is sealed like the token (AES-256-GCM under the cache key, the client,
+ * caller and key hash as associated data): someone who can read Redis cannot read what the
+ * provider answered. Without a cache key it is kept in clear, as the token then is.
+ *
  * It uses the shared command connection: commands time out after `redis.commandTimeoutMs` and
  * fail at once while disconnected, so an outage surfaces as
  * {@link IdempotencyStoreException} within that bound instead of queueing requests.
@@ -107,7 +111,10 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   constructor(
     redis: RedisClient,
-    private readonly signer: Pick<TokenCipher, 'authenticates' | 'mac' | 'verifyMac'>,
+    private readonly signer: Pick<
+      TokenCipher,
+      'authenticates' | 'mac' | 'verifyMac' | 'sealBytes' | 'openBytes'
+    >,
   ) {
     redis.defineCommand('tbIdemClaim', { numberOfKeys: 2, lua: CLAIM });
     redis.defineCommand('tbIdemSettle', { numberOfKeys: 1, lua: SETTLE });
@@ -131,9 +138,23 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     );
     if (reply === 1) return { claimed: true };
     if (!Array.isArray(reply)) throw corrupt('unexpected reply to the claim script');
-    const existing = parseRecord(reply);
-    this.verify(ref, existing, reply);
+    const parsed = parseRecord(reply);
+    const legacy = reply[8]?.toString('latin1') === 'legacy';
+    // Older versions stored the answer in clear; this one seals it like the token.
+    const existing = legacy ? parsed : this.opened(ref, parsed);
+    this.verify(ref, existing, reply, legacy);
     return { claimed: false, existing };
+  }
+
+  private opened(ref: IdempotencyRef, record: IdempotencyRecord): IdempotencyRecord {
+    if (record.state !== 'completed') return record;
+    let body;
+    try {
+      body = this.signer.openBytes(bodyContext(ref), record.response.body);
+    } catch {
+      throw tampered('its stored answer does not open with the cache key for this record');
+    }
+    return { ...record, response: { ...record.response, body } };
   }
 
   async complete(
@@ -150,7 +171,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
         'c',
         response.status,
         response.contentType ?? '',
-        response.body,
+        this.signer.sealBytes(bodyContext(ref), response.body),
         this.signer.mac(answerParts(ref, response)),
       ),
     );
@@ -179,10 +200,14 @@ export class RedisIdempotencyStore implements IdempotencyStore {
    * Throws {@link IdempotencyStoreErrorCode.Tampered} unless the record's MACs check out: those
    * of a per-caller record cover its caller, those of an old one (`legacy`) what it was.
    */
-  private verify(ref: IdempotencyRef, record: IdempotencyRecord, fields: RawField[]): void {
+  private verify(
+    ref: IdempotencyRef,
+    record: IdempotencyRecord,
+    fields: RawField[],
+    legacy: boolean,
+  ): void {
     if (!this.signer.authenticates) return;
-    const text = (b: RawField | undefined) => (b ? b.toString('latin1') : '');
-    const legacy = text(fields[8]) === 'legacy';
+    const text = (b: RawField) => (b === null ? '' : b.toString('latin1'));
     const { clientId, caller, keyHash } = ref;
     const fp = legacy
       ? ['fp', clientId, keyHash, record.bodyHash]
@@ -265,6 +290,11 @@ function answerParts(ref: IdempotencyRef, r: StoredResponse): (string | Buffer)[
 /** The answer MAC of a record written before records were per caller (read, never written). */
 function legacyAnswerParts(ref: IdempotencyRef, r: StoredResponse): (string | Buffer)[] {
   return ['answer', ref.clientId, ref.keyHash, String(r.status), r.contentType ?? '', r.body];
+}
+
+/** What a stored answer is sealed for: its client, caller and key (AES-GCM associated data). */
+function bodyContext(ref: IdempotencyRef): string[] {
+  return ['idempotency answer', ref.clientId, ref.caller, ref.keyHash];
 }
 
 function recordKey(ref: IdempotencyRef): string {

@@ -19,6 +19,8 @@ export const KEY_BYTES = 32;
  */
 const PREFIX = 'gcm2:';
 const LEGACY_PREFIX = 'gcm1:';
+/** Sealed bytes: `gcmb:<key id>:` then iv ‖ ciphertext ‖ tag, raw (see {@link AesGcmTokenCipher.sealBytes}). */
+const BYTES_PREFIX = 'gcmb:';
 /** Label of the MAC key derived from each cache key (never the encryption key itself). */
 const MAC_LABEL = 'token-broker record mac';
 
@@ -109,6 +111,48 @@ export class AesGcmTokenCipher implements TokenCipher {
   }
 
   /**
+   * Seals `bytes` (raw, for a binary store field) with the current key; the associated data is
+   * `context` length-prefixed, so the value only opens for the record it was written for.
+   */
+  sealBytes(context: readonly string[], bytes: Buffer): Buffer {
+    const iv = randomBytes(IV_BYTES);
+    const cipher = createCipheriv(ALGORITHM, this.current.key, iv, { authTagLength: TAG_BYTES });
+    cipher.setAAD(lengthPrefixed(context));
+    return Buffer.concat([
+      Buffer.from(`${BYTES_PREFIX}${this.current.id}:`, 'latin1'),
+      iv,
+      cipher.update(bytes),
+      cipher.final(),
+      cipher.getAuthTag(),
+    ]);
+  }
+
+  openBytes(context: readonly string[], sealed: Buffer): Buffer {
+    const header = BYTES_PREFIX.length + 9;
+    const keys =
+      sealed.subarray(0, BYTES_PREFIX.length).toString('latin1') === BYTES_PREFIX &&
+      sealed[header - 1] === 0x3a
+        ? this.byId.get(sealed.subarray(BYTES_PREFIX.length, header - 1).toString('latin1'))
+        : undefined;
+    if (keys === undefined) throw new Error('not sealed bytes, or sealed with an unknown key');
+    if (sealed.length < header + IV_BYTES + TAG_BYTES) throw new Error('sealed value too short');
+    const iv = sealed.subarray(header, header + IV_BYTES);
+    const tag = sealed.subarray(sealed.length - TAG_BYTES);
+    const text = sealed.subarray(header + IV_BYTES, sealed.length - TAG_BYTES);
+    for (const key of keys) {
+      try {
+        const decipher = createDecipheriv(ALGORITHM, key, iv, { authTagLength: TAG_BYTES });
+        decipher.setAAD(lengthPrefixed(context));
+        decipher.setAuthTag(tag);
+        return Buffer.concat([decipher.update(text), decipher.final()]);
+      } catch {
+        // Wrong key with this id, tampered, or another record's: try the next key.
+      }
+    }
+    throw new Error('sealed bytes failed authentication (wrong key, tampered, or another record)');
+  }
+
+  /**
    * `<key id>:<base64url HMAC-SHA256>` over `parts` under a key derived from the current cache
    * key: what the idempotency store keeps next to an answer it will replay.
    */
@@ -136,6 +180,18 @@ function associatedData(clientId: string, context: string): Buffer {
 
 function macKey(key: Buffer): Buffer {
   return createHmac('sha256', key).update(MAC_LABEL).digest();
+}
+
+/** Each part length-prefixed, so that no two different lists encode alike. */
+function lengthPrefixed(parts: readonly string[]): Buffer {
+  return Buffer.concat(
+    parts.flatMap((part) => {
+      const bytes = Buffer.from(part, 'utf8');
+      const length = Buffer.alloc(4);
+      length.writeUInt32BE(bytes.length);
+      return [length, bytes];
+    }),
+  );
 }
 
 /** Each part length-prefixed, so that no two different lists hash alike. */
