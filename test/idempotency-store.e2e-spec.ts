@@ -232,6 +232,68 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       });
     });
 
+    it('bounds the records one caller holds per client, counting until they expire or are released', async () => {
+      const bounded = (bodyHash = 'body-a') => ({ ...claimOf(bodyHash), maxPerCaller: 2 });
+      const keys = [1, 2, 3].map(() => idempotencyKeyHash(randomUUID()));
+      const first = bounded();
+      expect(await store.claim(ref(CLIENT, keys[0]), first, TTL_MS)).toEqual({ claimed: true });
+      const second = bounded();
+      expect(await store.claim(ref(CLIENT, keys[1]), second, TTL_MS)).toEqual({ claimed: true });
+      await store.complete(
+        ref(CLIENT, keys[1]),
+        second.owner,
+        { status: 201, body: Buffer.from('{}') },
+        TTL_MS,
+      );
+      const err: unknown = await store
+        .claim(ref(CLIENT, keys[2]), bounded(), TTL_MS)
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(IdempotencyStoreException);
+      expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.CallerLimit);
+      const retryAfter = (err as IdempotencyStoreException).retryAfterSeconds!;
+      expect(retryAfter).toBeGreaterThan(0);
+      expect(retryAfter).toBeLessThanOrEqual(TTL_MS / 1000);
+      // A repeat of a key it holds is no new record: still answered.
+      expect(await store.claim(ref(CLIENT, keys[1]), bounded(), TTL_MS)).toMatchObject({
+        claimed: false,
+        existing: { state: 'completed' },
+      });
+      // Per caller and client: others are not held back by this caller's records.
+      expect(await store.claim(ref(CLIENT, keys[2], 'marketing'), bounded(), TTL_MS)).toEqual({
+        claimed: true,
+      });
+      expect(await store.claim(ref('other-client', keys[2]), bounded(), TTL_MS)).toEqual({
+        claimed: true,
+      });
+      // A released claim frees its place, as does an expired record.
+      expect(await store.release(ref(CLIENT, keys[0]), first.owner)).toBe(true);
+      expect(await store.claim(ref(CLIENT, keys[2]), bounded(), TTL_MS)).toEqual({ claimed: true });
+      const fourth = idempotencyKeyHash(randomUUID());
+      await expect(store.claim(ref(CLIENT, fourth), bounded(), TTL_MS)).rejects.toThrow(
+        /the most it may/,
+      );
+      const claimBrief = () =>
+        store
+          .claim(
+            ref(CLIENT, idempotencyKeyHash(randomUUID()), 'brief'),
+            { ...claimOf(), maxPerCaller: 1 },
+            150,
+          )
+          .then(
+            (r) => r.claimed,
+            () => false,
+          );
+      expect(await claimBrief()).toBe(true);
+      expect(await claimBrief()).toBe(false);
+      await waitFor(claimBrief, {
+        timeoutMs: 3000,
+        intervalMs: 50,
+        what: 'the expired record to free its place',
+      });
+      // Unbounded claims (orders) are never refused.
+      expect(await store.claim(ref(CLIENT, fourth), claimOf(), TTL_MS)).toEqual({ claimed: true });
+    });
+
     it("keeps callers' keys apart: another caller's same key and body is its own record", async () => {
       const claim = claimOf('body-a');
       await store.claim(ref(CLIENT, key, 'checkout'), claim, TTL_MS);

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
+import { Redis } from 'ioredis';
 import { type Fleet, FLEET_CLIENT, startFleet } from './support/fleet';
 import { metricValue } from './support/token-watch';
 
@@ -278,6 +279,30 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
     expect(elsewhere.status).toBe(201);
     expect(elsewhere.headers.get('idempotent-replayed')).toBeNull();
     expect(fleet.emulator.stats.calls).toHaveLength(2);
+  });
+
+  it('keeps a keyed passthrough record for FORWARD_IDEMPOTENCY_TTL_SECONDS (1 h), counted for its caller', async () => {
+    const answer = await call(broker, `${MARKETING}/applications`, {
+      method: 'POST',
+      body: '{"ttl":1}',
+      headers: { 'content-type': 'application/json', 'idempotency-key': randomUUID() },
+    });
+    expect(answer.status).toBe(201);
+    const raw = new Redis(fleet.redis.url, { maxRetriesPerRequest: 1 });
+    try {
+      const records = await raw.keys(`tb:{${FLEET_CLIENT}}:idem:*`);
+      expect(records.length).toBeGreaterThan(0);
+      for (const key of records) {
+        const ttl = await raw.pttl(key);
+        expect(ttl).toBeGreaterThan(3_500_000);
+        expect(ttl).toBeLessThanOrEqual(3_600_000);
+      }
+      const held = await raw.keys(`tb:{${FLEET_CLIENT}}:idemq:*`);
+      expect(held).toHaveLength(1);
+      expect(await raw.zcard(held[0])).toBe(records.length);
+    } finally {
+      raw.disconnect();
+    }
   });
 
   it('passes a provider 429 back with its Retry-After and never retries it', async () => {

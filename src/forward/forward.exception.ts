@@ -4,7 +4,8 @@ import { BrokerException } from '../errors/broker.exception';
  * Why a `/provider/<client>/...` request was not answered with the provider's own response.
  * Stable: callers and dashboards key on these. Statuses live in `src/http/problem.ts`. The
  * idempotency codes it shares with `POST /orders` (`idempotency_key_invalid`,
- * `idempotency_key_reused`, `idempotency_unavailable`, `idempotency_record_tampered`) come from
+ * `idempotency_key_reused`, `idempotency_unavailable`, `idempotency_record_tampered`,
+ * `idempotency_records_exceeded`) come from
  * `OrdersErrorCode`.
  */
 export enum ForwardErrorCode {

@@ -7,6 +7,7 @@ import { readOrderHeaders } from '../orders/order-request';
 import type { ApiOutcome, ApiRequest, ProviderApiGateway } from '../provider/provider-api.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { type TokenRecord, toRecord } from '../token/token-record';
+import { OrdersErrorCode, OrdersException } from '../orders/orders.exception';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
 import { type ForwardCall, ForwardService } from './forward.service';
 import { parseForwardTarget } from './forward-target';
@@ -206,6 +207,55 @@ describe(ForwardService.name, () => {
     expect((await svc.forward(callOf('POST', 'k3', '{}'), { attempts: 0 })).status).toBe(429);
     expect(api.calls).toHaveLength(1);
     expect((await svc.forward(callOf('POST', 'k3', '{}'), { attempts: 0 })).status).toBe(201);
+  });
+
+  it('keeps passthrough records for FORWARD_IDEMPOTENCY_TTL_SECONDS (1 h), not the orders TTL', async () => {
+    let now = Date.now();
+    const store = new MemoryIdempotencyStore(() => now);
+    const api = new ScriptedApi([{ status: 201 }, { status: 201 }]);
+    const svc = new ForwardService(fakeTokens(), api, store, config, metrics, logger);
+    await svc.forward(callOf('POST', 'k-ttl', '{}'), { attempts: 0 });
+    now += 3599_000;
+    expect(await svc.forward(callOf('POST', 'k-ttl', '{}'), { attempts: 0 })).toMatchObject({
+      replayed: true,
+    });
+    now += 2000;
+    expect(await svc.forward(callOf('POST', 'k-ttl', '{}'), { attempts: 0 })).toMatchObject({
+      replayed: false,
+    });
+    expect(api.calls).toHaveLength(2);
+    await store.close();
+  });
+
+  it('refuses a keyed request past the per-caller bound of records (429, nothing sent), others still pass', async () => {
+    const bounded = brokerConfigSchema.parse({
+      ...config,
+      forward: { ...config.forward, maxIdempotencyRecordsPerCaller: 2 },
+    });
+    const api = new ScriptedApi([]);
+    const svc = new ForwardService(
+      fakeTokens(),
+      api,
+      new MemoryIdempotencyStore(),
+      bounded,
+      metrics,
+      logger,
+    );
+    await svc.forward(callOf('POST', 'b1', '{}'), { attempts: 0 });
+    await svc.forward(callOf('POST', 'b2', '{}'), { attempts: 0 });
+    const err = await svc.forward(callOf('POST', 'b3', '{}'), { attempts: 0 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(OrdersException);
+    expect((err as OrdersException).code).toBe(OrdersErrorCode.IdempotencyRecordsExceeded);
+    expect((err as OrdersException).retryAfterSeconds).toBeGreaterThan(0);
+    expect(api.calls).toHaveLength(2);
+    // Repeats of held keys replay, and requests without a key need no record.
+    expect(await svc.forward(callOf('POST', 'b1', '{}'), { attempts: 0 })).toMatchObject({
+      replayed: true,
+    });
+    expect((await svc.forward(callOf('POST', undefined, '{}'), { attempts: 0 })).status).toBe(200);
   });
 
   describe('an answer that echoes the token', () => {

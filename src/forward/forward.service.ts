@@ -88,6 +88,8 @@ function fail(failure: ForwardingFailure, message: string, options?: object): Er
       return new OrdersException(OrdersErrorCode.IdempotencyUnavailable, message, options);
     case 'tampered':
       return new OrdersException(OrdersErrorCode.IdempotencyRecordTampered, message, options);
+    case 'callerLimit':
+      return new OrdersException(OrdersErrorCode.IdempotencyRecordsExceeded, message, options);
     case 'inFlight':
       return new ForwardException(ForwardErrorCode.InFlight, message, options);
     case 'outcomeUnknown':
@@ -129,13 +131,24 @@ export class ForwardService {
     metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'>,
     logger: Logger,
   ) {
-    this.forwarding = new Forwarding(tokens, store, config, metrics, logger, {
-      noun: 'request',
-      uncertain: 'the provider may or may not have processed the request',
-      unknownCode: ForwardErrorCode.OutcomeUnknown,
-      call: 'forward',
-      fail,
-    });
+    this.forwarding = new Forwarding(
+      tokens,
+      store,
+      config,
+      metrics,
+      logger,
+      {
+        noun: 'request',
+        uncertain: 'the provider may or may not have processed the request',
+        unknownCode: ForwardErrorCode.OutcomeUnknown,
+        call: 'forward',
+        fail,
+      },
+      {
+        ttlSeconds: config.forward.idempotencyTtlSeconds,
+        maxRecordsPerCaller: config.forward.maxIdempotencyRecordsPerCaller,
+      },
+    );
   }
 
   /** Forwards `call` (or replays what its key recorded); throws passthrough or token problems. */

@@ -108,6 +108,8 @@ export function statusFor(code: ProblemCode): ProblemStatus {
       return { status: 503, title: 'Idempotency store unavailable' };
     case OrdersErrorCode.IdempotencyRecordTampered:
       return { status: 500, title: 'Idempotency record tampered' };
+    case OrdersErrorCode.IdempotencyRecordsExceeded:
+      return { status: 429, title: 'Too many Idempotency-Key records', retryAfterSeconds: 1 };
     case OrdersErrorCode.ProviderTimeout:
       return { status: 504, title: 'Provider timeout' };
     case AdminErrorCode.RefreshFailed:

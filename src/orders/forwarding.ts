@@ -37,7 +37,8 @@ export type ForwardingFailure =
   | 'timeout'
   | 'storeUnavailable'
   | 'tampered'
-  | 'echoedToken';
+  | 'echoedToken'
+  | 'callerLimit';
 
 /** How one use of {@link Forwarding} words its failures. */
 export interface ForwardingVocabulary {
@@ -51,6 +52,13 @@ export interface ForwardingVocabulary {
   readonly call: string;
   /** The caller-facing exception for `failure`. */
   fail(failure: ForwardingFailure, message: string, options?: BrokerExceptionOptions): Error;
+}
+
+/** How long one use keeps its idempotency records, and how many a caller may hold. */
+export interface IdempotencyPolicy {
+  readonly ttlSeconds: number;
+  /** Most records per caller and client at once; 0: no bound. */
+  readonly maxRecordsPerCaller: number;
 }
 
 /** The provider's answer as the core sees it; the use decides how its body travels. */
@@ -140,6 +148,7 @@ const NO_LEDGER: Ledger = {
  */
 export class Forwarding {
   private readonly ttlMs: number;
+  private readonly maxPerCaller: number;
   /** How long a claim's holder is presumed alive: its longest possible run, plus slack. */
   private readonly leaseMs: number;
 
@@ -153,6 +162,10 @@ export class Forwarding {
     >,
     private readonly logger: Logger,
     private readonly words: ForwardingVocabulary,
+    policy: IdempotencyPolicy = {
+      ttlSeconds: config.orders.idempotencyTtlSeconds,
+      maxRecordsPerCaller: 0,
+    },
   ) {
     const o = config.orders;
     // Two token waits (the first token, the fresh one after a 401) and two provider calls.
@@ -160,7 +173,8 @@ export class Forwarding {
       2 * config.token.waitTimeoutMs +
       2 * (o.connectTimeoutMs + o.headersTimeoutMs + o.bodyTimeoutMs) +
       LEASE_MARGIN_MS;
-    this.ttlMs = o.idempotencyTtlSeconds * 1000;
+    this.ttlMs = policy.ttlSeconds * 1000;
+    this.maxPerCaller = policy.maxRecordsPerCaller;
   }
 
   /**
@@ -332,7 +346,7 @@ export class Forwarding {
     try {
       result = await this.store.claim(
         ref,
-        { bodyHash, owner, leaseMs: this.leaseMs },
+        { bodyHash, owner, leaseMs: this.leaseMs, maxPerCaller: this.maxPerCaller },
         // Never shorter than a claim can be held, so a record cannot vanish mid-flight.
         Math.max(this.ttlMs, 2 * this.leaseMs),
       );
@@ -349,6 +363,18 @@ export class Forwarding {
           'tampered',
           `the stored outcome of this Idempotency-Key fails its integrity check (it was changed in Redis by something other than a broker), so it is not replayed; nothing was sent. Tell the platform team, and check with the provider whether the ${this.words.noun} was processed before using a new key`,
           { cause: err },
+        );
+      }
+      if (
+        err instanceof IdempotencyStoreException &&
+        err.code === IdempotencyStoreErrorCode.CallerLimit
+      ) {
+        // Refused rather than forwarded unrecorded: the caller asked for replay protection,
+        // and a retry of an unrecorded request could act twice.
+        throw this.words.fail(
+          'callerLimit',
+          `${err.message}; nothing was sent. Retry after ${err.retryAfterSeconds ?? 1} s, when its oldest record expires, or send requests that need no replay protection without an Idempotency-Key`,
+          { retryAfterSeconds: err.retryAfterSeconds, cause: err },
         );
       }
       throw this.storeFailure(err);

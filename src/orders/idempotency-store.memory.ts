@@ -1,10 +1,11 @@
-import type {
-  ClaimResult,
-  IdempotencyClaim,
-  IdempotencyRef,
-  IdempotencyRecord,
-  IdempotencyStore,
-  StoredResponse,
+import {
+  callerLimit,
+  type ClaimResult,
+  type IdempotencyClaim,
+  type IdempotencyRecord,
+  type IdempotencyRef,
+  type IdempotencyStore,
+  type StoredResponse,
 } from './idempotency-store';
 
 interface Entry {
@@ -27,6 +28,8 @@ const SWEEP_INTERVAL_MS = 60_000;
 export class MemoryIdempotencyStore implements IdempotencyStore {
   readonly kind = 'memory' as const;
   private readonly entries = new Map<string, Entry>();
+  /** Per client and caller, the ids of its bounded records (some may have expired since). */
+  private readonly byCaller = new Map<string, Set<string>>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly now: () => number = Date.now) {
@@ -46,6 +49,15 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
             ? { ...record, leaseRemainingMs: Math.max(0, (existing.leaseUntil ?? 0) - this.now()) }
             : record,
       };
+    }
+    const max = claim.maxPerCaller ?? 0;
+    if (max > 0) {
+      const held = this.held(ref);
+      if (held.size >= max) {
+        const oldest = Math.min(...[...held].map((h) => this.entries.get(h)!.expiresAt));
+        throw callerLimit(ref, max, oldest - this.now());
+      }
+      held.add(id);
     }
     this.entries.set(id, {
       record: { state: 'in_flight', bodyHash: claim.bodyHash, leaseRemainingMs: claim.leaseMs },
@@ -82,7 +94,17 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     const entry = this.live(id);
     if (!entry || entry.owner !== owner || entry.record.state !== 'in_flight') return false;
     this.entries.delete(id);
+    this.byCaller.get(callerId(ref))?.delete(id);
     return true;
+  }
+
+  /** The caller's live bounded records (expired ones dropped). */
+  private held(ref: IdempotencyRef): Set<string> {
+    const key = callerId(ref);
+    let held = this.byCaller.get(key);
+    if (!held) this.byCaller.set(key, (held = new Set()));
+    for (const id of held) if (!this.live(id)) held.delete(id);
+    return held;
   }
 
   async close(): Promise<void> {
@@ -118,7 +140,15 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   private sweep(): void {
     const now = this.now();
     for (const [id, entry] of this.entries) if (entry.expiresAt <= now) this.entries.delete(id);
+    for (const [key, held] of this.byCaller) {
+      for (const id of held) if (!this.entries.has(id)) held.delete(id);
+      if (held.size === 0) this.byCaller.delete(key);
+    }
   }
+}
+
+function callerId(ref: IdempotencyRef): string {
+  return `${ref.clientId}\u0000${ref.caller}`;
 }
 
 /** Client ids and key hashes hold no NUL, so the three parts cannot run into each other. */

@@ -46,6 +46,11 @@ export interface IdempotencyClaim {
    * the deadline on its own clock so replicas with skewed clocks agree on it.
    */
   readonly leaseMs: number;
+  /**
+   * Most records the caller may hold for the client at once, this one included; past it the
+   * claim throws {@link IdempotencyStoreErrorCode.CallerLimit}. Absent or 0: no bound.
+   */
+  readonly maxPerCaller?: number;
 }
 
 export type ClaimResult =
@@ -97,6 +102,21 @@ export enum IdempotencyStoreErrorCode {
   Corrupt = 'idempotency_store_corrupt',
   /** The record fails its integrity check (MAC under the cache key): written by someone else. */
   Tampered = 'idempotency_record_tampered',
+  /** The caller holds its most records for the client (`retryAfterSeconds`: until one expires). */
+  CallerLimit = 'idempotency_caller_limit',
+}
+
+/** A caller at its bound of records: it may claim again once its oldest record expires. */
+export function callerLimit(
+  ref: IdempotencyRef,
+  max: number,
+  retryAfterMs: number,
+): IdempotencyStoreException {
+  return new IdempotencyStoreException(
+    IdempotencyStoreErrorCode.CallerLimit,
+    `caller "${ref.caller}" holds ${max} Idempotency-Key records for client "${ref.clientId}", the most it may`,
+    { retryAfterSeconds: Math.max(1, Math.ceil(retryAfterMs / 1000)) },
+  );
 }
 
 /** The idempotency store failed; translated by the adapter that met the library error. */

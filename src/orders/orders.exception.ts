@@ -41,6 +41,11 @@ export enum OrdersErrorCode {
    * in Redis by something other than a broker): nothing is replayed and nothing is sent.
    */
   IdempotencyRecordTampered = 'idempotency_record_tampered',
+  /**
+   * 429: the caller holds the most `Idempotency-Key` records it may for the client; nothing was
+   * sent (`Retry-After`: until its oldest record expires).
+   */
+  IdempotencyRecordsExceeded = 'idempotency_records_exceeded',
   /** 504: the provider did not answer in time after the order was sent. */
   ProviderTimeout = 'order_provider_timeout',
 }

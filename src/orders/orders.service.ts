@@ -55,6 +55,7 @@ const ORDER_CODES: Record<ForwardingFailure, OrdersErrorCode> = {
   storeUnavailable: OrdersErrorCode.IdempotencyUnavailable,
   tampered: OrdersErrorCode.IdempotencyRecordTampered,
   echoedToken: OrdersErrorCode.UpstreamEchoedToken,
+  callerLimit: OrdersErrorCode.IdempotencyRecordsExceeded,
 };
 
 /**

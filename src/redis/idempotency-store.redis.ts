@@ -1,4 +1,5 @@
 import {
+  callerLimit,
   type ClaimResult,
   type IdempotencyClaim,
   type IdempotencyRef,
@@ -15,14 +16,16 @@ import type { TokenCipher } from '../token/token-cipher';
 
 /**
  * KEYS[1] record hash, KEYS[2] the same key's record as versions before per-caller records
- * wrote it. ARGV: body hash, owner, lease length (ms), TTL ms, MAC of the body hash.
+ * wrote it, KEYS[3] the caller's records (sorted set: record key by expiry). ARGV: body hash,
+ * owner, lease length (ms), TTL ms, MAC of the body hash, most records per caller (0: no bound).
  * Check and create in one script: of any number of concurrent claims exactly one creates the
  * record, and every other one gets the record back in the same round trip. The lease deadline
  * is set and compared on Redis's clock (TIME), never a replica's: a claimant whose wall clock
  * is ahead would otherwise hold a dead claim "in flight" for longer, one behind would see a
  * live claim as abandoned. The lease comes back as the ms it has left (0: ended). An old
  * record has no caller, so it answers only an exact repeat (same body hash), marked 'legacy'
- * (9th field) for its MACs; any other body claims the caller's own record.
+ * (9th field) for its MACs; any other body claims the caller's own record. A caller at its
+ * bound gets {'full', ms until its oldest record expires} and nothing is written.
  */
 const CLAIM = `
 local t = redis.call('TIME')
@@ -41,18 +44,34 @@ if cur[1] then
   if lease then cur[3] = tostring(math.max(0, lease - now)) end
   return cur
 end
+local max = tonumber(ARGV[6])
+if max > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.call('ZCARD', KEYS[3]) >= max then
+    local oldest = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    return {'full', tostring(math.max(1, tonumber(oldest[2]) - now))}
+  end
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), KEYS[1])
+  -- The set lives as long as its longest-lived record, never forever.
+  if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[3], ARGV[4]) end
+end
 redis.call('HSET', KEYS[1], 'st', 'f', 'fp', ARGV[1], 'own', ARGV[2], 'lease', now + tonumber(ARGV[3]), 'fpm', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
 `;
 
 /**
- * KEYS[1] record hash. ARGV: owner, TTL ms, state ('c' or 'u'), then for 'c' status, content
- * type, body and the MAC over them. Only the claimant settles its own claim: a holder that outlived its lease must
- * not overwrite what a later claimant recorded.
+ * KEYS[1] record hash, KEYS[2] the caller's records. ARGV: owner, TTL ms, state ('c' or 'u'),
+ * then for 'c' status, content type, body and the MAC over them. Only the claimant settles its
+ * own claim: a holder that outlived its lease must not overwrite what a later claimant
+ * recorded. The record's new expiry is its entry's in the caller's set, if it has one.
  */
 const SETTLE = `
 if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[2]), KEYS[1])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
 redis.call('HDEL', KEYS[1], 'lease')
 if ARGV[3] == 'c' then
   redis.call('HSET', KEYS[1], 'st', 'c', 'status', ARGV[4], 'ct', ARGV[5], 'body', ARGV[6], 'mac', ARGV[7])
@@ -64,13 +83,15 @@ return 1
 `;
 
 /**
- * KEYS[1] record hash. ARGV: owner. Deletes only an in-flight claim of this owner: a settled
- * record (an answer, or an unknown outcome) must never be forgotten early.
+ * KEYS[1] record hash, KEYS[2] the caller's records. ARGV: owner. Deletes only an in-flight
+ * claim of this owner: a settled record (an answer, or an unknown outcome) must never be
+ * forgotten early. A released claim no longer counts against its caller's bound.
  */
 const RELEASE = `
 local cur = redis.call('HMGET', KEYS[1], 'own', 'st')
 if cur[1] ~= ARGV[1] or cur[2] ~= 'f' then return 0 end
 redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
 `;
 
@@ -80,10 +101,15 @@ type RedisWithIdempotencyScripts = RedisClient & {
   tbIdemClaimBuffer(
     key: string,
     legacyKey: string,
+    quotaKey: string,
     ...args: (string | number)[]
   ): Promise<number | RawField[]>;
-  tbIdemSettle(key: string, ...args: (string | number | Buffer)[]): Promise<number>;
-  tbIdemRelease(key: string, owner: string): Promise<number>;
+  tbIdemSettle(
+    key: string,
+    quotaKey: string,
+    ...args: (string | number | Buffer)[]
+  ): Promise<number>;
+  tbIdemRelease(key: string, quotaKey: string, owner: string): Promise<number>;
 };
 
 /**
@@ -116,9 +142,9 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       'authenticates' | 'mac' | 'verifyMac' | 'sealBytes' | 'openBytes'
     >,
   ) {
-    redis.defineCommand('tbIdemClaim', { numberOfKeys: 2, lua: CLAIM });
-    redis.defineCommand('tbIdemSettle', { numberOfKeys: 1, lua: SETTLE });
-    redis.defineCommand('tbIdemRelease', { numberOfKeys: 1, lua: RELEASE });
+    redis.defineCommand('tbIdemClaim', { numberOfKeys: 3, lua: CLAIM });
+    redis.defineCommand('tbIdemSettle', { numberOfKeys: 2, lua: SETTLE });
+    redis.defineCommand('tbIdemRelease', { numberOfKeys: 2, lua: RELEASE });
     this.redis = redis as RedisWithIdempotencyScripts;
   }
 
@@ -129,15 +155,20 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       this.redis.tbIdemClaimBuffer(
         redisKeys.callerIdempotency(clientId, caller, keyHash),
         redisKeys.idempotency(clientId, keyHash),
+        redisKeys.idempotencyQuota(clientId, caller),
         claim.bodyHash,
         claim.owner,
         Math.ceil(claim.leaseMs),
         Math.ceil(ttlMs),
         this.signer.mac(['fp2', clientId, caller, keyHash, claim.bodyHash]),
+        claim.maxPerCaller ?? 0,
       ),
     );
     if (reply === 1) return { claimed: true };
     if (!Array.isArray(reply)) throw corrupt('unexpected reply to the claim script');
+    if (reply.length === 2 && reply[0]?.toString('latin1') === 'full') {
+      throw callerLimit(ref, claim.maxPerCaller ?? 0, Number(reply[1]?.toString('latin1')));
+    }
     const parsed = parseRecord(reply);
     const legacy = reply[8]?.toString('latin1') === 'legacy';
     // Older versions stored the answer in clear; this one seals it like the token.
@@ -166,6 +197,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const done = await this.run('recording an order outcome', () =>
       this.redis.tbIdemSettle(
         recordKey(ref),
+        quotaKey(ref),
         owner,
         Math.ceil(ttlMs),
         'c',
@@ -180,14 +212,14 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   async markUnknown(ref: IdempotencyRef, owner: string, ttlMs: number): Promise<boolean> {
     const done = await this.run('recording an unknown order outcome', () =>
-      this.redis.tbIdemSettle(recordKey(ref), owner, Math.ceil(ttlMs), 'u'),
+      this.redis.tbIdemSettle(recordKey(ref), quotaKey(ref), owner, Math.ceil(ttlMs), 'u'),
     );
     return done === 1;
   }
 
   async release(ref: IdempotencyRef, owner: string): Promise<boolean> {
     const done = await this.run('releasing an idempotency key', () =>
-      this.redis.tbIdemRelease(recordKey(ref), owner),
+      this.redis.tbIdemRelease(recordKey(ref), quotaKey(ref), owner),
     );
     return done === 1;
   }
@@ -299,6 +331,10 @@ function bodyContext(ref: IdempotencyRef): string[] {
 
 function recordKey(ref: IdempotencyRef): string {
   return redisKeys.callerIdempotency(ref.clientId, ref.caller, ref.keyHash);
+}
+
+function quotaKey(ref: IdempotencyRef): string {
+  return redisKeys.idempotencyQuota(ref.clientId, ref.caller);
 }
 
 function tampered(why: string): IdempotencyStoreException {

@@ -25,6 +25,9 @@ export const redisKeys = {
    * rolling upgrade, never written.
    */
   idempotency: (clientId: string, keyHash: string) => `tb:{${clientId}}:idem:${keyHash}`,
+  /** The records a caller holds for the client (a sorted set: record key, expiry in Redis ms). */
+  idempotencyQuota: (clientId: string, caller: string) =>
+    `tb:{${clientId}}:idemq:${createHash('sha256').update(caller).digest('hex')}`,
   /** A caller's idempotency record: the same key sent by two callers is two records. */
   callerIdempotency: (clientId: string, caller: string, keyHash: string) =>
     `tb:{${clientId}}:idem:${createHash('sha256').update(`${keyHash}\n${caller}`).digest('hex')}`,
