@@ -75,21 +75,25 @@ export async function screenStream(
   const keep = scanner.heldBack;
   async function* rest(): AsyncGenerator<Buffer> {
     let pending = Buffer.concat(held, size);
-    for (;;) {
-      if (pending.length > keep) {
-        yield pending.subarray(0, pending.length - keep);
-        pending = pending.subarray(pending.length - keep);
+    try {
+      for (;;) {
+        if (pending.length > keep) {
+          yield pending.subarray(0, pending.length - keep);
+          pending = pending.subarray(pending.length - keep);
+        }
+        const next = await chunks.next();
+        if (next.done) break;
+        if (scanner.push(next.value)) {
+          onLateEcho();
+          throw new Error('the provider answer contained the access token: cut off');
+        }
+        pending = Buffer.concat([pending, next.value]);
       }
-      const next = await chunks.next();
-      if (next.done) break;
-      if (scanner.push(next.value)) {
-        onLateEcho();
-        body.destroy();
-        throw new Error('the provider answer contained the access token: cut off');
-      }
-      pending = Buffer.concat([pending, next.value]);
+      if (pending.length > 0) yield pending;
+    } finally {
+      // Cut off, or the caller went away: the provider's answer is not read any further.
+      body.destroy();
     }
-    if (pending.length > 0) yield pending;
   }
   return { body: Readable.from(rest(), { objectMode: false }) };
 }

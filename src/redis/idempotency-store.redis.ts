@@ -70,8 +70,10 @@ const SETTLE = `
 if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[2]), KEYS[1])
-if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+if redis.call('ZSCORE', KEYS[2], KEYS[1]) then
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), KEYS[1])
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+end
 redis.call('HDEL', KEYS[1], 'lease')
 if ARGV[3] == 'c' then
   redis.call('HSET', KEYS[1], 'st', 'c', 'status', ARGV[4], 'ct', ARGV[5], 'body', ARGV[6], 'mac', ARGV[7])
