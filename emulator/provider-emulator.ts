@@ -508,8 +508,8 @@ export class ProviderEmulator {
    * Any method under {@link PROVIDER_API_PREFIXES}: a valid bearer token, then the call is
    * processed (recorded in `stats.calls`) and echoed back as JSON (method, path, query, headers,
    * body; the bearer token redacted unless `echoAuthorization` says otherwise), with headers a
-   * proxy must and must not relay. `GET .../large?bytes=N` streams N
-   * bytes of `x` instead, in 64 KiB chunks, honouring back-pressure.
+   * proxy must and must not relay. `GET .../large?bytes=N` streams N bytes of `x` instead, in
+   * 64 KiB chunks, honouring back-pressure.
    */
   private async answerApi(req: IncomingMessage, res: ServerResponse, target: URL): Promise<void> {
     this.current.apiRequests++;

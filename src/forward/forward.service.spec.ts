@@ -282,6 +282,20 @@ describe(ForwardService.name, () => {
       expect(await echoes()).toBe(before + 1);
     });
 
+    it('refuses an answer whose returned headers carry the token', async () => {
+      const api: ProviderApiGateway = {
+        call: async () => ({
+          kind: 'answered',
+          status: 302,
+          headers: { location: 'https://debug.example/?access_token=t0' },
+          body: Buffer.alloc(0),
+        }),
+      };
+      expect(await codeOf(service(api).forward(callOf('GET'), { attempts: 0 }))).toBe(
+        ForwardErrorCode.UpstreamEchoedToken,
+      );
+    });
+
     it('refuses a streamed answer with the token split across two chunks', async () => {
       const api = new ScriptedApi([
         {

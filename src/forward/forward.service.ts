@@ -220,6 +220,11 @@ async function screened(
   tokens: readonly string[],
   onLateEcho: () => void,
 ): Promise<PassAnswer | CheckoutFailure | 'echoed'> {
+  // The returned headers too: a debugging redirect may carry it in `Location`.
+  if (echoesToken(Buffer.from(Object.values(answer.headers).join('\n')), tokens)) {
+    if (!Buffer.isBuffer(answer.body)) answer.body.destroy();
+    return 'echoed';
+  }
   if (Buffer.isBuffer(answer.body)) return echoesToken(answer.body, tokens) ? 'echoed' : answer;
   let result;
   try {
