@@ -84,9 +84,10 @@ export interface Exchange<A extends ForwardedAnswer> {
   /** Lets go of a 401 answer that will not be relayed (drains a streamed body). */
   discard(answer: A): void;
   /**
-   * The answer, unless its body contains one of `tokens` (the tokens sent for this exchange):
-   * then `'echoed'`, and the answer is let go. A streamed body may be read in part to decide;
-   * a token found after relaying has begun cuts it off and calls `onLateEcho`.
+   * The answer, unless what would be relayed (its body, and the headers a use returns)
+   * contains one of `tokens` (the tokens sent for this exchange): then `'echoed'`, and the
+   * answer is let go. A streamed body may be read in part to decide; a token found after
+   * relaying has begun cuts it off and calls `onLateEcho`.
    */
   screen(
     answer: A,
@@ -141,7 +142,7 @@ const NO_LEDGER: Ledger = {
  *   no token) is released so the caller may retry.
  * - If the idempotency store is down, requests with a key are refused (503): the broker cannot
  *   promise no duplicate. Requests without a key do not need the store and are forwarded.
- * - An answer whose body contains a token the broker sent for this request is neither relayed
+ * - An answer that contains a token the broker sent for this request is neither relayed
  *   nor stored (502, logged and counted): it would hand the fleet's token to a caller.
  *
  * Plain TypeScript: no Nest import, so it is unit tested without the framework.
@@ -212,7 +213,7 @@ export class Forwarding {
       );
       if (screened === 'echoed') {
         this.echoed(exchange.clientId, status, false);
-        // Processed (or refused) by the provider: only a 429 certainly did nothing.
+        // Processed, or refused: the provider answered, and only a 429 certainly did nothing.
         await (status === 429 ? ledger.release() : ledger.markUnknown());
         const noun = this.words.noun;
         const repeat =
@@ -221,7 +222,7 @@ export class Forwarding {
             : ` A repeat with the same Idempotency-Key answers 409 ${this.words.unknownCode}.`;
         throw this.words.fail(
           'echoedToken',
-          `the provider answered HTTP ${status} with a body that contains the access token the broker sent it, so the answer is withheld (neither relayed nor stored); the ${noun} may have been processed.${repeat} Check with the provider, and have the provider endpoint fixed so that it does not echo the Authorization header`,
+          `the provider answered HTTP ${status} with an answer that contains the access token the broker sent it, so the answer is withheld (neither relayed nor stored); the ${noun} may have been processed.${repeat} Check with the provider, and have the provider endpoint fixed so that it does not echo the Authorization header`,
         );
       }
       outcome = screened;

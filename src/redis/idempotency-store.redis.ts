@@ -116,9 +116,10 @@ type RedisWithIdempotencyScripts = RedisClient & {
 
 /**
  * The idempotency store on Redis: one hash per client, caller and key hash
- * (`tb:{client}:idem:<sha256 of key hash and caller>`) with the state, the body's SHA-256 in `fp`, the claimant in `own`, its lease (deadline in
- * Redis time), and once
- * settled the provider's status, content type and exact body bytes.
+ * (`tb:{client}:idem:<sha256 of key hash and caller>`) with the state, the body's SHA-256 in
+ * `fp`, the claimant in `own`, its lease (deadline in Redis time), and once settled the
+ * provider's status, content type and exact body bytes (sealed, see below). Each caller's
+ * bounded records are listed in `tb:{client}:idemq:<sha256 of caller>` by expiry.
  *
  * Whoever can write to Redis must not be able to make a broker replay an answer of their
  * choosing: with a cache key configured, the body hash (`fpm`) and the stored answer (`mac`)
