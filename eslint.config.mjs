@@ -87,6 +87,7 @@ const BOUNDARIES = {
         'order-request',
         'orders\\.exception',
         'orders\\.constants',
+        'token-echo\\.screen',
       ],
     },
   ],

@@ -69,6 +69,13 @@ export interface ProviderKnobs {
   ordersFailure: OrdersFailure | null;
   /** When set, every passthrough (non-order API) call fails this way, e.g. a 429. @default null */
   apiFailure: OrdersFailure | null;
+  /**
+   * How the echo of a passthrough call shows its `Authorization`: `redacted` (the bearer
+   * token replaced; `stats.calls` keeps it), or the token itself as a careless debugging
+   * endpoint would, in one write (`verbatim`) or in two with the token cut between them
+   * (`split`). @default 'redacted'
+   */
+  echoAuthorization: 'redacted' | 'verbatim' | 'split';
 }
 
 /** The provider's behaviour when nothing is configured. */
@@ -81,6 +88,7 @@ export const DEFAULT_PROVIDER_KNOBS: Readonly<ProviderKnobs> = Object.freeze({
   tokenFailure: null,
   ordersFailure: null,
   apiFailure: null,
+  echoAuthorization: 'redacted',
 });
 
 /** A way for the token endpoint to fail. Applied before credentials are checked. */
@@ -499,8 +507,9 @@ export class ProviderEmulator {
   /**
    * Any method under {@link PROVIDER_API_PREFIXES}: a valid bearer token, then the call is
    * processed (recorded in `stats.calls`) and echoed back as JSON (method, path, query, headers,
-   * body), with headers a proxy must and must not relay. `GET .../large?bytes=N` streams N
-   * bytes of `x` instead, in 64 KiB chunks, honouring back-pressure.
+   * body; the bearer token redacted unless `echoAuthorization` says otherwise), with headers a
+   * proxy must and must not relay. `GET .../large?bytes=N` streams N bytes of `x` instead, in
+   * 64 KiB chunks, honouring back-pressure.
    */
   private async answerApi(req: IncomingMessage, res: ServerResponse, target: URL): Promise<void> {
     this.current.apiRequests++;
@@ -562,7 +571,25 @@ export class ProviderEmulator {
       return;
     }
     const status = req.method === 'POST' ? 201 : 200;
-    sendJson(res, status, call, relayTest);
+    const echo = this.knobs.echoAuthorization;
+    if (echo === 'redacted') {
+      const headers = { ...call.headers };
+      if (headers.authorization !== undefined) headers.authorization = 'Bearer [redacted]';
+      sendJson(res, status, { ...call, headers }, relayTest);
+      return;
+    }
+    const text = JSON.stringify(call);
+    const bearer = /^bearer +(\S+)/i.exec(call.headers.authorization ?? '')?.[1] ?? '';
+    if (echo === 'verbatim' || bearer === '') {
+      sendJson(res, status, call, relayTest);
+      return;
+    }
+    // Two writes apart in time, so they leave as two chunks with the token cut between them.
+    const cut = text.indexOf(bearer) + Math.floor(bearer.length / 2);
+    res.writeHead(status, { ...relayTest, 'content-type': 'application/json' });
+    res.write(text.slice(0, cut));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    res.end(text.slice(cut));
   }
 
   private answerOrder(

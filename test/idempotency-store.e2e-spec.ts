@@ -3,6 +3,7 @@ import { Cluster, type Redis } from 'ioredis';
 import { redisSettingsSchema } from '../src/config/config.schema';
 import {
   type IdempotencyClaim,
+  type IdempotencyRef,
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
   IdempotencyStoreException,
@@ -21,6 +22,11 @@ const CLIENT = 'acme-preprod';
 const TTL_MS = 60_000;
 /** The cache key: it authenticates what the store replays. */
 const CACHE_KEY = randomBytes(32);
+
+/** A record of `caller` (by default the one caller most tests need). */
+function ref(clientId: string, keyHash: string, caller = 'checkout'): IdempotencyRef {
+  return { clientId, caller, keyHash };
+}
 
 function claimOf(bodyHash = 'body-a'): IdempotencyClaim {
   return { bodyHash, owner: randomUUID(), leaseMs: 30_000 };
@@ -92,8 +98,8 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
 
     it('grants the first claim and shows later ones the in-flight record', async () => {
       const first = claimOf('body-a');
-      expect(await store.claim(CLIENT, key, first, TTL_MS)).toEqual({ claimed: true });
-      const second = await store.claim(CLIENT, key, claimOf('body-b'), TTL_MS);
+      expect(await store.claim(ref(CLIENT, key), first, TTL_MS)).toEqual({ claimed: true });
+      const second = await store.claim(ref(CLIENT, key), claimOf('body-b'), TTL_MS);
       expect(second).toEqual({
         claimed: false,
         existing: { state: 'in_flight', bodyHash: 'body-a', leaseRemainingMs: expect.any(Number) },
@@ -105,10 +111,10 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
     });
 
     it('reports a lease that ran out as 0 ms left', async () => {
-      await store.claim(CLIENT, key, { ...claimOf('body-a'), leaseMs: 100 }, TTL_MS);
+      await store.claim(ref(CLIENT, key), { ...claimOf('body-a'), leaseMs: 100 }, TTL_MS);
       await waitFor(
         async () => {
-          const r = await store.claim(CLIENT, key, claimOf('body-a'), TTL_MS);
+          const r = await store.claim(ref(CLIENT, key), claimOf('body-a'), TTL_MS);
           return (
             !r.claimed && r.existing.state === 'in_flight' && r.existing.leaseRemainingMs === 0
           );
@@ -125,7 +131,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
           : [store];
       const results = await Promise.all(
         Array.from({ length: 200 }, (_, i) =>
-          stores[i % stores.length].claim(CLIENT, key, claimOf(), TTL_MS),
+          stores[i % stores.length].claim(ref(CLIENT, key), claimOf(), TTL_MS),
         ),
       );
       expect(results.filter((r) => r.claimed)).toHaveLength(1);
@@ -133,10 +139,10 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
 
     it('replays the completed answer byte for byte, with its status and content type', async () => {
       const claim = claimOf();
-      await store.claim(CLIENT, key, claim, TTL_MS);
+      await store.claim(ref(CLIENT, key), claim, TTL_MS);
       const response = { status: 201, contentType: 'application/json', body: BINARY_BODY };
-      expect(await store.complete(CLIENT, key, claim.owner, response, TTL_MS)).toBe(true);
-      const again = await store.claim(CLIENT, key, claimOf(), TTL_MS);
+      expect(await store.complete(ref(CLIENT, key), claim.owner, response, TTL_MS)).toBe(true);
+      const again = await store.claim(ref(CLIENT, key), claimOf(), TTL_MS);
       expect(again).toEqual({
         claimed: false,
         existing: { state: 'completed', bodyHash: 'body-a', response },
@@ -145,10 +151,10 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
 
     it('keeps an empty body and a missing content type as they were', async () => {
       const claim = claimOf();
-      await store.claim(CLIENT, key, claim, TTL_MS);
+      await store.claim(ref(CLIENT, key), claim, TTL_MS);
       const response = { status: 204, contentType: undefined, body: Buffer.alloc(0) };
-      await store.complete(CLIENT, key, claim.owner, response, TTL_MS);
-      const again = await store.claim(CLIENT, key, claimOf(), TTL_MS);
+      await store.complete(ref(CLIENT, key), claim.owner, response, TTL_MS);
+      const again = await store.claim(ref(CLIENT, key), claimOf(), TTL_MS);
       expect(again.claimed === false && again.existing).toEqual({
         state: 'completed',
         bodyHash: 'body-a',
@@ -158,22 +164,22 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
 
     it('lets only the claimant settle its claim', async () => {
       const claim = claimOf();
-      await store.claim(CLIENT, key, claim, TTL_MS);
+      await store.claim(ref(CLIENT, key), claim, TTL_MS);
       const stranger = randomUUID();
       const response = { status: 201, body: Buffer.from('{}') };
-      expect(await store.complete(CLIENT, key, stranger, response, TTL_MS)).toBe(false);
-      expect(await store.markUnknown(CLIENT, key, stranger, TTL_MS)).toBe(false);
-      expect(await store.release(CLIENT, key, stranger)).toBe(false);
-      const again = await store.claim(CLIENT, key, claimOf(), TTL_MS);
+      expect(await store.complete(ref(CLIENT, key), stranger, response, TTL_MS)).toBe(false);
+      expect(await store.markUnknown(ref(CLIENT, key), stranger, TTL_MS)).toBe(false);
+      expect(await store.release(ref(CLIENT, key), stranger)).toBe(false);
+      const again = await store.claim(ref(CLIENT, key), claimOf(), TTL_MS);
       expect(again.claimed === false && again.existing.state).toBe('in_flight');
     });
 
     it('records an unknown outcome, which is never released', async () => {
       const claim = claimOf();
-      await store.claim(CLIENT, key, claim, TTL_MS);
-      expect(await store.markUnknown(CLIENT, key, claim.owner, TTL_MS)).toBe(true);
-      expect(await store.release(CLIENT, key, claim.owner)).toBe(false);
-      const again = await store.claim(CLIENT, key, claimOf(), TTL_MS);
+      await store.claim(ref(CLIENT, key), claim, TTL_MS);
+      expect(await store.markUnknown(ref(CLIENT, key), claim.owner, TTL_MS)).toBe(true);
+      expect(await store.release(ref(CLIENT, key), claim.owner)).toBe(false);
+      const again = await store.claim(ref(CLIENT, key), claimOf(), TTL_MS);
       expect(again).toEqual({
         claimed: false,
         existing: { state: 'unknown', bodyHash: 'body-a' },
@@ -182,31 +188,37 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
 
     it('releases an in-flight claim so that the key can be claimed again', async () => {
       const claim = claimOf();
-      await store.claim(CLIENT, key, claim, TTL_MS);
-      expect(await store.release(CLIENT, key, claim.owner)).toBe(true);
-      expect(await store.claim(CLIENT, key, claimOf('body-b'), TTL_MS)).toEqual({ claimed: true });
+      await store.claim(ref(CLIENT, key), claim, TTL_MS);
+      expect(await store.release(ref(CLIENT, key), claim.owner)).toBe(true);
+      expect(await store.claim(ref(CLIENT, key), claimOf('body-b'), TTL_MS)).toEqual({
+        claimed: true,
+      });
     });
 
     it('never releases a completed record', async () => {
       const claim = claimOf();
-      await store.claim(CLIENT, key, claim, TTL_MS);
+      await store.claim(ref(CLIENT, key), claim, TTL_MS);
       await store.complete(
-        CLIENT,
-        key,
+        ref(CLIENT, key),
         claim.owner,
         { status: 201, body: Buffer.from('{}') },
         TTL_MS,
       );
-      expect(await store.release(CLIENT, key, claim.owner)).toBe(false);
-      const again = await store.claim(CLIENT, key, claimOf(), TTL_MS);
+      expect(await store.release(ref(CLIENT, key), claim.owner)).toBe(false);
+      const again = await store.claim(ref(CLIENT, key), claimOf(), TTL_MS);
       expect(again.claimed === false && again.existing.state).toBe('completed');
     });
 
     it('forgets a record after its TTL', async () => {
       const claim = claimOf();
-      await store.claim(CLIENT, key, claim, TTL_MS);
-      await store.complete(CLIENT, key, claim.owner, { status: 201, body: Buffer.from('{}') }, 150);
-      await waitFor(async () => (await store.claim(CLIENT, key, claimOf(), TTL_MS)).claimed, {
+      await store.claim(ref(CLIENT, key), claim, TTL_MS);
+      await store.complete(
+        ref(CLIENT, key),
+        claim.owner,
+        { status: 201, body: Buffer.from('{}') },
+        150,
+      );
+      await waitFor(async () => (await store.claim(ref(CLIENT, key), claimOf(), TTL_MS)).claimed, {
         timeoutMs: 3000,
         intervalMs: 50,
         what: 'the completed record to expire',
@@ -214,9 +226,93 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
     });
 
     it('keeps keys of different clients apart', async () => {
-      expect(await store.claim(CLIENT, key, claimOf(), TTL_MS)).toEqual({ claimed: true });
-      expect(await store.claim('other-client', key, claimOf(), TTL_MS)).toEqual({
+      expect(await store.claim(ref(CLIENT, key), claimOf(), TTL_MS)).toEqual({ claimed: true });
+      expect(await store.claim(ref('other-client', key), claimOf(), TTL_MS)).toEqual({
         claimed: true,
+      });
+    });
+
+    it('bounds the records one caller holds per client, counting until they expire or are released', async () => {
+      const bounded = (bodyHash = 'body-a') => ({ ...claimOf(bodyHash), maxPerCaller: 2 });
+      const keys = [1, 2, 3].map(() => idempotencyKeyHash(randomUUID()));
+      const first = bounded();
+      expect(await store.claim(ref(CLIENT, keys[0]), first, TTL_MS)).toEqual({ claimed: true });
+      const second = bounded();
+      expect(await store.claim(ref(CLIENT, keys[1]), second, TTL_MS)).toEqual({ claimed: true });
+      await store.complete(
+        ref(CLIENT, keys[1]),
+        second.owner,
+        { status: 201, body: Buffer.from('{}') },
+        TTL_MS,
+      );
+      const err: unknown = await store
+        .claim(ref(CLIENT, keys[2]), bounded(), TTL_MS)
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(IdempotencyStoreException);
+      expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.CallerLimit);
+      const retryAfter = (err as IdempotencyStoreException).retryAfterSeconds!;
+      expect(retryAfter).toBeGreaterThan(0);
+      expect(retryAfter).toBeLessThanOrEqual(TTL_MS / 1000);
+      // A repeat of a key it holds is no new record: still answered.
+      expect(await store.claim(ref(CLIENT, keys[1]), bounded(), TTL_MS)).toMatchObject({
+        claimed: false,
+        existing: { state: 'completed' },
+      });
+      // Per caller and client: others are not held back by this caller's records.
+      expect(await store.claim(ref(CLIENT, keys[2], 'marketing'), bounded(), TTL_MS)).toEqual({
+        claimed: true,
+      });
+      expect(await store.claim(ref('other-client', keys[2]), bounded(), TTL_MS)).toEqual({
+        claimed: true,
+      });
+      // A released claim frees its place, as does an expired record.
+      expect(await store.release(ref(CLIENT, keys[0]), first.owner)).toBe(true);
+      expect(await store.claim(ref(CLIENT, keys[2]), bounded(), TTL_MS)).toEqual({ claimed: true });
+      const fourth = idempotencyKeyHash(randomUUID());
+      await expect(store.claim(ref(CLIENT, fourth), bounded(), TTL_MS)).rejects.toThrow(
+        /the most it may/,
+      );
+      const claimBrief = () =>
+        store
+          .claim(
+            ref(CLIENT, idempotencyKeyHash(randomUUID()), 'brief'),
+            { ...claimOf(), maxPerCaller: 1 },
+            150,
+          )
+          .then(
+            (r) => r.claimed,
+            () => false,
+          );
+      expect(await claimBrief()).toBe(true);
+      expect(await claimBrief()).toBe(false);
+      await waitFor(claimBrief, {
+        timeoutMs: 3000,
+        intervalMs: 50,
+        what: 'the expired record to free its place',
+      });
+      // Unbounded claims (orders) are never refused.
+      expect(await store.claim(ref(CLIENT, fourth), claimOf(), TTL_MS)).toEqual({ claimed: true });
+    });
+
+    it("keeps callers' keys apart: another caller's same key and body is its own record", async () => {
+      const claim = claimOf('body-a');
+      await store.claim(ref(CLIENT, key, 'checkout'), claim, TTL_MS);
+      const answer = { status: 201, contentType: 'application/json', body: Buffer.from('{}') };
+      await store.complete(ref(CLIENT, key, 'checkout'), claim.owner, answer, TTL_MS);
+      // Neither A's answer (same body) nor a 422 (other body): B's key is B's.
+      const b = claimOf('body-a');
+      expect(await store.claim(ref(CLIENT, key, 'marketing'), b, TTL_MS)).toEqual({
+        claimed: true,
+      });
+      expect(await store.release(ref(CLIENT, key, 'marketing'), b.owner)).toBe(true);
+      expect(await store.claim(ref(CLIENT, key, 'marketing'), claimOf('body-b'), TTL_MS)).toEqual({
+        claimed: true,
+      });
+      // A settled record is not the other caller's to settle either.
+      expect(await store.release(ref(CLIENT, key, 'marketing'), claim.owner)).toBe(false);
+      expect(await store.claim(ref(CLIENT, key, 'checkout'), claimOf(), TTL_MS)).toEqual({
+        claimed: false,
+        existing: { state: 'completed', bodyHash: 'body-a', response: answer },
       });
     });
   });
@@ -229,21 +325,48 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
         const callerKey = 'order-42-secret-ish';
         const keyHash = idempotencyKeyHash(callerKey);
         const claim = claimOf();
-        await store.claim(CLIENT, keyHash, claim, TTL_MS);
+        await store.claim(ref(CLIENT, keyHash), claim, TTL_MS);
         await store.complete(
-          CLIENT,
-          keyHash,
+          ref(CLIENT, keyHash),
           claim.owner,
           { status: 201, body: Buffer.from('{}') },
           90_000,
         );
         const keys = await allKeys(raw);
-        expect(keys).toEqual([redisKeys.idempotency(CLIENT, keyHash)]);
-        expect(keys[0]).toBe(`tb:{${CLIENT}}:idem:${keyHash}`);
+        expect(keys).toEqual([redisKeys.callerIdempotency(CLIENT, 'checkout', keyHash)]);
+        expect(keys[0]).toMatch(new RegExp(`^tb:\\{${CLIENT}\\}:idem:[0-9a-f]{64}$`));
         expect(keys[0]).not.toContain(callerKey);
+        expect(keys[0]).not.toContain(keyHash);
         const ttl = await raw.pttl(keys[0]);
         expect(ttl).toBeGreaterThan(80_000);
         expect(ttl).toBeLessThanOrEqual(90_000);
+      } finally {
+        raw.disconnect();
+      }
+    });
+
+    it('keeps the stored answer sealed under the cache key, never in clear', async () => {
+      const store = await redisStore();
+      const raw = redis.client();
+      try {
+        const keyHash = idempotencyKeyHash(randomUUID());
+        const claim = claimOf();
+        const answer = { status: 201, body: Buffer.from('{"orderId":"o-secret-ish-42"}') };
+        await store.claim(ref(CLIENT, keyHash), claim, TTL_MS);
+        await store.complete(ref(CLIENT, keyHash), claim.owner, answer, TTL_MS);
+        const stored = await raw.hgetallBuffer(
+          redisKeys.callerIdempotency(CLIENT, 'checkout', keyHash),
+        );
+        expect(Buffer.concat(Object.values(stored)).includes('o-secret-ish-42')).toBe(false);
+        expect(await store.claim(ref(CLIENT, keyHash), claimOf(), TTL_MS)).toMatchObject({
+          existing: { state: 'completed', response: answer },
+        });
+        // Sealed for its record: moved under another caller's key it does not open.
+        await raw.hset(redisKeys.callerIdempotency(CLIENT, 'marketing', keyHash), stored);
+        const err: unknown = await store
+          .claim(ref(CLIENT, keyHash, 'marketing'), claimOf(), TTL_MS)
+          .catch((e: unknown) => e);
+        expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.Tampered);
       } finally {
         raw.disconnect();
       }
@@ -264,50 +387,52 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
         for (const [what, fields] of tamper) {
           const keyHash = idempotencyKeyHash(randomUUID());
           const claim = claimOf();
-          await store.claim(CLIENT, keyHash, claim, TTL_MS);
+          await store.claim(ref(CLIENT, keyHash), claim, TTL_MS);
           const answer = {
             status: 201,
             contentType: 'application/json',
             body: Buffer.from('{"id":"o-1"}'),
           };
-          await store.complete(CLIENT, keyHash, claim.owner, answer, TTL_MS);
-          const genuine = await store.claim(CLIENT, keyHash, claimOf(), TTL_MS);
+          await store.complete(ref(CLIENT, keyHash), claim.owner, answer, TTL_MS);
+          const genuine = await store.claim(ref(CLIENT, keyHash), claimOf(), TTL_MS);
           expect(genuine).toEqual({
             claimed: false,
             existing: { state: 'completed', bodyHash: 'body-a', response: answer },
           });
-          await raw.hset(redisKeys.idempotency(CLIENT, keyHash), fields);
+          await raw.hset(redisKeys.callerIdempotency(CLIENT, 'checkout', keyHash), fields);
           const err: unknown = await store
-            .claim(CLIENT, keyHash, claimOf(), TTL_MS)
+            .claim(ref(CLIENT, keyHash), claimOf(), TTL_MS)
             .catch((e: unknown) => e);
           expect([what, err]).toEqual([what, expect.any(IdempotencyStoreException)]);
           expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.Tampered);
         }
-        // A genuine record copied to another key (or client) does not verify there either.
+        // A genuine record copied to another key (or client, or caller) does not verify there either.
         const from = idempotencyKeyHash(randomUUID());
         const claim = claimOf();
-        await store.claim(CLIENT, from, claim, TTL_MS);
+        await store.claim(ref(CLIENT, from), claim, TTL_MS);
         await store.complete(
-          CLIENT,
-          from,
+          ref(CLIENT, from),
           claim.owner,
           { status: 201, body: Buffer.from('{}') },
           TTL_MS,
         );
-        const copied = await raw.hgetallBuffer(redisKeys.idempotency(CLIENT, from));
-        for (const [client, keyHash] of [
-          [CLIENT, idempotencyKeyHash(randomUUID())],
-          ['other-client', from],
+        const copied = await raw.hgetallBuffer(
+          redisKeys.callerIdempotency(CLIENT, 'checkout', from),
+        );
+        for (const [client, keyHash, caller] of [
+          [CLIENT, idempotencyKeyHash(randomUUID()), 'checkout'],
+          ['other-client', from, 'checkout'],
+          [CLIENT, from, 'marketing'],
         ]) {
-          await raw.hset(redisKeys.idempotency(client, keyHash), copied);
+          await raw.hset(redisKeys.callerIdempotency(client, caller, keyHash), copied);
           const err: unknown = await store
-            .claim(client, keyHash, claimOf(), TTL_MS)
+            .claim(ref(client, keyHash, caller), claimOf(), TTL_MS)
             .catch((e: unknown) => e);
           expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.Tampered);
         }
         // A forged in-flight record with another body hash is refused too.
         const forged = idempotencyKeyHash(randomUUID());
-        await raw.hset(redisKeys.idempotency(CLIENT, forged), {
+        await raw.hset(redisKeys.callerIdempotency(CLIENT, 'checkout', forged), {
           st: 'c',
           fp: 'body-a',
           status: '201',
@@ -315,7 +440,49 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
           body: 'x',
         });
         const err: unknown = await store
-          .claim(CLIENT, forged, claimOf(), TTL_MS)
+          .claim(ref(CLIENT, forged), claimOf(), TTL_MS)
+          .catch((e: unknown) => e);
+        expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.Tampered);
+      } finally {
+        raw.disconnect();
+      }
+    });
+
+    it('replays a record written before records were per caller, for the same body only, and never writes one', async () => {
+      const store = await redisStore();
+      const raw = redis.client();
+      try {
+        // As the previous version wrote it: keyed by client and key hash, no caller in its MACs.
+        const signer = new AesGcmTokenCipher(CACHE_KEY);
+        const keyHash = idempotencyKeyHash(randomUUID());
+        const answer = { status: 201, contentType: 'application/json', body: Buffer.from('{}') };
+        const legacyKey = redisKeys.idempotency(CLIENT, keyHash);
+        await raw.hset(legacyKey, {
+          st: 'c',
+          fp: 'body-a',
+          own: 'old-replica',
+          status: '201',
+          ct: answer.contentType,
+          body: answer.body,
+          fpm: signer.mac(['fp', CLIENT, keyHash, 'body-a']),
+          mac: signer.mac(['answer', CLIENT, keyHash, '201', answer.contentType, answer.body]),
+        });
+        await raw.pexpire(legacyKey, TTL_MS);
+        const before = await raw.hgetallBuffer(legacyKey);
+        // A retry (same body) reaching an upgraded replica still gets its answer.
+        expect(await store.claim(ref(CLIENT, keyHash), claimOf('body-a'), TTL_MS)).toEqual({
+          claimed: false,
+          existing: { state: 'completed', bodyHash: 'body-a', response: answer },
+        });
+        // Another body is no repeat of it: no 422 from a record that cannot name its caller.
+        const other = claimOf('body-b');
+        expect(await store.claim(ref(CLIENT, keyHash), other, TTL_MS)).toEqual({ claimed: true });
+        await store.complete(ref(CLIENT, keyHash), other.owner, answer, TTL_MS);
+        expect(await raw.hgetallBuffer(legacyKey)).toEqual(before);
+        // A forged old-format record is refused like any other.
+        await raw.hset(legacyKey, { mac: signer.mac(['answer', CLIENT, keyHash, '200', '', '']) });
+        const err: unknown = await store
+          .claim(ref(CLIENT, keyHash, 'marketing'), claimOf('body-a'), TTL_MS)
           .catch((e: unknown) => e);
         expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.Tampered);
       } finally {
@@ -327,10 +494,9 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       const before = await redisStore();
       const keyHash = idempotencyKeyHash(randomUUID());
       const claim = claimOf();
-      await before.claim(CLIENT, keyHash, claim, TTL_MS);
+      await before.claim(ref(CLIENT, keyHash), claim, TTL_MS);
       await before.complete(
-        CLIENT,
-        keyHash,
+        ref(CLIENT, keyHash),
         claim.owner,
         { status: 201, body: Buffer.from('{}') },
         TTL_MS,
@@ -343,7 +509,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
         connection,
         new AesGcmTokenCipher(randomBytes(32), [CACHE_KEY]),
       );
-      expect(await after.claim(CLIENT, keyHash, claimOf(), TTL_MS)).toMatchObject({
+      expect(await after.claim(ref(CLIENT, keyHash), claimOf(), TTL_MS)).toMatchObject({
         claimed: false,
         existing: { state: 'completed', response: { status: 201 } },
       });
@@ -361,7 +527,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       const store = new RedisIdempotencyStore(connection, new AesGcmTokenCipher(CACHE_KEY));
       const started = Date.now();
       const err: unknown = await store
-        .claim(CLIENT, idempotencyKeyHash('k'), claimOf(), TTL_MS)
+        .claim(ref(CLIENT, idempotencyKeyHash('k')), claimOf(), TTL_MS)
         .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(IdempotencyStoreException);
       expect((err as IdempotencyStoreException).code).toBe(IdempotencyStoreErrorCode.Unavailable);

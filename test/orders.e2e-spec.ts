@@ -537,7 +537,7 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
       const raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
       try {
         const keyHash = createHash('sha256').update(key).digest('hex');
-        const stored = redisKeys.idempotency('acme', keyHash);
+        const stored = redisKeys.callerIdempotency('acme', 'checkout', keyHash);
         expect(await raw.hget(stored, 'mac')).toMatch(/^[0-9a-f]{8}:/);
         await raw.hset(stored, 'body', '{"id":"forged","pay_to":"attacker"}');
         const again = await order(body, { key });
@@ -555,6 +555,27 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
       } finally {
         raw.disconnect();
       }
+    });
+
+    it("keeps a keyed order's answer sealed in Redis: the record does not hold the body in clear", async () => {
+      const key = randomUUID();
+      const first = await order(orderBody('idem-sealed'), { key });
+      expect(first.status).toBe(201);
+      const orderId = (JSON.parse(first.text) as { orderId: string }).orderId;
+      const raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+      try {
+        const keyHash = createHash('sha256').update(key).digest('hex');
+        const stored = await raw.hgetallBuffer(
+          redisKeys.callerIdempotency('acme', 'checkout', keyHash),
+        );
+        expect(stored.body.length).toBeGreaterThan(0);
+        expect(Buffer.concat(Object.values(stored)).includes(orderId)).toBe(false);
+      } finally {
+        raw.disconnect();
+      }
+      const again = await order(orderBody('idem-sealed'), { key });
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.text).toBe(first.text);
     });
 
     it('replays a business error as well: the provider answered it', async () => {
@@ -585,6 +606,36 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
       const other = await order(orderBody('idem-3'), { key, client: 'other' });
       expect(other.status).toBe(201);
       expect(other.headers['idempotent-replayed']).toBeUndefined();
+      expect(provider.stats.ordersCreated).toBe(2);
+    });
+
+    it("keeps keys per caller: another caller's same key and body is a new order, not the first caller's", async () => {
+      const key = randomUUID();
+      const body = orderBody('idem-callers');
+      const a = await order(body, { key, client: 'other' });
+      expect(a.status).toBe(201);
+      // Same key, same body, another caller: a new order, not A's id and redirect URL.
+      const b = await order(body, { key, client: 'other', caller: MARKETING_KEY });
+      expect(b.status).toBe(201);
+      expect(b.headers['idempotent-replayed']).toBeUndefined();
+      expect(b.text).not.toBe(a.text);
+      expect(provider.stats.ordersCreated).toBe(2);
+      // Each caller's repeat replays its own order.
+      const againB = await order(body, { key, client: 'other', caller: MARKETING_KEY });
+      expect(againB.headers['idempotent-replayed']).toBe('true');
+      expect(againB.text).toBe(b.text);
+      const again = await order(body, { key, client: 'other' });
+      expect(again.status).toBe(201);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.text).toBe(a.text);
+      expect(provider.stats.orderRequests).toBe(2);
+    });
+
+    it("does not let another caller squat a key: a different body under A's key is B's own order", async () => {
+      const key = randomUUID();
+      expect((await order(orderBody('squat-a'), { key, client: 'other' })).status).toBe(201);
+      const b = await order(orderBody('squat-b'), { key, client: 'other', caller: MARKETING_KEY });
+      expect(b.status).toBe(201);
       expect(provider.stats.ordersCreated).toBe(2);
     });
 

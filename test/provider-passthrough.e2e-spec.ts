@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
+import { Redis } from 'ioredis';
 import { type Fleet, FLEET_CLIENT, startFleet } from './support/fleet';
 import { metricValue } from './support/token-watch';
 
@@ -86,9 +87,12 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
       path: '/api/marketing/v1/offers',
       query: 'amount=500&currency=USD',
     });
-    const bearer = /^Bearer (.+)$/.exec(echoed.headers.authorization)?.[1];
+    // What the provider received; its echo redacts the token (see the next test for why).
+    const received = fleet.emulator.stats.calls[0].headers.authorization;
+    const bearer = /^Bearer (.+)$/.exec(received ?? '')?.[1];
     expect(bearer).toBeDefined();
     expect(fleet.emulator.isValidToken(bearer!)).toBe(true);
+    expect(echoed.headers.authorization).toBe('Bearer [redacted]');
     expect(echoed.headers.cookie).toBeUndefined();
     expect(echoed.headers['x-request-id']).toBe(answer.headers.get('x-request-id'));
     expect(answer.headers.get('cache-control')).toBe('private, max-age=5');
@@ -96,6 +100,43 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
     expect(answer.headers.get('set-cookie')).toBeNull();
     expect(answer.headers.get('x-internal-host')).toBeNull();
   });
+
+  it.each(['verbatim', 'split'] as const)(
+    'never relays an answer that echoes the token (%s): 502 forward_upstream_echoed_token, logged and counted',
+    async (echo) => {
+      fleet.emulator.setKnobs({ echoAuthorization: echo });
+      const before = await metricValue(broker, 'token_broker_upstream_token_echoes_total', {
+        client: FLEET_CLIENT,
+        call: 'forward',
+      });
+      const answer = await call(broker, `${MARKETING}/debug?echo=1`);
+      expect(answer.status).toBe(502);
+      expect(answer.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect((JSON.parse(answer.text) as { code: string }).code).toBe(
+        'forward_upstream_echoed_token',
+      );
+      const sent = /^Bearer (.+)$/.exec(fleet.emulator.stats.calls[0].headers.authorization)?.[1];
+      expect(sent).toBeDefined();
+      expect(answer.text).not.toContain(sent!);
+      expect(
+        await metricValue(broker, 'token_broker_upstream_token_echoes_total', {
+          client: FLEET_CLIENT,
+          call: 'forward',
+        }),
+      ).toBe(before + 1);
+      // A keyed request: answered the same, and its repeat never replays the echo.
+      const init = {
+        method: 'POST',
+        body: '{}',
+        headers: { 'content-type': 'application/json', 'idempotency-key': randomUUID() },
+      };
+      const keyed = await call(broker, `${CHECKOUT}/debug`, init);
+      expect(keyed.status).toBe(502);
+      const repeat = await call(fleet.brokers[1].url, `${CHECKOUT}/debug`, init);
+      expect(repeat.status).toBe(409);
+      expect(repeat.text).not.toContain('Bearer');
+    },
+  );
 
   it('forwards POST, PUT, PATCH and DELETE with their bodies and content types, and HEAD', async () => {
     for (const method of ['POST', 'PUT', 'PATCH', 'DELETE']) {
@@ -242,6 +283,30 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
     expect(elsewhere.status).toBe(201);
     expect(elsewhere.headers.get('idempotent-replayed')).toBeNull();
     expect(fleet.emulator.stats.calls).toHaveLength(2);
+  });
+
+  it('keeps a keyed passthrough record for FORWARD_IDEMPOTENCY_TTL_SECONDS (1 h), counted for its caller', async () => {
+    const answer = await call(broker, `${MARKETING}/applications`, {
+      method: 'POST',
+      body: '{"ttl":1}',
+      headers: { 'content-type': 'application/json', 'idempotency-key': randomUUID() },
+    });
+    expect(answer.status).toBe(201);
+    const raw = new Redis(fleet.redis.url, { maxRetriesPerRequest: 1 });
+    try {
+      const records = await raw.keys(`tb:{${FLEET_CLIENT}}:idem:*`);
+      expect(records.length).toBeGreaterThan(0);
+      for (const key of records) {
+        const ttl = await raw.pttl(key);
+        expect(ttl).toBeGreaterThan(3_500_000);
+        expect(ttl).toBeLessThanOrEqual(3_600_000);
+      }
+      const held = await raw.keys(`tb:{${FLEET_CLIENT}}:idemq:*`);
+      expect(held).toHaveLength(1);
+      expect(await raw.zcard(held[0])).toBe(records.length);
+    } finally {
+      raw.disconnect();
+    }
   });
 
   it('passes a provider 429 back with its Retry-After and never retries it', async () => {

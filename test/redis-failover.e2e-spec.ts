@@ -93,8 +93,7 @@ describe('Redis failover behind a fixed endpoint (READONLY)', () => {
       });
       const claim = (key: string) =>
         orders.claim(
-          CLIENT,
-          idempotencyKeyHash(key),
+          { clientId: CLIENT, caller: 'checkout', keyHash: idempotencyKeyHash(key) },
           { bodyHash: 'b'.repeat(64), owner: key, leaseMs: 5000 },
           60_000,
         );

@@ -120,15 +120,14 @@ describe('Redis topologies', () => {
       await waitForReady(connection);
       const idempotency = new RedisIdempotencyStore(connection, new PlainTokenCipher());
       for (const client of CLIENTS) {
-        const keyHash = idempotencyKeyHash(`order-${client}`);
+        const ref = {
+          clientId: client,
+          caller: 'checkout',
+          keyHash: idempotencyKeyHash(`order-${client}`),
+        };
         const claim = { bodyHash: 'b'.repeat(64), owner: 'me', leaseMs: 5000 };
-        expect(await idempotency.claim(client, keyHash, claim, 60_000)).toEqual({ claimed: true });
-        const again = await idempotency.claim(
-          client,
-          keyHash,
-          { ...claim, owner: 'other' },
-          60_000,
-        );
+        expect(await idempotency.claim(ref, claim, 60_000)).toEqual({ claimed: true });
+        const again = await idempotency.claim(ref, { ...claim, owner: 'other' }, 60_000);
         expect(again.claimed).toBe(false);
       }
     },

@@ -134,6 +134,25 @@ describe(loadConfig.name, () => {
     ).toEqual({ intervalSeconds: 60, perRequest: true, refusalsPerSecond: 5 });
   });
 
+  it("reads the passthrough's idempotency TTL and per-caller bound, shorter than the orders TTL by default", () => {
+    const defaults = loadConfig(BASE);
+    expect(defaults.forward).toMatchObject({
+      idempotencyTtlSeconds: 3600,
+      maxIdempotencyRecordsPerCaller: 10_000,
+    });
+    expect(defaults.orders.idempotencyTtlSeconds).toBe(86_400);
+    expect(
+      loadConfig({
+        ...BASE,
+        FORWARD_IDEMPOTENCY_TTL_SECONDS: '600',
+        FORWARD_IDEMPOTENCY_MAX_RECORDS_PER_CALLER: '0',
+      }).forward,
+    ).toMatchObject({ idempotencyTtlSeconds: 600, maxIdempotencyRecordsPerCaller: 0 });
+    expect(problems({ ...BASE, FORWARD_IDEMPOTENCY_TTL_SECONDS: '5' })).toEqual([
+      expect.stringContaining('FORWARD_IDEMPOTENCY_TTL_SECONDS'),
+    ]);
+  });
+
   describe('the admin port', () => {
     it('reads ADMIN_PORT; METRICS_PORT is its deprecated alias', () => {
       expect(adminPortOf(loadConfig({ ...BASE, ADMIN_PORT: '9090' }).http)).toBe(9090);

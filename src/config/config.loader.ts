@@ -48,6 +48,11 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'FORWARD_BODY_LIMIT_BYTES', path: ['forward', 'bodyLimitBytes'] },
   { env: 'FORWARD_MAX_RESPONSE_BYTES', path: ['forward', 'maxResponseBytes'] },
   { env: 'FORWARD_MAX_STORED_RESPONSE_BYTES', path: ['forward', 'maxStoredResponseBytes'] },
+  { env: 'FORWARD_IDEMPOTENCY_TTL_SECONDS', path: ['forward', 'idempotencyTtlSeconds'] },
+  {
+    env: 'FORWARD_IDEMPOTENCY_MAX_RECORDS_PER_CALLER',
+    path: ['forward', 'maxIdempotencyRecordsPerCaller'],
+  },
   { env: 'FORWARD_CLIENT_RATE_PER_SECOND', path: ['forward', 'clientRatePerSecond'] },
   { env: 'FORWARD_CLIENT_RATE_BURST', path: ['forward', 'clientRateBurst'] },
   { env: 'FORWARD_CALLER_RATE_PER_SECOND', path: ['forward', 'callerRatePerSecond'] },

@@ -205,6 +205,18 @@ export const forwardSettingsSchema = z
      * to be stored for replays; a larger one is 502 and its outcome unknown. @default 1048576 (1 MiB)
      */
     maxStoredResponseBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
+    /**
+     * How long the outcome of a passthrough request sent with an `Idempotency-Key` is kept for
+     * replays and conflicts: shorter than an order's, since any allowed call may store one.
+     * @default 3600 (1 h)
+     */
+    idempotencyTtlSeconds: seconds(60, 30 * 86_400).default(3600),
+    /**
+     * Most passthrough `Idempotency-Key` records one caller may hold per client at once; past
+     * it a keyed request is refused (429 `idempotency_records_exceeded`, nothing sent) until its
+     * oldest record expires. `0`: no bound. @default 10000
+     */
+    maxIdempotencyRecordsPerCaller: z.coerce.number().int().min(0).max(10_000_000).default(10_000),
     /** Requests per second per client, all callers together, fleet-wide (per replica without Redis); `0`: no limit. @default 100 */
     clientRatePerSecond: z.coerce.number().int().min(0).max(100_000).default(100),
     /** Extra requests per client allowed above its rate within any 10-second window. @default 200 */

@@ -4,7 +4,8 @@ import { BrokerException } from '../errors/broker.exception';
  * Why a `/provider/<client>/...` request was not answered with the provider's own response.
  * Stable: callers and dashboards key on these. Statuses live in `src/http/problem.ts`. The
  * idempotency codes it shares with `POST /orders` (`idempotency_key_invalid`,
- * `idempotency_key_reused`, `idempotency_unavailable`, `idempotency_record_tampered`) come from
+ * `idempotency_key_reused`, `idempotency_unavailable`, `idempotency_record_tampered`,
+ * `idempotency_records_exceeded`) come from
  * `OrdersErrorCode`.
  */
 export enum ForwardErrorCode {
@@ -26,6 +27,11 @@ export enum ForwardErrorCode {
   ProviderUnreachable = 'forward_provider_unreachable',
   /** 502: the provider's answer could not be relayed (too large to store, or cut off). */
   ProviderBadResponse = 'forward_provider_bad_response',
+  /**
+   * 502: the provider's answer contained the access token the broker sent (an echo of the
+   * `Authorization` header): withheld, never relayed or stored. It may have been processed.
+   */
+  UpstreamEchoedToken = 'forward_upstream_echoed_token',
   /** 504: the provider did not answer in time after the request was sent. */
   ProviderTimeout = 'forward_provider_timeout',
 }

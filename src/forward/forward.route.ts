@@ -123,6 +123,7 @@ export class ForwardRoute implements OnModuleInit {
           this.service.forward(
             {
               client: this.clients.get(context.clientId)!,
+              caller: context.caller.name,
               method: req.method,
               target,
               headers,

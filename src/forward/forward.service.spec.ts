@@ -7,6 +7,7 @@ import { readOrderHeaders } from '../orders/order-request';
 import type { ApiOutcome, ApiRequest, ProviderApiGateway } from '../provider/provider-api.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { type TokenRecord, toRecord } from '../token/token-record';
+import { OrdersErrorCode, OrdersException } from '../orders/orders.exception';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
 import { type ForwardCall, ForwardService } from './forward.service';
 import { parseForwardTarget } from './forward-target';
@@ -80,6 +81,7 @@ function callOf(method: string, key?: string, body?: string): ForwardCall {
   const headers = key === undefined ? {} : { 'idempotency-key': key };
   return {
     client: config.clients[0],
+    caller: 'checkout',
     method,
     target: parseForwardTarget('/provider/acme/api/marketing/v1/offers?amount=5'),
     headers: readOrderHeaders(headers, key === undefined ? [] : ['Idempotency-Key', key], 'r1'),
@@ -111,6 +113,12 @@ describe(ForwardService.name, () => {
       name: 'replays',
       help: 'h',
       labelNames: ['client'] as const,
+      registers: [registry],
+    }),
+    upstreamTokenEchoes: new Counter({
+      name: 'echoes',
+      help: 'h',
+      labelNames: ['client', 'call'] as const,
       registers: [registry],
     }),
   };
@@ -199,5 +207,145 @@ describe(ForwardService.name, () => {
     expect((await svc.forward(callOf('POST', 'k3', '{}'), { attempts: 0 })).status).toBe(429);
     expect(api.calls).toHaveLength(1);
     expect((await svc.forward(callOf('POST', 'k3', '{}'), { attempts: 0 })).status).toBe(201);
+  });
+
+  it('keeps passthrough records for FORWARD_IDEMPOTENCY_TTL_SECONDS (1 h), not the orders TTL', async () => {
+    let now = Date.now();
+    const store = new MemoryIdempotencyStore(() => now);
+    const api = new ScriptedApi([{ status: 201 }, { status: 201 }]);
+    const svc = new ForwardService(fakeTokens(), api, store, config, metrics, logger);
+    await svc.forward(callOf('POST', 'k-ttl', '{}'), { attempts: 0 });
+    now += 3599_000;
+    expect(await svc.forward(callOf('POST', 'k-ttl', '{}'), { attempts: 0 })).toMatchObject({
+      replayed: true,
+    });
+    now += 2000;
+    expect(await svc.forward(callOf('POST', 'k-ttl', '{}'), { attempts: 0 })).toMatchObject({
+      replayed: false,
+    });
+    expect(api.calls).toHaveLength(2);
+    await store.close();
+  });
+
+  it('refuses a keyed request past the per-caller bound of records (429, nothing sent), others still pass', async () => {
+    const bounded = brokerConfigSchema.parse({
+      ...config,
+      forward: { ...config.forward, maxIdempotencyRecordsPerCaller: 2 },
+    });
+    const api = new ScriptedApi([]);
+    const svc = new ForwardService(
+      fakeTokens(),
+      api,
+      new MemoryIdempotencyStore(),
+      bounded,
+      metrics,
+      logger,
+    );
+    await svc.forward(callOf('POST', 'b1', '{}'), { attempts: 0 });
+    await svc.forward(callOf('POST', 'b2', '{}'), { attempts: 0 });
+    const err = await svc.forward(callOf('POST', 'b3', '{}'), { attempts: 0 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(OrdersException);
+    expect((err as OrdersException).code).toBe(OrdersErrorCode.IdempotencyRecordsExceeded);
+    expect((err as OrdersException).retryAfterSeconds).toBeGreaterThan(0);
+    expect(api.calls).toHaveLength(2);
+    // Repeats of held keys replay, and requests without a key need no record.
+    expect(await svc.forward(callOf('POST', 'b1', '{}'), { attempts: 0 })).toMatchObject({
+      replayed: true,
+    });
+    expect((await svc.forward(callOf('POST', undefined, '{}'), { attempts: 0 })).status).toBe(200);
+  });
+
+  describe('an answer that echoes the token', () => {
+    async function read(body: Readable | Buffer): Promise<{ bytes: Buffer; error?: Error }> {
+      if (Buffer.isBuffer(body)) return { bytes: body };
+      const chunks: Buffer[] = [];
+      try {
+        for await (const chunk of body) chunks.push(chunk as Buffer);
+      } catch (error) {
+        return { bytes: Buffer.concat(chunks), error: error as Error };
+      }
+      return { bytes: Buffer.concat(chunks) };
+    }
+    const echoes = async () =>
+      (await metrics.upstreamTokenEchoes.get()).values.find((v) => v.labels.call === 'forward')
+        ?.value ?? 0;
+
+    it('refuses a whole answer containing the token with 502, and counts it', async () => {
+      const before = await echoes();
+      const api = new ScriptedApi([{ status: 200, body: '{"authorization":"Bearer t0"}' }]);
+      expect(await codeOf(service(api).forward(callOf('GET'), { attempts: 0 }))).toBe(
+        ForwardErrorCode.UpstreamEchoedToken,
+      );
+      expect(await echoes()).toBe(before + 1);
+    });
+
+    it('refuses an answer whose returned headers carry the token', async () => {
+      const api: ProviderApiGateway = {
+        call: async () => ({
+          kind: 'answered',
+          status: 302,
+          headers: { location: 'https://debug.example/?access_token=t0' },
+          body: Buffer.alloc(0),
+        }),
+      };
+      expect(await codeOf(service(api).forward(callOf('GET'), { attempts: 0 }))).toBe(
+        ForwardErrorCode.UpstreamEchoedToken,
+      );
+    });
+
+    it('refuses a streamed answer with the token split across two chunks', async () => {
+      const api = new ScriptedApi([
+        {
+          status: 200,
+          body: Readable.from([Buffer.from('{"seen":"Bearer t'), Buffer.from('0"}')]),
+        },
+      ]);
+      expect(await codeOf(service(api).forward(callOf('GET'), { attempts: 0 }))).toBe(
+        ForwardErrorCode.UpstreamEchoedToken,
+      );
+    });
+
+    it('refuses the token it replaced after a 401 as well as the fresh one', async () => {
+      const api = new ScriptedApi([{ status: 401 }, { status: 200, body: 'Bearer t0' }]);
+      expect(await codeOf(service(api).forward(callOf('GET'), { attempts: 0 }))).toBe(
+        ForwardErrorCode.UpstreamEchoedToken,
+      );
+    });
+
+    it('cuts off a long stream at a token found after relaying began, never relaying any of it', async () => {
+      const pad = Buffer.alloc(70 * 1024, 'x');
+      const api = new ScriptedApi([
+        { status: 200, body: Readable.from([pad, Buffer.from('..t'), Buffer.from('0..'), pad]) },
+      ]);
+      const reply = await service(api).forward(callOf('GET'), { attempts: 0 });
+      expect(reply.status).toBe(200);
+      const { bytes, error } = await read(reply.body);
+      expect(error).toBeDefined();
+      expect(bytes.includes('t0')).toBe(false);
+      expect(bytes.includes('..t')).toBe(false);
+      // An answer without the token streams whole, byte for byte.
+      const clean = new ScriptedApi([
+        { status: 200, body: Readable.from([pad, pad, Buffer.from('t')]) },
+      ]);
+      const whole = await read((await service(clean).forward(callOf('GET'), { attempts: 0 })).body);
+      expect(whole.error).toBeUndefined();
+      expect(whole.bytes).toEqual(Buffer.concat([pad, pad, Buffer.from('t')]));
+    });
+
+    it('stores nothing of a keyed echo: a repeat answers 409 outcome unknown, never the echo', async () => {
+      const api = new ScriptedApi([{ status: 201, body: 'Bearer t0' }]);
+      const svc = service(api);
+      const call = callOf('POST', 'k-echo', '{}');
+      expect(await codeOf(svc.forward(call, { attempts: 0 }))).toBe(
+        ForwardErrorCode.UpstreamEchoedToken,
+      );
+      expect(await codeOf(svc.forward(call, { attempts: 0 }))).toBe(
+        ForwardErrorCode.OutcomeUnknown,
+      );
+      expect(api.calls).toHaveLength(1);
+    });
   });
 });

@@ -16,6 +16,7 @@ import type { ApiOutcome, ProviderApiGateway } from '../provider/provider-api.cl
 import type { CheckoutFailure } from '../provider/checkout.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { translateTransportError } from '../provider/provider-http';
+import { echoesToken, screenStream } from '../orders/token-echo.screen';
 import type { TokenService } from '../token/token.service';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
 import type { ForwardTarget } from './forward-target';
@@ -23,6 +24,8 @@ import type { ForwardTarget } from './forward-target';
 /** A checked passthrough request, ready to forward. */
 export interface ForwardCall {
   readonly client: ClientConfig;
+  /** The caller's name: its `Idempotency-Key`s are its own. */
+  readonly caller: string;
   readonly method: string;
   readonly target: ForwardTarget;
   /** Idempotency key, request id and trace context, as for orders. */
@@ -85,6 +88,8 @@ function fail(failure: ForwardingFailure, message: string, options?: object): Er
       return new OrdersException(OrdersErrorCode.IdempotencyUnavailable, message, options);
     case 'tampered':
       return new OrdersException(OrdersErrorCode.IdempotencyRecordTampered, message, options);
+    case 'callerLimit':
+      return new OrdersException(OrdersErrorCode.IdempotencyRecordsExceeded, message, options);
     case 'inFlight':
       return new ForwardException(ForwardErrorCode.InFlight, message, options);
     case 'outcomeUnknown':
@@ -97,6 +102,8 @@ function fail(failure: ForwardingFailure, message: string, options?: object): Er
       return new ForwardException(ForwardErrorCode.ProviderBadResponse, message, options);
     case 'timeout':
       return new ForwardException(ForwardErrorCode.ProviderTimeout, message, options);
+    case 'echoedToken':
+      return new ForwardException(ForwardErrorCode.UpstreamEchoedToken, message, options);
   }
 }
 
@@ -121,16 +128,27 @@ export class ForwardService {
     private readonly api: ProviderApiGateway,
     store: IdempotencyStore,
     private readonly config: Pick<BrokerConfig, 'orders' | 'token' | 'forward'>,
-    metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays'>,
+    metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'>,
     logger: Logger,
   ) {
-    this.forwarding = new Forwarding(tokens, store, config, metrics, logger, {
-      noun: 'request',
-      uncertain: 'the provider may or may not have processed the request',
-      unknownCode: ForwardErrorCode.OutcomeUnknown,
-      call: 'forward',
-      fail,
-    });
+    this.forwarding = new Forwarding(
+      tokens,
+      store,
+      config,
+      metrics,
+      logger,
+      {
+        noun: 'request',
+        uncertain: 'the provider may or may not have processed the request',
+        unknownCode: ForwardErrorCode.OutcomeUnknown,
+        call: 'forward',
+        fail,
+      },
+      {
+        ttlSeconds: config.forward.idempotencyTtlSeconds,
+        maxRecordsPerCaller: config.forward.maxIdempotencyRecordsPerCaller,
+      },
+    );
   }
 
   /** Forwards `call` (or replays what its key recorded); throws passthrough or token problems. */
@@ -143,6 +161,7 @@ export class ForwardService {
       clientId: client.id,
       idempotency: withKey
         ? {
+            caller: call.caller,
             keyHash: idempotencyKeyHash(`forward ${method} ${target.path}\n${key}`),
             bodyHash: createHash('sha256')
               .update(`${target.query}\n${call.passed['content-type'] ?? ''}\n`)
@@ -171,6 +190,7 @@ export class ForwardService {
       discard: (answer) => {
         if (!Buffer.isBuffer(answer.body)) answer.body.resume();
       },
+      screen: (answer, tokens, onLateEcho) => screened(answer, tokens, onLateEcho),
       stored: (answer) => ({
         status: answer.status,
         contentType: answer.headers['content-type'],
@@ -189,6 +209,37 @@ export class ForwardService {
     }
     return { ...result.answer, replayed: false };
   }
+}
+
+/** How much of a streamed answer is read before its status is relayed, to screen it whole. */
+const SCREEN_BEFORE_RELAY_BYTES = 64 * 1024;
+
+/** The answer unless it echoes a token (see {@link Exchange.screen}). */
+async function screened(
+  answer: PassAnswer,
+  tokens: readonly string[],
+  onLateEcho: () => void,
+): Promise<PassAnswer | CheckoutFailure | 'echoed'> {
+  // The returned headers too: a debugging redirect may carry it in `Location`.
+  if (echoesToken(Buffer.from(Object.values(answer.headers).join('\n')), tokens)) {
+    if (!Buffer.isBuffer(answer.body)) answer.body.destroy();
+    return 'echoed';
+  }
+  if (Buffer.isBuffer(answer.body)) return echoesToken(answer.body, tokens) ? 'echoed' : answer;
+  let result;
+  try {
+    result = await screenStream(answer.body, tokens, SCREEN_BEFORE_RELAY_BYTES, onLateEcho);
+  } catch (cause) {
+    return {
+      kind: 'failed',
+      delivered: 'maybe',
+      error:
+        cause instanceof ProviderException
+          ? cause
+          : translateTransportError(cause, 'reading the provider answer'),
+    };
+  }
+  return 'echoed' in result ? 'echoed' : { ...answer, body: result.body };
 }
 
 /** The answer with its returned headers, body still streaming. */

@@ -238,19 +238,23 @@ function forwardOperation(method: string): Json {
       ),
       '429': orRelayed(
         problem(
-          "Over the client's or the caller's rate limit at the broker",
-          ['forward_rate_limited'],
+          "Over the client's or the caller's rate limit at the broker, or the caller holds the most Idempotency-Key records it may (nothing sent)",
+          ['forward_rate_limited', 'idempotency_records_exceeded'],
           retryAfter,
         ),
       ),
       '408': GENERIC['408'],
       '500': FORWARDING_500,
       '502': orRelayed(
-        problem('The provider refused the token, could not be reached, or answered badly', [
-          'forward_token_rejected',
-          'forward_provider_unreachable',
-          'forward_provider_bad_response',
-        ]),
+        problem(
+          'The provider refused the token, could not be reached, answered badly, or its answer contained the access token (withheld)',
+          [
+            'forward_token_rejected',
+            'forward_provider_unreachable',
+            'forward_provider_bad_response',
+            'forward_upstream_echoed_token',
+          ],
+        ),
       ),
       '503': orRelayed(FORWARDING_503),
       '504': orRelayed(
@@ -512,8 +516,13 @@ export const OPENAPI_DOCUMENT: Json = {
           '408': GENERIC['408'],
           '500': FORWARDING_500,
           '502': problem(
-            'The provider refused the token, could not be reached, or answered badly',
-            ['order_token_rejected', 'order_provider_unreachable', 'order_provider_bad_response'],
+            'The provider refused the token, could not be reached, answered badly, or its answer contained the access token (withheld)',
+            [
+              'order_token_rejected',
+              'order_provider_unreachable',
+              'order_provider_bad_response',
+              'order_upstream_echoed_token',
+            ],
           ),
           '503': FORWARDING_503,
           '504': problem('Sent, no answer in time: check with the provider', [

@@ -102,10 +102,14 @@ export function statusFor(code: ProblemCode): ProblemStatus {
       return { status: 502, title: 'Provider unreachable' };
     case OrdersErrorCode.ProviderBadResponse:
       return { status: 502, title: 'Bad provider response' };
+    case OrdersErrorCode.UpstreamEchoedToken:
+      return { status: 502, title: 'Provider answer echoed the token' };
     case OrdersErrorCode.IdempotencyUnavailable:
       return { status: 503, title: 'Idempotency store unavailable' };
     case OrdersErrorCode.IdempotencyRecordTampered:
       return { status: 500, title: 'Idempotency record tampered' };
+    case OrdersErrorCode.IdempotencyRecordsExceeded:
+      return { status: 429, title: 'Too many Idempotency-Key records', retryAfterSeconds: 1 };
     case OrdersErrorCode.ProviderTimeout:
       return { status: 504, title: 'Provider timeout' };
     case AdminErrorCode.RefreshFailed:
@@ -131,6 +135,8 @@ export function statusFor(code: ProblemCode): ProblemStatus {
       return { status: 502, title: 'Provider unreachable' };
     case ForwardErrorCode.ProviderBadResponse:
       return { status: 502, title: 'Bad provider response' };
+    case ForwardErrorCode.UpstreamEchoedToken:
+      return { status: 502, title: 'Provider answer echoed the token' };
     case ForwardErrorCode.ProviderTimeout:
       return { status: 504, title: 'Provider timeout' };
     default:

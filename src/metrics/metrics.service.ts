@@ -75,6 +75,13 @@ export class MetricsService {
     labelNames: ['client'] as const,
     registers: [this.registry],
   });
+  /** Provider answers withheld (or cut off mid-stream) because they contained the access token. */
+  readonly upstreamTokenEchoes = new Counter({
+    name: 'token_broker_upstream_token_echoes_total',
+    help: 'Provider answers that contained the access token the broker sent, withheld from the caller (502) or cut off mid-stream, per client and call (orders, forward).',
+    labelNames: ['client', 'call'] as const,
+    registers: [this.registry],
+  });
   // --- Provider passthrough (issue #15) ---
   /** Callers are configured names (api-key `name`, service-account subjects): bounded. */
   readonly forwardRequests = new Counter({

@@ -10,6 +10,7 @@ import { TokenException } from '../token/token.exception';
 import type { TokenService } from '../token/token.service';
 import {
   type IdempotencyRecord,
+  type IdempotencyRef,
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
   IdempotencyStoreException,
@@ -35,7 +36,9 @@ export type ForwardingFailure =
   | 'badResponse'
   | 'timeout'
   | 'storeUnavailable'
-  | 'tampered';
+  | 'tampered'
+  | 'echoedToken'
+  | 'callerLimit';
 
 /** How one use of {@link Forwarding} words its failures. */
 export interface ForwardingVocabulary {
@@ -51,6 +54,13 @@ export interface ForwardingVocabulary {
   fail(failure: ForwardingFailure, message: string, options?: BrokerExceptionOptions): Error;
 }
 
+/** How long one use keeps its idempotency records, and how many a caller may hold. */
+export interface IdempotencyPolicy {
+  readonly ttlSeconds: number;
+  /** Most records per caller and client at once; 0: no bound. */
+  readonly maxRecordsPerCaller: number;
+}
+
 /** The provider's answer as the core sees it; the use decides how its body travels. */
 export interface ForwardedAnswer {
   readonly kind: 'answered';
@@ -60,12 +70,30 @@ export interface ForwardedAnswer {
 /** One call to forward: the client, its idempotency identity, and how to send it once. */
 export interface Exchange<A extends ForwardedAnswer> {
   readonly clientId: string;
-  /** Present with an `Idempotency-Key`: the key's hash (scoped by the use) and the body's. */
-  readonly idempotency?: { readonly keyHash: string; readonly bodyHash: string };
+  /**
+   * Present with an `Idempotency-Key`: the caller it belongs to, the key's hash (scoped by the
+   * use) and the body's.
+   */
+  readonly idempotency?: {
+    readonly caller: string;
+    readonly keyHash: string;
+    readonly bodyHash: string;
+  };
   /** Sends the request once with `token`. Never throws for a transport failure. */
   send(token: TokenRecord): Promise<A | CheckoutFailure>;
   /** Lets go of a 401 answer that will not be relayed (drains a streamed body). */
   discard(answer: A): void;
+  /**
+   * The answer, unless what would be relayed (its body, and the headers a use returns)
+   * contains one of `tokens` (the tokens sent for this exchange): then `'echoed'`, and the
+   * answer is let go. A streamed body may be read in part to decide; a token found after
+   * relaying has begun cuts it off and calls `onLateEcho`.
+   */
+  screen(
+    answer: A,
+    tokens: readonly string[],
+    onLateEcho: () => void,
+  ): Promise<A | CheckoutFailure | 'echoed'>;
   /** What to record for replays; only called for an exchange with `idempotency`. */
   stored(answer: A): StoredResponse;
 }
@@ -114,11 +142,14 @@ const NO_LEDGER: Ledger = {
  *   no token) is released so the caller may retry.
  * - If the idempotency store is down, requests with a key are refused (503): the broker cannot
  *   promise no duplicate. Requests without a key do not need the store and are forwarded.
+ * - An answer that contains a token the broker sent for this request is neither relayed
+ *   nor stored (502, logged and counted): it would hand the fleet's token to a caller.
  *
  * Plain TypeScript: no Nest import, so it is unit tested without the framework.
  */
 export class Forwarding {
   private readonly ttlMs: number;
+  private readonly maxPerCaller: number;
   /** How long a claim's holder is presumed alive: its longest possible run, plus slack. */
   private readonly leaseMs: number;
 
@@ -126,15 +157,23 @@ export class Forwarding {
     private readonly tokens: Pick<TokenService, 'getToken' | 'replaceRejected'>,
     private readonly store: IdempotencyStore,
     config: Pick<BrokerConfig, 'orders' | 'token'>,
-    private readonly metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays'>,
+    private readonly metrics: Pick<
+      MetricsService,
+      'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'
+    >,
     private readonly logger: Logger,
     private readonly words: ForwardingVocabulary,
+    policy: IdempotencyPolicy = {
+      ttlSeconds: config.orders.idempotencyTtlSeconds,
+      maxRecordsPerCaller: 0,
+    },
   ) {
     const o = config.orders;
     // Two token waits (the first token, the fresh one after a 401) and two provider calls, each
     // ended by its deadline: the lease cannot run out while the order may still be in flight.
     this.leaseMs = 2 * config.token.waitTimeoutMs + 2 * ordersCallDeadlineMs(o) + LEASE_MARGIN_MS;
-    this.ttlMs = o.idempotencyTtlSeconds * 1000;
+    this.ttlMs = policy.ttlSeconds * 1000;
+    this.maxPerCaller = policy.maxRecordsPerCaller;
   }
 
   /**
@@ -149,13 +188,15 @@ export class Forwarding {
     const { clientId, idempotency } = exchange;
     let ledger = NO_LEDGER;
     if (idempotency !== undefined) {
-      const claim = await this.claim(clientId, idempotency.keyHash, idempotency.bodyHash, audit);
+      const { caller, keyHash, bodyHash } = idempotency;
+      const claim = await this.claim({ clientId, caller, keyHash }, bodyHash, audit);
       if ('replay' in claim) return { kind: 'replayed', response: claim.replay };
       ledger = claim.ledger;
     }
     let outcome: A | CheckoutFailure;
+    const sent: string[] = [];
     try {
-      outcome = await this.send(exchange, audit);
+      outcome = await this.send(exchange, audit, sent);
     } catch (err) {
       // No token, or every token refused with 401: nothing reached the provider that it
       // accepted, so the key may be used again. Anything unexpected errs on the safe side.
@@ -163,7 +204,39 @@ export class Forwarding {
       await (refused ? ledger.release() : ledger.markUnknown());
       throw err instanceof TokenRejected ? err.problem : err;
     }
+    if (outcome.kind === 'answered') {
+      const status = outcome.status;
+      const screened = await exchange.screen(outcome, sent, () =>
+        this.echoed(exchange.clientId, status, true),
+      );
+      if (screened === 'echoed') {
+        this.echoed(exchange.clientId, status, false);
+        // Processed, or refused: the provider answered, and only a 429 certainly did nothing.
+        await (status === 429 ? ledger.release() : ledger.markUnknown());
+        const noun = this.words.noun;
+        const repeat =
+          idempotency === undefined || status === 429
+            ? ''
+            : ` A repeat with the same Idempotency-Key answers 409 ${this.words.unknownCode}.`;
+        throw this.words.fail(
+          'echoedToken',
+          `the provider answered HTTP ${status} with an answer that contains the access token the broker sent it, so the answer is withheld (neither relayed nor stored); the ${noun} may have been processed.${repeat} Check with the provider, and have the provider endpoint fixed so that it does not echo the Authorization header`,
+        );
+      }
+      outcome = screened;
+    }
     return this.conclude(exchange, outcome, ledger, idempotency !== undefined);
+  }
+
+  /** Logs and counts an answer withheld (or cut off) for echoing the token; never the token. */
+  private echoed(clientId: string, status: number, late: boolean): void {
+    this.metrics.upstreamTokenEchoes.labels(clientId, this.words.call).inc();
+    this.logger.error(
+      { client: clientId, status, call: this.words.call },
+      late
+        ? 'provider answer contained the access token after relaying had begun: cut off'
+        : 'provider answer contained the access token: withheld, answered 502',
+    );
   }
 
   /**
@@ -173,9 +246,11 @@ export class Forwarding {
   private async send<A extends ForwardedAnswer>(
     exchange: Exchange<A>,
     audit: ForwardingAudit,
+    sent: string[],
   ): Promise<A | CheckoutFailure> {
     const { clientId } = exchange;
     const first = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
+    sent.push(first.accessToken);
     const outcome = await this.attempt(exchange, first, audit);
     if (!isUnauthorized(outcome)) return outcome;
     exchange.discard(outcome);
@@ -183,6 +258,7 @@ export class Forwarding {
     // Fenced: a no-op when another request (or replica) already replaced this token.
     await this.tokens.replaceRejected(clientId, first.fingerprint);
     const fresh = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
+    sent.push(fresh.accessToken);
     const retried = await this.attempt(exchange, fresh, audit);
     if (!isUnauthorized(retried)) return retried;
     exchange.discard(retried);
@@ -258,19 +334,18 @@ export class Forwarding {
 
   /** Claims the key, or answers from what is recorded for it (replay, 409 or 422). */
   private async claim(
-    clientId: string,
-    keyHash: string,
+    ref: IdempotencyRef,
     bodyHash: string,
     audit: ForwardingAudit,
   ): Promise<{ ledger: Ledger } | { replay: StoredResponse }> {
-    audit.idempotencyKeyHash = keyHash.slice(0, 16);
+    const { clientId } = ref;
+    audit.idempotencyKeyHash = ref.keyHash.slice(0, 16);
     const owner = randomUUID();
     let result;
     try {
       result = await this.store.claim(
-        clientId,
-        keyHash,
-        { bodyHash, owner, leaseMs: this.leaseMs },
+        ref,
+        { bodyHash, owner, leaseMs: this.leaseMs, maxPerCaller: this.maxPerCaller },
         // Never shorter than a claim can be held, so a record cannot vanish mid-flight.
         Math.max(this.ttlMs, 2 * this.leaseMs),
       );
@@ -289,9 +364,21 @@ export class Forwarding {
           { cause: err },
         );
       }
+      if (
+        err instanceof IdempotencyStoreException &&
+        err.code === IdempotencyStoreErrorCode.CallerLimit
+      ) {
+        // Refused rather than forwarded unrecorded: the caller asked for replay protection,
+        // and a retry of an unrecorded request could act twice.
+        throw this.words.fail(
+          'callerLimit',
+          `${err.message}; nothing was sent. Retry after ${err.retryAfterSeconds ?? 1} s, when its oldest record expires, or send requests that need no replay protection without an Idempotency-Key`,
+          { retryAfterSeconds: err.retryAfterSeconds, cause: err },
+        );
+      }
       throw this.storeFailure(err);
     }
-    if (result.claimed) return { ledger: this.ledger(clientId, keyHash, owner) };
+    if (result.claimed) return { ledger: this.ledger(ref, owner) };
     return { replay: this.recorded(result.existing, bodyHash, clientId) };
   }
 
@@ -334,7 +421,8 @@ export class Forwarding {
   }
 
   /** Settles a claim; a store failure is logged, never changes what the caller is told. */
-  private ledger(clientId: string, keyHash: string, owner: string): Ledger {
+  private ledger(ref: IdempotencyRef, owner: string): Ledger {
+    const { clientId, keyHash } = ref;
     const settle = async (what: string, op: () => Promise<boolean>): Promise<void> => {
       try {
         if (!(await op())) {
@@ -354,14 +442,10 @@ export class Forwarding {
     };
     return {
       complete: (response) =>
-        settle('completed', () =>
-          this.store.complete(clientId, keyHash, owner, response, this.ttlMs),
-        ),
+        settle('completed', () => this.store.complete(ref, owner, response, this.ttlMs)),
       markUnknown: () =>
-        settle('marked unknown', () =>
-          this.store.markUnknown(clientId, keyHash, owner, this.ttlMs),
-        ),
-      release: () => settle('released', () => this.store.release(clientId, keyHash, owner)),
+        settle('marked unknown', () => this.store.markUnknown(ref, owner, this.ttlMs)),
+      release: () => settle('released', () => this.store.release(ref, owner)),
     };
   }
 

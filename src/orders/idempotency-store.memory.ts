@@ -1,9 +1,11 @@
-import type {
-  ClaimResult,
-  IdempotencyClaim,
-  IdempotencyRecord,
-  IdempotencyStore,
-  StoredResponse,
+import {
+  callerLimit,
+  type ClaimResult,
+  type IdempotencyClaim,
+  type IdempotencyRecord,
+  type IdempotencyRef,
+  type IdempotencyStore,
+  type StoredResponse,
 } from './idempotency-store';
 
 interface Entry {
@@ -26,6 +28,8 @@ const SWEEP_INTERVAL_MS = 60_000;
 export class MemoryIdempotencyStore implements IdempotencyStore {
   readonly kind = 'memory' as const;
   private readonly entries = new Map<string, Entry>();
+  /** Per client and caller, the ids of its bounded records (some may have expired since). */
+  private readonly byCaller = new Map<string, Set<string>>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly now: () => number = Date.now) {
@@ -33,13 +37,8 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     this.sweeper.unref();
   }
 
-  async claim(
-    clientId: string,
-    keyHash: string,
-    claim: IdempotencyClaim,
-    ttlMs: number,
-  ): Promise<ClaimResult> {
-    const id = entryId(clientId, keyHash);
+  async claim(ref: IdempotencyRef, claim: IdempotencyClaim, ttlMs: number): Promise<ClaimResult> {
+    const id = entryId(ref);
     const existing = this.live(id);
     if (existing) {
       const record = existing.record;
@@ -51,6 +50,15 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
             : record,
       };
     }
+    const max = claim.maxPerCaller ?? 0;
+    if (max > 0) {
+      const held = this.held(ref);
+      if (held.size >= max) {
+        const oldest = Math.min(...[...held].map((h) => this.entries.get(h)!.expiresAt));
+        throw callerLimit(ref, max, oldest - this.now());
+      }
+      held.add(id);
+    }
     this.entries.set(id, {
       record: { state: 'in_flight', bodyHash: claim.bodyHash, leaseRemainingMs: claim.leaseMs },
       leaseUntil: this.now() + claim.leaseMs,
@@ -61,13 +69,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async complete(
-    clientId: string,
-    keyHash: string,
+    ref: IdempotencyRef,
     owner: string,
     response: StoredResponse,
     ttlMs: number,
   ): Promise<boolean> {
-    return this.settle(clientId, keyHash, owner, ttlMs, (bodyHash) => ({
+    return this.settle(ref, owner, ttlMs, (bodyHash) => ({
       state: 'completed',
       bodyHash,
       // A copy: the caller's buffer may be pooled or reused.
@@ -75,24 +82,29 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     }));
   }
 
-  async markUnknown(
-    clientId: string,
-    keyHash: string,
-    owner: string,
-    ttlMs: number,
-  ): Promise<boolean> {
-    return this.settle(clientId, keyHash, owner, ttlMs, (bodyHash) => ({
+  async markUnknown(ref: IdempotencyRef, owner: string, ttlMs: number): Promise<boolean> {
+    return this.settle(ref, owner, ttlMs, (bodyHash) => ({
       state: 'unknown',
       bodyHash,
     }));
   }
 
-  async release(clientId: string, keyHash: string, owner: string): Promise<boolean> {
-    const id = entryId(clientId, keyHash);
+  async release(ref: IdempotencyRef, owner: string): Promise<boolean> {
+    const id = entryId(ref);
     const entry = this.live(id);
     if (!entry || entry.owner !== owner || entry.record.state !== 'in_flight') return false;
     this.entries.delete(id);
+    this.byCaller.get(callerId(ref))?.delete(id);
     return true;
+  }
+
+  /** The caller's live bounded records (expired ones dropped). */
+  private held(ref: IdempotencyRef): Set<string> {
+    const key = callerId(ref);
+    let held = this.byCaller.get(key);
+    if (!held) this.byCaller.set(key, (held = new Set()));
+    for (const id of held) if (!this.live(id)) held.delete(id);
+    return held;
   }
 
   async close(): Promise<void> {
@@ -100,13 +112,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   }
 
   private settle(
-    clientId: string,
-    keyHash: string,
+    ref: IdempotencyRef,
     owner: string,
     ttlMs: number,
     next: (bodyHash: string) => IdempotencyRecord,
   ): boolean {
-    const id = entryId(clientId, keyHash);
+    const id = entryId(ref);
     const entry = this.live(id);
     if (!entry || entry.owner !== owner) return false;
     this.entries.set(id, {
@@ -129,9 +140,18 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   private sweep(): void {
     const now = this.now();
     for (const [id, entry] of this.entries) if (entry.expiresAt <= now) this.entries.delete(id);
+    for (const [key, held] of this.byCaller) {
+      for (const id of held) if (!this.entries.has(id)) held.delete(id);
+      if (held.size === 0) this.byCaller.delete(key);
+    }
   }
 }
 
-function entryId(clientId: string, keyHash: string): string {
-  return `${clientId}\u0000${keyHash}`;
+function callerId(ref: IdempotencyRef): string {
+  return `${ref.clientId}\u0000${ref.caller}`;
+}
+
+/** Client ids and key hashes hold no NUL, so the three parts cannot run into each other. */
+function entryId(ref: IdempotencyRef): string {
+  return `${ref.clientId}\u0000${ref.keyHash}\u0000${ref.caller}`;
 }

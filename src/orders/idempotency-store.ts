@@ -23,6 +23,19 @@ export type IdempotencyRecord =
   /** Sent, but the answer never came: the order may exist. Repeats must not send it again. */
   | { readonly state: 'unknown'; readonly bodyHash: string };
 
+/**
+ * Which record: keys belong to the caller that sent them, so a record is found only by its
+ * client, its caller and the key's hash (scoped by the use: orders hash the bare key, the
+ * passthrough the method, path and key).
+ */
+export interface IdempotencyRef {
+  readonly clientId: string;
+  /** The caller's name (`Caller.name`): another caller's identical key is another record. */
+  readonly caller: string;
+  /** SHA-256 of the key as the use scopes it; the store never holds the key itself. */
+  readonly keyHash: string;
+}
+
 /** A new claim: who holds it and for how long it is presumed alive. */
 export interface IdempotencyClaim {
   readonly bodyHash: string;
@@ -33,6 +46,11 @@ export interface IdempotencyClaim {
    * the deadline on its own clock so replicas with skewed clocks agree on it.
    */
   readonly leaseMs: number;
+  /**
+   * Most records the caller may hold for the client at once, this one included; past it the
+   * claim throws {@link IdempotencyStoreErrorCode.CallerLimit}. Absent or 0: no bound.
+   */
+  readonly maxPerCaller?: number;
 }
 
 export type ClaimResult =
@@ -41,8 +59,8 @@ export type ClaimResult =
 
 /**
  * Where the outcome of each `Idempotency-Key` is kept: Redis across replicas, or process memory
- * for a single replica. Keys are per client; `keyHash` is the SHA-256 of the caller's key, so
- * the store never holds the key itself.
+ * for a single replica. Records are per client and caller ({@link IdempotencyRef}): one caller
+ * can neither read nor squat another's keys.
  *
  * Settling (`complete`, `markUnknown`, `release`) only acts on a record the same `owner` still
  * holds, so a claimant that outlived its lease cannot overwrite someone else's record.
@@ -54,28 +72,26 @@ export interface IdempotencyStore {
   /**
    * Atomically creates an `in_flight` record that lives `ttlMs`, unless one exists; then
    * returns the existing record instead. Exactly one of any number of concurrent claims wins.
+   * A record written before records were per caller (no caller in its key) is returned too, but
+   * only to a claim with the same body hash: it cannot tell its caller, and only an exact
+   * repeat can be the retry of a request it recorded. Such records are never written again and
+   * are gone one idempotency TTL after the upgrade.
    */
-  claim(
-    clientId: string,
-    keyHash: string,
-    claim: IdempotencyClaim,
-    ttlMs: number,
-  ): Promise<ClaimResult>;
+  claim(ref: IdempotencyRef, claim: IdempotencyClaim, ttlMs: number): Promise<ClaimResult>;
   /** Records the provider's answer for `ttlMs` from now. Returns whether it was recorded. */
   complete(
-    clientId: string,
-    keyHash: string,
+    ref: IdempotencyRef,
     owner: string,
     response: StoredResponse,
     ttlMs: number,
   ): Promise<boolean>;
   /** Records that the order may exist but its answer is lost, for `ttlMs` from now. */
-  markUnknown(clientId: string, keyHash: string, owner: string, ttlMs: number): Promise<boolean>;
+  markUnknown(ref: IdempotencyRef, owner: string, ttlMs: number): Promise<boolean>;
   /**
    * Forgets an `in_flight` claim whose request certainly created nothing (never sent, or
    * refused by the provider before processing), so the caller may retry with the same key.
    */
-  release(clientId: string, keyHash: string, owner: string): Promise<boolean>;
+  release(ref: IdempotencyRef, owner: string): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -86,6 +102,21 @@ export enum IdempotencyStoreErrorCode {
   Corrupt = 'idempotency_store_corrupt',
   /** The record fails its integrity check (MAC under the cache key): written by someone else. */
   Tampered = 'idempotency_record_tampered',
+  /** The caller holds its most records for the client (`retryAfterSeconds`: until one expires). */
+  CallerLimit = 'idempotency_caller_limit',
+}
+
+/** A caller at its bound of records: it may claim again once its oldest record expires. */
+export function callerLimit(
+  ref: IdempotencyRef,
+  max: number,
+  retryAfterMs: number,
+): IdempotencyStoreException {
+  return new IdempotencyStoreException(
+    IdempotencyStoreErrorCode.CallerLimit,
+    `caller "${ref.caller}" holds ${max} Idempotency-Key records for client "${ref.clientId}", the most it may`,
+    { retryAfterSeconds: Math.max(1, Math.ceil(retryAfterMs / 1000)) },
+  );
 }
 
 /** The idempotency store failed; translated by the adapter that met the library error. */

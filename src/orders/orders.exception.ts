@@ -29,6 +29,11 @@ export enum OrdersErrorCode {
   ProviderUnreachable = 'order_provider_unreachable',
   /** 502: the provider's answer could not be relayed (too large, or cut off). */
   ProviderBadResponse = 'order_provider_bad_response',
+  /**
+   * 502: the provider's answer contained the access token the broker sent (an echo of the
+   * `Authorization` header): withheld, never relayed or stored. The order may exist.
+   */
+  UpstreamEchoedToken = 'order_upstream_echoed_token',
   /** 503: the idempotency store (Redis) is unreachable, so a duplicate cannot be ruled out. */
   IdempotencyUnavailable = 'idempotency_unavailable',
   /**
@@ -36,6 +41,11 @@ export enum OrdersErrorCode {
    * in Redis by something other than a broker): nothing is replayed and nothing is sent.
    */
   IdempotencyRecordTampered = 'idempotency_record_tampered',
+  /**
+   * 429: the caller holds the most `Idempotency-Key` records it may for the client; nothing was
+   * sent (`Retry-After`: until its oldest record expires).
+   */
+  IdempotencyRecordsExceeded = 'idempotency_records_exceeded',
   /** 504: the provider did not answer in time after the order was sent. */
   ProviderTimeout = 'order_provider_timeout',
 }

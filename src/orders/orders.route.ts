@@ -82,7 +82,7 @@ export class OrdersRoute implements OnModuleInit {
         req.headers,
         'POST /orders',
         { 'token_broker.client': clientId },
-        () => this.orders.create({ clientId, body, headers }, audit),
+        () => this.orders.create({ clientId, caller: context.caller.name, body, headers }, audit),
       );
       writeForwardingAudit(this.line, req, reply, audit, orderOutcome(result));
       return send(reply, result);

@@ -109,6 +109,7 @@ function orderWith(key?: string, body = '{"price":500}'): OrderRequest {
   const raw = key === undefined ? [] : ['Idempotency-Key', key];
   return {
     clientId: CLIENT,
+    caller: 'checkout',
     body: Buffer.from(body),
     headers: readOrderHeaders(headers, raw, 'r1'),
   };
@@ -130,10 +131,15 @@ describe(OrdersService.name, () => {
   const logger = pino({ level: 'silent' });
 
   let replays: Counter<'client'>;
+  let echoes: Counter<'client' | 'call'>;
   let latency: Histogram<'call' | 'status_class'>;
 
   function service(checkout: CheckoutGateway, s = store): OrdersService {
-    const metrics = { providerLatency: latency, idempotentReplays: replays };
+    const metrics = {
+      providerLatency: latency,
+      idempotentReplays: replays,
+      upstreamTokenEchoes: echoes,
+    };
     return new OrdersService(tokens.asService(), checkout, s, config, metrics, logger);
   }
 
@@ -147,6 +153,12 @@ describe(OrdersService.name, () => {
       name: 'replays',
       help: 'h',
       labelNames: ['client'] as const,
+      registers: [registry],
+    });
+    echoes = new Counter({
+      name: 'echoes',
+      help: 'h',
+      labelNames: ['client', 'call'] as const,
       registers: [registry],
     });
     latency = new Histogram({
@@ -274,8 +286,7 @@ describe(OrdersService.name, () => {
       const svc = service(checkout);
       const order = orderWith('k');
       await store.claim(
-        CLIENT,
-        idempotencyKeyHash('k'),
+        { clientId: CLIENT, caller: 'checkout', keyHash: idempotencyKeyHash('k') },
         {
           bodyHash: bodyFingerprint(order.body),
           owner: 'dead-replica',
@@ -322,5 +333,24 @@ describe(OrdersService.name, () => {
       expect(reply.status).toBe(201);
       await flaky.close();
     });
+  });
+
+  it('withholds an answer that echoes the token (502), and a keyed repeat is 409, not the echo', async () => {
+    const echo: CheckoutOutcome = {
+      kind: 'answered',
+      status: 201,
+      contentType: 'application/json',
+      body: Buffer.from('{"debug":{"authorization":"Bearer t0"}}'),
+    };
+    const checkout = new ScriptedCheckout([echo]);
+    const svc = service(checkout);
+    expect(await codeOf(svc.create(orderWith('k-echo'), audit()))).toBe(
+      OrdersErrorCode.UpstreamEchoedToken,
+    );
+    expect(await codeOf(svc.create(orderWith('k-echo'), audit()))).toBe(
+      OrdersErrorCode.OutcomeUnknown,
+    );
+    expect(checkout.calls).toHaveLength(1);
+    expect((await echoes.get()).values[0]?.value).toBe(1);
   });
 });

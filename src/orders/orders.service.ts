@@ -12,10 +12,13 @@ import {
 import type { IdempotencyStore } from './idempotency-store';
 import { bodyFingerprint, idempotencyKeyHash, type OrderHeaders } from './order-request';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
+import { echoesToken } from './token-echo.screen';
 
 /** A validated `POST /orders`, ready to forward. */
 export interface OrderRequest {
   readonly clientId: string;
+  /** The caller's name: its `Idempotency-Key`s are its own. */
+  readonly caller: string;
   /** The caller's JSON, byte for byte. */
   readonly body: Buffer;
   readonly headers: OrderHeaders;
@@ -51,6 +54,8 @@ const ORDER_CODES: Record<ForwardingFailure, OrdersErrorCode> = {
   timeout: OrdersErrorCode.ProviderTimeout,
   storeUnavailable: OrdersErrorCode.IdempotencyUnavailable,
   tampered: OrdersErrorCode.IdempotencyRecordTampered,
+  echoedToken: OrdersErrorCode.UpstreamEchoedToken,
+  callerLimit: OrdersErrorCode.IdempotencyRecordsExceeded,
 };
 
 /**
@@ -73,7 +78,7 @@ export class OrdersService {
     private readonly checkout: CheckoutGateway,
     store: IdempotencyStore,
     config: Pick<BrokerConfig, 'orders' | 'token' | 'clients'>,
-    metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays'>,
+    metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'>,
     logger: Logger,
   ) {
     this.clients = new Map(config.clients.map((c) => [c.id, c]));
@@ -101,7 +106,11 @@ export class OrdersService {
       idempotency:
         key === undefined
           ? undefined
-          : { keyHash: idempotencyKeyHash(key), bodyHash: bodyFingerprint(order.body) },
+          : {
+              caller: order.caller,
+              keyHash: idempotencyKeyHash(key),
+              bodyHash: bodyFingerprint(order.body),
+            },
       send: (token) =>
         this.checkout.createOrder({
           client,
@@ -111,6 +120,7 @@ export class OrdersService {
         }),
       // Collected whole already (bounded by ORDERS_MAX_RESPONSE_BYTES): nothing to drain.
       discard: () => undefined,
+      screen: async (answer, tokens) => (echoesToken(answer.body, tokens) ? 'echoed' : answer),
       stored: ({ status, contentType, body }) => ({ status, contentType, body }),
     };
     const result = await this.forwarding.forward(exchange, audit);

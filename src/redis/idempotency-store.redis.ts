@@ -1,6 +1,8 @@
 import {
+  callerLimit,
   type ClaimResult,
   type IdempotencyClaim,
+  type IdempotencyRef,
   type IdempotencyRecord,
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
@@ -13,21 +15,45 @@ import { classifyRedisError } from './redis-problem';
 import type { TokenCipher } from '../token/token-cipher';
 
 /**
- * KEYS[1] record hash. ARGV: body hash, owner, lease length (ms), TTL ms, MAC of the body hash.
+ * KEYS[1] record hash, KEYS[2] the same key's record as versions before per-caller records
+ * wrote it, KEYS[3] the caller's records (sorted set: record key by expiry). ARGV: body hash,
+ * owner, lease length (ms), TTL ms, MAC of the body hash, most records per caller (0: no bound).
  * Check and create in one script: of any number of concurrent claims exactly one creates the
  * record, and every other one gets the record back in the same round trip. The lease deadline
  * is set and compared on Redis's clock (TIME), never a replica's: a claimant whose wall clock
  * is ahead would otherwise hold a dead claim "in flight" for longer, one behind would see a
- * live claim as abandoned. The lease comes back as the ms it has left (0: ended).
+ * live claim as abandoned. The lease comes back as the ms it has left (0: ended). An old
+ * record has no caller, so it answers only an exact repeat (same body hash), marked 'legacy'
+ * (9th field) for its MACs; any other body claims the caller's own record. A caller at its
+ * bound gets {'full', ms until its oldest record expires} and nothing is written.
  */
 const CLAIM = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cur = redis.call('HMGET', KEYS[1], 'st', 'fp', 'lease', 'status', 'ct', 'body', 'fpm', 'mac')
+local fields = {'st', 'fp', 'lease', 'status', 'ct', 'body', 'fpm', 'mac'}
+local cur = redis.call('HMGET', KEYS[1], unpack(fields))
+if not cur[1] then
+  local old = redis.call('HMGET', KEYS[2], unpack(fields))
+  if old[1] and old[2] == ARGV[1] then
+    cur = old
+    cur[9] = 'legacy'
+  end
+end
 if cur[1] then
   local lease = tonumber(cur[3])
   if lease then cur[3] = tostring(math.max(0, lease - now)) end
   return cur
+end
+local max = tonumber(ARGV[6])
+if max > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.call('ZCARD', KEYS[3]) >= max then
+    local oldest = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    return {'full', tostring(math.max(1, tonumber(oldest[2]) - now))}
+  end
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), KEYS[1])
+  -- The set lives as long as its longest-lived record, never forever.
+  if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[3], ARGV[4]) end
 end
 redis.call('HSET', KEYS[1], 'st', 'f', 'fp', ARGV[1], 'own', ARGV[2], 'lease', now + tonumber(ARGV[3]), 'fpm', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -35,12 +61,19 @@ return 1
 `;
 
 /**
- * KEYS[1] record hash. ARGV: owner, TTL ms, state ('c' or 'u'), then for 'c' status, content
- * type, body and the MAC over them. Only the claimant settles its own claim: a holder that outlived its lease must
- * not overwrite what a later claimant recorded.
+ * KEYS[1] record hash, KEYS[2] the caller's records. ARGV: owner, TTL ms, state ('c' or 'u'),
+ * then for 'c' status, content type, body and the MAC over them. Only the claimant settles its
+ * own claim: a holder that outlived its lease must not overwrite what a later claimant
+ * recorded. The record's new expiry is its entry's in the caller's set, if it has one.
  */
 const SETTLE = `
 if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('ZSCORE', KEYS[2], KEYS[1]) then
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), KEYS[1])
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+end
 redis.call('HDEL', KEYS[1], 'lease')
 if ARGV[3] == 'c' then
   redis.call('HSET', KEYS[1], 'st', 'c', 'status', ARGV[4], 'ct', ARGV[5], 'body', ARGV[6], 'mac', ARGV[7])
@@ -52,34 +85,50 @@ return 1
 `;
 
 /**
- * KEYS[1] record hash. ARGV: owner. Deletes only an in-flight claim of this owner: a settled
- * record (an answer, or an unknown outcome) must never be forgotten early.
+ * KEYS[1] record hash, KEYS[2] the caller's records. ARGV: owner. Deletes only an in-flight
+ * claim of this owner: a settled record (an answer, or an unknown outcome) must never be
+ * forgotten early. A released claim no longer counts against its caller's bound.
  */
 const RELEASE = `
 local cur = redis.call('HMGET', KEYS[1], 'own', 'st')
 if cur[1] ~= ARGV[1] or cur[2] ~= 'f' then return 0 end
 redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
 `;
 
 type RawField = Buffer | null;
 
 type RedisWithIdempotencyScripts = RedisClient & {
-  tbIdemClaimBuffer(key: string, ...args: (string | number)[]): Promise<number | RawField[]>;
-  tbIdemSettle(key: string, ...args: (string | number | Buffer)[]): Promise<number>;
-  tbIdemRelease(key: string, owner: string): Promise<number>;
+  tbIdemClaimBuffer(
+    key: string,
+    legacyKey: string,
+    quotaKey: string,
+    ...args: (string | number)[]
+  ): Promise<number | RawField[]>;
+  tbIdemSettle(
+    key: string,
+    quotaKey: string,
+    ...args: (string | number | Buffer)[]
+  ): Promise<number>;
+  tbIdemRelease(key: string, quotaKey: string, owner: string): Promise<number>;
 };
 
 /**
- * The idempotency store on Redis: one hash per client and key hash (`tb:{client}:idem:<sha256>`)
- * with the state, the body's SHA-256 in `fp`, the claimant in `own`, its lease (deadline in
- * Redis time), and once
- * settled the provider's status, content type and exact body bytes.
+ * The idempotency store on Redis: one hash per client, caller and key hash
+ * (`tb:{client}:idem:<sha256 of key hash and caller>`) with the state, the body's SHA-256 in
+ * `fp`, the claimant in `own`, its lease (deadline in Redis time), and once settled the
+ * provider's status, content type and exact body bytes (sealed, see below). Each caller's
+ * bounded records are listed in `tb:{client}:idemq:<sha256 of caller>` by expiry.
  *
  * Whoever can write to Redis must not be able to make a broker replay an answer of their
  * choosing: with a cache key configured, the body hash (`fpm`) and the stored answer (`mac`)
- * carry an HMAC under a key derived from it, bound to the client and the key hash, and a record
- * that fails the check is refused ({@link IdempotencyStoreErrorCode.Tampered}), never replayed.
+ * carry an HMAC under a key derived from it, bound to the client, the caller and the key hash,
+ * and a record that fails the check is refused ({@link IdempotencyStoreErrorCode.Tampered}), never replayed.
+ *
+ * The stored answer is sealed like the token (AES-256-GCM under the cache key, the client,
+ * caller and key hash as associated data): someone who can read Redis cannot read what the
+ * provider answered. Without a cache key it is kept in clear, as the token then is.
  *
  * It uses the shared command connection: commands time out after `redis.commandTimeoutMs` and
  * fail at once while disconnected, so an outage surfaces as
@@ -91,80 +140,89 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   constructor(
     redis: RedisClient,
-    private readonly signer: Pick<TokenCipher, 'authenticates' | 'mac' | 'verifyMac'>,
+    private readonly signer: Pick<
+      TokenCipher,
+      'authenticates' | 'mac' | 'verifyMac' | 'sealBytes' | 'openBytes'
+    >,
   ) {
-    redis.defineCommand('tbIdemClaim', { numberOfKeys: 1, lua: CLAIM });
-    redis.defineCommand('tbIdemSettle', { numberOfKeys: 1, lua: SETTLE });
-    redis.defineCommand('tbIdemRelease', { numberOfKeys: 1, lua: RELEASE });
+    redis.defineCommand('tbIdemClaim', { numberOfKeys: 3, lua: CLAIM });
+    redis.defineCommand('tbIdemSettle', { numberOfKeys: 2, lua: SETTLE });
+    redis.defineCommand('tbIdemRelease', { numberOfKeys: 2, lua: RELEASE });
     this.redis = redis as RedisWithIdempotencyScripts;
   }
 
-  async claim(
-    clientId: string,
-    keyHash: string,
-    claim: IdempotencyClaim,
-    ttlMs: number,
-  ): Promise<ClaimResult> {
+  async claim(ref: IdempotencyRef, claim: IdempotencyClaim, ttlMs: number): Promise<ClaimResult> {
+    const { clientId, caller, keyHash } = ref;
     // The Buffer variant: a stored body is relayed byte for byte, never re-decoded as UTF-8.
     const reply = await this.run('claiming an idempotency key', () =>
       this.redis.tbIdemClaimBuffer(
+        redisKeys.callerIdempotency(clientId, caller, keyHash),
         redisKeys.idempotency(clientId, keyHash),
+        redisKeys.idempotencyQuota(clientId, caller),
         claim.bodyHash,
         claim.owner,
         Math.ceil(claim.leaseMs),
         Math.ceil(ttlMs),
-        this.signer.mac(['fp', clientId, keyHash, claim.bodyHash]),
+        this.signer.mac(['fp2', clientId, caller, keyHash, claim.bodyHash]),
+        claim.maxPerCaller ?? 0,
       ),
     );
     if (reply === 1) return { claimed: true };
     if (!Array.isArray(reply)) throw corrupt('unexpected reply to the claim script');
-    const existing = parseRecord(reply);
-    this.verify(clientId, keyHash, existing, reply);
+    if (reply.length === 2 && reply[0]?.toString('latin1') === 'full') {
+      throw callerLimit(ref, claim.maxPerCaller ?? 0, Number(reply[1]?.toString('latin1')));
+    }
+    const parsed = parseRecord(reply);
+    const legacy = reply[8]?.toString('latin1') === 'legacy';
+    // Older versions stored the answer in clear; this one seals it like the token.
+    const existing = legacy ? parsed : this.opened(ref, parsed);
+    this.verify(ref, existing, reply, legacy);
     return { claimed: false, existing };
   }
 
+  private opened(ref: IdempotencyRef, record: IdempotencyRecord): IdempotencyRecord {
+    if (record.state !== 'completed') return record;
+    let body;
+    try {
+      body = this.signer.openBytes(bodyContext(ref), record.response.body);
+    } catch {
+      throw tampered('its stored answer does not open with the cache key for this record');
+    }
+    return { ...record, response: { ...record.response, body } };
+  }
+
   async complete(
-    clientId: string,
-    keyHash: string,
+    ref: IdempotencyRef,
     owner: string,
     response: StoredResponse,
     ttlMs: number,
   ): Promise<boolean> {
     const done = await this.run('recording an order outcome', () =>
       this.redis.tbIdemSettle(
-        redisKeys.idempotency(clientId, keyHash),
+        recordKey(ref),
+        quotaKey(ref),
         owner,
         Math.ceil(ttlMs),
         'c',
         response.status,
         response.contentType ?? '',
-        response.body,
-        this.signer.mac(answerParts(clientId, keyHash, response)),
+        this.signer.sealBytes(bodyContext(ref), response.body),
+        this.signer.mac(answerParts(ref, response)),
       ),
     );
     return done === 1;
   }
 
-  async markUnknown(
-    clientId: string,
-    keyHash: string,
-    owner: string,
-    ttlMs: number,
-  ): Promise<boolean> {
+  async markUnknown(ref: IdempotencyRef, owner: string, ttlMs: number): Promise<boolean> {
     const done = await this.run('recording an unknown order outcome', () =>
-      this.redis.tbIdemSettle(
-        redisKeys.idempotency(clientId, keyHash),
-        owner,
-        Math.ceil(ttlMs),
-        'u',
-      ),
+      this.redis.tbIdemSettle(recordKey(ref), quotaKey(ref), owner, Math.ceil(ttlMs), 'u'),
     );
     return done === 1;
   }
 
-  async release(clientId: string, keyHash: string, owner: string): Promise<boolean> {
+  async release(ref: IdempotencyRef, owner: string): Promise<boolean> {
     const done = await this.run('releasing an idempotency key', () =>
-      this.redis.tbIdemRelease(redisKeys.idempotency(clientId, keyHash), owner),
+      this.redis.tbIdemRelease(recordKey(ref), quotaKey(ref), owner),
     );
     return done === 1;
   }
@@ -173,21 +231,31 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     // The connection is shared and closed by the Redis module.
   }
 
-  /** Throws {@link IdempotencyStoreErrorCode.Tampered} unless the record's MACs check out. */
+  /**
+   * Throws {@link IdempotencyStoreErrorCode.Tampered} unless the record's MACs check out: those
+   * of a per-caller record cover its caller, those of an old one (`legacy`) what it was.
+   */
   private verify(
-    clientId: string,
-    keyHash: string,
+    ref: IdempotencyRef,
     record: IdempotencyRecord,
     fields: RawField[],
+    legacy: boolean,
   ): void {
     if (!this.signer.authenticates) return;
     const text = (b: RawField) => (b === null ? '' : b.toString('latin1'));
-    if (!this.signer.verifyMac(['fp', clientId, keyHash, record.bodyHash], text(fields[6]))) {
+    const { clientId, caller, keyHash } = ref;
+    const fp = legacy
+      ? ['fp', clientId, keyHash, record.bodyHash]
+      : ['fp2', clientId, caller, keyHash, record.bodyHash];
+    if (!this.signer.verifyMac(fp, text(fields[6]))) {
       throw tampered('its body hash is not one a broker recorded for this key');
     }
     if (
       record.state === 'completed' &&
-      !this.signer.verifyMac(answerParts(clientId, keyHash, record.response), text(fields[7]))
+      !this.signer.verifyMac(
+        legacy ? legacyAnswerParts(ref, record.response) : answerParts(ref, record.response),
+        text(fields[7]),
+      )
     ) {
       throw tampered('its stored answer is not one a broker recorded for this key');
     }
@@ -248,9 +316,28 @@ function parseRecord(fields: RawField[]): IdempotencyRecord {
   }
 }
 
-/** What the answer MAC covers: the client and key it belongs to, and every replayed byte. */
-function answerParts(clientId: string, keyHash: string, r: StoredResponse): (string | Buffer)[] {
-  return ['answer', clientId, keyHash, String(r.status), r.contentType ?? '', r.body];
+/** What the answer MAC covers: the client, caller and key it belongs to, and every replayed byte. */
+function answerParts(ref: IdempotencyRef, r: StoredResponse): (string | Buffer)[] {
+  const { clientId, caller, keyHash } = ref;
+  return ['answer2', clientId, caller, keyHash, String(r.status), r.contentType ?? '', r.body];
+}
+
+/** The answer MAC of a record written before records were per caller (read, never written). */
+function legacyAnswerParts(ref: IdempotencyRef, r: StoredResponse): (string | Buffer)[] {
+  return ['answer', ref.clientId, ref.keyHash, String(r.status), r.contentType ?? '', r.body];
+}
+
+/** What a stored answer is sealed for: its client, caller and key (AES-GCM associated data). */
+function bodyContext(ref: IdempotencyRef): string[] {
+  return ['idempotency answer', ref.clientId, ref.caller, ref.keyHash];
+}
+
+function recordKey(ref: IdempotencyRef): string {
+  return redisKeys.callerIdempotency(ref.clientId, ref.caller, ref.keyHash);
+}
+
+function quotaKey(ref: IdempotencyRef): string {
+  return redisKeys.idempotencyQuota(ref.clientId, ref.caller);
 }
 
 function tampered(why: string): IdempotencyStoreException {

@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /** Injection token for the shared command connection (an ioredis `Redis`), absent without REDIS_URL. */
 export const REDIS_CONNECTION = 'TOKEN_BROKER:REDIS_CONNECTION';
 
@@ -18,7 +20,17 @@ export const redisKeys = {
   floor: (clientId: string) => `tb:{${clientId}}:floor`,
   /** Never-expiring marker of the data's continuity (see `TokenStore.checkContinuity`). */
   epoch: (clientId: string) => `tb:{${clientId}}:epoch`,
+  /**
+   * An idempotency record as versions before per-caller records wrote it: read during a
+   * rolling upgrade, never written.
+   */
   idempotency: (clientId: string, keyHash: string) => `tb:{${clientId}}:idem:${keyHash}`,
+  /** The records a caller holds for the client (a sorted set: record key, expiry in Redis ms). */
+  idempotencyQuota: (clientId: string, caller: string) =>
+    `tb:{${clientId}}:idemq:${createHash('sha256').update(caller).digest('hex')}`,
+  /** A caller's idempotency record: the same key sent by two callers is two records. */
+  callerIdempotency: (clientId: string, caller: string, keyHash: string) =>
+    `tb:{${clientId}}:idem:${createHash('sha256').update(`${keyHash}\n${caller}`).digest('hex')}`,
   /** The client's revocation generation (never expires; absent: 0). See `TokenStore.revoke`. */
   generation: (clientId: string) => `tb:{${clientId}}:gen`,
   /** The replicas that acknowledged revocation `generation` (a set, kept 10 minutes). */

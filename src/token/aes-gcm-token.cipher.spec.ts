@@ -171,4 +171,24 @@ describe(AesGcmTokenCipher.name, () => {
       expect(before.verifyMac(parts, bad)).toBe(false);
     }
   });
+
+  it('seals bytes for one context: round-trips under any configured key, refuses another context or any change', () => {
+    const k1 = randomBytes(32);
+    const cipher = new AesGcmTokenCipher(k1);
+    const bytes = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+    const context = ['idempotency answer', 'acme', 'checkout', 'a'.repeat(64)];
+    const sealed = cipher.sealBytes(context, bytes);
+    expect(sealed.includes(bytes)).toBe(false);
+    expect(cipher.openBytes(context, sealed)).toEqual(bytes);
+    expect(new AesGcmTokenCipher(randomBytes(32), [k1]).openBytes(context, sealed)).toEqual(bytes);
+    expect(() =>
+      cipher.openBytes([...context.slice(0, 2), 'marketing', context[3]], sealed),
+    ).toThrow();
+    for (let i = 0; i < sealed.length; i++) {
+      const bad = Buffer.from(sealed);
+      bad[i] ^= 1;
+      expect(() => cipher.openBytes(context, bad)).toThrow();
+    }
+    expect(() => new AesGcmTokenCipher(randomBytes(32)).openBytes(context, sealed)).toThrow();
+  });
 });

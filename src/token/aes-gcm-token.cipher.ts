@@ -22,6 +22,8 @@ export const KEY_BYTES = 32;
  */
 const PREFIX = 'gcm3:';
 const UNBOUND_PREFIX = 'gcm2:';
+/** Sealed bytes: `gcmb:<key id>:` then iv ‖ ciphertext ‖ tag, raw (see {@link AesGcmTokenCipher.sealBytes}). */
+const BYTES_PREFIX = 'gcmb:';
 /** Label of the MAC key derived from each cache key (never the encryption key itself). */
 const MAC_LABEL = 'token-broker record mac';
 
@@ -114,6 +116,48 @@ export class AesGcmTokenCipher implements TokenCipher {
     throw new Error(
       'sealed value failed authentication (wrong key, tampered, another client or generation)',
     );
+  }
+
+  /**
+   * Seals `bytes` (raw, for a binary store field) with the current key; the associated data is
+   * `context` length-prefixed, so the value only opens for the record it was written for.
+   */
+  sealBytes(context: readonly string[], bytes: Buffer): Buffer {
+    const iv = randomBytes(IV_BYTES);
+    const cipher = createCipheriv(ALGORITHM, this.current.key, iv, { authTagLength: TAG_BYTES });
+    cipher.setAAD(lengthPrefixed(context));
+    return Buffer.concat([
+      Buffer.from(`${BYTES_PREFIX}${this.current.id}:`, 'latin1'),
+      iv,
+      cipher.update(bytes),
+      cipher.final(),
+      cipher.getAuthTag(),
+    ]);
+  }
+
+  openBytes(context: readonly string[], sealed: Buffer): Buffer {
+    const header = BYTES_PREFIX.length + 9;
+    const keys =
+      sealed.subarray(0, BYTES_PREFIX.length).toString('latin1') === BYTES_PREFIX &&
+      sealed[header - 1] === 0x3a
+        ? this.byId.get(sealed.subarray(BYTES_PREFIX.length, header - 1).toString('latin1'))
+        : undefined;
+    if (keys === undefined) throw new Error('not sealed bytes, or sealed with an unknown key');
+    if (sealed.length < header + IV_BYTES + TAG_BYTES) throw new Error('sealed value too short');
+    const iv = sealed.subarray(header, header + IV_BYTES);
+    const tag = sealed.subarray(sealed.length - TAG_BYTES);
+    const text = sealed.subarray(header + IV_BYTES, sealed.length - TAG_BYTES);
+    for (const key of keys) {
+      try {
+        const decipher = createDecipheriv(ALGORITHM, key, iv, { authTagLength: TAG_BYTES });
+        decipher.setAAD(lengthPrefixed(context));
+        decipher.setAuthTag(tag);
+        return Buffer.concat([decipher.update(text), decipher.final()]);
+      } catch {
+        // Wrong key with this id, tampered, or another record's: try the next key.
+      }
+    }
+    throw new Error('sealed bytes failed authentication (wrong key, tampered, or another record)');
   }
 
   /**

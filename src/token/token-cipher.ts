@@ -17,6 +17,14 @@ export interface TokenCipher {
    * generation).
    */
   open(clientId: string, sealed: string, context?: string, generation?: number): string;
+  /**
+   * Seals bytes other than a token (a stored provider answer) with the same key; `context`
+   * (what the value belongs to) is authenticated with it. Without a cache key: the bytes as
+   * they are, as tokens are then kept in clear.
+   */
+  sealBytes(context: readonly string[], bytes: Buffer): Buffer;
+  /** Opens {@link sealBytes}'s value; throws when it fails (wrong key, tampered, other context). */
+  openBytes(context: readonly string[], sealed: Buffer): Buffer;
   /** An authentication tag over `parts`, to store next to them. */
   mac(parts: readonly (string | Buffer)[]): string;
   /** Whether `tag` is {@link mac}'s tag for `parts`. */

@@ -1,0 +1,99 @@
+import { Readable } from 'node:stream';
+
+/**
+ * Finds the access tokens the broker sent in what the provider answered. An answer that echoes
+ * the request's `Authorization` (debugging endpoints, error pages, the emulator's echo) would
+ * otherwise hand the fleet's token to a caller that may only have calls forwarded, and an
+ * `Idempotency-Key` would keep it in Redis for the whole TTL.
+ *
+ * Fed chunk by chunk, it keeps the last `longest - 1` bytes of what it saw, so a token split
+ * across two chunks is found too.
+ */
+export class TokenEchoScanner {
+  private readonly needles: Buffer[];
+  private readonly overlap: number;
+  private tail = Buffer.alloc(0);
+
+  constructor(tokens: readonly string[]) {
+    // An empty needle would match everywhere; a token is never empty, but be exact about it.
+    this.needles = tokens.filter((t) => t.length > 0).map((t) => Buffer.from(t, 'utf8'));
+    this.overlap = Math.max(0, ...this.needles.map((n) => n.length - 1));
+  }
+
+  /** Whether a token appears in everything seen so far, `chunk` included. */
+  push(chunk: Buffer): boolean {
+    const window = this.tail.length > 0 ? Buffer.concat([this.tail, chunk]) : chunk;
+    if (this.needles.some((n) => window.includes(n))) return true;
+    // A copy: the chunk's memory may be pooled and reused by the stream.
+    this.tail = Buffer.from(window.subarray(Math.max(0, window.length - this.overlap)));
+    return false;
+  }
+
+  /** Bytes that may still be the start of a token (held back from the caller until the next chunk). */
+  get heldBack(): number {
+    return this.overlap;
+  }
+}
+
+/** Whether `body` contains any of `tokens`. */
+export function echoesToken(body: Buffer, tokens: readonly string[]): boolean {
+  return new TokenEchoScanner(tokens).push(body);
+}
+
+/** What {@link screenStream} found before the caller saw a byte. */
+export type ScreenedStream = { readonly echoed: true } | { readonly body: Buffer | Readable };
+
+/**
+ * Reads up to `decideBytes` of a streamed answer before anything is relayed: an answer that
+ * ends within them (error pages, echoes, most API answers) is screened whole and can still be
+ * refused with a status. A longer one streams on, screened as it goes: a token found later
+ * cuts the answer off (the status is already sent) and `onLateEcho` is called; the bytes
+ * that could be the start of a token are never relayed before the next chunk shows they are not.
+ */
+export async function screenStream(
+  body: Readable,
+  tokens: readonly string[],
+  decideBytes: number,
+  onLateEcho: () => void,
+): Promise<ScreenedStream> {
+  const scanner = new TokenEchoScanner(tokens);
+  const chunks = body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  const held: Buffer[] = [];
+  let size = 0;
+  for (;;) {
+    const next = await chunks.next();
+    if (next.done) return { body: Buffer.concat(held, size) };
+    const chunk = next.value;
+    if (scanner.push(chunk)) {
+      body.destroy();
+      return { echoed: true };
+    }
+    held.push(chunk);
+    size += chunk.length;
+    if (size > decideBytes) break;
+  }
+  const keep = scanner.heldBack;
+  async function* rest(): AsyncGenerator<Buffer> {
+    let pending = Buffer.concat(held, size);
+    try {
+      for (;;) {
+        if (pending.length > keep) {
+          yield pending.subarray(0, pending.length - keep);
+          pending = pending.subarray(pending.length - keep);
+        }
+        const next = await chunks.next();
+        if (next.done) break;
+        if (scanner.push(next.value)) {
+          onLateEcho();
+          throw new Error('the provider answer contained the access token: cut off');
+        }
+        pending = Buffer.concat([pending, next.value]);
+      }
+      if (pending.length > 0) yield pending;
+    } finally {
+      // Cut off, or the caller went away: the provider's answer is not read any further.
+      body.destroy();
+    }
+  }
+  return { body: Readable.from(rest(), { objectMode: false }) };
+}
