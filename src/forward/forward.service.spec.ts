@@ -22,6 +22,7 @@ const config = brokerConfigSchema.parse({
     },
   ],
   callerAuth: { mode: 'none', allowNone: true },
+  http: { host: '127.0.0.1' },
   token: { waitTimeoutMs: 500 },
   forward: { maxStoredResponseBytes: 1024 },
 });

@@ -63,6 +63,7 @@ function manager(
   const config = brokerConfigSchema.parse({
     clients: [CLIENT],
     callerAuth: { mode: 'none', allowNone: true },
+    http: { host: '127.0.0.1' },
     token,
   });
   const m = new ClientTokenManager(config.clients[0], {

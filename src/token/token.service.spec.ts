@@ -48,6 +48,7 @@ describe(TokenService.name, () => {
     const config = brokerConfigSchema.parse({
       clients: ids.map(client),
       callerAuth: { mode: 'none', allowNone: true },
+      http: { host: '127.0.0.1' },
     });
     const metrics = new MetricsService();
     const s = new TokenService(config, store, grantor, secrets, pino({ level: 'silent' }), metrics);
