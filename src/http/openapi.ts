@@ -402,11 +402,12 @@ export const OPENAPI_DOCUMENT: Json = {
       get: {
         tags: ['tokens'],
         operationId: 'oauthMetadata',
-        summary: 'RFC 8414 authorization server metadata (endpoint URLs from the Host used)',
+        summary:
+          'RFC 8414 authorization server metadata (endpoint URLs from OAUTH_ISSUER, else the origin used)',
         responses: {
           '200': {
             description: 'The metadata.',
-            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-Max-Age') },
+            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
             content: {
               'application/json': {
                 schema: ref('AuthorizationServerMetadata'),
@@ -419,7 +420,6 @@ export const OPENAPI_DOCUMENT: Json = {
                     'client_secret_basic',
                     'client_secret_post',
                   ],
-                  scopes_supported: ['acme-prod'],
                 },
               },
             },
@@ -806,7 +806,6 @@ export const OPENAPI_DOCUMENT: Json = {
             type: 'array',
             items: { type: 'string' },
           },
-          scopes_supported: { type: 'array', items: { type: 'string' } },
         },
       },
       ProviderAnswer: {
