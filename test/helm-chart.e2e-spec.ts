@@ -1128,6 +1128,48 @@ describe('Helm chart helm/token-broker', () => {
       );
     });
 
+    it('opens no egress to the internet by default: the install names the AWS endpoints and the provider', () => {
+      // The chart's own default names no AWS or provider destination.
+      const withoutEgress = [
+        'networkPolicy.egress.aws.cidrs=[]',
+        'networkPolicy.egress.provider.cidrs=[]',
+      ];
+      expect(renderError(['required'], withoutEgress)).toContain(
+        'networkPolicy.egress.aws.cidrs is required with the NetworkPolicy',
+      );
+      expect(renderError(['required'], ['networkPolicy.egress.provider.cidrs=[]'])).toContain(
+        'networkPolicy.egress.provider.cidrs is required with the NetworkPolicy',
+      );
+      const peers = (objects: K8sObject[]) =>
+        (only(objects, 'NetworkPolicy').spec.egress as K8sObject[]).flatMap((r) =>
+          ((r.to ?? []) as K8sObject[]).map((p) => p.ipBlock?.cidr as string | undefined),
+        );
+      expect(peers(render(['required']))).not.toContain('0.0.0.0/0');
+      expect(peers(render(['required']))).toEqual(
+        expect.arrayContaining(['10.0.96.0/24', '203.0.113.0/24']),
+      );
+      // Rules of the install's own, or any HTTPS destination when asked for.
+      const extra = JSON.stringify([{ to: [{ ipBlock: { cidr: '10.1.0.0/16' } }] }]);
+      expect(
+        peers(render(['required'], [...withoutEgress, `networkPolicy.egress.extra=${extra}`])),
+      ).toContain('10.1.0.0/16');
+      expect(
+        peers(
+          render(
+            ['required'],
+            [
+              'networkPolicy.egress.aws.cidrs=["0.0.0.0/0"]',
+              'networkPolicy.egress.provider.cidrs=[]',
+            ],
+          ),
+        ),
+      ).toContain('0.0.0.0/0');
+      // Without a NetworkPolicy there is nothing to name.
+      expect(() =>
+        render(['required'], [...withoutEgress, 'networkPolicy.enabled=false']),
+      ).not.toThrow();
+    });
+
     it('refuses the old metrics.port naming adminPort, an admin port shared with the API, and callers let onto it', () => {
       expect(renderError(['required'], ['metrics.port=9100'])).toContain(
         'metrics.port was renamed adminPort',

@@ -337,8 +337,12 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- if and $v.networkPolicy.enabled (include "token-broker.redisConfigured" .) (not (or $v.networkPolicy.egress.redis.cidrs $v.networkPolicy.egress.redis.peers)) }}
 {{- fail "networkPolicy.egress.redis.cidrs (or .peers) is required with Redis: the NetworkPolicy would block the broker from reaching it (ElastiCache: its subnets' CIDRs)" }}
 {{- end }}
-{{- if and $v.networkPolicy.enabled (not (or $v.networkPolicy.egress.provider.cidrs $v.networkPolicy.egress.aws.cidrs)) }}
-{{- fail "networkPolicy.egress.provider.cidrs is required when networkPolicy.egress.aws.cidrs is empty: the broker must reach the provider over HTTPS" }}
+{{- $egress := $v.networkPolicy.egress }}
+{{- if and $v.networkPolicy.enabled (not (or $egress.aws.cidrs $egress.extra)) }}
+{{- fail "networkPolicy.egress.aws.cidrs is required with the NetworkPolicy: the subnets of your VPC interface endpoints for Secrets Manager and STS (IRSA), e.g. [10.0.96.0/24]. The chart opens no egress to the internet by default; set [0.0.0.0/0] to allow any HTTPS destination, or write rules of your own in networkPolicy.egress.extra" }}
+{{- end }}
+{{- if and $v.networkPolicy.enabled (not (or $egress.provider.cidrs $egress.extra (has "0.0.0.0/0" $egress.aws.cidrs))) }}
+{{- fail "networkPolicy.egress.provider.cidrs is required with the NetworkPolicy: the provider's auth server and API addresses (its published egress ranges), which the broker reaches over HTTPS; or write rules of your own in networkPolicy.egress.extra" }}
 {{- end }}
 {{- if and $v.csi.enabled (not $v.csi.objects) }}
 {{- fail "csi.objects: list at least one secret to mount when csi.enabled is true" }}
