@@ -80,6 +80,42 @@ describe('token audit trail', () => {
     expect(written.every((l) => typeof l.reqId === 'string')).toBe(true);
   });
 
+  it('lets no unauthenticated flood hide a caller’s refusal, and names callers it counts', async () => {
+    const url = set.apiKeyBroker.url;
+    const get = (key: string, query: string) =>
+      fetch(`${url}/token?${query}`, { headers: { authorization: `Bearer ${key}` } });
+    const statuses = async (n: number, key: () => string, query: string) =>
+      Promise.all(
+        Array.from({ length: n }, async () => {
+          const res = await get(key(), query);
+          await res.arrayBuffer();
+          return res.status;
+        }),
+      );
+    // Twice the second's budget of unauthenticated refusals, then a real caller's 403.
+    expect(new Set(await statuses(40, newKey, 'client=acme-prod'))).toEqual(new Set([401]));
+    const forbidden = await get(set.keys.checkout, 'client=globex-prod');
+    expect(forbidden.status).toBe(403);
+    const { requestId } = (await forbidden.json()) as { requestId: string };
+    const line = await waitForLine((l) => l.msg === 'token refused' && l.reqId === requestId);
+    expect(line).toMatchObject({ caller: 'checkout', client: 'globex-prod', result: 'forbidden' });
+    // The caller's own loop is limited by its own budget, and the summary says whose it was.
+    await statuses(45, () => set.keys.checkout, 'client=globex-prod');
+    // Another caller's refusal: admitted, it brings the summary before its own line.
+    expect((await statuses(1, () => set.keys.ops, 'client=acme-prod&min_ttl=abc'))[0]).toBe(400);
+    const summary = await waitForLine(
+      (l) =>
+        l.msg === 'token refusals suppressed' &&
+        typeof (l.callers as Record<string, number> | undefined)?.checkout === 'number',
+    );
+    const counted = (summary.callers as Record<string, number>).checkout;
+    expect(counted).toBeGreaterThan(0);
+    expect(summary).toMatchObject({
+      clients: { 'globex-prod': counted },
+      results: { forbidden: counted },
+    });
+  });
+
   it('accounts for every token handed out, through a SIGTERM under load', async () => {
     const broker = set.apiKeyBroker;
     const issuedFps = new Map<string, number>();

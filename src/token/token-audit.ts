@@ -31,9 +31,10 @@ interface CallerSlot {
  * - `token issued`: one line per caller, client and token fingerprint per
  *   `audit.intervalSeconds`, with `count`, `first`, `last` and a few `reqIds` (see
  *   {@link AuditAggregator}); one per token with its `reqId` when `audit.perRequest`;
- * - `token refused`: one line per refusal, at most `audit.refusalsPerSecond`; the rest are
- *   counted in a `token refusals suppressed` line (per result code) written with the next
- *   admitted refusal or the next interval.
+ * - `token refused`: one line per refusal, at most `audit.refusalsPerSecond` for those of no
+ *   authenticated caller and as many for each authenticated caller (see {@link AuditRateLimit});
+ *   the rest are counted in a `token refusals suppressed` line (per result code, caller and
+ *   client) written with the next admitted refusal or the next interval.
  *
  * Written on the interval, at shutdown (after the server has stopped answering: Nest calls
  * `onApplicationShutdown` once the HTTP server is closed) and synchronously on process exit, so
@@ -106,7 +107,7 @@ export class TokenAuditTrail implements OnApplicationShutdown {
   /** Writes a refusal's line, unless refusals are over their rate (then it is counted). */
   refused(refusal: TokenRefusal, now = Date.now()): void {
     // After shutdown only in-flight requests remain: nothing is held back then.
-    if (!this.closed && !this.refusals.admit(refusal.result, now)) return;
+    if (!this.closed && !this.refusals.admit(refusal.result, now, refusal)) return;
     this.reportSuppressed();
     this.audit.info(refusal, 'token refused');
   }
@@ -132,6 +133,8 @@ export class TokenAuditTrail implements OnApplicationShutdown {
       {
         suppressed: left.suppressed,
         results: left.results,
+        callers: left.callers,
+        clients: left.clients,
         first: new Date(left.first).toISOString(),
         last: new Date(left.last).toISOString(),
       },
