@@ -116,6 +116,42 @@ describe('token audit trail', () => {
     });
   });
 
+  it('passthrough refusals have the same budget: counted by kind, a caller’s refusal kept', async () => {
+    const url = set.apiKeyBroker.url;
+    const path = '/provider/acme-prod/api/marketing/v1/offers';
+    const forwardLines = () =>
+      set.apiKeyBroker
+        .logs()
+        .filter((l) => l.includes('"audit":"forward"'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const get = async (key: string, target = path) => {
+      const res = await fetch(`${url}${target}`, { headers: { authorization: `Bearer ${key}` } });
+      await res.arrayBuffer();
+      return res.status;
+    };
+    const before = forwardLines().length;
+    // Three times the second's budget of unauthenticated refusals, then a real caller's 403.
+    const flood = await Promise.all(Array.from({ length: 60 }, () => get(newKey())));
+    expect(new Set(flood)).toEqual(new Set([401]));
+    expect(await get(set.keys.checkout, '/provider/globex-prod/api/marketing/v1/offers')).toBe(403);
+    // Another caller's refusal brings the summary of what was left out.
+    expect(await get(set.keys.ops, '/provider/nobody/api/marketing/v1/offers')).toBe(404);
+    const summary = await waitFor(
+      () => forwardLines().find((l) => l.msg === 'forward refusals suppressed'),
+      { timeoutMs: 5000, what: 'the summary line' },
+    );
+    const lines = forwardLines().slice(before);
+    const unauthenticated = lines.filter(
+      (l) => l.msg === 'forward' && l.result === 'unauthenticated',
+    );
+    // At most two one-second windows of 20 (a busy machine may straddle one).
+    expect(unauthenticated.length).toBeLessThanOrEqual(40);
+    expect(summary).toMatchObject({ results: { unauthenticated: 60 - unauthenticated.length } });
+    expect(lines).toContainEqual(
+      expect.objectContaining({ msg: 'forward', caller: 'checkout', client: 'globex-prod' }),
+    );
+  });
+
   it('accounts for every token handed out, through a SIGTERM under load', async () => {
     const broker = set.apiKeyBroker;
     const issuedFps = new Map<string, number>();

@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
@@ -15,7 +15,7 @@ import { AuditLineWriter } from '../logging/audit-line.writer';
 import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import type { ForwardingAudit } from '../orders/forwarding';
-import { writeForwardingAudit } from '../orders/forwarding-audit';
+import { ForwardingAuditTrail, writeForwardingAudit } from '../orders/forwarding-audit';
 import { registerForwardingRoute } from '../orders/forwarding-route';
 import { readOrderHeaders } from '../orders/order-request';
 import { inCallerSpan } from '../tracing/spans';
@@ -44,8 +44,9 @@ const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
  * client (403/404 without enumeration), the client's allow-list (403), the rate limits (429).
  */
 @Injectable()
-export class ForwardRoute implements OnModuleInit {
-  private readonly line: AuditLineWriter;
+export class ForwardRoute implements OnModuleInit, OnApplicationShutdown {
+  /** The audit trail, with the refusals' budget. */
+  private readonly trail: ForwardingAuditTrail;
   private readonly clients: ReadonlyMap<string, ClientConfig>;
 
   constructor(
@@ -57,8 +58,16 @@ export class ForwardRoute implements OnModuleInit {
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
     @Inject(LOGGER) logger: Logger,
   ) {
-    this.line = new AuditLineWriter(logger.child({ audit: 'forward' }), 'forward');
+    this.trail = new ForwardingAuditTrail(
+      logger.child({ audit: 'forward' }),
+      'forward',
+      config.audit,
+    );
     this.clients = new Map(config.clients.map((c) => [c.id, c]));
+  }
+
+  onApplicationShutdown(): void {
+    this.trail.close();
   }
 
   onModuleInit(): void {
@@ -178,7 +187,7 @@ export class ForwardRoute implements OnModuleInit {
     const field = AuditLineWriter.field;
     const path = TARGETS.get(req)?.path;
     writeForwardingAudit(
-      this.line,
+      this.trail,
       req,
       reply,
       audit,

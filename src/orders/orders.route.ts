@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
@@ -10,7 +10,7 @@ import { sendProblem } from '../http/problem.reply';
 import { AuditLineWriter } from '../logging/audit-line.writer';
 import { LOGGER } from '../logging/logger';
 import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
-import { writeForwardingAudit } from './forwarding-audit';
+import { ForwardingAuditTrail, writeForwardingAudit } from './forwarding-audit';
 import { registerForwardingRoute } from './forwarding-route';
 import { type OrderAudit, orderOutcome, type OrderReply, OrdersService } from './orders.service';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
@@ -24,13 +24,15 @@ import { inCallerSpan } from '../tracing/spans';
  * too large), become problem+json here.
  */
 @Injectable()
-export class OrdersRoute implements OnModuleInit {
+export class OrdersRoute implements OnModuleInit, OnApplicationShutdown {
   /**
    * One line per order: caller, client, token fingerprint (never the token), outcome. Every
    * field is one the broker computed or validated, so the line is written directly in pino's
    * format (see {@link AuditLineWriter}) rather than through pino's generic serialiser.
    */
   readonly line: AuditLineWriter;
+  /** The audit trail: {@link line} and the refusals' budget. */
+  private readonly trail: ForwardingAuditTrail;
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
@@ -39,7 +41,12 @@ export class OrdersRoute implements OnModuleInit {
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
     @Inject(LOGGER) logger: Logger,
   ) {
-    this.line = new AuditLineWriter(logger.child({ audit: 'orders' }), 'order');
+    this.trail = new ForwardingAuditTrail(logger.child({ audit: 'orders' }), 'order', config.audit);
+    this.line = this.trail.line;
+  }
+
+  onApplicationShutdown(): void {
+    this.trail.close();
   }
 
   onModuleInit(): void {
@@ -84,7 +91,7 @@ export class OrdersRoute implements OnModuleInit {
         { 'token_broker.client': clientId },
         () => this.orders.create({ clientId, body, headers }, audit),
       );
-      writeForwardingAudit(this.line, req, reply, audit, orderOutcome(result));
+      writeForwardingAudit(this.trail, req, reply, audit, orderOutcome(result));
       return send(reply, result);
     } catch (err) {
       return this.refuse(err, req, reply, audit);
@@ -99,7 +106,7 @@ export class OrdersRoute implements OnModuleInit {
     audit: OrderAudit = { attempts: 0 },
   ): FastifyReply {
     const { problem } = toProblem(err);
-    writeForwardingAudit(this.line, req, reply, audit, {
+    writeForwardingAudit(this.trail, req, reply, audit, {
       status: problem.status,
       result: problem.code,
       err,
