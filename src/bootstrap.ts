@@ -9,7 +9,7 @@ import { AppModule } from './app.module';
 import { adminPortOf, type BrokerConfig } from './config/config.schema';
 import { toProblem } from './http/problem';
 import { RequestErrorCode, RequestException } from './http/request.exception';
-import { requestIdFrom } from './http/request-id';
+import { callerRequestIdFrom, newRequestId } from './http/request-id';
 import { SECURITY_HEADERS } from './http/security-headers';
 import { lazyChildLogger } from './logging/lazy-request-logger';
 import { TokenFastPath } from './token/token-fast-path';
@@ -93,8 +93,8 @@ export async function createBrokerApp(
     // are written by the features themselves.
     logController: new LogController({ disableRequestLogging: true }),
     childLoggerFactory: lazyChildLogger,
-    genReqId: (req: { headers: Record<string, string | string[] | undefined> }) =>
-      requestIdFrom(req.headers['x-request-id']),
+    // The broker's own id: the caller's X-Request-Id is echoed and logged beside it, never as it.
+    genReqId: () => newRequestId(),
     routerOptions: { maxParamLength: 200 },
     clientErrorHandler: answerClientError,
     return503OnClosing: true,
@@ -107,7 +107,7 @@ export async function createBrokerApp(
   );
   const fastify = app.getHttpAdapter().getInstance();
   fastify.addHook('onSend', (req, reply, payload, done) => {
-    reply.header('x-request-id', req.id);
+    reply.header('x-request-id', callerRequestIdFrom(req.headers['x-request-id']) ?? req.id);
     reply.headers(SECURITY_HEADERS);
     done(null, payload);
   });
@@ -168,7 +168,7 @@ function isHealthPath(url: string | undefined): boolean {
 
 /** A 404 problem, written directly: `/metrics` and `/admin/*` on the API port, the API on the admin port. */
 function notFound(req: IncomingMessage, res: ServerResponse): void {
-  const reqId = requestIdFrom(req.headers['x-request-id']);
+  const reqId = newRequestId();
   const { problem } = toProblem(
     new RequestException(RequestErrorCode.NotFound, 'no such route; see the README for the API'),
     reqId,
@@ -178,7 +178,7 @@ function notFound(req: IncomingMessage, res: ServerResponse): void {
     'content-type': 'application/problem+json; charset=utf-8',
     'content-length': Buffer.byteLength(body),
     'cache-control': 'no-store',
-    'x-request-id': reqId,
+    'x-request-id': callerRequestIdFrom(req.headers['x-request-id']) ?? reqId,
     ...SECURITY_HEADERS,
   });
   res.end(body);

@@ -152,6 +152,35 @@ describe('token audit trail', () => {
     );
   });
 
+  it('logs the broker’s own request id as reqId, the caller’s beside it', async () => {
+    const url = set.apiKeyBroker.url;
+    const forged = 'forged-request-id';
+    const refusal = async (path: string, msg: string) => {
+      // Twice the same X-Request-Id: two requests, two ids in the trail.
+      const bodies = await Promise.all(
+        [1, 2].map(async () => {
+          const res = await fetch(`${url}${path}`, {
+            headers: { authorization: `Bearer ${set.keys.ops}`, 'x-request-id': forged },
+          });
+          expect(res.status).toBeGreaterThanOrEqual(400);
+          // The answer still echoes the caller's id; its problem names the broker's.
+          expect(res.headers.get('x-request-id')).toBe(forged);
+          return (await res.json()) as { requestId: string };
+        }),
+      );
+      const ids = bodies.map((b) => b.requestId);
+      expect(new Set(ids).size).toBe(2);
+      expect(ids).not.toContain(forged);
+      for (const id of ids) {
+        const line = await waitForAnyLine((l) => l.msg === msg && l.reqId === id);
+        expect(line).toMatchObject({ caller: 'ops', callerRequestId: forged });
+      }
+    };
+    // A caller whose refusal budgets earlier tests left untouched.
+    await refusal('/token?client=acme-prod&min_ttl=abc', 'token refused');
+    await refusal('/provider/nobody/api/marketing/v1/offers', 'forward');
+  });
+
   it('accounts for every token handed out, through a SIGTERM under load', async () => {
     const broker = set.apiKeyBroker;
     const issuedFps = new Map<string, number>();
@@ -195,6 +224,18 @@ describe('token audit trail', () => {
     // Aggregated: a handful of lines for hundreds of tokens.
     expect(issuedLines.length).toBeLessThanOrEqual(issuedFps.size * 2);
   });
+
+  /** Polls every audit line (token, orders, passthrough) until one matches. */
+  async function waitForAnyLine(
+    match: (line: Record<string, unknown>) => boolean,
+  ): Promise<Record<string, unknown>> {
+    const lines = () =>
+      set.apiKeyBroker
+        .logs()
+        .filter((l) => l.includes('"audit":'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+    return waitFor(() => lines().find(match), { timeoutMs: 5000, what: 'the audit line' });
+  }
 
   /** Polls the audit lines until one matches. */
   async function waitForLine(

@@ -10,6 +10,7 @@ import {
 import { BROKER_CONFIG } from '../config/config.constants';
 import { type BrokerConfig, type ClientConfig, FORWARD_METHODS } from '../config/config.schema';
 import { toProblem } from '../http/problem';
+import { echoedRequestId, requestIdsOf } from '../http/request-id';
 import { sendProblem } from '../http/problem.reply';
 import { AuditLineWriter } from '../logging/audit-line.writer';
 import { LOGGER } from '../logging/logger';
@@ -123,7 +124,12 @@ export class ForwardRoute implements OnModuleInit, OnApplicationShutdown {
         if (typeof value === 'string') passed[name] = value;
       }
       const body = req.body as Buffer | undefined;
-      const headers = readOrderHeaders(req.headers, req.raw.rawHeaders, req.id);
+      const headers = readOrderHeaders(
+        req.headers,
+        req.raw.rawHeaders,
+        // The provider gets the caller's own request id when it sent one, as the caller does.
+        echoedRequestId(requestIdsOf(req)),
+      );
       const result = await inCallerSpan(
         req.headers,
         `${req.method} /provider/{client}/{providerPath}`,

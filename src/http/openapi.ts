@@ -704,7 +704,8 @@ export const OPENAPI_DOCUMENT: Json = {
     },
     headers: {
       'X-Request-Id': {
-        description: "The request's id (the caller's own when it sent a valid one); quote it.",
+        description:
+          "The caller's own X-Request-Id when it sent a valid one (`[A-Za-z0-9._:-]{1,128}`), else the broker's id of the request. A problem's `requestId` is always the broker's id, logged as `reqId` (the caller's as `callerRequestId`): quote that.",
         required: true,
         schema: { type: 'string' },
       },

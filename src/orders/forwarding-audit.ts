@@ -6,6 +6,7 @@ import { partialCallerContext } from '../caller-auth/caller-auth.guard';
 import { AuditLineWriter } from '../logging/audit-line.writer';
 import { AuditRateLimit } from '../logging/audit-rate-limit';
 import type { ForwardingAudit } from './forwarding';
+import { requestIdsOf } from '../http/request-id';
 
 /**
  * A forwarding route's audit trail (`"audit":"orders"`, `"audit":"forward"`): its line writer,
@@ -95,7 +96,7 @@ export function writeForwardingAudit(
   if (!trail.admit(party, audit, outcome)) return;
   writeForwardingAuditLine(
     trail.line,
-    { reqId: req.id, ...seen, durationMs: reply.elapsedTime },
+    { ...requestIdsOf(req), ...seen, durationMs: reply.elapsedTime },
     audit,
     outcome,
     extra,
@@ -104,7 +105,10 @@ export function writeForwardingAudit(
 
 /** Who made a forwarded request and how long it took, as far as the broker got. */
 export interface ForwardedRequest {
+  /** The broker's id of the request. */
   readonly reqId: string;
+  /** The caller's own `X-Request-Id`, when it sent a sane one. */
+  readonly callerRequestId?: string | undefined;
   readonly caller?: Caller;
   readonly clientId?: string;
   /** From the request's arrival to its answer. */
@@ -129,6 +133,9 @@ export function writeForwardingAuditLine(
   const field = AuditLineWriter.field;
   line.write(
     field('reqId', request.reqId) +
+      (request.callerRequestId !== undefined
+        ? field('callerRequestId', request.callerRequestId)
+        : '') +
       (caller ? field('caller', caller.name) : '') +
       (clientId !== undefined ? field('client', clientId) : '') +
       extra +

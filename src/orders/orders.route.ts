@@ -15,6 +15,7 @@ import { registerForwardingRoute } from './forwarding-route';
 import { type OrderAudit, orderOutcome, type OrderReply, OrdersService } from './orders.service';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
 import { inCallerSpan } from '../tracing/spans';
+import { echoedRequestId, requestIdsOf } from '../http/request-id';
 
 /**
  * `POST /orders`, registered on Fastify in its own encapsulated context rather than as a Nest
@@ -82,7 +83,12 @@ export class OrdersRoute implements OnModuleInit, OnApplicationShutdown {
     try {
       const context = callerContext(req);
       if (!context) throw new Error('POST /orders reached its handler without caller context');
-      const headers = readOrderHeaders(req.headers, req.raw.rawHeaders, req.id);
+      const headers = readOrderHeaders(
+        req.headers,
+        req.raw.rawHeaders,
+        // The provider gets the caller's own request id when it sent one, as the caller does.
+        echoedRequestId(requestIdsOf(req)),
+      );
       const body = assertJsonObject(req.body as Buffer | undefined);
       const clientId = context.clientId;
       const result = await inCallerSpan(

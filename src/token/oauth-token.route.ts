@@ -8,6 +8,7 @@ import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
+import { requestIdsOf } from '../http/request-id';
 import { RequestException } from '../http/request.exception';
 import { SECURITY_HEADERS } from '../http/security-headers';
 import { LOGGER } from '../logging/logger';
@@ -169,7 +170,7 @@ export class OAuthTokenRoute implements OnModuleInit {
       }
       const clientId = this.clientFor(caller, request);
       progress.clientId = clientId;
-      const record = this.responder.tokenFor(caller, clientId, req.id);
+      const record = this.responder.tokenFor(caller, clientId, requestIdsOf(req));
       if (record instanceof Promise) {
         return record
           .then((r) => this.issue(r, reply))
@@ -213,11 +214,11 @@ export class OAuthTokenRoute implements OnModuleInit {
   ): FastifyReply {
     const oauth = this.translate(err, progress);
     if (oauth.code === OAuthErrorCode.ServerError) {
-      this.logger.error({ err, reqId: req.id }, 'unhandled error');
+      this.logger.error({ err, ...requestIdsOf(req) }, 'unhandled error');
     }
     const hidden = err instanceof CallerAuthException ? err.audit : {};
     this.responder.auditRefused(
-      req.id,
+      requestIdsOf(req),
       progress.caller,
       progress.clientId ?? hidden.client,
       oauth.code,

@@ -7,11 +7,15 @@ import { type AuditAggregate, AuditAggregator } from '../logging/audit-aggregato
 import { AuditLineWriter } from '../logging/audit-line.writer';
 import { AuditRateLimit } from '../logging/audit-rate-limit';
 import { FLAT_REDACT_PATHS, LOGGER } from '../logging/logger';
+import type { RequestIds } from '../http/request-id';
 import type { TokenRecord } from './token-record';
 
 /** What a refusal's audit line records. */
 export interface TokenRefusal {
+  /** The broker's id of the request. */
   reqId: string;
+  /** The caller's own `X-Request-Id`, when it sent a sane one. */
+  callerRequestId?: string | undefined;
   caller?: string;
   client?: string;
   /** The problem (or OAuth error) code answered. */
@@ -74,12 +78,18 @@ export class TokenAuditTrail implements OnApplicationShutdown {
   }
 
   /** Records a token handed out to `caller` for `clientId` at `now` (epoch ms). */
-  issued(reqId: string, caller: Caller, clientId: string, record: TokenRecord, now: number): void {
+  issued(
+    ids: RequestIds,
+    caller: Caller,
+    clientId: string,
+    record: TokenRecord,
+    now: number,
+  ): void {
     if (!this.issuedLines.enabled) return;
     // The same caller, client and token as the last time: most requests, no lookup.
     const last = this.last;
     if (last.caller === caller && last.clientId === clientId && last.slot?.record === record) {
-      this.issuedLines.record(last.slot.aggregate, reqId, now);
+      this.issuedLines.record(last.slot.aggregate, ids, now);
       return;
     }
     let byClient = this.slots.get(caller);
@@ -101,7 +111,7 @@ export class TokenAuditTrail implements OnApplicationShutdown {
       byClient.set(clientId, slot);
     }
     this.last = { caller, clientId, slot };
-    this.issuedLines.record(slot.aggregate, reqId, now);
+    this.issuedLines.record(slot.aggregate, ids, now);
   }
 
   /** Writes a refusal's line, unless refusals are over their rate (then it is counted). */

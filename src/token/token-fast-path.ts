@@ -3,7 +3,7 @@ import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance } from 'fastify';
 import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
-import { requestIdFrom } from '../http/request-id';
+import { callerRequestIdFrom, echoedRequestId, newRequestId } from '../http/request-id';
 import { HttpMetricsHook } from '../metrics/http-metrics.hook';
 import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-responder';
 
@@ -49,10 +49,11 @@ export class TokenFastPath implements OnModuleInit {
     const query = plainQuery(url);
     if (query === undefined) return false;
     const seen = scanHeaders(req.rawHeaders);
-    const reqId = requestIdFrom(seen.requestId);
-    const answer = this.responder.respond(query, seen.authorization, reqId, req);
-    if (answer instanceof Promise) void answer.then((a) => this.write(res, a, reqId));
-    else this.write(res, answer, reqId);
+    const ids = { reqId: newRequestId(), callerRequestId: callerRequestIdFrom(seen.requestId) };
+    const answer = this.responder.respond(query, seen.authorization, ids, req);
+    const echoed = echoedRequestId(ids);
+    if (answer instanceof Promise) void answer.then((a) => this.write(res, a, echoed));
+    else this.write(res, answer, echoed);
     return true;
   }
 
