@@ -561,12 +561,14 @@ export const OPENAPI_DOCUMENT: Json = {
         summary: 'Readiness: credentials load and a token was obtained since start-up',
         responses: {
           '200': {
-            description: 'Ready (Redis down shows as `degraded`, still ready).',
+            description:
+              'Ready (Redis down shows as `degraded`, still ready). The report (`info`, `details`) is answered on the admin port only; elsewhere `{"status":"ok"}`.',
             headers: COMMON_HEADERS,
             content: { 'application/json': { schema: ref('HealthReport') } },
           },
           '503': {
-            description: 'Not ready; the report names the cause.',
+            description:
+              'Not ready; on the admin port the report names the cause, elsewhere `{"status":"error"}`.',
             headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
             content: { 'application/json': { schema: ref('HealthReport') } },
           },
