@@ -10,7 +10,7 @@ import { adminPortOf, type BrokerConfig } from './config/config.schema';
 import { problemAnswer, toProblem } from './http/problem';
 import { sendProblem } from './http/problem.reply';
 import { RequestErrorCode, RequestException } from './http/request.exception';
-import { requestIdFrom } from './http/request-id';
+import { callerRequestIdFrom, newRequestId } from './http/request-id';
 import { SECURITY_HEADERS } from './http/security-headers';
 import { lazyChildLogger } from './logging/lazy-request-logger';
 import { TokenErrorCode, TokenException } from './token/token.exception';
@@ -34,7 +34,7 @@ function answerClientError(err: Error & { code?: string }, socket: Socket): void
     : err.code === 'HPE_HEADER_OVERFLOW'
       ? `the request line and headers exceed ${MAX_HEADER_BYTES} bytes; shorten the query string`
       : 'the request is not valid HTTP/1.1';
-  const requestId = crypto.randomUUID();
+  const requestId = newRequestId();
   const { problem } = toProblem(
     new RequestException(
       timedOut ? RequestErrorCode.RequestTimeout : RequestErrorCode.InvalidRequest,
@@ -116,8 +116,8 @@ export async function createBrokerApp(
     // are written by the features themselves.
     logController: new LogController({ disableRequestLogging: true }),
     childLoggerFactory: lazyChildLogger,
-    genReqId: (req: { headers: Record<string, string | string[] | undefined> }) =>
-      requestIdFrom(req.headers['x-request-id']),
+    // The broker's own id: the caller's X-Request-Id is echoed and logged beside it, never as it.
+    genReqId: () => newRequestId(),
     routerOptions: { maxParamLength: 200 },
     // Errors met before routing (a target that does not percent-decode) skip the app's hooks:
     // answered here like any other, without echoing the target.
@@ -136,7 +136,7 @@ export async function createBrokerApp(
   );
   const fastify = app.getHttpAdapter().getInstance();
   fastify.addHook('onSend', (req, reply, payload, done) => {
-    reply.header('x-request-id', req.id);
+    reply.header('x-request-id', callerRequestIdFrom(req.headers['x-request-id']) ?? req.id);
     reply.headers(SECURITY_HEADERS);
     done(null, payload);
   });
@@ -194,12 +194,16 @@ function listenersOf(route: string | undefined): 'admin' | 'api' | 'both' {
 
 /** The answer to a request that arrives once the listeners are closing, on either. */
 function shuttingDown(req: IncomingMessage, res: ServerResponse): void {
-  const reqId = requestIdFrom(req.headers['x-request-id']);
+  const reqId = newRequestId();
   const { headers, body } = problemAnswer(
     new TokenException(TokenErrorCode.ShuttingDown, 'the broker is shutting down; retry'),
     reqId,
   );
-  res.writeHead(503, { ...headers, 'x-request-id': reqId, connection: 'close' });
+  res.writeHead(503, {
+    ...headers,
+    'x-request-id': callerRequestIdFrom(req.headers['x-request-id']) ?? reqId,
+    connection: 'close',
+  });
   res.end(body);
 }
 

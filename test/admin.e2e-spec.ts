@@ -135,9 +135,14 @@ describe('admin routes (3 replicas)', () => {
       expect(res.headers.get('content-type')).toContain('application/problem+json');
       await res.arrayBuffer();
     }
-    expect((await fetch(`${r.broker.url}/health/ready`)).status).toBe(200);
-    // The admin port: probes, metrics and admin routes, but not the API.
-    expect((await fetch(`${r.adminUrl}/health/ready`)).status).toBe(200);
+    // Readiness on the API port: its status only, no clients, expiries or errors.
+    const ready = await fetch(`${r.broker.url}/health/ready`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toEqual({ status: 'ok' });
+    // The admin port: probes (readiness with its report), metrics and admin routes, not the API.
+    const report = await fetch(`${r.adminUrl}/health/ready`);
+    expect(report.status).toBe(200);
+    expect(await report.json()).toMatchObject({ status: 'ok', details: { tokens: {}, store: {} } });
     expect((await fetch(`${r.adminUrl}/health/live`)).status).toBe(200);
     const metrics = await fetch(`${r.adminUrl}/metrics`);
     expect(metrics.status).toBe(200);

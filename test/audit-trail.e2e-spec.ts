@@ -80,6 +80,107 @@ describe('token audit trail', () => {
     expect(written.every((l) => typeof l.reqId === 'string')).toBe(true);
   });
 
+  it('lets no unauthenticated flood hide a caller’s refusal, and names callers it counts', async () => {
+    const url = set.apiKeyBroker.url;
+    const get = (key: string, query: string) =>
+      fetch(`${url}/token?${query}`, { headers: { authorization: `Bearer ${key}` } });
+    const statuses = async (n: number, key: () => string, query: string) =>
+      Promise.all(
+        Array.from({ length: n }, async () => {
+          const res = await get(key(), query);
+          await res.arrayBuffer();
+          return res.status;
+        }),
+      );
+    // Twice the second's budget of unauthenticated refusals, then a real caller's 403.
+    expect(new Set(await statuses(40, newKey, 'client=acme-prod'))).toEqual(new Set([401]));
+    const forbidden = await get(set.keys.checkout, 'client=globex-prod');
+    expect(forbidden.status).toBe(403);
+    const { requestId } = (await forbidden.json()) as { requestId: string };
+    const line = await waitForLine((l) => l.msg === 'token refused' && l.reqId === requestId);
+    expect(line).toMatchObject({ caller: 'checkout', client: 'globex-prod', result: 'forbidden' });
+    // The caller's own loop is limited by its own budget, and the summary says whose it was.
+    await statuses(45, () => set.keys.checkout, 'client=globex-prod');
+    // Another caller's refusal: admitted, it brings the summary before its own line.
+    expect((await statuses(1, () => set.keys.ops, 'client=acme-prod&min_ttl=abc'))[0]).toBe(400);
+    const summary = await waitForLine(
+      (l) =>
+        l.msg === 'token refusals suppressed' &&
+        typeof (l.callers as Record<string, number> | undefined)?.checkout === 'number',
+    );
+    const counted = (summary.callers as Record<string, number>).checkout;
+    expect(counted).toBeGreaterThan(0);
+    expect(summary).toMatchObject({
+      clients: { 'globex-prod': counted },
+      results: { forbidden: counted },
+    });
+  });
+
+  it('passthrough refusals have the same budget: counted by kind, a caller’s refusal kept', async () => {
+    const url = set.apiKeyBroker.url;
+    const path = '/provider/acme-prod/api/marketing/v1/offers';
+    const forwardLines = () =>
+      set.apiKeyBroker
+        .logs()
+        .filter((l) => l.includes('"audit":"forward"'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const get = async (key: string, target = path) => {
+      const res = await fetch(`${url}${target}`, { headers: { authorization: `Bearer ${key}` } });
+      await res.arrayBuffer();
+      return res.status;
+    };
+    const before = forwardLines().length;
+    // Three times the second's budget of unauthenticated refusals, then a real caller's 403.
+    const flood = await Promise.all(Array.from({ length: 60 }, () => get(newKey())));
+    expect(new Set(flood)).toEqual(new Set([401]));
+    expect(await get(set.keys.checkout, '/provider/globex-prod/api/marketing/v1/offers')).toBe(403);
+    // Another caller's refusal brings the summary of what was left out.
+    expect(await get(set.keys.ops, '/provider/nobody/api/marketing/v1/offers')).toBe(404);
+    const summary = await waitFor(
+      () => forwardLines().find((l) => l.msg === 'forward refusals suppressed'),
+      { timeoutMs: 5000, what: 'the summary line' },
+    );
+    const lines = forwardLines().slice(before);
+    const unauthenticated = lines.filter(
+      (l) => l.msg === 'forward' && l.result === 'unauthenticated',
+    );
+    // At most two one-second windows of 20 (a busy machine may straddle one).
+    expect(unauthenticated.length).toBeLessThanOrEqual(40);
+    expect(summary).toMatchObject({ results: { unauthenticated: 60 - unauthenticated.length } });
+    expect(lines).toContainEqual(
+      expect.objectContaining({ msg: 'forward', caller: 'checkout', client: 'globex-prod' }),
+    );
+  });
+
+  it('logs the broker’s own request id as reqId, the caller’s beside it', async () => {
+    const url = set.apiKeyBroker.url;
+    const forged = 'forged-request-id';
+    const refusal = async (path: string, msg: string) => {
+      // Twice the same X-Request-Id: two requests, two ids in the trail.
+      const bodies = await Promise.all(
+        [1, 2].map(async () => {
+          const res = await fetch(`${url}${path}`, {
+            headers: { authorization: `Bearer ${set.keys.ops}`, 'x-request-id': forged },
+          });
+          expect(res.status).toBeGreaterThanOrEqual(400);
+          // The answer still echoes the caller's id; its problem names the broker's.
+          expect(res.headers.get('x-request-id')).toBe(forged);
+          return (await res.json()) as { requestId: string };
+        }),
+      );
+      const ids = bodies.map((b) => b.requestId);
+      expect(new Set(ids).size).toBe(2);
+      expect(ids).not.toContain(forged);
+      for (const id of ids) {
+        const line = await waitForAnyLine((l) => l.msg === msg && l.reqId === id);
+        expect(line).toMatchObject({ caller: 'ops', callerRequestId: forged });
+      }
+    };
+    // A caller whose refusal budgets earlier tests left untouched.
+    await refusal('/token?client=acme-prod&min_ttl=abc', 'token refused');
+    await refusal('/provider/nobody/api/marketing/v1/offers', 'forward');
+  });
+
   it('accounts for every token handed out, through a SIGTERM under load', async () => {
     const broker = set.apiKeyBroker;
     const issuedFps = new Map<string, number>();
@@ -123,6 +224,18 @@ describe('token audit trail', () => {
     // Aggregated: a handful of lines for hundreds of tokens.
     expect(issuedLines.length).toBeLessThanOrEqual(issuedFps.size * 2);
   });
+
+  /** Polls every audit line (token, orders, passthrough) until one matches. */
+  async function waitForAnyLine(
+    match: (line: Record<string, unknown>) => boolean,
+  ): Promise<Record<string, unknown>> {
+    const lines = () =>
+      set.apiKeyBroker
+        .logs()
+        .filter((l) => l.includes('"audit":'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+    return waitFor(() => lines().find(match), { timeoutMs: 5000, what: 'the audit line' });
+  }
 
   /** Polls the audit lines until one matches. */
   async function waitForLine(

@@ -498,7 +498,7 @@ describe('Helm chart helm/token-broker', () => {
   describe('secrets and identity', () => {
     it('annotates the ServiceAccount for IRSA and takes the Redis URL from an existing Secret', () => {
       const objects = render(VALUE_SETS['several clients']);
-      const sa = only(objects, 'ServiceAccount');
+      const sa = only(objects, 'ServiceAccount', RELEASE_FULLNAME);
       expect(sa.metadata.annotations['eks.amazonaws.com/role-arn']).toBe(
         'arn:aws:iam::123456789012:role/token-broker',
       );
@@ -816,7 +816,7 @@ describe('Helm chart helm/token-broker', () => {
 
     it('kubernetes mode: runs as a ServiceAccount with its own projected token for the audience', () => {
       const pod = testPod(render(['required'], ['config.extra.callerAuth.kubernetes.audience=tb']));
-      expect(pod.spec.serviceAccountName).toBe(RELEASE_FULLNAME);
+      expect(pod.spec.serviceAccountName).toBe(`${RELEASE_FULLNAME}-test`);
       expect(pod.spec.automountServiceAccountToken).toBe(false);
       expect(pod.spec.volumes).toEqual([
         {
@@ -847,9 +847,42 @@ describe('Helm chart helm/token-broker', () => {
       expect(scriptOf(other)).toContain('/token?client=acme-x');
     });
 
+    it('runs as a ServiceAccount of its own, never the broker’s (IRSA role), from an image the install can override', () => {
+      const objects = render(VALUE_SETS['several clients']);
+      const own = only(objects, 'ServiceAccount', '-test');
+      expect(own.metadata.name).toBe(`${RELEASE_FULLNAME}-test`);
+      expect(own.metadata.annotations).toEqual({
+        'helm.sh/hook': 'test',
+        'helm.sh/hook-weight': '-1',
+        'helm.sh/hook-delete-policy': 'before-hook-creation,hook-succeeded',
+      });
+      expect(own.automountServiceAccountToken).toBe(false);
+      const pod = testPod(objects);
+      expect(pod.spec.serviceAccountName).toBe(own.metadata.name);
+      // The broker's ServiceAccount carries the IAM role the test pod must not get.
+      const brokerSa = only(objects, 'ServiceAccount', RELEASE_FULLNAME);
+      expect(Object.keys(brokerSa.metadata.annotations)).toContain('eks.amazonaws.com/role-arn');
+      expect(pod.spec.serviceAccountName).not.toBe(brokerSa.metadata.name);
+      validate(own);
+      expect(
+        renderError(['required'], [`tests.tokenFetch.serviceAccountName=${RELEASE_FULLNAME}`]),
+      ).toContain("tests.tokenFetch.serviceAccountName names the broker's own ServiceAccount");
+      // A named one is used as it is; the chart then creates none.
+      const named = render(['required'], ['tests.tokenFetch.serviceAccountName=smoke']);
+      expect(
+        named.filter((o) => o.kind === 'ServiceAccount').map((o) => String(o.metadata.name)),
+      ).toEqual([RELEASE_FULLNAME]);
+      // The image: curl by default, a mirror on request.
+      expect(pod.spec.containers[0].image).toMatch(/^curlimages\/curl:/);
+      const mirrored = testPod(
+        render(['required'], ['tests.image.repository=registry.internal/mirror/curl']),
+      );
+      expect(mirrored.spec.containers[0].image).toMatch(/^registry\.internal\/mirror\/curl:/);
+    });
+
     it('api-key mode: reads the key from the named Secret, and refuses to render without one', () => {
       const pod = testPod(render(['required'], [...apiKeyMode, API_KEY_SECRET]));
-      expect(pod.spec.serviceAccountName).toBeUndefined();
+      expect(pod.spec.serviceAccountName).toBe(`${RELEASE_FULLNAME}-test`);
       expect(pod.spec.volumes).toBeUndefined();
       expect(pod.spec.containers[0].env).toEqual([
         {
@@ -1126,6 +1159,48 @@ describe('Helm chart helm/token-broker', () => {
       expect(renderError(['required'], ['autoscaling.minReplicas=7'])).toContain(
         'autoscaling.maxReplicas must be at least autoscaling.minReplicas',
       );
+    });
+
+    it('opens no egress to the internet by default: the install names the AWS endpoints and the provider', () => {
+      // The chart's own default names no AWS or provider destination.
+      const withoutEgress = [
+        'networkPolicy.egress.aws.cidrs=[]',
+        'networkPolicy.egress.provider.cidrs=[]',
+      ];
+      expect(renderError(['required'], withoutEgress)).toContain(
+        'networkPolicy.egress.aws.cidrs is required with the NetworkPolicy',
+      );
+      expect(renderError(['required'], ['networkPolicy.egress.provider.cidrs=[]'])).toContain(
+        'networkPolicy.egress.provider.cidrs is required with the NetworkPolicy',
+      );
+      const peers = (objects: K8sObject[]) =>
+        (only(objects, 'NetworkPolicy').spec.egress as K8sObject[]).flatMap((r) =>
+          ((r.to ?? []) as K8sObject[]).map((p) => p.ipBlock?.cidr as string | undefined),
+        );
+      expect(peers(render(['required']))).not.toContain('0.0.0.0/0');
+      expect(peers(render(['required']))).toEqual(
+        expect.arrayContaining(['10.0.96.0/24', '203.0.113.0/24']),
+      );
+      // Rules of the install's own, or any HTTPS destination when asked for.
+      const extra = JSON.stringify([{ to: [{ ipBlock: { cidr: '10.1.0.0/16' } }] }]);
+      expect(
+        peers(render(['required'], [...withoutEgress, `networkPolicy.egress.extra=${extra}`])),
+      ).toContain('10.1.0.0/16');
+      expect(
+        peers(
+          render(
+            ['required'],
+            [
+              'networkPolicy.egress.aws.cidrs=["0.0.0.0/0"]',
+              'networkPolicy.egress.provider.cidrs=[]',
+            ],
+          ),
+        ),
+      ).toContain('0.0.0.0/0');
+      // Without a NetworkPolicy there is nothing to name.
+      expect(() =>
+        render(['required'], [...withoutEgress, 'networkPolicy.enabled=false']),
+      ).not.toThrow();
     });
 
     it('refuses the old metrics.port naming adminPort, an admin port shared with the API, and callers let onto it', () => {

@@ -469,6 +469,13 @@ describe('POST /oauth2/token (real brokers)', () => {
       expect(doc).not.toHaveProperty('token_endpoint_auth_signing_alg_values_supported');
     });
 
+    it('is never cached and does not list the configured clients', async () => {
+      const res = await fetch(`${apiKeyBroker.url}/.well-known/oauth-authorization-server`);
+      // Built from the Host header unless OAUTH_ISSUER is set: a shared cache must not keep it.
+      expect(res.headers.get('cache-control')).toBe('no-store');
+      expect(await res.json()).not.toHaveProperty('scopes_supported');
+    });
+
     it('kubernetes mode: a JWT client assertion and its algorithms', async () => {
       // fetch() sets Host itself; node:http sends the one a cluster DNS name would give.
       const doc = await new Promise<Record<string, unknown>>((resolve, reject) => {

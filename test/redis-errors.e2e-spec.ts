@@ -41,6 +41,7 @@ describe('Redis configuration errors', () => {
 
   async function broker(env: Record<string, string>): Promise<BrokerProcess> {
     const b = await spawnBroker({
+      admin: true,
       env: {
         CLIENT_ID: 'acme-preprod',
         PROVIDER_AUTH_URL: provider.url,
@@ -59,7 +60,7 @@ describe('Redis configuration errors', () => {
   }
 
   async function readiness(b: BrokerProcess): Promise<Readiness> {
-    const res = await fetch(`${b.url}/health/ready`);
+    const res = await fetch(`${b.adminUrl!}/health/ready`);
     return { status: res.status, body: await res.text() };
   }
 

@@ -87,7 +87,9 @@ describe('token lifetimes and min_ttl against the refresh floor', () => {
       LOG_LEVEL: 'warn',
     };
     brokers = await Promise.all(
-      Array.from({ length: REPLICAS }, (_, i) => spawnBroker({ env, name: `lifetimes-${i}` })),
+      Array.from({ length: REPLICAS }, (_, i) =>
+        spawnBroker({ env, name: `lifetimes-${i}`, admin: true }),
+      ),
     );
     await Promise.all(
       brokers.map((b) =>
@@ -155,7 +157,7 @@ describe('token lifetimes and min_ttl against the refresh floor', () => {
   }
 
   async function readiness(b: BrokerProcess): Promise<{ status: number; body: string }> {
-    const res = await fetch(`${b.url}/health/ready`);
+    const res = await fetch(`${b.adminUrl!}/health/ready`);
     return { status: res.status, body: await res.text() };
   }
 

@@ -166,7 +166,7 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
     expect((await fetch(`${b.url}/token`)).status).toBe(200);
   });
 
-  it('says which secret to check when the credentials cannot be read, and never prints them', async () => {
+  it('tells operators which secret to check when the credentials cannot be read, callers its code only', async () => {
     secrets.deleteSecret(SECRET_ID);
     const b = await broker();
     await waitFor(() => secrets.stats.requests >= 1, {
@@ -180,11 +180,20 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
       },
       { timeoutMs: 10_000, what: 'a 503' },
     );
-    const problem = (await res.json()) as { code: string; detail: string };
+    // The caller gets the code and the request id; the secret's name is for operators (logs,
+    // the admin port): an ARN names the AWS account.
+    const text = await res.text();
+    const problem = JSON.parse(text) as { code: string; detail: string; requestId: string };
     expect(problem.code).toBe('credentials_unavailable');
-    expect(problem.detail).toContain(SECRET_ID);
-    const ready = (await (await fetch(`${b.url}/health/ready`)).json()) as { status: string };
-    expect(ready.status).toBe('error');
+    expect(problem.requestId).toEqual(expect.any(String));
+    expect(text).not.toContain(SECRET_ID);
+    const readyText = await (await fetch(`${b.url}/health/ready`)).text();
+    expect(JSON.parse(readyText)).toEqual({ status: 'error' });
+    expect(readyText).not.toContain(SECRET_ID);
+    await waitFor(() => b.logs().some((l) => l.includes(SECRET_ID)), {
+      timeoutMs: 5000,
+      what: 'a log line naming the secret',
+    });
     expect(b.logs().join('\n')).not.toContain(CREDS.client_secret);
   });
 

@@ -285,6 +285,22 @@ describe('OpenTelemetry traces (real broker, OTLP/HTTP receiver)', () => {
     const call = provider.stats.calls.find((c) => c.query === 'traced=1');
     expect(call?.headers.traceparent).toBe(`00-${caller.traceId}-${outgoing.spanId}-01`);
   });
+
+  it('exports Redis commands with their keys only and URLs without their query', () => {
+    const attributes = receiver.spans.flatMap((s) => s.attributes ?? []);
+    const statements = attributes
+      .filter((a) => a.key === 'db.query.text' || a.key === 'db.statement')
+      .map((a) => String(a.value.stringValue));
+    // The refresh wrote a sealed record and took a lock with a random value: neither is here.
+    expect(statements.length).toBeGreaterThan(0);
+    expect(statements.filter((s) => !/^[a-z_]+( tb:\S+)*$/.test(s))).toEqual([]);
+    expect(statements.some((s) => s.startsWith('evalsha tb:{traced}:'))).toBe(true);
+    const urls = attributes.filter((a) => a.key.startsWith('url.'));
+    expect(urls.some((a) => a.key === 'url.full')).toBe(true);
+    expect(urls.filter((a) => a.key === 'url.query' || /\?/.test(JSON.stringify(a.value)))).toEqual(
+      [],
+    );
+  });
 });
 
 function nonEmpty<T>(items: T[]): T[] | undefined {

@@ -10,6 +10,7 @@ import { LOGGER } from '../logging/logger';
 import { TokenStoreException } from '../token/token-store.exception';
 import { TokenService } from '../token/token.service';
 import { AdminErrorCode, AdminException } from './admin.exception';
+import { requestIdsOf } from '../http/request-id';
 
 /** The admin actions, as audit lines name them. */
 export type AdminAction = 'status' | 'refresh' | 'revoke' | 'reload';
@@ -62,7 +63,7 @@ export class AdminService implements OnModuleInit {
    * writes the audit line either way.
    */
   async run<T>(
-    req: { id: string; raw: Parameters<typeof authorizationOf>[0] },
+    req: AdminRequest,
     action: AdminAction,
     clientId: string | undefined,
     work: (caller: Caller, clientId: string | undefined) => Promise<T>,
@@ -83,7 +84,7 @@ export class AdminService implements OnModuleInit {
           action,
           client,
           outcome: 'ok',
-          requestId: req.id,
+          ...auditIds(req),
           ...summary(result),
         },
         'admin',
@@ -100,7 +101,7 @@ export class AdminService implements OnModuleInit {
           client: client ?? refused.client,
           outcome,
           reason: refused.reason,
-          requestId: req.id,
+          ...auditIds(req),
         },
         'admin',
       );
@@ -217,4 +218,21 @@ function translate(err: unknown): never {
     );
   }
   throw err;
+}
+
+/**
+ * The admin line's ids, under its existing name: `requestId` is the broker's own id, and the
+ * caller's `X-Request-Id` is `callerRequestId` beside it.
+ */
+function auditIds(req: AdminRequest): { requestId: string; callerRequestId?: string } {
+  const { reqId, callerRequestId } = requestIdsOf({ id: req.id, headers: req.raw.headers });
+  return { requestId: reqId, ...(callerRequestId !== undefined && { callerRequestId }) };
+}
+
+/** What the admin service reads of a request: its id and headers. */
+interface AdminRequest {
+  id: string;
+  raw: Parameters<typeof authorizationOf>[0] & {
+    readonly headers: Readonly<Record<string, string | string[] | undefined>>;
+  };
 }

@@ -154,6 +154,16 @@ describe(loadConfig.name, () => {
   });
 
   describe('the admin port', () => {
+    it('reads OAUTH_ISSUER without a trailing slash, refusing a query or fragment', () => {
+      expect(loadConfig({ ...BASE, OAUTH_ISSUER: 'https://tb.example/' }).http.issuer).toBe(
+        'https://tb.example',
+      );
+      expect(loadConfig(BASE).http.issuer).toBeUndefined();
+      expect(problems({ ...BASE, OAUTH_ISSUER: 'https://tb.example/?x=1' })).toEqual([
+        expect.stringMatching(/^OAUTH_ISSUER: .*query or fragment/),
+      ]);
+    });
+
     it('reads ADMIN_PORT; METRICS_PORT is its deprecated alias', () => {
       expect(adminPortOf(loadConfig({ ...BASE, ADMIN_PORT: '9090' }).http)).toBe(9090);
       expect(adminPortOf(loadConfig({ ...BASE, METRICS_PORT: '9091' }).http)).toBe(9091);

@@ -24,6 +24,7 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'HTTP_HEADERS_TIMEOUT_MS', path: ['http', 'headersTimeoutMs'] },
   { env: 'HTTP_REQUEST_TIMEOUT_MS', path: ['http', 'requestTimeoutMs'] },
   { env: 'HTTP_KEEP_ALIVE_TIMEOUT_MS', path: ['http', 'keepAliveTimeoutMs'] },
+  { env: 'OAUTH_ISSUER', path: ['http', 'issuer'] },
   { env: 'LOG_LEVEL', path: ['log', 'level'] },
   { env: 'AUDIT_INTERVAL_SECONDS', path: ['audit', 'intervalSeconds'] },
   { env: 'AUDIT_PER_REQUEST', path: ['audit', 'perRequest'] },

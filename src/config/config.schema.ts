@@ -431,6 +431,15 @@ export const httpSettingsSchema = z
     metricsPort: z.coerce.number().int().min(1).max(65_535).optional(),
     /** How long an idle keep-alive connection stays open. @default 5000 */
     keepAliveTimeoutMs: millis(100, 600_000).default(5000),
+    /**
+     * The broker's OAuth issuer (`OAUTH_ISSUER`): the origin callers reach it at, e.g.
+     * `https://token-broker.shop.svc`, from which the RFC 8414 metadata builds its URLs. Set it
+     * wherever the Host header is not trusted: otherwise any caller picks the URLs it is sent.
+     * @default the request's origin (scheme and Host)
+     */
+    issuer: httpUrl
+      .refine((v) => !/[?#]/.test(v), { message: 'must have no query or fragment (RFC 8414)' })
+      .optional(),
   })
   .strict()
   .refine((h) => h.metricsPort === undefined || h.metricsPort !== h.port, {

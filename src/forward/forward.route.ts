@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
@@ -10,12 +10,13 @@ import {
 import { BROKER_CONFIG } from '../config/config.constants';
 import { type BrokerConfig, type ClientConfig, FORWARD_METHODS } from '../config/config.schema';
 import { toProblem } from '../http/problem';
+import { echoedRequestId, requestIdsOf } from '../http/request-id';
 import { sendProblem } from '../http/problem.reply';
 import { AuditLineWriter } from '../logging/audit-line.writer';
 import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import type { ForwardingAudit } from '../orders/forwarding';
-import { writeForwardingAudit } from '../orders/forwarding-audit';
+import { ForwardingAuditTrail, writeForwardingAudit } from '../orders/forwarding-audit';
 import { registerForwardingRoute } from '../orders/forwarding-route';
 import { readOrderHeaders } from '../orders/order-request';
 import { inCallerSpan } from '../tracing/spans';
@@ -44,8 +45,9 @@ const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
  * client (403/404 without enumeration), the client's allow-list (403), the rate limits (429).
  */
 @Injectable()
-export class ForwardRoute implements OnModuleInit {
-  private readonly line: AuditLineWriter;
+export class ForwardRoute implements OnModuleInit, OnApplicationShutdown {
+  /** The audit trail, with the refusals' budget. */
+  private readonly trail: ForwardingAuditTrail;
   private readonly clients: ReadonlyMap<string, ClientConfig>;
 
   constructor(
@@ -57,8 +59,16 @@ export class ForwardRoute implements OnModuleInit {
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
     @Inject(LOGGER) logger: Logger,
   ) {
-    this.line = new AuditLineWriter(logger.child({ audit: 'forward' }), 'forward');
+    this.trail = new ForwardingAuditTrail(
+      logger.child({ audit: 'forward' }),
+      'forward',
+      config.audit,
+    );
     this.clients = new Map(config.clients.map((c) => [c.id, c]));
+  }
+
+  onApplicationShutdown(): void {
+    this.trail.close();
   }
 
   onModuleInit(): void {
@@ -114,7 +124,12 @@ export class ForwardRoute implements OnModuleInit {
         if (typeof value === 'string') passed[name] = value;
       }
       const body = req.body as Buffer | undefined;
-      const headers = readOrderHeaders(req.headers, req.raw.rawHeaders, req.id);
+      const headers = readOrderHeaders(
+        req.headers,
+        req.raw.rawHeaders,
+        // The provider gets the caller's own request id when it sent one, as the caller does.
+        echoedRequestId(requestIdsOf(req)),
+      );
       const result = await inCallerSpan(
         req.headers,
         `${req.method} /provider/{client}/{providerPath}`,
@@ -179,7 +194,7 @@ export class ForwardRoute implements OnModuleInit {
     const field = AuditLineWriter.field;
     const path = TARGETS.get(req)?.path;
     writeForwardingAudit(
-      this.line,
+      this.trail,
       req,
       reply,
       audit,

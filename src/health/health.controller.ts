@@ -1,6 +1,8 @@
-import { Controller, Get, Res, ServiceUnavailableException } from '@nestjs/common';
-import type { FastifyReply } from 'fastify';
+import { Controller, Get, Inject, Req, Res, ServiceUnavailableException } from '@nestjs/common';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { HealthCheck, HealthCheckService, HealthIndicatorService } from '@nestjs/terminus';
+import { BROKER_CONFIG } from '../config/config.constants';
+import { adminPortOf, type BrokerConfig } from '../config/config.schema';
 import { TokenService } from '../token/token.service';
 import { DrainState } from './drain-state';
 
@@ -13,6 +15,10 @@ import { DrainState } from './drain-state';
  * connection refused. Refused or unreadable credentials make it unready once no valid token is
  * left. Redis down is `degraded`, still ready; Redis refusing the broker's settings
  * (authentication, ACL, TLS trust) is not ready, naming the cause.
+ *
+ * The report (clients, token expiries, error messages naming secrets) is for operators: it is
+ * answered in full on the admin listener only. Elsewhere readiness answers its status alone,
+ * `{"status":"ok"}` or 503 `{"status":"error"}`, which is all a probe or a Service needs.
  */
 @Controller('health')
 export class HealthController {
@@ -21,6 +27,7 @@ export class HealthController {
     private readonly indicators: HealthIndicatorService,
     private readonly tokens: TokenService,
     private readonly drain: DrainState,
+    @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
   ) {}
 
   @Get('live')
@@ -30,19 +37,24 @@ export class HealthController {
 
   @Get('ready')
   @HealthCheck()
-  async ready(@Res({ passthrough: true }) reply: FastifyReply): Promise<unknown> {
+  async ready(
+    @Req() req: FastifyRequest,
+    @Res({ passthrough: true }) reply: FastifyReply,
+  ): Promise<unknown> {
+    const detailed = onAdminListener(req, adminPortOf(this.config.http));
     try {
-      return await this.health.check([
+      const report = await this.health.check([
         () => this.drainIndicator(),
         () => this.tokenIndicator(),
         () => this.storeIndicator(),
       ]);
+      return detailed ? report : { status: report.status };
     } catch (err) {
       // Terminus reports "not ready" by throwing; answer its report with 503 rather than
       // letting the problem filter turn it into a generic error.
       if (err instanceof ServiceUnavailableException) {
         void reply.code(503).header('cache-control', 'no-store');
-        return err.getResponse();
+        return detailed ? err.getResponse() : { status: 'error' };
       }
       throw err;
     }
@@ -106,4 +118,15 @@ export class HealthController {
           message: 'Redis unreachable: serving from memory, refreshing per replica',
         });
   }
+}
+
+/**
+ * Whether a request arrived on the admin listener, told by the port its connection was accepted
+ * on. With no admin port there is no such listener: the one port is the callers' too.
+ */
+export function onAdminListener(
+  req: { raw: { socket: { localPort?: number | undefined } } },
+  adminPort: number | undefined,
+): boolean {
+  return adminPort !== undefined && req.raw.socket.localPort === adminPort;
 }

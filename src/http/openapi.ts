@@ -406,11 +406,12 @@ export const OPENAPI_DOCUMENT: Json = {
       get: {
         tags: ['tokens'],
         operationId: 'oauthMetadata',
-        summary: 'RFC 8414 authorization server metadata (endpoint URLs from the Host used)',
+        summary:
+          'RFC 8414 authorization server metadata (endpoint URLs from OAUTH_ISSUER, else the origin used)',
         responses: {
           '200': {
             description: 'The metadata.',
-            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-Max-Age') },
+            headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
             content: {
               'application/json': {
                 schema: ref('AuthorizationServerMetadata'),
@@ -423,7 +424,6 @@ export const OPENAPI_DOCUMENT: Json = {
                     'client_secret_basic',
                     'client_secret_post',
                   ],
-                  scopes_supported: ['acme-prod'],
                 },
               },
             },
@@ -570,12 +570,14 @@ export const OPENAPI_DOCUMENT: Json = {
         summary: 'Readiness: credentials load and a token was obtained since start-up',
         responses: {
           '200': {
-            description: 'Ready (Redis down shows as `degraded`, still ready).',
+            description:
+              'Ready (Redis down shows as `degraded`, still ready). The report (`info`, `details`) is answered on the admin port only; elsewhere `{"status":"ok"}`.',
             headers: COMMON_HEADERS,
             content: { 'application/json': { schema: ref('HealthReport') } },
           },
           '503': {
-            description: 'Not ready; the report names the cause.',
+            description:
+              'Not ready; on the admin port the report names the cause, elsewhere `{"status":"error"}`.',
             headers: { ...COMMON_HEADERS, 'Cache-Control': header('Cache-Control-No-Store') },
             content: { 'application/json': { schema: ref('HealthReport') } },
           },
@@ -713,7 +715,8 @@ export const OPENAPI_DOCUMENT: Json = {
     },
     headers: {
       'X-Request-Id': {
-        description: "The request's id (the caller's own when it sent a valid one); quote it.",
+        description:
+          "The caller's own X-Request-Id when it sent a valid one (`[A-Za-z0-9._:-]{1,128}`), else the broker's id of the request. A problem's `requestId` is always the broker's id, logged as `reqId` (the caller's as `callerRequestId`): quote that.",
         required: true,
         schema: { type: 'string' },
       },
@@ -815,7 +818,6 @@ export const OPENAPI_DOCUMENT: Json = {
             type: 'array',
             items: { type: 'string' },
           },
-          scopes_supported: { type: 'array', items: { type: 'string' } },
         },
       },
       ProviderAnswer: {

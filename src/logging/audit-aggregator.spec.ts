@@ -29,8 +29,8 @@ describe(AuditAggregator.name, () => {
     const a = agg.aggregate(fields('checkout', 'aa'));
     const b = agg.aggregate(fields('ops', 'bb'));
     expect(agg.aggregate(fields('checkout', 'aa'))).toBe(a);
-    for (let i = 0; i < 10; i++) agg.record(a, `a-${i}`, T0 + i * 100);
-    agg.record(b, 'b-0', T0 + 50);
+    for (let i = 0; i < 10; i++) agg.record(a, { reqId: `a-${i}` }, T0 + i * 100);
+    agg.record(b, { reqId: 'b-0' }, T0 + 50);
     expect(lines).toHaveLength(0);
     agg.flush();
     expect(lines).toEqual([
@@ -50,7 +50,7 @@ describe(AuditAggregator.name, () => {
     // Nothing since: nothing written.
     agg.flush();
     expect(lines).toHaveLength(2);
-    agg.record(a, 'a-10', T0 + 2000);
+    agg.record(a, { reqId: 'a-10' }, T0 + 2000);
     agg.flush();
     expect(lines[2]).toMatchObject({ caller: 'checkout', count: 1, reqIds: ['a-10'] });
   });
@@ -59,9 +59,9 @@ describe(AuditAggregator.name, () => {
     const { lines, agg } = setUp();
     const a = agg.aggregate(fields('checkout', 'aa'));
     agg.flush(); // idle: dropped from the index
-    agg.record(a, 'r-1', T0);
+    agg.record(a, { reqId: 'r-1' }, T0);
     expect(agg.aggregate(fields('checkout', 'aa'))).toBe(a);
-    agg.record(a, 'r-2', T0 + 1);
+    agg.record(a, { reqId: 'r-2' }, T0 + 1);
     agg.flush();
     expect(lines).toEqual([expect.objectContaining({ count: 2, reqIds: ['r-1', 'r-2'] })]);
   });
@@ -69,17 +69,17 @@ describe(AuditAggregator.name, () => {
   it('writes a line per event with its reqId when per-request, and after close', () => {
     const per = setUp(true);
     const a = per.agg.aggregate(fields('checkout', 'aa'));
-    per.agg.record(a, 'r-1', T0);
-    per.agg.record(a, 'r-2', T0);
+    per.agg.record(a, { reqId: 'r-1' }, T0);
+    per.agg.record(a, { reqId: 'r-2' }, T0);
     expect(per.lines.map((l) => l.reqId)).toEqual(['r-1', 'r-2']);
     expect(per.lines[0]).not.toHaveProperty('count');
 
     const { lines, agg } = setUp();
     const b = agg.aggregate(fields('ops', 'bb'));
-    agg.record(b, 'r-1', T0);
+    agg.record(b, { reqId: 'r-1' }, T0);
     agg.close();
     expect(lines).toEqual([expect.objectContaining({ count: 1, reqIds: ['r-1'] })]);
-    agg.record(b, 'r-2', T0);
+    agg.record(b, { reqId: 'r-2' }, T0);
     expect(lines[1]).toMatchObject({ caller: 'ops', reqId: 'r-2', msg: 'token issued' });
   });
 });

@@ -64,10 +64,24 @@ export class AuditAggregator {
     return entry;
   }
 
-  /** Records one event of `entry` at `now` (epoch ms) for request `reqId`. */
-  record(entry: AuditAggregate, reqId: string, now: number): void {
+  /**
+   * Records one event of `entry` at `now` (epoch ms) for the request of `ids`. Its own line has
+   * the caller's request id too; an aggregate samples the broker's ids only.
+   */
+  record(
+    entry: AuditAggregate,
+    ids: { readonly reqId: string; readonly callerRequestId?: string | undefined },
+    now: number,
+  ): void {
+    const reqId = ids.reqId;
     if (this.options.perRequest || this.closed) {
-      this.writer.write(AuditLineWriter.field('reqId', reqId) + entry.fields);
+      this.writer.write(
+        AuditLineWriter.field('reqId', reqId) +
+          (ids.callerRequestId !== undefined
+            ? AuditLineWriter.field('callerRequestId', ids.callerRequestId)
+            : '') +
+          entry.fields,
+      );
       return;
     }
     if (entry.count === 0) {

@@ -33,4 +33,42 @@ describe(AuditRateLimit.name, () => {
     expect(written).toBe(500);
     expect(written + counted).toBe(100_000);
   });
+
+  it('gives refusals of no authenticated caller one budget and each authenticated caller its own', () => {
+    const limit = new AuditRateLimit(2);
+    const t0 = 1_000_000;
+    // An unauthenticated flood uses up its own budget only.
+    const flood = Array.from({ length: 400 }, () => limit.admit('unauthenticated', t0));
+    expect(flood.filter(Boolean)).toHaveLength(2);
+    // A real caller's refusal in the same second is still written, and another caller's too.
+    expect(limit.admit('forbidden', t0 + 1, { caller: 'checkout', client: 'globex-prod' })).toBe(
+      true,
+    );
+    expect(limit.admit('forbidden', t0 + 1, { caller: 'billing', client: 'acme-prod' })).toBe(true);
+    // A caller's own loop uses up its budget; what it loses is named in the report.
+    expect(limit.admit('forbidden', t0 + 2, { caller: 'checkout', client: 'globex-prod' })).toBe(
+      true,
+    );
+    expect(limit.admit('forbidden', t0 + 3, { caller: 'checkout', client: 'globex-prod' })).toBe(
+      false,
+    );
+    expect(limit.admit('forbidden', t0 + 3, { caller: 'billing', client: 'acme-prod' })).toBe(true);
+    expect(limit.takeSuppressed()).toEqual({
+      suppressed: 399,
+      results: { unauthenticated: 398, forbidden: 1 },
+      callers: { checkout: 1 },
+      clients: { 'globex-prod': 1 },
+      first: t0,
+      last: t0 + 3,
+    });
+  });
+
+  it('names at most 20 clients in a report, counting the rest together', () => {
+    const limit = new AuditRateLimit(1);
+    for (let i = 0; i < 30; i++) limit.admit('forbidden', 0, { caller: 'c', client: `x${i}` });
+    limit.admit('forbidden', 0, { caller: 'c', client: '__proto__' });
+    const clients = limit.takeSuppressed()!.clients!;
+    expect(Object.keys(clients)).toHaveLength(21);
+    expect(clients['(others)']).toBe(10);
+  });
 });

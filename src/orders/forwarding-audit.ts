@@ -1,9 +1,76 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
 import type { Caller } from '../caller-auth/caller';
 import { CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { partialCallerContext } from '../caller-auth/caller-auth.guard';
 import { AuditLineWriter } from '../logging/audit-line.writer';
+import { AuditRateLimit } from '../logging/audit-rate-limit';
 import type { ForwardingAudit } from './forwarding';
+import { requestIdsOf } from '../http/request-id';
+
+/**
+ * A forwarding route's audit trail (`"audit":"orders"`, `"audit":"forward"`): its line writer,
+ * and the budget its refusals share, as token refusals do (`audit.refusalsPerSecond`, per kind:
+ * see {@link AuditRateLimit}). Only refusals are budgeted: a request that reached the provider
+ * (`attempts` > 0) may have created something there, and is always written. The rest are
+ * counted in a `<msg> refusals suppressed` line, written with the next admitted refusal, every
+ * `audit.intervalSeconds` and at shutdown.
+ */
+export class ForwardingAuditTrail {
+  readonly line: AuditLineWriter;
+  private readonly refusals: AuditRateLimit;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly logger: Logger,
+    private readonly msg: string,
+    settings: { refusalsPerSecond: number; intervalSeconds: number },
+  ) {
+    this.line = new AuditLineWriter(logger, msg);
+    this.refusals = new AuditRateLimit(settings.refusalsPerSecond);
+    this.timer = setInterval(() => this.reportSuppressed(), settings.intervalSeconds * 1000);
+    this.timer.unref();
+  }
+
+  /** Whether this outcome's line may be written now; counts it if not. */
+  admit(
+    party: { caller?: Caller | undefined; client?: string | undefined },
+    audit: ForwardingAudit,
+    outcome: { result: string; err?: unknown },
+    now = Date.now(),
+  ): boolean {
+    if (outcome.err === undefined || audit.attempts > 0) return true;
+    const admitted = this.refusals.admit(outcome.result, now, {
+      caller: party.caller?.name,
+      client: party.client,
+    });
+    if (admitted) this.reportSuppressed();
+    return admitted;
+  }
+
+  /** Writes the count of refusals left out, if any. */
+  reportSuppressed(): void {
+    const left = this.refusals.takeSuppressed();
+    if (left === undefined || !this.line.enabled) return;
+    this.logger.info(
+      {
+        suppressed: left.suppressed,
+        results: left.results,
+        callers: left.callers,
+        clients: left.clients,
+        first: new Date(left.first).toISOString(),
+        last: new Date(left.last).toISOString(),
+      },
+      `${this.msg} refusals suppressed`,
+    );
+  }
+
+  /** At shutdown: stops the timer and reports what is left. */
+  close(): void {
+    clearInterval(this.timer);
+    this.reportSuppressed();
+  }
+}
 
 /**
  * The audit line of a forwarded request (`POST /orders`, the passthrough): caller, client,
@@ -15,18 +82,21 @@ import type { ForwardingAudit } from './forwarding';
  * @param extra Fields of the route's own, written after the client (already formatted).
  */
 export function writeForwardingAudit(
-  line: AuditLineWriter,
+  trail: ForwardingAuditTrail,
   req: FastifyRequest,
   reply: FastifyReply,
   audit: ForwardingAudit,
   outcome: { status: number; result: string; err?: unknown },
   extra = '',
 ): void {
-  if (!line.enabled) return;
+  if (!trail.line.enabled) return;
   const seen = partialCallerContext(req);
+  const hidden = outcome.err instanceof CallerAuthException ? outcome.err.audit : {};
+  const party = { caller: seen.caller, client: seen.clientId ?? hidden.client };
+  if (!trail.admit(party, audit, outcome)) return;
   writeForwardingAuditLine(
-    line,
-    { reqId: req.id, ...seen, durationMs: reply.elapsedTime },
+    trail.line,
+    { ...requestIdsOf(req), ...seen, durationMs: reply.elapsedTime },
     audit,
     outcome,
     extra,
@@ -35,7 +105,10 @@ export function writeForwardingAudit(
 
 /** Who made a forwarded request and how long it took, as far as the broker got. */
 export interface ForwardedRequest {
+  /** The broker's id of the request. */
   readonly reqId: string;
+  /** The caller's own `X-Request-Id`, when it sent a sane one. */
+  readonly callerRequestId?: string | undefined;
   readonly caller?: Caller;
   readonly clientId?: string;
   /** From the request's arrival to its answer. */
@@ -57,6 +130,9 @@ export function writeForwardingAuditLine(
   const field = AuditLineWriter.field;
   line.write(
     field('reqId', request.reqId) +
+      (request.callerRequestId !== undefined
+        ? field('callerRequestId', request.callerRequestId)
+        : '') +
       (caller ? field('caller', caller.name) : '') +
       (clientId !== undefined ? field('client', clientId) : '') +
       extra +

@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
@@ -10,11 +10,12 @@ import { sendProblem } from '../http/problem.reply';
 import { AuditLineWriter } from '../logging/audit-line.writer';
 import { LOGGER } from '../logging/logger';
 import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
-import { writeForwardingAudit } from './forwarding-audit';
+import { ForwardingAuditTrail, writeForwardingAudit } from './forwarding-audit';
 import { registerForwardingRoute } from './forwarding-route';
 import { type OrderAudit, orderOutcome, type OrderReply, OrdersService } from './orders.service';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
 import { inCallerSpan } from '../tracing/spans';
+import { echoedRequestId, requestIdsOf } from '../http/request-id';
 
 /**
  * `POST /orders`, registered on Fastify in its own encapsulated context rather than as a Nest
@@ -24,13 +25,15 @@ import { inCallerSpan } from '../tracing/spans';
  * too large), become problem+json here.
  */
 @Injectable()
-export class OrdersRoute implements OnModuleInit {
+export class OrdersRoute implements OnModuleInit, OnApplicationShutdown {
   /**
    * One line per order: caller, client, token fingerprint (never the token), outcome. Every
    * field is one the broker computed or validated, so the line is written directly in pino's
    * format (see {@link AuditLineWriter}) rather than through pino's generic serialiser.
    */
   readonly line: AuditLineWriter;
+  /** The audit trail: {@link line} and the refusals' budget. */
+  private readonly trail: ForwardingAuditTrail;
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
@@ -39,7 +42,12 @@ export class OrdersRoute implements OnModuleInit {
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
     @Inject(LOGGER) logger: Logger,
   ) {
-    this.line = new AuditLineWriter(logger.child({ audit: 'orders' }), 'order');
+    this.trail = new ForwardingAuditTrail(logger.child({ audit: 'orders' }), 'order', config.audit);
+    this.line = this.trail.line;
+  }
+
+  onApplicationShutdown(): void {
+    this.trail.close();
   }
 
   onModuleInit(): void {
@@ -75,7 +83,12 @@ export class OrdersRoute implements OnModuleInit {
     try {
       const context = callerContext(req);
       if (!context) throw new Error('POST /orders reached its handler without caller context');
-      const headers = readOrderHeaders(req.headers, req.raw.rawHeaders, req.id);
+      const headers = readOrderHeaders(
+        req.headers,
+        req.raw.rawHeaders,
+        // The provider gets the caller's own request id when it sent one, as the caller does.
+        echoedRequestId(requestIdsOf(req)),
+      );
       const body = assertJsonObject(req.body as Buffer | undefined);
       const clientId = context.clientId;
       const result = await inCallerSpan(
@@ -84,7 +97,7 @@ export class OrdersRoute implements OnModuleInit {
         { 'token_broker.client': clientId },
         () => this.orders.create({ clientId, caller: context.caller.name, body, headers }, audit),
       );
-      writeForwardingAudit(this.line, req, reply, audit, orderOutcome(result));
+      writeForwardingAudit(this.trail, req, reply, audit, orderOutcome(result));
       return send(reply, result);
     } catch (err) {
       return this.refuse(err, req, reply, audit);
@@ -99,7 +112,7 @@ export class OrdersRoute implements OnModuleInit {
     audit: OrderAudit = { attempts: 0 },
   ): FastifyReply {
     const { problem } = toProblem(err);
-    writeForwardingAudit(this.line, req, reply, audit, {
+    writeForwardingAudit(this.trail, req, reply, audit, {
       status: problem.status,
       result: problem.code,
       err,

@@ -372,7 +372,7 @@ export class ClientTokenManager {
       obtainedAt: r?.obtainedAt,
       generation: this.generation,
       lastRefresh: this.lastRefresh,
-      lastError: this.permanentError?.message ?? this.lastError?.message,
+      lastError: this.permanentError?.operatorDetail ?? this.lastError?.message,
       refreshing: this.loop !== undefined,
     };
   }
@@ -411,7 +411,7 @@ export class ClientTokenManager {
       expiresAt: r?.expiresAt,
       refreshing: this.loop !== undefined,
       permanentError: this.permanentError
-        ? { code: this.permanentError.code, message: this.permanentError.message }
+        ? { code: this.permanentError.code, message: this.permanentError.operatorDetail }
         : undefined,
       lastError: this.lastError?.message,
       lifetimeError: this.lifetimeError,
@@ -624,7 +624,7 @@ export class ClientTokenManager {
       this.permanentError = verdict.permanent;
       this.deps.logger.error(
         logFields,
-        `token refresh failed permanently: ${verdict.permanent.message}`,
+        `token refresh failed permanently: ${verdict.permanent.operatorDetail}`,
       );
       this.waiters.rejectAll(verdict.permanent);
     } else {

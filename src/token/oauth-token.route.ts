@@ -8,10 +8,12 @@ import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
+import { requestIdsOf } from '../http/request-id';
 import { RequestException } from '../http/request.exception';
 import { SECURITY_HEADERS } from '../http/security-headers';
 import { LOGGER } from '../logging/logger';
 import { OAuthErrorCode, OAuthException } from './oauth.exception';
+import { issuerFor } from './oauth-metadata';
 import {
   ASSERTION_ALGORITHMS,
   methodsFor,
@@ -29,9 +31,6 @@ import { TokenService } from './token.service';
 export const OAUTH_TOKEN_PATH = '/oauth2/token';
 /** RFC 8414 §3: where discovery-based clients look. */
 export const OAUTH_METADATA_PATH = '/.well-known/oauth-authorization-server';
-
-/** A Host header fit to be echoed into the metadata document. */
-const HOST = /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/;
 
 /** What a request got to before it was answered, for the audit line and error translation. */
 interface Progress {
@@ -100,20 +99,20 @@ export class OAuthTokenRoute implements OnModuleInit {
     fastify.route({
       method: 'GET',
       url: OAUTH_METADATA_PATH,
+      // Not cacheable: without a configured issuer the document depends on the Host header,
+      // and a shared cache would hand one caller's Host to every other.
       handler: (req, reply) =>
         reply
-          .headers({ 'cache-control': 'max-age=300', ...SECURITY_HEADERS })
+          .headers({ 'cache-control': 'no-store', ...SECURITY_HEADERS })
           .send(this.metadata(req)),
     });
   }
 
-  /** The RFC 8414 document; endpoint URLs from the request's Host, as the caller reached us. */
+  /** The RFC 8414 document; endpoint URLs from `http.issuer`, else the request's origin. */
   metadata(req: FastifyRequest): Record<string, unknown> {
-    const host = HOST.test(req.host ?? '')
-      ? req.host
-      : `${this.config.http.host}:${this.config.http.port}`;
-    const issuer = `${req.protocol}://${host}`;
+    const issuer = issuerFor(this.config.http, req);
     const mode = this.config.callerAuth.mode;
+    // No `scopes_supported`: it would list every configured client to anyone who asks.
     return {
       issuer,
       token_endpoint: `${issuer}${OAUTH_TOKEN_PATH}`,
@@ -124,8 +123,6 @@ export class OAuthTokenRoute implements OnModuleInit {
       ...(mode === 'kubernetes'
         ? { token_endpoint_auth_signing_alg_values_supported: ASSERTION_ALGORITHMS }
         : {}),
-      // `scope` (like `resource`/`audience`) names the provider client: the configured ids.
-      scopes_supported: this.config.clients.map((c) => c.id),
     };
   }
 
@@ -173,7 +170,7 @@ export class OAuthTokenRoute implements OnModuleInit {
       }
       const clientId = this.clientFor(caller, request);
       progress.clientId = clientId;
-      const record = this.responder.tokenFor(caller, clientId, req.id);
+      const record = this.responder.tokenFor(caller, clientId, requestIdsOf(req));
       if (record instanceof Promise) {
         return record
           .then((r) => this.issue(r, reply))
@@ -217,11 +214,11 @@ export class OAuthTokenRoute implements OnModuleInit {
   ): FastifyReply {
     const oauth = this.translate(err, progress);
     if (oauth.code === OAuthErrorCode.ServerError) {
-      this.logger.error({ err, reqId: req.id }, 'unhandled error');
+      this.logger.error({ err, ...requestIdsOf(req) }, 'unhandled error');
     }
     const hidden = err instanceof CallerAuthException ? err.audit : {};
     this.responder.auditRefused(
-      req.id,
+      requestIdsOf(req),
       progress.caller,
       progress.clientId ?? hidden.client,
       oauth.code,

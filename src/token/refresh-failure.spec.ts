@@ -71,12 +71,16 @@ describe('refresh failure', () => {
   });
 
   describe(permanentFailure.name, () => {
-    it('names where refused credentials were read from, never their value', () => {
+    it('names where refused credentials were read from to operators only, never their value', () => {
       const err = provider(ProviderErrorCode.InvalidClient, { status: 401 });
       const permanent = permanentFailure(err, client, 30_000);
       expect(permanent).toBeInstanceOf(TokenException);
-      expect(permanent?.message).toBe(
+      expect(permanent?.operatorDetail).toBe(
         'provider said provider_invalid_client; they were read from Secrets Manager secret "token-broker/acme"',
+      );
+      // The caller's answer: where to look, not the reference.
+      expect(permanent?.message).toBe(
+        "provider said provider_invalid_client; check the secret named in the broker's log or its readiness report on the admin port; quote the request id",
       );
       expect(permanent?.retryAfterSeconds).toBe(30);
       expect(permanent?.cause).toBe(err);
@@ -85,18 +89,29 @@ describe('refresh failure', () => {
         { ...client, credentials: { file: '/run/creds.json' } },
         30_000,
       );
-      expect(fromFile?.message).toContain('file "/run/creds.json"');
+      expect(fromFile?.operatorDetail).toContain('file "/run/creds.json"');
+      expect(fromFile?.message).not.toContain('/run/creds.json');
     });
 
     it('maps another provider 4xx to unavailable and a permanent secret failure to credentials unavailable', () => {
       expect(permanentFailure(provider(ProviderErrorCode.Rejected), client, 1000)?.code).toBe(
         TokenErrorCode.Unavailable,
       );
-      const secret = new SecretsException(SecretsErrorCode.Malformed, 'not JSON', { source: 's' });
-      expect(permanentFailure(secret, client, 1000)).toMatchObject({
+      const missing = new SecretsException(
+        SecretsErrorCode.NotFound,
+        'file "/run/secrets/missing.json" does not exist',
+        { source: '/run/secrets/missing.json' },
+      );
+      const unavailable = permanentFailure(missing, client, 1000);
+      expect(unavailable).toMatchObject({
         code: TokenErrorCode.CredentialsUnavailable,
-        message: 'cannot load the credentials for client "acme-preprod": not JSON',
+        operatorDetail:
+          'cannot load the credentials for client "acme-preprod": file "/run/secrets/missing.json" does not exist',
       });
+      expect(unavailable?.message).toMatch(
+        /^cannot load the credentials for client "acme-preprod" \(secret_not_found\); /,
+      );
+      expect(unavailable?.message).not.toContain('/run/secrets');
     });
 
     it('returns undefined for transient failures', () => {
@@ -122,6 +137,20 @@ describe('refresh failure', () => {
         'no token with the requested remaining lifetime could be obtained in time for client "acme" (last error: HTTP 503)',
       );
       expect(unavailableError({ clientId: 'acme', now: 0 }).retryAfterSeconds).toBe(1);
+      // A secret's message names its ARN: the caller hears its code, operators the message.
+      const arn = 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:acme';
+      const throttled = unavailableError({
+        clientId: 'acme',
+        lastError: new SecretsException(SecretsErrorCode.Unavailable, `${arn} throttled`, {
+          source: arn,
+        }),
+        now: 0,
+      });
+      expect(throttled.message).toContain(
+        '(last error: the credentials could not be read, secret_unavailable)',
+      );
+      expect(throttled.message).not.toContain(arn);
+      expect(throttled.operatorDetail).toContain(arn);
       expect(
         unavailableError({ clientId: 'acme', nextAttemptAt: -5_000, now: 0 }).retryAfterSeconds,
       ).toBe(1);

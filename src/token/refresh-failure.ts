@@ -65,6 +65,10 @@ export function isFleetWide(err: unknown): boolean {
   return err instanceof ProviderException && err.transient;
 }
 
+/** Where the secret reference a caller is not told can be read. */
+const OPERATORS_KNOW =
+  "check the secret named in the broker's log or its readiness report on the admin port; quote the request id";
+
 /** A permanent failure as the caller-facing exception, or undefined when transient. */
 export function permanentFailure(
   err: unknown,
@@ -77,19 +81,27 @@ export function permanentFailure(
     const source = client.credentials;
     return new TokenException(
       rejected ? TokenErrorCode.CredentialsRejected : TokenErrorCode.Unavailable,
-      // Say where the refused credentials came from (a reference, never the value): that is
-      // what the operator has to fix; they were already re-read once.
-      rejected
-        ? `${err.message}; they were read from ${source.file !== undefined ? `file "${source.file}"` : `Secrets Manager secret "${source.secretId}"`}`
-        : err.message,
-      { retryAfterSeconds, cause: err },
+      rejected ? `${err.message}; ${OPERATORS_KNOW}` : err.message,
+      {
+        retryAfterSeconds,
+        cause: err,
+        // Where the refused credentials came from (a reference, never the value) is what the
+        // operator has to fix; they were already re-read once.
+        operatorDetail: rejected
+          ? `${err.message}; they were read from ${source.file !== undefined ? `file "${source.file}"` : `Secrets Manager secret "${source.secretId}"`}`
+          : err.message,
+      },
     );
   }
   if (err instanceof SecretsException && !err.transient) {
     return new TokenException(
       TokenErrorCode.CredentialsUnavailable,
-      `cannot load the credentials for client "${client.id}": ${err.message}`,
-      { retryAfterSeconds, cause: err },
+      `cannot load the credentials for client "${client.id}" (${err.code}); ${OPERATORS_KNOW}`,
+      {
+        retryAfterSeconds,
+        cause: err,
+        operatorDetail: `cannot load the credentials for client "${client.id}": ${err.message}`,
+      },
     );
   }
   return undefined;
@@ -111,11 +123,20 @@ export function unavailableError(opts: {
     opts.nextAttemptAt !== undefined
       ? Math.max(1, Math.ceil((opts.nextAttemptAt - opts.now) / 1000))
       : 1;
-  const why = opts.lastError ? ` (last error: ${opts.lastError.message})` : '';
+  const message = `no token with the requested remaining lifetime could be obtained in time for client "${opts.clientId}"`;
+  const last = opts.lastError;
+  // A secret's message names its ARN or file path: the caller hears its code only.
+  const told =
+    last instanceof SecretsException
+      ? `the credentials could not be read, ${last.code}`
+      : last?.message;
   return new TokenException(
     TokenErrorCode.Unavailable,
-    `no token with the requested remaining lifetime could be obtained in time for client "${opts.clientId}"${why}`,
-    { retryAfterSeconds: retryAfter },
+    told !== undefined ? `${message} (last error: ${told})` : message,
+    {
+      retryAfterSeconds: retryAfter,
+      operatorDetail: last !== undefined ? `${message} (last error: ${last.message})` : message,
+    },
   );
 }
 

@@ -42,8 +42,8 @@ describe('TokenAuditTrail', () => {
   it('writes what it gathered when the process exits without a shutdown, refusals suppressed included', () => {
     const lines = run(`
       const now = Date.now();
-      for (let i = 0; i < 5; i++) trail.issued('r-' + i, caller, 'acme-prod', record, now + i);
-      trail.issued('g-0', caller, 'globex-prod', record, now);
+      for (let i = 0; i < 5; i++) trail.issued({ reqId: 'r-' + i }, caller, 'acme-prod', record, now + i);
+      trail.issued({ reqId: 'g-0' }, caller, 'globex-prod', record, now);
       for (let i = 0; i < 5; i++) trail.refused({ reqId: 'x-' + i, result: 'unauthenticated' }, now);
       setTimeout(() => process.exit(1), 10);
     `);
@@ -82,7 +82,7 @@ describe('TokenAuditTrail', () => {
         [caller, 'acme-prod', record], [caller, 'globex-prod', record], [caller, 'acme-prod', renewed],
         [caller, 'acme-prod', renewed], [other, 'acme-prod', record],
       ];
-      calls.forEach(([c, client, r], i) => trail.issued('r-' + i, c, client, r, now + i));
+      calls.forEach(([c, client, r], i) => trail.issued({ reqId: 'r-' + i }, c, client, r, now + i));
       setTimeout(() => process.exit(1), 10);
     `);
     const counts = lines
@@ -98,9 +98,9 @@ describe('TokenAuditTrail', () => {
 
   it('after shutdown, writes every token handed out at once, with its reqId', () => {
     const lines = run(`
-      trail.issued('r-0', caller, 'acme-prod', record, Date.now());
+      trail.issued({ reqId: 'r-0' }, caller, 'acme-prod', record, Date.now());
       trail.onApplicationShutdown();
-      trail.issued('late', caller, 'acme-prod', record, Date.now());
+      trail.issued({ reqId: 'late' }, caller, 'acme-prod', record, Date.now());
       setTimeout(() => process.exit(1), 10);
     `);
     const issued = lines.filter((l) => l.msg === 'token issued');

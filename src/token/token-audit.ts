@@ -7,11 +7,15 @@ import { type AuditAggregate, AuditAggregator } from '../logging/audit-aggregato
 import { AuditLineWriter } from '../logging/audit-line.writer';
 import { AuditRateLimit } from '../logging/audit-rate-limit';
 import { FLAT_REDACT_PATHS, LOGGER } from '../logging/logger';
+import type { RequestIds } from '../http/request-id';
 import type { TokenRecord } from './token-record';
 
 /** What a refusal's audit line records. */
 export interface TokenRefusal {
+  /** The broker's id of the request. */
   reqId: string;
+  /** The caller's own `X-Request-Id`, when it sent a sane one. */
+  callerRequestId?: string | undefined;
   caller?: string;
   client?: string;
   /** The problem (or OAuth error) code answered. */
@@ -31,9 +35,10 @@ interface CallerSlot {
  * - `token issued`: one line per caller, client and token fingerprint per
  *   `audit.intervalSeconds`, with `count`, `first`, `last` and a few `reqIds` (see
  *   {@link AuditAggregator}); one per token with its `reqId` when `audit.perRequest`;
- * - `token refused`: one line per refusal, at most `audit.refusalsPerSecond`; the rest are
- *   counted in a `token refusals suppressed` line (per result code) written with the next
- *   admitted refusal or the next interval.
+ * - `token refused`: one line per refusal, at most `audit.refusalsPerSecond` for those of no
+ *   authenticated caller and as many for each authenticated caller (see {@link AuditRateLimit});
+ *   the rest are counted in a `token refusals suppressed` line (per result code, caller and
+ *   client) written with the next admitted refusal or the next interval.
  *
  * Written on the interval, at shutdown (after the server has stopped answering: Nest calls
  * `onApplicationShutdown` once the HTTP server is closed) and synchronously on process exit, so
@@ -73,12 +78,18 @@ export class TokenAuditTrail implements OnApplicationShutdown {
   }
 
   /** Records a token handed out to `caller` for `clientId` at `now` (epoch ms). */
-  issued(reqId: string, caller: Caller, clientId: string, record: TokenRecord, now: number): void {
+  issued(
+    ids: RequestIds,
+    caller: Caller,
+    clientId: string,
+    record: TokenRecord,
+    now: number,
+  ): void {
     if (!this.issuedLines.enabled) return;
     // The same caller, client and token as the last time: most requests, no lookup.
     const last = this.last;
     if (last.caller === caller && last.clientId === clientId && last.slot?.record === record) {
-      this.issuedLines.record(last.slot.aggregate, reqId, now);
+      this.issuedLines.record(last.slot.aggregate, ids, now);
       return;
     }
     let byClient = this.slots.get(caller);
@@ -100,13 +111,13 @@ export class TokenAuditTrail implements OnApplicationShutdown {
       byClient.set(clientId, slot);
     }
     this.last = { caller, clientId, slot };
-    this.issuedLines.record(slot.aggregate, reqId, now);
+    this.issuedLines.record(slot.aggregate, ids, now);
   }
 
   /** Writes a refusal's line, unless refusals are over their rate (then it is counted). */
   refused(refusal: TokenRefusal, now = Date.now()): void {
     // After shutdown only in-flight requests remain: nothing is held back then.
-    if (!this.closed && !this.refusals.admit(refusal.result, now)) return;
+    if (!this.closed && !this.refusals.admit(refusal.result, now, refusal)) return;
     this.reportSuppressed();
     this.audit.info(refusal, 'token refused');
   }
@@ -132,6 +143,8 @@ export class TokenAuditTrail implements OnApplicationShutdown {
       {
         suppressed: left.suppressed,
         results: left.results,
+        callers: left.callers,
+        clients: left.clients,
         first: new Date(left.first).toISOString(),
         last: new Date(left.last).toISOString(),
       },

@@ -3,6 +3,7 @@ import type { HttpMetricsHook } from '../metrics/http-metrics.hook';
 import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
 import { TokenFastPath } from './token-fast-path';
 import type { TokenAnswer, TokenQuery, TokenResponder } from './token-responder';
+import type { RequestIds } from '../http/request-id';
 
 // Nest 12 ships ES modules only, which Jest's CommonJS runtime cannot load; this front only
 // needs decorators and class references (injection metadata) from it and from the providers
@@ -52,7 +53,7 @@ function request(
 
 describe(TokenFastPath.name, () => {
   let queries: TokenQuery[];
-  let seen: Array<{ authorization?: string; reqId: string }>;
+  let seen: Array<{ authorization?: string; ids: RequestIds }>;
   let answer: TokenAnswer | Promise<TokenAnswer>;
   let recorded: unknown[][];
   let front: TokenFastPath;
@@ -63,9 +64,9 @@ describe(TokenFastPath.name, () => {
     answer = ANSWER;
     recorded = [];
     const responder = {
-      respond: (query: TokenQuery, authorization: string | undefined, reqId: string) => {
+      respond: (query: TokenQuery, authorization: string | undefined, ids: RequestIds) => {
         queries.push(query);
-        seen.push({ authorization, reqId });
+        seen.push({ authorization, ids });
         return answer;
       },
     } as unknown as TokenResponder;
@@ -87,7 +88,7 @@ describe(TokenFastPath.name, () => {
         'content-length',
         '20',
         'x-request-id',
-        seen[0].reqId,
+        seen[0].ids.reqId,
       ],
       body: ANSWER.body,
     });
@@ -131,11 +132,14 @@ describe(TokenFastPath.name, () => {
       undefined,
     ],
     ['an unusable request id as absent', ['x-request-id', 'r 1'], undefined, undefined],
-  ])('reads %s from the raw header lines', (_what, raw, authorization, reqId) => {
-    front.tryServe(request('/token', 'GET', raw), response().res);
+  ])('reads %s from the raw header lines', (_what, raw, authorization, callerRequestId) => {
+    const { res, written } = response();
+    front.tryServe(request('/token', 'GET', raw), res);
     expect(seen[0].authorization).toBe(authorization);
-    if (reqId !== undefined) expect(seen[0].reqId).toBe(reqId);
-    else expect(seen[0].reqId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-/);
+    // The broker's own id always; the caller's beside it, and echoed in the answer.
+    expect(seen[0].ids.reqId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-/);
+    expect(seen[0].ids.callerRequestId).toBe(callerRequestId);
+    expect(written.headers?.slice(-1)).toEqual([callerRequestId ?? seen[0].ids.reqId]);
   });
 
   it('writes an answer that needs I/O once it is ready', async () => {

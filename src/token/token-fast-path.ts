@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Injectable } from '@nestjs/common';
 import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
-import { requestIdFrom } from '../http/request-id';
+import { callerRequestIdFrom, echoedRequestId, newRequestId } from '../http/request-id';
 import { HttpMetricsHook } from '../metrics/http-metrics.hook';
 import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-responder';
 
@@ -34,10 +34,11 @@ export class TokenFastPath {
     const query = plainQuery(url);
     if (query === undefined) return false;
     const seen = scanHeaders(req.rawHeaders);
-    const reqId = requestIdFrom(seen.requestId);
-    const answer = this.responder.respond(query, seen.authorization, reqId, req);
-    if (answer instanceof Promise) void answer.then((a) => this.write(res, a, reqId));
-    else this.write(res, answer, reqId);
+    const ids = { reqId: newRequestId(), callerRequestId: callerRequestIdFrom(seen.requestId) };
+    const answer = this.responder.respond(query, seen.authorization, ids, req);
+    const echoed = echoedRequestId(ids);
+    if (answer instanceof Promise) void answer.then((a) => this.write(res, a, echoed));
+    else this.write(res, answer, echoed);
     return true;
   }
 

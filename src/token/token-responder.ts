@@ -5,6 +5,7 @@ import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../
 import { CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { assertMayUse, assertScope } from '../caller-auth/caller-authorization';
 import { problemAnswer } from '../http/problem';
+import type { RequestIds } from '../http/request-id';
 import { RequestErrorCode, RequestException } from '../http/request.exception';
 import { SECURITY_HEADERS } from '../http/security-headers';
 import { LOGGER } from '../logging/logger';
@@ -58,29 +59,29 @@ export class TokenResponder {
   private lastIssued: TokenAnswer = issuedAnswer(Buffer.alloc(0));
 
   /**
-   * The answer to `GET /token?<query>` with this `Authorization` header and request id.
+   * The answer to `GET /token?<query>` with this `Authorization` header and request ids.
    * `req`'s headers are read only when the caller has to wait: a traced wait continues the
    * caller's W3C trace; an L1 hit never looks at them (Node builds `headers` on first access).
    */
   respond(
     query: TokenQuery,
     authorization: string | undefined,
-    reqId: string,
+    ids: RequestIds,
     req?: { readonly headers: IncomingHttpHeaders },
   ): TokenAnswer | Promise<TokenAnswer> {
     let caller: Caller | Promise<Caller>;
     try {
       caller = this.auth.authenticate(authorization);
     } catch (err) {
-      return this.refuse(err, undefined, undefined, reqId);
+      return this.refuse(err, undefined, undefined, ids);
     }
     if (caller instanceof Promise) {
       return caller.then(
-        (c) => this.serve(c, query, reqId, req),
-        (err: unknown) => this.refuse(err, undefined, undefined, reqId),
+        (c) => this.serve(c, query, ids, req),
+        (err: unknown) => this.refuse(err, undefined, undefined, ids),
       );
     }
-    return this.serve(caller, query, reqId, req);
+    return this.serve(caller, query, ids, req);
   }
 
   /**
@@ -88,36 +89,36 @@ export class TokenResponder {
    * L1 read, miss count, bounded wait and "token issued" audit line as `GET /token`.
    * Synchronous on an L1 hit; throws or rejects a token problem otherwise.
    */
-  tokenFor(caller: Caller, clientId: string, reqId: string): TokenRecord | Promise<TokenRecord> {
+  tokenFor(caller: Caller, clientId: string, ids: RequestIds): TokenRecord | Promise<TokenRecord> {
     assertScope(caller, 'token');
     assertMayUse(caller, clientId);
     const hit = this.tokens.peek(clientId, 0);
     if (hit) {
-      this.audit.issued(reqId, caller, clientId, hit, Date.now());
+      this.audit.issued(ids, caller, clientId, hit, Date.now());
       return hit;
     }
     this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
     return this.tokens.getToken(clientId, 0).then((record) => {
-      this.audit.issued(reqId, caller, clientId, record, Date.now());
+      this.audit.issued(ids, caller, clientId, record, Date.now());
       return record;
     });
   }
 
   /** The "token refused" audit line for a refusal answered outside this class. */
   auditRefused(
-    reqId: string,
+    ids: RequestIds,
     caller: Caller | undefined,
     clientId: string | undefined,
     result: string,
     reason?: string,
   ): void {
-    this.audit.refused({ reqId, caller: caller?.name, client: clientId, result, reason });
+    this.audit.refused({ ...ids, caller: caller?.name, client: clientId, result, reason });
   }
 
   private serve(
     caller: Caller,
     query: TokenQuery,
-    reqId: string,
+    ids: RequestIds,
     req: { readonly headers: IncomingHttpHeaders } | undefined,
   ): TokenAnswer | Promise<TokenAnswer> {
     let clientId: string | undefined;
@@ -129,14 +130,14 @@ export class TokenResponder {
       const minMs =
         minTtl === undefined ? 0 : parseMinTtl(minTtl, this.tokens.maxMinTtlSeconds) * 1000;
       const hit = this.tokens.peek(clientId, minMs);
-      if (hit) return this.issue(caller, clientId, hit, reqId);
+      if (hit) return this.issue(caller, clientId, hit, ids);
       this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
       const id = clientId;
       return inCallerSpan(req?.headers, 'GET /token (wait)', { 'token_broker.client': id }, () =>
-        this.wait(caller, id, minMs, reqId),
+        this.wait(caller, id, minMs, ids),
       );
     } catch (err) {
-      return this.refuse(err, caller, clientId, reqId);
+      return this.refuse(err, caller, clientId, ids);
     }
   }
 
@@ -144,18 +145,23 @@ export class TokenResponder {
     caller: Caller,
     clientId: string,
     minMs: number,
-    reqId: string,
+    ids: RequestIds,
   ): Promise<TokenAnswer> {
     try {
-      return this.issue(caller, clientId, await this.tokens.getToken(clientId, minMs), reqId);
+      return this.issue(caller, clientId, await this.tokens.getToken(clientId, minMs), ids);
     } catch (err) {
-      return this.refuse(err, caller, clientId, reqId);
+      return this.refuse(err, caller, clientId, ids);
     }
   }
 
-  private issue(caller: Caller, clientId: string, record: TokenRecord, reqId: string): TokenAnswer {
+  private issue(
+    caller: Caller,
+    clientId: string,
+    record: TokenRecord,
+    ids: RequestIds,
+  ): TokenAnswer {
     const now = Date.now();
-    this.audit.issued(reqId, caller, clientId, record, now);
+    this.audit.issued(ids, caller, clientId, record, now);
     const body = tokenBody(record, now);
     // The body changes once a second (`expires_in`) or with the token; so does the answer.
     if (this.lastIssued.body !== body) this.lastIssued = issuedAnswer(body);
@@ -167,17 +173,17 @@ export class TokenResponder {
     err: unknown,
     caller: Caller | undefined,
     clientId: string | undefined,
-    reqId: string,
+    ids: RequestIds,
   ): TokenAnswer {
-    const { problem, headers, body } = problemAnswer(err, reqId);
+    const { problem, headers, body } = problemAnswer(err, ids.reqId);
     if (problem.status >= 500 && problem.code === 'internal_error') {
-      this.logger.error({ err, reqId }, 'unhandled error');
+      this.logger.error({ err, ...ids }, 'unhandled error');
     }
     // A client outside the caller's grant is refused alike whether it exists or not; the
     // audit line still says which (`reason`).
     const hidden = err instanceof CallerAuthException ? err.audit : {};
     this.audit.refused({
-      reqId,
+      ...ids,
       caller: caller?.name,
       client: clientId ?? hidden.client,
       result: problem.code,

@@ -1,4 +1,4 @@
-import { BrokerException } from '../errors/broker.exception';
+import { BrokerException, type BrokerExceptionOptions } from '../errors/broker.exception';
 
 /** Why a token could not be handed out. Stable: callers and dashboards key on these. */
 export enum TokenErrorCode {
@@ -16,5 +16,22 @@ export enum TokenErrorCode {
   ShuttingDown = 'shutting_down',
 }
 
+export interface TokenExceptionOptions extends BrokerExceptionOptions {
+  /**
+   * The message with what only operators may read: the secret or file the credentials come
+   * from. Logged and shown on the admin listener (readiness, `/admin/*`), never answered to a
+   * caller, since an ARN names the AWS account and a path maps the pod. Default: the message.
+   */
+  operatorDetail?: string;
+}
+
 /** A token request that cannot be served. `retryAfterSeconds` feeds the `Retry-After` header. */
-export class TokenException extends BrokerException<TokenErrorCode> {}
+export class TokenException extends BrokerException<TokenErrorCode> {
+  /** See {@link TokenExceptionOptions.operatorDetail}. */
+  readonly operatorDetail: string;
+
+  constructor(code: TokenErrorCode, message: string, options: TokenExceptionOptions = {}) {
+    super(code, message, options);
+    this.operatorDetail = options.operatorDetail ?? message;
+  }
+}

@@ -3,6 +3,7 @@ import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { authorizationOf } from '../caller-auth/bearer-credential';
 import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-responder';
+import { requestIdsOf } from '../http/request-id';
 
 /**
  * `GET /token` on Fastify: the route for what {@link TokenFastPath} leaves to it (any other
@@ -27,7 +28,7 @@ export class TokenRoute implements OnModuleInit {
         const answer = this.responder.respond(
           req.query as TokenQuery,
           authorizationOf(req.raw),
-          req.id,
+          requestIdsOf(req),
           req,
         );
         return answer instanceof Promise ? answer.then((a) => send(reply, a)) : send(reply, answer);

@@ -1,3 +1,4 @@
+import { outgoingUrlAttributes, redisStatement } from './span-attributes';
 import { enableSpans } from './spans';
 
 /**
@@ -89,10 +90,13 @@ export async function startTracing(
   registerInstrumentations({
     tracerProvider: provider,
     instrumentations: [
-      new UndiciInstrumentation(),
+      new UndiciInstrumentation({ startSpanHook: outgoingUrlAttributes }),
       // Only commands made inside a broker span (the refresh, orders): the health pings and
       // background checks would otherwise be a trace each, every second.
-      new IORedisInstrumentation({ requireParentSpan: true }),
+      new IORedisInstrumentation({
+        requireParentSpan: true,
+        dbStatementSerializer: redisStatement,
+      }),
       new AwsInstrumentation(),
     ],
   });

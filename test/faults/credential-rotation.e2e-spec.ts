@@ -36,6 +36,7 @@ describe('credential rotation through Secrets Manager', () => {
       secrets: { [SECRET_ID]: JSON.stringify(FLEET_CREDENTIALS) },
     });
     fleet = await startFaultFleet({
+      admin: true,
       lifetimeS: LIFETIME_S,
       aheadS: AHEAD_S,
       env: {
@@ -54,8 +55,10 @@ describe('credential rotation through Secrets Manager', () => {
     await secrets?.close();
   }, 30_000);
 
+  /** The readiness report of the broker at `url`, from its admin listener. */
   async function readiness(url: string): Promise<Readiness> {
-    const res = await httpGet(`${url}/health/ready`);
+    const admin = fleet.brokers.find((b) => b.url === url)!.adminUrl!;
+    const res = await httpGet(`${admin}/health/ready`);
     const body = JSON.parse(res.body) as { details?: { tokens?: Readiness['tokens'] } };
     return { status: res.status, tokens: body.details?.tokens };
   }

@@ -38,6 +38,7 @@ describe('Redis blackholed, then killed, for longer than a token lifetime', () =
     redis = await startRedis({ forceLocal: true });
     proxy = await FaultProxy.start({ target: { host: redis.host, port: redis.port } });
     fleet = await startFaultFleet({
+      admin: true,
       lifetimeS: LIFETIME_S,
       aheadS: AHEAD_S,
       redis,
@@ -61,9 +62,11 @@ describe('Redis blackholed, then killed, for longer than a token lifetime', () =
 
   it('keeps serving, refreshes at most once per cycle per replica, and converges when Redis returns', async () => {
     const urls = fleet.brokers.map((b) => b.url);
+    // Metrics and the readiness report are on the admin listeners.
+    const admins = fleet.brokers.map((b) => b.adminUrl!);
     const fetched = () =>
       Promise.all(
-        urls.map((u) => metricValue(u, 'token_broker_refresh_total', { result: 'fetched' })),
+        admins.map((u) => metricValue(u, 'token_broker_refresh_total', { result: 'fetched' })),
       );
     // Slowest answer before the outage (Redis fine) and during it: the difference is what
     // waiting on Redis would add; the baseline is what a busy machine adds anyway.
@@ -110,13 +113,13 @@ describe('Redis blackholed, then killed, for longer than a token lifetime', () =
     // While it is down, readiness stays 200 and says degraded; the metric says so too.
     const ready = await waitFor(
       async () => {
-        const res = await httpGet(`${urls[0]}/health/ready`);
+        const res = await httpGet(`${admins[0]}/health/ready`);
         return res.status === 200 && res.body.includes('"status":"degraded"') ? res : undefined;
       },
       { timeoutMs: 3000, what: 'readiness to report the store degraded' },
     );
     expect(JSON.parse(ready.body)).toMatchObject({ details: { store: { status: 'degraded' } } });
-    expect(await metricValue(urls[0], 'token_broker_degraded')).toBe(1);
+    expect(await metricValue(admins[0], 'token_broker_degraded')).toBe(1);
     await delay(Math.max(0, outageStart + BLACKHOLE_MS + DOWN_MS - Date.now()));
 
     const during = await fetched();
@@ -150,7 +153,7 @@ describe('Redis blackholed, then killed, for longer than a token lifetime', () =
       const convergedMs = Date.now() - restartedAt;
       await waitFor(
         async () =>
-          (await Promise.all(urls.map((u) => metricValue(u, 'token_broker_degraded')))).every(
+          (await Promise.all(admins.map((u) => metricValue(u, 'token_broker_degraded')))).every(
             (v) => v === 0,
           ),
         { timeoutMs: 3000, what: 'every replica to leave degraded mode' },

@@ -27,6 +27,8 @@ export interface SpawnBrokerOptions {
   script?: string;
   /** Arguments after the script. */
   args?: readonly string[];
+  /** Also an admin listener (`ADMIN_PORT`) on a free port, at {@link BrokerProcess.adminUrl}. */
+  admin?: boolean;
 }
 
 /** A broker (or stand-in) running as a child process. */
@@ -36,6 +38,11 @@ export interface BrokerProcess {
   readonly url: string;
   /** The port from `env.PORT` or a free one (NaN if `env.PORT` was not a number). */
   readonly port: number;
+  /**
+   * `http://127.0.0.1:<admin port>` when started with `admin`: where readiness answers its full
+   * report. `undefined` otherwise.
+   */
+  readonly adminUrl: string | undefined;
   /** Process id, or `undefined` if it could not be started. */
   readonly pid: number | undefined;
   /** Resolves when the process has exited and its output is drained; never rejects. */
@@ -86,6 +93,8 @@ export async function spawnBroker(opts: SpawnBrokerOptions): Promise<BrokerProce
     else env[key] = value;
   }
   env.PORT = givenPort ?? String(port);
+  const adminPort = opts.admin === true ? await freePort() : undefined;
+  if (adminPort !== undefined) env.ADMIN_PORT = String(adminPort);
   const name = opts.name ?? 'broker';
   const proc = ManagedProcess.start({
     name,
@@ -101,6 +110,7 @@ export async function spawnBroker(opts: SpawnBrokerOptions): Promise<BrokerProce
     name,
     url,
     port,
+    adminUrl: adminPort !== undefined ? `http://127.0.0.1:${adminPort}` : undefined,
     pid: proc.pid,
     exited: proc.exited,
     logs: () => proc.logs(),

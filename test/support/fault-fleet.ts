@@ -26,6 +26,8 @@ export interface FaultFleetOptions<R extends TestRedis | RedisTopology = TestRed
    * it the fleet starts (and stops) its own.
    */
   redis?: R;
+  /** Every broker also has an admin listener, where readiness answers its full report. */
+  admin?: boolean;
 }
 
 /**
@@ -43,6 +45,7 @@ export async function startFaultFleet<R extends TestRedis | RedisTopology = Test
   return startFleet<R>({
     size: FAULT_FLEET_SIZE,
     redis: opts.redis,
+    admin: opts.admin,
     knobs: { tokenLifetimeSeconds: opts.lifetimeS },
     env: {
       TOKEN_REFRESH_AHEAD_SECONDS: String(opts.aheadS),

@@ -35,6 +35,8 @@ export async function startFleet<R extends TestRedis | RedisTopology = TestRedis
   env?: Record<string, string>;
   /** A Redis the caller stops itself; without it the fleet starts (and stops) its own. */
   redis?: R;
+  /** Every broker also has an admin listener (see `SpawnBrokerOptions.admin`). */
+  admin?: boolean;
 }): Promise<Fleet<R>> {
   const redis = opts.redis ?? ((await startRedis()) as R);
   const emulator = await ProviderEmulator.start({
@@ -61,7 +63,9 @@ export async function startFleet<R extends TestRedis | RedisTopology = TestRedis
     ...opts.env,
   };
   const brokers = await Promise.all(
-    Array.from({ length: opts.size }, (_, i) => spawnBroker({ env, name: `broker-${i}` })),
+    Array.from({ length: opts.size }, (_, i) =>
+      spawnBroker({ env, name: `broker-${i}`, admin: opts.admin }),
+    ),
   );
   try {
     await Promise.all(brokers.map((b) => b.waitReady(15_000)));

@@ -51,6 +51,14 @@ app.kubernetes.io/name: {{ include "token-broker.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{- /*
+The ServiceAccount the `helm test` pod runs as: tests.tokenFetch.serviceAccountName, else one of
+its own (templates/tests/test-serviceaccount.yaml).
+*/ -}}
+{{- define "token-broker.testServiceAccountName" -}}
+{{- .Values.tests.tokenFetch.serviceAccountName | default (printf "%s-test" (include "token-broker.fullname" . | trunc 58 | trimSuffix "-")) }}
+{{- end }}
+
 {{- define "token-broker.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "token-broker.fullname" .) .Values.serviceAccount.name }}
@@ -337,8 +345,12 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- if and $v.networkPolicy.enabled (include "token-broker.redisConfigured" .) (not (or $v.networkPolicy.egress.redis.cidrs $v.networkPolicy.egress.redis.peers)) }}
 {{- fail "networkPolicy.egress.redis.cidrs (or .peers) is required with Redis: the NetworkPolicy would block the broker from reaching it (ElastiCache: its subnets' CIDRs)" }}
 {{- end }}
-{{- if and $v.networkPolicy.enabled (not (or $v.networkPolicy.egress.provider.cidrs $v.networkPolicy.egress.aws.cidrs)) }}
-{{- fail "networkPolicy.egress.provider.cidrs is required when networkPolicy.egress.aws.cidrs is empty: the broker must reach the provider over HTTPS" }}
+{{- $egress := $v.networkPolicy.egress }}
+{{- if and $v.networkPolicy.enabled (not (or $egress.aws.cidrs $egress.extra)) }}
+{{- fail "networkPolicy.egress.aws.cidrs is required with the NetworkPolicy: the subnets of your VPC interface endpoints for Secrets Manager and STS (IRSA), e.g. [10.0.96.0/24]. The chart opens no egress to the internet by default; set [0.0.0.0/0] to allow any HTTPS destination, or write rules of your own in networkPolicy.egress.extra" }}
+{{- end }}
+{{- if and $v.networkPolicy.enabled (not (or $egress.provider.cidrs $egress.extra (has "0.0.0.0/0" $egress.aws.cidrs))) }}
+{{- fail "networkPolicy.egress.provider.cidrs is required with the NetworkPolicy: the provider's auth server and API addresses (its published egress ranges), which the broker reaches over HTTPS; or write rules of your own in networkPolicy.egress.extra" }}
 {{- end }}
 {{- if and $v.csi.enabled (not $v.csi.objects) }}
 {{- fail "csi.objects: list at least one secret to mount when csi.enabled is true" }}
@@ -368,6 +380,9 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- end }}
 {{- if and (include "token-broker.redisConfigured" .) (not (($extra.cacheEncryption | default dict).key)) (not (or (hasKey $env "CACHE_KEY_SECRET_ID") (hasKey $env "CACHE_KEY_FILE"))) }}
 {{- fail "config.extra.cacheEncryption.key is required with Redis: the image runs with NODE_ENV=production, where the broker refuses to store the token in Redis unencrypted (exit 78). Set {secretId: <Secrets Manager name or ARN of a base64 32-byte key>} (openssl rand -base64 32) or {file: <mounted path>}" }}
+{{- end }}
+{{- if eq (include "token-broker.testServiceAccountName" .) (include "token-broker.serviceAccountName" .) }}
+{{- fail "tests.tokenFetch.serviceAccountName names the broker's own ServiceAccount, which carries its cloud role (IRSA): leave it empty (the test pod then gets one of its own) or name another" }}
 {{- end }}
 {{- if and $v.tests.tokenFetch.enabled (eq $mode "api-key") (not $v.tests.tokenFetch.apiKeySecret.name) }}
 {{- fail "tests.tokenFetch.apiKeySecret.name is required in mode api-key: a Secret holding a caller API key granted the test client, so that helm test can fetch a token (or set tests.tokenFetch.enabled=false)" }}
