@@ -65,7 +65,7 @@ const BOUNDARIES = {
   // Not redis: it implements their ports, so the app module hands it to them (`withStore`).
   token: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'secrets'],
   orders: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'token'],
-  health: ['config', 'errors', 'logging', 'token'],
+  health: ['config', 'errors', 'logging', 'token', { http: ['listeners'] }],
   // The operators' routes: caller auth (scope admin), and the token layer's admin methods.
   admin: ['caller-auth', 'config', 'errors', 'http', 'logging', 'token'],
   // The passthrough: the forwarding core and idempotency port it shares with orders.

@@ -9,6 +9,7 @@ import { AppModule } from './app.module';
 import { adminPortOf, type BrokerConfig } from './config/config.schema';
 import { problemAnswer, toProblem } from './http/problem';
 import { sendProblem } from './http/problem.reply';
+import { arrivedOnAdminListener, markAdminConnection } from './http/listeners';
 import { RequestErrorCode, RequestException } from './http/request.exception';
 import { callerRequestIdFrom, newRequestId } from './http/request-id';
 import { SECURITY_HEADERS } from './http/security-headers';
@@ -87,9 +88,6 @@ export async function createBrokerApp(
   logger: Logger,
 ): Promise<NestFastifyApplication> {
   const adminPort = adminPortOf(config.http);
-  // Connections the admin listener accepted. Which routes answer a request is decided by the
-  // listener it arrived on, a fact the router cannot read differently from this code.
-  const adminSockets = new WeakSet<Socket>();
   const front: {
     fastify?: (req: IncomingMessage, res: ServerResponse) => void;
     token?: TokenFastPath;
@@ -101,7 +99,7 @@ export async function createBrokerApp(
     // so its next request opens a connection the Service sends elsewhere.
     if (front.drain?.draining === true) res.shouldKeepAlive = false;
     if (front.drain?.closing === true) return shuttingDown(req, res);
-    if (adminSockets.has(req.socket) || front.token?.tryServe(req, res) !== true) {
+    if (arrivedOnAdminListener(req.socket) || front.token?.tryServe(req, res) !== true) {
       front.fastify!(req, res);
     }
   };
@@ -152,12 +150,12 @@ export async function createBrokerApp(
     // The admin listener (see `http.adminPort`): `/metrics`, `/health/*` and `/admin/*`, through
     // the same Fastify app, so a NetworkPolicy can admit operators and Prometheus here only.
     const adminServer = createListener(config.http, onRequest);
-    adminServer.on('connection', (socket: Socket) => adminSockets.add(socket));
+    adminServer.on('connection', markAdminConnection);
     // Keyed on the route Fastify matched, after it decoded the target: every spelling that
     // reaches an admin route is refused on the callers' listener, and the reverse.
     fastify.addHook('onRequest', (req, reply, done) => {
       const served = listenersOf(req.routeOptions.url);
-      const on = adminSockets.has(req.raw.socket) ? 'admin' : 'api';
+      const on = arrivedOnAdminListener(req.raw.socket) ? 'admin' : 'api';
       if (served === 'both' || served === on) return done();
       void sendProblem(reply, notFound(), req.id);
     });

@@ -1,9 +1,8 @@
-import { Controller, Get, Inject, Req, Res, ServiceUnavailableException } from '@nestjs/common';
+import { Controller, Get, Req, Res, ServiceUnavailableException } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { HealthCheck, HealthCheckService, HealthIndicatorService } from '@nestjs/terminus';
-import { BROKER_CONFIG } from '../config/config.constants';
-import { adminPortOf, type BrokerConfig } from '../config/config.schema';
 import { TokenService } from '../token/token.service';
+import { arrivedOnAdminListener } from '../http/listeners';
 import { DrainState } from './drain-state';
 
 /**
@@ -27,7 +26,6 @@ export class HealthController {
     private readonly indicators: HealthIndicatorService,
     private readonly tokens: TokenService,
     private readonly drain: DrainState,
-    @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
   ) {}
 
   @Get('live')
@@ -41,7 +39,8 @@ export class HealthController {
     @Req() req: FastifyRequest,
     @Res({ passthrough: true }) reply: FastifyReply,
   ): Promise<unknown> {
-    const detailed = onAdminListener(req, adminPortOf(this.config.http));
+    // The admin listener when there is one; with a single listener, no caller gets the report.
+    const detailed = arrivedOnAdminListener(req.raw.socket);
     try {
       const report = await this.health.check([
         () => this.drainIndicator(),
@@ -118,15 +117,4 @@ export class HealthController {
           message: 'Redis unreachable: serving from memory, refreshing per replica',
         });
   }
-}
-
-/**
- * Whether a request arrived on the admin listener, told by the port its connection was accepted
- * on. With no admin port there is no such listener: the one port is the callers' too.
- */
-export function onAdminListener(
-  req: { raw: { socket: { localPort?: number | undefined } } },
-  adminPort: number | undefined,
-): boolean {
-  return adminPort !== undefined && req.raw.socket.localPort === adminPort;
 }
