@@ -1,3 +1,4 @@
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,9 +7,14 @@ import { loadConfig } from '../src/config/config.loader';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import { createLogger } from '../src/logging/logger';
 
+/** The sandbox's one caller: its name is the client id on `/oauth2/token`. */
+const CALLER = 'sandbox-caller';
+
 /**
  * `npm run sandbox`: the broker plus a local provider emulator, nothing else to install or
- * configure. In-memory store (no Redis), caller authentication off, loopback only.
+ * configure. In-memory store (no Redis), loopback only, and callers authenticate as in
+ * production: one API key, made at start and printed, so every printed command shows how a
+ * calling service presents its credential.
  */
 async function main(): Promise<void> {
   const credentials = { client_id: 'sandbox-merchant', client_secret: 'sandbox-only-secret' };
@@ -18,6 +24,18 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'token-broker-sandbox-'));
   const credentialsFile = join(dir, 'credentials.json');
   writeFileSync(credentialsFile, JSON.stringify(credentials), { mode: 0o600 });
+  // Hex: no `+`, `/` or `=`, so the key works as written in `curl -u` (Basic credentials are
+  // form-decoded on /oauth2/token).
+  const callerKey = randomBytes(32).toString('hex');
+  const apiKeysFile = join(dir, 'api-keys.json');
+  const sha256 = createHash('sha256').update(callerKey).digest('hex');
+  const grant = {
+    name: CALLER,
+    sha256,
+    clients: ['sandbox'],
+    scopes: ['token', 'forward', 'admin'],
+  };
+  writeFileSync(apiKeysFile, JSON.stringify([grant]), { mode: 0o600 });
 
   const port = process.env.PORT ?? '8080';
   const config = loadConfig({
@@ -28,30 +46,38 @@ async function main(): Promise<void> {
     PROVIDER_AUTH_URL: emulator.url,
     PROVIDER_BASE_URL: emulator.url,
     CREDENTIALS_FILE: credentialsFile,
-    CALLER_AUTH_MODE: 'none',
-    CALLER_AUTH_ALLOW_NONE: 'true',
+    CALLER_AUTH_MODE: 'api-key',
+    CALLER_API_KEYS_FILE: apiKeysFile,
   });
   const logger = createLogger(config.log.level);
   const app = await createBrokerApp(config, logger);
   await app.listen({ port: config.http.port, host: config.http.host });
   const base = `http://127.0.0.1:${config.http.port}`;
+  const auth = '-H "Authorization: Bearer $CALLER_KEY"';
+  const client =
+    "require('@token-broker/client').createBrokerClient({ baseUrl: '" +
+    base +
+    "', apiKey: process.env.CALLER_KEY }).getToken({ client: 'sandbox', minTtl: 60 }).then((t) => console.log(t.tokenType, t.expiresAt))";
   process.stdout.write(
     [
       '',
       `Token broker sandbox on ${base} (provider emulator on ${emulator.url})`,
       '',
-      `  curl -s '${base}/token?min_ttl=60'`,
-      `  curl -s -d grant_type=client_credentials ${base}/oauth2/token`,
-      `  curl -s -X POST ${base}/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: order-0001' \\`,
-      `       -d '{"price": 1200, "localization": {"currency": "USD"}}'`,
-      `  curl -s '${base}/provider/sandbox/api/marketing/v1/offers?amount=500'   # any provider call`,
-      `  curl -s ${base}/health/ready`,
-      `  curl -s ${base}/metrics | grep token_broker_`,
-      `  curl -s ${base}/admin/clients                                        # operators (docs/operations.md)`,
-      `  curl -s -X POST ${base}/admin/clients/sandbox/refresh`,
-      `  curl -s -X POST ${base}/admin/clients/sandbox/revoke`,
+      'Your caller key (made at start; paste this line first):',
       '',
-      'Caller authentication is off (mode "none", loopback only). Ctrl-C to stop.',
+      `  export CALLER_KEY=${callerKey}`,
+      '',
+      `  curl -s ${auth} '${base}/token?min_ttl=60'`,
+      `  curl -s -u "${CALLER}:$CALLER_KEY" -d grant_type=client_credentials ${base}/oauth2/token`,
+      `  node -e "${client}"`,
+      `  curl -s -X POST ${base}/orders ${auth} -H 'Content-Type: application/json' \\`,
+      `       -H 'Idempotency-Key: order-0001' -d '{"price": 1200, "localization": {"currency": "USD"}}'`,
+      `  curl -s ${auth} '${base}/provider/sandbox/api/marketing/v1/offers?amount=500'`,
+      `  curl -s ${base}/health/ready`,
+      `  curl -s ${auth} ${base}/metrics`,
+      `  curl -s ${auth} ${base}/admin/clients            # operators: docs/operations.md`,
+      '',
+      'Ctrl-C to stop.',
       '',
     ].join('\n'),
   );
