@@ -3,7 +3,6 @@ import { ConfigException } from './config/config.exception';
 import { adminPortOf, redisConfigured } from './config/config.schema';
 import { withDeferredDateFormats } from './logging/deferred-date-formats';
 import { createLogger } from './logging/logger';
-import { releaseStartupMemory } from './startup-memory';
 import { startTracing } from './tracing/tracing';
 
 /**
@@ -60,9 +59,6 @@ async function main(): Promise<void> {
     },
     'token broker listening',
   );
-  // Once, when the start-up garbage is done: by then the replica is ready (or waiting on the
-  // provider), and its first probes are answered before the one pause.
-  setTimeout(releaseStartupMemory, STARTUP_MEMORY_RELEASE_DELAY_MS).unref();
 
   const { shutdownDrainDelayMs: drainMs, shutdownGraceMs: graceMs } = config.http;
   const shutdown = (signal: NodeJS.Signals): void => {
@@ -97,9 +93,6 @@ async function main(): Promise<void> {
   process.once('SIGTERM', shutdown);
   process.once('SIGINT', shutdown);
 }
-
-/** How long after listening the start-up memory is given back (see releaseStartupMemory). */
-const STARTUP_MEMORY_RELEASE_DELAY_MS = 1000;
 
 /** The logger once the configuration is read: a start-up failure after that is a JSON line. */
 let startupLogger: ReturnType<typeof createLogger> | undefined;
