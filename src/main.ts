@@ -1,7 +1,6 @@
 import { loadConfig } from './config/config.loader';
 import { ConfigException } from './config/config.exception';
 import { adminPortOf, redisConfigured } from './config/config.schema';
-import { withDeferredDateFormats } from './logging/deferred-date-formats';
 import { createLogger } from './logging/logger';
 import { startTracing } from './tracing/tracing';
 
@@ -38,9 +37,7 @@ async function main(): Promise<void> {
     return;
   }
   if (stopTracing) logger.info('OpenTelemetry tracing on (OTEL_* variables)');
-  // Nest's console logger makes a date formatter at import, which loads ICU data (~5 MB) the
-  // broker never uses: deferred (see withDeferredDateFormats).
-  const { createBrokerApp } = await withDeferredDateFormats(() => import('./bootstrap'));
+  const { createBrokerApp } = await import('./bootstrap');
   const { DrainState } = await import('./health/drain-state');
   const app = await createBrokerApp(config, logger);
   await app.listen({ port: config.http.port, host: config.http.host });
