@@ -1,11 +1,10 @@
 // The production entry point, step 2 of `npm run build`: bundles what tsc compiled into
 // `dist-tsc/` (JavaScript that already carries Nest's decorator metadata, which esbuild cannot
 // emit from TypeScript) together with its dependencies into one CommonJS file, `dist/main.js`.
-// Why: a replica spent most of its start-up CPU finding, reading and compiling ~1,050 module
+// Why: a replica spends most of its start-up CPU finding, reading and compiling ~1,050 module
 // files one by one (Nest 12 and rxjs are ESM, loaded through require(esm) on Node 20); one file
-// is read and compiled once (issue #17, README "Benchmarks", "One replica").
-import { readFile } from 'node:fs/promises';
-import { dirname } from 'node:path';
+// is read and compiled once. A plain bundle: no dependency is patched, nothing is left out of it
+// but what `external` lists below.
 import { build } from 'esbuild';
 
 /**
@@ -34,62 +33,8 @@ const external = [
   'class-transformer',
 ];
 
-/**
- * zod's index loads all of its ~60 locales (`z.locales`) for `z.locales.xx` to exist, though only
- * the English one, which zod configures itself from its own file, is ever used here: the
- * locales' index is replaced by one that has English only. Every error message zod writes for
- * the broker's configuration is English either way (`src/config`'s specs read them).
- */
-const zodEnglishOnly = {
-  name: 'zod-english-only',
-  setup(b) {
-    b.onLoad({ filter: /[\\/]zod[\\/]v4[\\/]locales[\\/]index\.cjs$/ }, (args) => ({
-      contents: [
-        '"use strict";',
-        'Object.defineProperty(exports, "__esModule", { value: true });',
-        'var en = require("./en.cjs");',
-        'Object.defineProperty(exports, "en", { enumerable: true, get: function () { return en.__esModule ? en.default : en; } });',
-      ].join('\n'),
-      resolveDir: dirname(args.path),
-      loader: 'js',
-    }));
-  },
-};
-
-/**
- * prom-client's process CPU metric requires the OpenTelemetry API at load, for exemplars, which
- * the broker does not enable: every replica read the API's ~45 files for nothing (the broker's
- * own spans load it only when tracing is on, `src/tracing/spans.ts`). Here the metric gets the
- * API on first use instead; `test/lazy-dependencies.e2e-spec.ts` checks it stays unloaded.
- */
-const promClientLazyOtel = {
-  name: 'prom-client-lazy-otel',
-  setup(b) {
-    b.onLoad(
-      { filter: /[\\/]prom-client[\\/]lib[\\/]metrics[\\/]processCpuTotal\.js$/ },
-      async (args) => {
-        const source = await readFile(args.path, 'utf8');
-        const eager = "const OtelApi = require('@opentelemetry/api');";
-        if (!source.includes(eager)) {
-          throw new Error(
-            `${args.path} no longer loads the OpenTelemetry API as expected: review this plugin`,
-          );
-        }
-        const lazy =
-          "const OtelApi = { get trace() { return require('@opentelemetry/api').trace; }, get context() { return require('@opentelemetry/api').context; } };";
-        return {
-          contents: source.replace(eager, lazy),
-          loader: 'js',
-          resolveDir: dirname(args.path),
-        };
-      },
-    );
-  },
-};
-
 await build({
   entryPoints: ['dist-tsc/main.js'],
-  plugins: [zodEnglishOnly, promClientLazyOtel],
   outfile: 'dist/main.js',
   bundle: true,
   platform: 'node',

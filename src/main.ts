@@ -1,9 +1,7 @@
 import { loadConfig } from './config/config.loader';
 import { ConfigException } from './config/config.exception';
 import { adminPortOf, redisConfigured } from './config/config.schema';
-import { withDeferredDateFormats } from './logging/deferred-date-formats';
 import { createLogger } from './logging/logger';
-import { releaseStartupMemory } from './startup-memory';
 import { startTracing } from './tracing/tracing';
 
 /**
@@ -39,9 +37,7 @@ async function main(): Promise<void> {
     return;
   }
   if (stopTracing) logger.info('OpenTelemetry tracing on (OTEL_* variables)');
-  // Nest's console logger makes a date formatter at import, which loads ICU data (~5 MB) the
-  // broker never uses: deferred (see withDeferredDateFormats).
-  const { createBrokerApp } = await withDeferredDateFormats(() => import('./bootstrap'));
+  const { createBrokerApp } = await import('./bootstrap');
   const { DrainState } = await import('./health/drain-state');
   const app = await createBrokerApp(config, logger);
   await app.listen({ port: config.http.port, host: config.http.host });
@@ -60,9 +56,6 @@ async function main(): Promise<void> {
     },
     'token broker listening',
   );
-  // Once, when the start-up garbage is done: by then the replica is ready (or waiting on the
-  // provider), and its first probes are answered before the one pause.
-  setTimeout(releaseStartupMemory, STARTUP_MEMORY_RELEASE_DELAY_MS).unref();
 
   const { shutdownDrainDelayMs: drainMs, shutdownGraceMs: graceMs } = config.http;
   const shutdown = (signal: NodeJS.Signals): void => {
@@ -97,9 +90,6 @@ async function main(): Promise<void> {
   process.once('SIGTERM', shutdown);
   process.once('SIGINT', shutdown);
 }
-
-/** How long after listening the start-up memory is given back (see releaseStartupMemory). */
-const STARTUP_MEMORY_RELEASE_DELAY_MS = 1000;
 
 /** The logger once the configuration is read: a start-up failure after that is a JSON line. */
 let startupLogger: ReturnType<typeof createLogger> | undefined;

@@ -1,6 +1,5 @@
 import { type LoggerService } from '@nestjs/common';
 import pino, { type DestinationStream, type Logger } from 'pino';
-import { BatchedDestination } from './batched-destination';
 
 /** Injection token for the root pino logger. */
 export const LOGGER = 'TOKEN_BROKER:LOGGER';
@@ -85,15 +84,12 @@ function isoTimePerMillisecond(): () => string {
 }
 
 /**
- * Buffered stdout: the audit trail writes a line per token handed out, and one write(2) per
- * line would cost more than serving the token. Lines are gathered into chunks in front of
- * SonicBoom (see {@link BatchedDestination}), flushed every 200 ms so a quiet broker's lines
- * still appear promptly, and on shutdown and exit.
+ * Stdout through pino's own destination, asynchronous and buffered: the audit trail can write
+ * many lines a second, and one write(2) per line would cost more than serving a token. pino
+ * flushes it synchronously on exit; the timer makes a quiet broker's lines appear promptly.
  */
 function bufferedStdout(): DestinationStream {
-  const dest = new BatchedDestination(
-    pino.destination({ dest: 1, sync: false, minLength: 4096, contentMode: 'buffer' }),
-  );
+  const dest = pino.destination({ dest: 1, sync: false, minLength: 4096 });
   setInterval(() => dest.flush(), 200).unref();
   return dest;
 }

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 /**
  * {@link TokenAuditTrail} in a plain node process (the compiled module: `npm test` builds first;
  * Nest 12 is ES modules only, which Jest's CommonJS runtime cannot load), writing through the
- * broker's own logger and batched destination to a file.
+ * broker's own logger and pino's asynchronous destination to a file.
  */
 describe('TokenAuditTrail', () => {
   let dir: string;
@@ -19,11 +19,10 @@ describe('TokenAuditTrail', () => {
     const dist = join(__dirname, '..', '..', 'dist-tsc');
     const script = `
       const pino = require(${JSON.stringify(require.resolve('pino'))});
-      const { BatchedDestination } = require(${JSON.stringify(join(dist, 'logging', 'batched-destination.js'))});
       const { createLogger } = require(${JSON.stringify(join(dist, 'logging', 'logger.js'))});
       const { TokenAuditTrail } = require(${JSON.stringify(join(dist, 'token', 'token-audit.js'))});
-      const sink = pino.destination({ dest: ${JSON.stringify(file)}, sync: false, minLength: 4096, contentMode: 'buffer' });
-      const logger = createLogger('info', new BatchedDestination(sink));
+      const sink = pino.destination({ dest: ${JSON.stringify(file)}, sync: false, minLength: 4096 });
+      const logger = createLogger('info', sink);
       const trail = new TokenAuditTrail(
         { audit: { intervalSeconds: 3600, perRequest: false, refusalsPerSecond: 2 } }, logger);
       const caller = { name: 'checkout', clients: '*' };

@@ -2,10 +2,9 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { Attributes, Span, SpanKind, Tracer } from '@opentelemetry/api';
 
 /**
- * The broker's own spans, through the OpenTelemetry API only, which is loaded when tracing is
- * turned on (see `tracing.ts`), after the SDK has registered: without it (no OTEL_* variables)
- * every helper here returns its argument untouched or calls straight through, and the API's
- * ~45 modules are never read (about 25 ms of start-up CPU; `test/lazy-dependencies.e2e-spec.ts`).
+ * The broker's own spans, through the OpenTelemetry API only, taken when tracing is turned on
+ * (see `tracing.ts`), after the SDK has registered: without it (no OTEL_* variables) every
+ * helper here returns its argument untouched or calls straight through.
  *
  * Spans exist only where the broker does I/O: a `GET /token` that waits (the L1 hit never gets
  * here), the refresh pass (lock, provider request, fenced write), `POST /orders`, and the
