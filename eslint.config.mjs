@@ -3,12 +3,12 @@ import eslint from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 /**
- * Module boundaries (issue #11): the `src/` folders each folder's code may import. Adapters
- * (config, logging, secrets, provider, redis, metrics) never reach into features; a feature
- * reaches an adapter only through its module's ports; `redis` implements ports that the token
- * and orders folders declare, and may import those files only; `http` maps codes to statuses,
- * so it reads the domains' `*.exception` files and nothing else of them. Specs are exempt (they
- * wire real adapters on purpose). Top-level files (app.module, bootstrap, main) compose it all.
+ * Module boundaries: the `src/` folders each folder's code may import. Adapters (config,
+ * logging, secrets, provider, redis, metrics) never reach into features; a feature reaches an
+ * adapter only through its module's ports; `redis` implements ports that the token and orders
+ * folders declare, and may import those files only; `http` imports no feature, since each
+ * exception carries its own status. Specs are exempt (they wire real adapters on purpose).
+ * Top-level files (app.module, bootstrap, main) compose it all.
  */
 const SRC_FOLDERS = [
   'admin',
@@ -54,14 +54,8 @@ const BOUNDARIES = {
     { forward: ['forward-rate-limiter', 'forward\\.constants'] },
   ],
   'caller-auth': ['config', 'errors', 'logging', 'secrets', { http: ['request\\.exception'] }],
-  http: [
-    'errors',
-    { admin: ['admin\\.exception'] },
-    { 'caller-auth': ['caller-auth\\.exception'] },
-    { orders: ['orders\\.exception'] },
-    { forward: ['forward\\.exception'] },
-    { token: ['token\\.exception'] },
-  ],
+  // The problem writer reads what exceptions carry, so it knows no feature.
+  http: ['errors'],
   // Not redis: it implements their ports, so the app module hands it to them (`withStore`).
   token: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'secrets'],
   orders: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'token'],

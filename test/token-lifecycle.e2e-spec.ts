@@ -256,7 +256,7 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
     expect((err as TokenException).message).toContain('HTTP 503');
     expect(waited).toBeGreaterThanOrEqual(390);
     expect(waited).toBeLessThan(2000);
-    // Unavailable is a 503 (src/http/problem.ts); this becomes its Retry-After header.
+    // Unavailable is a 503 (src/token/token.exception.ts); this becomes its Retry-After header.
     expect((err as TokenException).retryAfterSeconds).toBeGreaterThanOrEqual(1);
     expect(requests()).toBeGreaterThanOrEqual(2);
     expect(a.manager.status()).toMatchObject({ hasToken: false, everObtained: false });

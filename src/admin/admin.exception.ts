@@ -1,6 +1,6 @@
-import { BrokerException } from '../errors/broker.exception';
+import { BrokerException, type ProblemStatus, type ProblemTable } from '../errors/broker.exception';
 
-/** Why an admin route could not do what it was asked (problem codes, see `http/problem.ts`). */
+/** Why an admin route could not do what it was asked (problem codes). */
 export enum AdminErrorCode {
   /**
    * 503: the shared store (Redis) does not answer, and a fleet-wide action needs it: a refresh
@@ -11,4 +11,17 @@ export enum AdminErrorCode {
   RefreshFailed = 'admin_refresh_failed',
 }
 
-export class AdminException extends BrokerException<AdminErrorCode> {}
+const ADMIN_PROBLEMS: ProblemTable<AdminErrorCode> = {
+  [AdminErrorCode.StoreUnavailable]: {
+    status: 503,
+    title: 'Shared store unavailable',
+    retryAfterSeconds: 2,
+  },
+  [AdminErrorCode.RefreshFailed]: { status: 502, title: 'Forced refresh failed' },
+};
+
+export class AdminException extends BrokerException<AdminErrorCode> {
+  override get problemStatus(): ProblemStatus {
+    return ADMIN_PROBLEMS[this.code];
+  }
+}

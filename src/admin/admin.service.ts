@@ -5,7 +5,6 @@ import { authorizationOf } from '../caller-auth/bearer-credential';
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { assertScope, mayUse } from '../caller-auth/caller-authorization';
 import { BrokerException } from '../errors/broker.exception';
-import { toProblem } from '../http/problem';
 import { LOGGER } from '../logging/logger';
 import { TokenStoreException } from '../token/token-store.exception';
 import { TokenService } from '../token/token.service';
@@ -210,7 +209,7 @@ function translate(err: unknown): never {
     );
   }
   // Provider and secrets exceptions are internal (a 500 that echoes nothing): name their code.
-  if (err instanceof BrokerException && toProblem(err).problem.code === 'internal_error') {
+  if (err instanceof BrokerException && err.problemStatus === undefined) {
     throw new AdminException(
       AdminErrorCode.RefreshFailed,
       `the provider did not grant a token (${String(err.code)}); see the broker's log and docs/operations.md`,

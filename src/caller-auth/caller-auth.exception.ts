@@ -1,4 +1,9 @@
-import { BrokerException, type BrokerExceptionOptions } from '../errors/broker.exception';
+import {
+  BrokerException,
+  type BrokerExceptionOptions,
+  type ProblemStatus,
+  type ProblemTable,
+} from '../errors/broker.exception';
 
 export enum CallerAuthErrorCode {
   /** No credential, a malformed one, or one that does not verify. */
@@ -8,6 +13,20 @@ export enum CallerAuthErrorCode {
   /** The credential cannot be checked right now (the cluster's signing keys are unreachable). */
   Unavailable = 'caller_auth_unavailable',
 }
+
+const CALLER_AUTH_PROBLEMS: ProblemTable<CallerAuthErrorCode> = {
+  [CallerAuthErrorCode.Unauthenticated]: {
+    status: 401,
+    title: 'Unauthenticated',
+    challenge: 'Bearer realm="token-broker"',
+  },
+  [CallerAuthErrorCode.Forbidden]: { status: 403, title: 'Forbidden' },
+  [CallerAuthErrorCode.Unavailable]: {
+    status: 503,
+    title: 'Caller verification unavailable',
+    retryAfterSeconds: 2,
+  },
+};
 
 /** A caller that cannot be admitted: unauthenticated, not granted the client, or not checkable now. */
 export class CallerAuthException extends BrokerException<CallerAuthErrorCode> {
@@ -26,5 +45,9 @@ export class CallerAuthException extends BrokerException<CallerAuthErrorCode> {
     const { audit, ...rest } = options;
     super(code, message, rest);
     this.audit = audit ?? {};
+  }
+
+  override get problemStatus(): ProblemStatus {
+    return CALLER_AUTH_PROBLEMS[this.code];
   }
 }

@@ -1,12 +1,10 @@
-import { BrokerException } from '../errors/broker.exception';
+import { BrokerException, type ProblemStatus, type ProblemTable } from '../errors/broker.exception';
 
 /**
  * Why a `/provider/<client>/...` request was not answered with the provider's own response.
- * Stable: callers and dashboards key on these. Statuses live in `src/http/problem.ts`. The
- * idempotency codes it shares with `POST /orders` (`idempotency_key_invalid`,
- * `idempotency_key_reused`, `idempotency_unavailable`, `idempotency_record_tampered`,
- * `idempotency_records_exceeded`) come from
- * `OrdersErrorCode`.
+ * Stable: callers and dashboards key on these. The idempotency codes it shares with
+ * `POST /orders` (`idempotency_key_invalid`, `idempotency_key_reused`, `idempotency_unavailable`,
+ * `idempotency_record_tampered`, `idempotency_records_exceeded`) come from `OrdersErrorCode`.
  */
 export enum ForwardErrorCode {
   /** 400: the provider path is malformed or tries to escape the allow-list (`..`, `%2f`, `//`, ...). */
@@ -36,5 +34,26 @@ export enum ForwardErrorCode {
   ProviderTimeout = 'forward_provider_timeout',
 }
 
+const FORWARD_PROBLEMS: ProblemTable<ForwardErrorCode> = {
+  [ForwardErrorCode.PathInvalid]: { status: 400, title: 'Invalid provider path' },
+  [ForwardErrorCode.NotAllowed]: { status: 403, title: "Not allowed by the client's allow-list" },
+  [ForwardErrorCode.InFlight]: { status: 409, title: 'Request in flight' },
+  [ForwardErrorCode.OutcomeUnknown]: { status: 409, title: 'Request outcome unknown' },
+  [ForwardErrorCode.BodyTooLarge]: { status: 413, title: 'Request body too large' },
+  [ForwardErrorCode.RateLimited]: { status: 429, title: 'Rate limited', retryAfterSeconds: 1 },
+  [ForwardErrorCode.TokenRejected]: { status: 502, title: 'Provider rejected the token' },
+  [ForwardErrorCode.ProviderUnreachable]: { status: 502, title: 'Provider unreachable' },
+  [ForwardErrorCode.ProviderBadResponse]: { status: 502, title: 'Bad provider response' },
+  [ForwardErrorCode.UpstreamEchoedToken]: {
+    status: 502,
+    title: 'Provider answer echoed the token',
+  },
+  [ForwardErrorCode.ProviderTimeout]: { status: 504, title: 'Provider timeout' },
+};
+
 /** A passthrough request the broker answers itself. `retryAfterSeconds` feeds `Retry-After`. */
-export class ForwardException extends BrokerException<ForwardErrorCode> {}
+export class ForwardException extends BrokerException<ForwardErrorCode> {
+  override get problemStatus(): ProblemStatus {
+    return FORWARD_PROBLEMS[this.code];
+  }
+}

@@ -1,4 +1,5 @@
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
+import { BrokerException, type ProblemStatus } from '../errors/broker.exception';
 import { OrdersErrorCode, OrdersException } from '../orders/orders.exception';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
@@ -42,6 +43,24 @@ describe(toProblem.name, () => {
       requestId: 'req-1',
     });
     expect(headers).toEqual({});
+  });
+
+  it('answers any exception by the status it carries, knowing nothing of its domain', () => {
+    class ParcelException extends BrokerException<'parcel_gone'> {
+      override get problemStatus(): ProblemStatus {
+        return { status: 410, title: 'Parcel gone', retryAfterSeconds: 5 };
+      }
+    }
+    const { problem, headers } = toProblem(new ParcelException('parcel_gone', 'it left'), 'r');
+    expect(problem).toEqual({
+      type: 'urn:token-broker:problem:parcel_gone',
+      title: 'Parcel gone',
+      status: 410,
+      detail: 'it left',
+      code: 'parcel_gone',
+      requestId: 'r',
+    });
+    expect(headers).toEqual({ 'retry-after': '5' });
   });
 
   it('sends Retry-After from the exception, else the code default, else none', () => {

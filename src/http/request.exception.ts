@@ -1,4 +1,4 @@
-import { BrokerException } from '../errors/broker.exception';
+import { BrokerException, type ProblemStatus, type ProblemTable } from '../errors/broker.exception';
 
 /** Problems with the request itself, found before any domain logic runs. */
 export enum RequestErrorCode {
@@ -11,4 +11,17 @@ export enum RequestErrorCode {
   RequestTimeout = 'request_timeout',
 }
 
-export class RequestException extends BrokerException<RequestErrorCode> {}
+const REQUEST_PROBLEMS: ProblemTable<RequestErrorCode> = {
+  [RequestErrorCode.InvalidRequest]: { status: 400, title: 'Invalid request' },
+  [RequestErrorCode.NotFound]: { status: 404, title: 'Not found' },
+  [RequestErrorCode.MethodNotAllowed]: { status: 405, title: 'Method not allowed' },
+  [RequestErrorCode.RequestTimeout]: { status: 408, title: 'Request timeout' },
+  [RequestErrorCode.PayloadTooLarge]: { status: 413, title: 'Payload too large' },
+  [RequestErrorCode.UnsupportedMediaType]: { status: 415, title: 'Unsupported media type' },
+};
+
+export class RequestException extends BrokerException<RequestErrorCode> {
+  override get problemStatus(): ProblemStatus {
+    return REQUEST_PROBLEMS[this.code];
+  }
+}

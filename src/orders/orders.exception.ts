@@ -1,8 +1,8 @@
-import { BrokerException } from '../errors/broker.exception';
+import { BrokerException, type ProblemStatus, type ProblemTable } from '../errors/broker.exception';
 
 /**
  * Why `POST /orders` was not answered with the provider's own response. Stable: callers and
- * dashboards key on these. Statuses live in `src/http/problem.ts`.
+ * dashboards key on these.
  */
 export enum OrdersErrorCode {
   /** 400: the body is empty, not JSON, or not a JSON object. */
@@ -50,5 +50,40 @@ export enum OrdersErrorCode {
   ProviderTimeout = 'order_provider_timeout',
 }
 
+const ORDERS_PROBLEMS: ProblemTable<OrdersErrorCode> = {
+  [OrdersErrorCode.InvalidBody]: { status: 400, title: 'Invalid order body' },
+  [OrdersErrorCode.InvalidIdempotencyKey]: { status: 400, title: 'Invalid Idempotency-Key' },
+  [OrdersErrorCode.InFlight]: { status: 409, title: 'Order in flight' },
+  [OrdersErrorCode.OutcomeUnknown]: { status: 409, title: 'Order outcome unknown' },
+  [OrdersErrorCode.BodyTooLarge]: { status: 413, title: 'Order body too large' },
+  [OrdersErrorCode.UnsupportedMediaType]: { status: 415, title: 'Unsupported media type' },
+  [OrdersErrorCode.IdempotencyKeyReused]: { status: 422, title: 'Idempotency-Key reused' },
+  [OrdersErrorCode.TokenRejected]: { status: 502, title: 'Provider rejected the token' },
+  [OrdersErrorCode.ProviderUnreachable]: { status: 502, title: 'Provider unreachable' },
+  [OrdersErrorCode.ProviderBadResponse]: { status: 502, title: 'Bad provider response' },
+  [OrdersErrorCode.UpstreamEchoedToken]: {
+    status: 502,
+    title: 'Provider answer echoed the token',
+  },
+  [OrdersErrorCode.IdempotencyUnavailable]: {
+    status: 503,
+    title: 'Idempotency store unavailable',
+  },
+  [OrdersErrorCode.IdempotencyRecordTampered]: {
+    status: 500,
+    title: 'Idempotency record tampered',
+  },
+  [OrdersErrorCode.IdempotencyRecordsExceeded]: {
+    status: 429,
+    title: 'Too many Idempotency-Key records',
+    retryAfterSeconds: 1,
+  },
+  [OrdersErrorCode.ProviderTimeout]: { status: 504, title: 'Provider timeout' },
+};
+
 /** A `POST /orders` that the broker answers itself. `retryAfterSeconds` feeds `Retry-After`. */
-export class OrdersException extends BrokerException<OrdersErrorCode> {}
+export class OrdersException extends BrokerException<OrdersErrorCode> {
+  override get problemStatus(): ProblemStatus {
+    return ORDERS_PROBLEMS[this.code];
+  }
+}

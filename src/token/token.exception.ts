@@ -1,4 +1,9 @@
-import { BrokerException, type BrokerExceptionOptions } from '../errors/broker.exception';
+import {
+  BrokerException,
+  type BrokerExceptionOptions,
+  type ProblemStatus,
+  type ProblemTable,
+} from '../errors/broker.exception';
 
 /** Why a token could not be handed out. Stable: callers and dashboards key on these. */
 export enum TokenErrorCode {
@@ -15,6 +20,23 @@ export enum TokenErrorCode {
   /** The broker is shutting down. */
   ShuttingDown = 'shutting_down',
 }
+
+const TOKEN_PROBLEMS: ProblemTable<TokenErrorCode> = {
+  [TokenErrorCode.ClientRequired]: { status: 400, title: 'Client required' },
+  [TokenErrorCode.UnknownClient]: { status: 404, title: 'Unknown client' },
+  [TokenErrorCode.Unavailable]: { status: 503, title: 'Token unavailable', retryAfterSeconds: 1 },
+  [TokenErrorCode.CredentialsRejected]: {
+    status: 503,
+    title: 'Provider credentials rejected',
+    retryAfterSeconds: 1,
+  },
+  [TokenErrorCode.CredentialsUnavailable]: {
+    status: 503,
+    title: 'Provider credentials unavailable',
+    retryAfterSeconds: 1,
+  },
+  [TokenErrorCode.ShuttingDown]: { status: 503, title: 'Shutting down', retryAfterSeconds: 1 },
+};
 
 export interface TokenExceptionOptions extends BrokerExceptionOptions {
   /**
@@ -33,5 +55,9 @@ export class TokenException extends BrokerException<TokenErrorCode> {
   constructor(code: TokenErrorCode, message: string, options: TokenExceptionOptions = {}) {
     super(code, message, options);
     this.operatorDetail = options.operatorDetail ?? message;
+  }
+
+  override get problemStatus(): ProblemStatus {
+    return TOKEN_PROBLEMS[this.code];
   }
 }
