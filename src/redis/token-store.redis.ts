@@ -9,7 +9,7 @@ import { fingerprintOf, type TokenRecord, withGeneration } from '../token/token-
 import {
   type LockState,
   type RefreshHold,
-  type RefreshLock,
+  type Locked,
   REPLICA_ID,
   type Revocation,
   type StoreContinuity,
@@ -86,8 +86,16 @@ export class RedisTokenStore implements TokenStore {
     this.probeClient = clientIds[0] ?? 'probe';
     this.redis = defineTokenStoreScripts(redis);
     // One attempt, no retries: a held lock means another replica is refreshing, and waiting
-    // for its pub/sub message beats polling the lock.
-    this.redlock = new Redlock([redis], { retryCount: 0, automaticExtensionThreshold: 200 });
+    // for its pub/sub message beats polling the lock. `using` extends the lease when a third of
+    // it is left, or four command timeouts if less: it retries a failed extension at once until
+    // the lease ends, which busies the event loop while Redis refuses at once, so keep it short.
+    this.redlock = new Redlock([redis], {
+      retryCount: 0,
+      automaticExtensionThreshold: Math.min(
+        Math.floor(lockTtlMs / 3),
+        4 * settings.commandTimeoutMs,
+      ),
+    });
     this.redlock.on('error', () => undefined);
 
     const channels = new Map(clientIds.map((id) => [redisKeys.events(id), id]));
@@ -391,36 +399,33 @@ export class RedisTokenStore implements TokenStore {
     this.lastCorrupt.delete(clientId);
   }
 
-  async tryLock(clientId: string): Promise<RefreshLock | null> {
-    let lock: Awaited<ReturnType<Redlock['acquire']>>;
+  async withRefreshLock<T>(clientId: string, fn: () => Promise<T>): Promise<Locked<T>> {
+    // Settled inside the routine: redlock's release error must neither hide nor replace it.
+    let ran: { value: T } | { error: unknown } | undefined;
     try {
-      lock = await this.redlock.acquire([redisKeys.lock(clientId)], this.lockTtlMs);
+      // `using` extends the lease while `fn` runs, so a slow refresh keeps it; a dead holder's
+      // lease runs out after lockTtlMs and another replica takes over. A lease lost anyway
+      // does not stop `fn`: the lock is an efficiency lock, the fenced write is the guarantee.
+      await this.redlock.using([redisKeys.lock(clientId)], this.lockTtlMs, async () => {
+        this.markHealthy();
+        // Who holds it, for the admin status (shown only while the lock key exists).
+        this.redis.set(redisKeys.lockHolder(clientId), REPLICA_ID).catch(() => undefined);
+        try {
+          ran = { value: await fn() };
+        } catch (error) {
+          ran = { error };
+        }
+      });
     } catch (cause) {
-      if (await isHeldElsewhere(cause)) return null;
-      throw this.unavailable(cause, 'acquiring the refresh lock');
+      // Only a failed release after `fn` ran: the lease runs out on its own.
+      if (ran === undefined) {
+        if (await isHeldElsewhere(cause)) return { acquired: false };
+        throw this.unavailable(cause, 'acquiring the refresh lock');
+      }
     }
-    this.markHealthy();
-    // Who holds it, for the admin status (shown only while the lock key exists).
-    this.redis.set(redisKeys.lockHolder(clientId), REPLICA_ID).catch(() => undefined);
-    // Extend while alive so a slow refresh keeps the lease; a dead holder's lease runs out
-    // after lockTtlMs and another replica takes over.
-    let current = lock;
-    const extender = setInterval(
-      () => {
-        current.extend(this.lockTtlMs).then(
-          (l) => (current = l),
-          () => clearInterval(extender),
-        );
-      },
-      Math.max(50, Math.floor(this.lockTtlMs / 3)),
-    );
-    extender.unref();
-    return {
-      release: async () => {
-        clearInterval(extender);
-        await current.release().catch(() => undefined);
-      },
-    };
+    const settled = ran as { value: T } | { error: unknown };
+    if ('error' in settled) throw settled.error;
+    return { acquired: true, value: settled.value };
   }
 
   async waitUntilReady(timeoutMs: number): Promise<boolean> {

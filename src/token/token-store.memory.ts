@@ -2,7 +2,7 @@ import { type TokenRecord, withGeneration } from './token-record';
 import {
   type LockState,
   type RefreshHold,
-  type RefreshLock,
+  type Locked,
   REPLICA_ID,
   type Revocation,
   type StoreContinuity,
@@ -76,10 +76,14 @@ export class MemoryTokenStore implements TokenStore {
     this.heldUntil.delete(clientId);
   }
 
-  async tryLock(clientId: string): Promise<RefreshLock | null> {
-    if (this.locks.has(clientId)) return null;
+  async withRefreshLock<T>(clientId: string, fn: () => Promise<T>): Promise<Locked<T>> {
+    if (this.locks.has(clientId)) return { acquired: false };
     this.locks.add(clientId);
-    return { release: async () => void this.locks.delete(clientId) };
+    try {
+      return { acquired: true, value: await fn() };
+    } finally {
+      this.locks.delete(clientId);
+    }
   }
 
   // ---- Admin: revocation generations, lock holder, topology (issue #16) --------------------

@@ -57,10 +57,8 @@ export interface RefreshHold {
   lifetimeMs?: number;
 }
 
-/** A held refresh lock. Releasing an already lost lock is harmless. */
-export interface RefreshLock {
-  release(): Promise<void>;
-}
+/** What {@link TokenStore.withRefreshLock} did: ran the function under the lock, or not. */
+export type Locked<T> = { acquired: true; value: T } | { acquired: false };
 
 /** The result of reading the shared token. */
 export type StoredToken =
@@ -100,8 +98,12 @@ export interface TokenStore {
   invalidate(clientId: string, fingerprint: string): Promise<boolean>;
   /** Drops a corrupt value so a fresh token can be written. */
   discardCorrupt(clientId: string): Promise<void>;
-  /** Tries once to take the client's refresh lock; `null` when another holder has it. */
-  tryLock(clientId: string): Promise<RefreshLock | null>;
+  /**
+   * Tries once to take the client's refresh lock and runs `fn` while holding it (the lease is
+   * extended while `fn` runs, released after): `{ acquired: false }` at once when another
+   * holder has it. What `fn` throws is rethrown once the lock is released.
+   */
+  withRefreshLock<T>(clientId: string, fn: () => Promise<T>): Promise<Locked<T>>;
   /**
    * Fleet-wide revoke: bumps the client's generation, drops the stored token (it stays as a
    * fence: the very same token can never be written back, nor one of an older generation), lifts
