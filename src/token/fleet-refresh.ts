@@ -7,7 +7,7 @@ import type { CredentialsCache } from '../secrets/credentials-cache';
 import { isFleetWide } from './refresh-failure';
 import { MIN_SERVE_MS } from './refresh-schedule';
 import { type TokenRecord, toRecord, withGeneration } from './token-record';
-import type { TokenStore } from './token-store';
+import type { FleetBus, RefreshLock, TokenRecords } from './token-store';
 import { TokenStoreException } from './token-store.exception';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -20,7 +20,7 @@ export const FORCED_COALESCE_MS = 100;
 
 /** Collaborators of one client's {@link FleetRefresh}. */
 export interface FleetRefreshDeps {
-  store: TokenStore;
+  store: TokenRecords & RefreshLock & Pick<FleetBus, 'generation'>;
   grantor: TokenGrantor;
   credentials: CredentialsCache;
   metrics: Pick<MetricsService, 'lockAttempts' | 'cacheLookups' | 'refreshes' | 'providerLatency'>;

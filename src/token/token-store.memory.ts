@@ -8,7 +8,10 @@ import {
   type StoreContinuity,
   type StoredToken,
   type StoreTopology,
-  type TokenStore,
+  type TokenRecords,
+  type RefreshLock,
+  type FleetBus,
+  type StoreHealth,
   type TokenStoreEvent,
 } from './token-store';
 
@@ -22,7 +25,7 @@ interface Entry {
  * the same fence and invalidation rules as the Redis store so behaviour does not change with
  * the deployment, only its reach.
  */
-export class MemoryTokenStore implements TokenStore {
+export class MemoryTokenStore implements TokenRecords, RefreshLock, FleetBus, StoreHealth {
   readonly kind = 'memory' as const;
   readonly healthy = true;
   private readonly entries = new Map<string, Entry>();
@@ -85,8 +88,6 @@ export class MemoryTokenStore implements TokenStore {
       this.locks.delete(clientId);
     }
   }
-
-  // ---- Admin: revocation generations, lock holder, topology (issue #16) --------------------
 
   async revoke(clientId: string): Promise<Revocation> {
     const generation = this.generation(clientId) + 1;
