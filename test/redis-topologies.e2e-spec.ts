@@ -17,6 +17,7 @@ import {
   startCluster,
   startSentinelGroup,
 } from './support/redis-node';
+import { holdRefreshLock } from './support/refresh-lock';
 import { waitFor } from './support/wait';
 
 /** Several clients, so that on the cluster their hash tags land on different masters. */
@@ -109,9 +110,9 @@ describe('Redis topologies', () => {
         );
         const read = await listener.read(client);
         expect(read.status).toBe('found');
-        const lock = await writer.tryLock(client);
+        const lock = await holdRefreshLock(writer, client);
         expect(lock).not.toBeNull();
-        expect(await listener.tryLock(client)).toBeNull();
+        expect(await holdRefreshLock(listener, client)).toBeNull();
         await lock!.release();
       }
 

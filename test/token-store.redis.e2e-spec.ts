@@ -14,6 +14,7 @@ import {
   startTopology,
   TOPOLOGY_KINDS,
 } from './support/redis-topology';
+import { holdRefreshLock } from './support/refresh-lock';
 import { waitFor } from './support/wait';
 
 const CLIENT = 'acme-preprod';
@@ -386,10 +387,14 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       const a = newStore();
       const b = newStore();
       await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
-      const results = await Promise.all([a.tryLock(CLIENT), b.tryLock(CLIENT), a.tryLock(CLIENT)]);
+      const results = await Promise.all([
+        holdRefreshLock(a, CLIENT),
+        holdRefreshLock(b, CLIENT),
+        holdRefreshLock(a, CLIENT),
+      ]);
       expect(results.filter((l) => l !== null)).toHaveLength(1);
       await results.find((l) => l !== null)!.release();
-      const again = await b.tryLock(CLIENT);
+      const again = await holdRefreshLock(b, CLIENT);
       expect(again).not.toBeNull();
       await again!.release();
     });
@@ -398,15 +403,15 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       const a = newStore();
       const b = newStore();
       await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
-      const held = await a.tryLock(CLIENT);
+      const held = await holdRefreshLock(a, CLIENT);
       expect(held).not.toBeNull();
       // Alive: extended automatically, still held after two TTLs.
       const deadline = Date.now() + LOCK_TTL_MS * 2;
       await waitFor(() => Date.now() > deadline, { timeoutMs: 5000, what: 'two lock TTLs' });
-      expect(await b.tryLock(CLIENT)).toBeNull();
+      expect(await holdRefreshLock(b, CLIENT)).toBeNull();
       // Dead: the holder's connections vanish without releasing.
       await a.close();
-      const taken = await waitFor(() => b.tryLock(CLIENT), {
+      const taken = await waitFor(() => holdRefreshLock(b, CLIENT), {
         timeoutMs: LOCK_TTL_MS * 4,
         intervalMs: 50,
         what: "the dead holder's lease to expire",
@@ -472,7 +477,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       const store = newStore();
       await store.waitUntilReady(2000);
       expect(await store.lockState(CLIENT)).toEqual({ held: false });
-      const lock = await store.tryLock(CLIENT);
+      const lock = await holdRefreshLock(store, CLIENT);
       await waitFor(async () => (await store.lockState(CLIENT)).holder, {
         timeoutMs: 2000,
         what: 'the holder to be recorded',

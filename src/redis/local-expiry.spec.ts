@@ -1,5 +1,5 @@
 import { RedisClockOffset } from './redis-clock';
-import { localExpiry } from './token-store.redis';
+import { localExpiry } from './token-records.redis';
 
 describe(localExpiry.name, () => {
   // Redis's clock equals ours; a read sent at 1000 arrived at 1300 (a 300 ms round trip under

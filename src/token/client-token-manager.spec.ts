@@ -5,7 +5,7 @@ import type { TokenGrantor } from '../provider/auth-server.client';
 import type { GrantedToken } from '../provider/token-response.parser';
 import { ClientTokenManager } from './client-token-manager';
 import { type TokenRecord, toRecord } from './token-record';
-import type { RefreshLock } from './token-store';
+import type { Locked } from './token-store';
 import { MemoryTokenStore } from './token-store.memory';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -93,19 +93,16 @@ describe(ClientTokenManager.name, () => {
     const releasing = gate();
     const releaseStarted = gate();
     const store = new (class extends MemoryTokenStore {
-      override async tryLock(clientId: string): Promise<RefreshLock | null> {
-        const lock = await super.tryLock(clientId);
-        // The read outside the lock missed; the previous holder wrote just after it.
-        await super.writeFenced(clientId, old);
-        return (
-          lock && {
-            release: async () => {
-              releaseStarted.open();
-              await releasing.opened;
-              await lock.release();
-            },
-          }
-        );
+      override async withRefreshLock<T>(clientId: string, fn: () => Promise<T>) {
+        return super.withRefreshLock(clientId, async () => {
+          // The read outside the lock missed; the previous holder wrote just after it.
+          await super.writeFenced(clientId, old);
+          const value = await fn();
+          // Releasing: the pass has its result, the lock is not yet free.
+          releaseStarted.open();
+          await releasing.opened;
+          return value;
+        });
       }
     })();
     const grantor = new Grantor();
@@ -130,12 +127,11 @@ describe(ClientTokenManager.name, () => {
     const store = new (class extends MemoryTokenStore {
       lockAsked = gate();
       lockAnswer = gate();
-      override async tryLock(clientId: string): Promise<RefreshLock | null> {
+      override async withRefreshLock<T>(): Promise<Locked<T>> {
         this.lockAsked.open();
         await this.lockAnswer.opened;
         // Another replica holds the lock (it is the one writing the new token).
-        void clientId;
-        return null;
+        return { acquired: false };
       }
     })();
     const grantor = new Grantor();

@@ -12,6 +12,7 @@ import {
   refreshFloorHeld,
   unavailableError,
 } from './refresh-failure';
+import { afterFailure, failureOf, holding, type RefreshPhase, SETTLED } from './refresh-phase';
 import { isDue, MAX_TIMER_MS, MIN_SERVE_MS, neededLifetimeMs, refreshAt } from './refresh-schedule';
 import type { TokenRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
@@ -90,19 +91,16 @@ export class ClientTokenManager {
    * at once instead of sleeping on a wake-up it already received.
    */
   private wokenDuringPass = false;
-  private failures = 0;
-  private lastError?: Error;
-  private permanentError?: TokenException;
+  /** Failures and holds since the last token (see {@link RefreshPhase}). */
+  private phase: RefreshPhase = SETTLED;
+  /** When the loop's next pass is due (a hold's end, or a short wait for another replica). */
   private nextAttemptAt?: number;
-  /** Set while the fleet backs off (a failure or a deferral): no provider request before it. */
-  private backoffUntil?: number;
   private everObtained = false;
-  /** Lifetime of the newest token obtained (ms): what a refresh can offer a caller at most. */
-  private lifetimeMs?: number;
-  /** Set while that lifetime is too short to serve and refresh (see {@link noteLifetime}). */
-  private lifetimeError?: string;
-  /** The current backoff is the refresh floor, not a failure: callers are told so. */
-  private floorHeld = false;
+  /**
+   * Lifetime of the newest token obtained (ms): what a refresh can offer a caller at most;
+   * `problem` while it is too short to serve and refresh (see {@link noteLifetime}).
+   */
+  private lifetime?: { ms: number; problem?: string };
   /** L1 holds a token the shared store may lack (it was down): push it on recovery. */
   private needsResync = false;
   /**
@@ -207,21 +205,22 @@ export class ClientTokenManager {
     }
     if (this.stopped) throw shuttingDown();
     // Fail fast: an operator must fix this; the loop keeps probing in the background.
-    if (this.permanentError) throw this.permanentError;
+    const permanent = failureOf(this.phase)?.permanent;
+    if (permanent) throw permanent;
     // Even a brand-new token could not meet this: refuse now instead of fetching one per
     // such request (a caller looping with a too large min_ttl would hammer the provider).
     const needMs = Math.max(minRemainingMs, MIN_SERVE_MS);
-    if (this.lifetimeMs !== undefined && needMs >= this.lifetimeMs) {
+    if (this.lifetime !== undefined && needMs >= this.lifetime.ms) {
       // Without a min_ttl, the next grant may be longer-lived: point at it (or the floor).
       const retryAfter =
         minRemainingMs > 0
           ? undefined
           : (this.retryAfter() ?? Math.ceil(this.minRefreshIntervalMs / 1000));
-      throw lifetimeTooShort(this.client.id, this.lifetimeMs, minRemainingMs, retryAfter);
+      throw lifetimeTooShort(this.client.id, this.lifetime.ms, minRemainingMs, retryAfter);
     }
     // The fleet backs off (or the refresh floor holds) past this caller's wait: no token can
     // come in time, so say at once when the next attempt is instead of holding the caller.
-    if (this.backoffUntil !== undefined && this.backoffUntil - this.now() > waitTimeoutMs) {
+    if ('until' in this.phase && this.phase.until - this.now() > waitTimeoutMs) {
       throw this.unavailable(minRemainingMs);
     }
     const needUntil = this.now() + needMs;
@@ -332,8 +331,6 @@ export class ClientTokenManager {
     }
   }
 
-  // ---- Admin: forced refresh, revoke, reload, status (issue #16) ---------------------------
-
   /**
    * Forced refresh (see {@link FleetRefresh.forced}): the new token is this replica's at once;
    * the others adopt it from the store's notification.
@@ -366,13 +363,14 @@ export class ClientTokenManager {
     refreshing: boolean;
   } {
     const r = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
+    const failure = failureOf(this.phase);
     return {
       fingerprint: r?.fingerprint,
       expiresAt: r?.expiresAt,
       obtainedAt: r?.obtainedAt,
       generation: this.generation,
       lastRefresh: this.lastRefresh,
-      lastError: this.permanentError?.operatorDetail ?? this.lastError?.message,
+      lastError: failure?.permanent?.operatorDetail ?? failure?.lastError.message,
       refreshing: this.loop !== undefined,
     };
   }
@@ -405,16 +403,17 @@ export class ClientTokenManager {
 
   status(): ClientTokenStatus {
     const r = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
+    const failure = failureOf(this.phase);
     return {
       client: this.client.id,
       hasToken: r !== undefined,
       expiresAt: r?.expiresAt,
       refreshing: this.loop !== undefined,
-      permanentError: this.permanentError
-        ? { code: this.permanentError.code, message: this.permanentError.operatorDetail }
+      permanentError: failure?.permanent
+        ? { code: failure.permanent.code, message: failure.permanent.operatorDetail }
         : undefined,
-      lastError: this.lastError?.message,
-      lifetimeError: this.lifetimeError,
+      lastError: failure?.lastError.message,
+      lifetimeError: this.lifetime?.problem,
       nextAttemptAt: this.nextAttemptAt,
       everObtained: this.everObtained,
     };
@@ -428,7 +427,7 @@ export class ClientTokenManager {
     this.loop = this.runLoop().finally(() => {
       this.loop = undefined;
       // A caller may have arrived with a stricter need while the loop was finishing.
-      if (this.waiters.size > 0 && !this.stopped && !this.permanentError)
+      if (this.waiters.size > 0 && !this.stopped && !failureOf(this.phase)?.permanent)
         this.ensureRefreshing('pending');
     });
   }
@@ -481,11 +480,8 @@ export class ClientTokenManager {
           if (pass.unshared) this.needsResync = true;
           this.adopt(pass.record, pass.fetched);
           this.lastRefresh = { at: this.now(), outcome: pass.fetched ? 'fetched' : 'adopted' };
-          this.failures = 0;
-          this.lastError = undefined;
-          this.permanentError = undefined;
+          this.phase = SETTLED;
           this.nextAttemptAt = undefined;
-          this.backoffUntil = undefined;
           return;
         } else {
           // Another replica holds the lock: wait for its pub/sub message, re-read regardless.
@@ -547,19 +543,18 @@ export class ClientTokenManager {
    * is too short to serve and refresh under the floor, and once when it no longer is.
    */
   private noteLifetime(lifetimeMs: number): void {
-    this.lifetimeMs = lifetimeMs;
-    const tooShort = lifetimeMs < neededLifetimeMs(this.minRefreshIntervalMs);
-    if (tooShort) {
-      const problem = lifetimeProblem(this.client.id, lifetimeMs, this.minRefreshIntervalMs);
-      if (this.lifetimeError === undefined) {
-        this.deps.logger.error(
-          { client: this.client.id, lifetimeMs, minRefreshIntervalMs: this.minRefreshIntervalMs },
-          problem,
-        );
-      }
-      this.lifetimeError = problem;
-    } else if (this.lifetimeError !== undefined) {
-      this.lifetimeError = undefined;
+    const known = this.lifetime?.problem;
+    const problem =
+      lifetimeMs < neededLifetimeMs(this.minRefreshIntervalMs)
+        ? lifetimeProblem(this.client.id, lifetimeMs, this.minRefreshIntervalMs)
+        : undefined;
+    this.lifetime = { ms: lifetimeMs, problem };
+    if (problem !== undefined && known === undefined) {
+      this.deps.logger.error(
+        { client: this.client.id, lifetimeMs, minRefreshIntervalMs: this.minRefreshIntervalMs },
+        problem,
+      );
+    } else if (problem === undefined && known !== undefined) {
       this.deps.logger.info(
         { client: this.client.id, lifetimeMs },
         "the provider's token lifetime is long enough again",
@@ -599,13 +594,13 @@ export class ClientTokenManager {
 
   /** Records a failed pass and returns how long to wait before the next one. */
   private onAttemptFailed(err: unknown): number {
-    this.failures++;
+    const lastError = err instanceof Error ? err : new Error(String(err));
+    const attempt = (failureOf(this.phase)?.count ?? 0) + 1;
     this.lastRefresh = { at: this.now(), outcome: 'failed' };
-    this.lastError = err instanceof Error ? err : new Error(String(err));
     const valid = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
     const verdict = judgeFailure(err, {
       client: this.client,
-      attempt: this.failures,
+      attempt,
       backoffBaseMs: this.deps.settings.backoffBaseMs,
       backoffMaxMs: this.deps.settings.backoffMaxMs,
       now: this.now(),
@@ -613,15 +608,15 @@ export class ClientTokenManager {
       random: this.random,
     });
     this.deps.metrics.refreshes.labels(this.client.id, verdict.result).inc();
+    this.phase = afterFailure(this.phase, lastError, verdict.permanent);
     const logFields = {
       client: this.client.id,
-      attempt: this.failures,
+      attempt,
       code: (err as { code?: string }).code,
-      err: this.lastError.message,
+      err: lastError.message,
       servingUntil: valid ? new Date(valid.expiresAt).toISOString() : undefined,
     };
     if (verdict.permanent) {
-      this.permanentError = verdict.permanent;
       this.deps.logger.error(
         logFields,
         `token refresh failed permanently: ${verdict.permanent.operatorDetail}`,
@@ -638,9 +633,8 @@ export class ClientTokenManager {
    * refused at once, with the real time of the next attempt in `Retry-After`.
    */
   private enterBackoff(delayMs: number, floor = false): void {
-    this.backoffUntil = this.now() + delayMs;
-    this.nextAttemptAt = this.backoffUntil;
-    this.floorHeld = floor;
+    this.nextAttemptAt = this.now() + delayMs;
+    this.phase = holding(this.phase, this.nextAttemptAt, floor);
     if (delayMs > this.deps.settings.waitTimeoutMs) {
       this.waiters.rejectAll((requestedMs) => this.unavailable(requestedMs));
     }
@@ -659,13 +653,18 @@ export class ClientTokenManager {
    * the last failure, whichever holds the token back.
    */
   private unavailable(requestedMs = 0): TokenException {
-    if (this.permanentError) return this.permanentError;
-    if (this.lifetimeError !== undefined) {
-      return new TokenException(TokenErrorCode.Unavailable, this.lifetimeError, {
+    const failure = failureOf(this.phase);
+    if (failure?.permanent) return failure.permanent;
+    if (this.lifetime?.problem !== undefined) {
+      return new TokenException(TokenErrorCode.Unavailable, this.lifetime.problem, {
         retryAfterSeconds: this.retryAfter() ?? 1,
       });
     }
-    if (this.floorHeld && this.nextAttemptAt !== undefined && this.nextAttemptAt > this.now()) {
+    if (
+      this.phase.kind === 'floor' &&
+      this.nextAttemptAt !== undefined &&
+      this.nextAttemptAt > this.now()
+    ) {
       return refreshFloorHeld({
         clientId: this.client.id,
         requestedMs,
@@ -675,8 +674,8 @@ export class ClientTokenManager {
     }
     return unavailableError({
       clientId: this.client.id,
-      permanent: this.permanentError,
-      lastError: this.lastError,
+      permanent: failure?.permanent,
+      lastError: failure?.lastError,
       nextAttemptAt: this.nextAttemptAt,
       now: this.now(),
     });

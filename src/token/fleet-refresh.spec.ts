@@ -8,7 +8,7 @@ import type { ClientCredentials } from '../secrets/client-credentials';
 import { CredentialsCache } from '../secrets/credentials-cache';
 import { FleetRefresh, type FleetRefreshDeps, type RefreshContext } from './fleet-refresh';
 import { type TokenRecord, toRecord } from './token-record';
-import type { RefreshLock } from './token-store';
+import type { Locked } from './token-store';
 import { TokenStoreErrorCode, TokenStoreException } from './token-store.exception';
 import { MemoryTokenStore } from './token-store.memory';
 
@@ -57,18 +57,25 @@ class Store extends MemoryTokenStore {
   lockCount = 0;
   releases = 0;
   beforeLock?: () => Promise<void>;
+  /** Another replica holds the refresh lock. */
+  heldElsewhere = false;
 
   override async read(clientId: string) {
     if (this.down) throw new TokenStoreException(TokenStoreErrorCode.Unavailable, 'down');
     return super.read(clientId);
   }
 
-  override async tryLock(clientId: string): Promise<RefreshLock | null> {
+  override async withRefreshLock<T>(clientId: string, fn: () => Promise<T>): Promise<Locked<T>> {
     await this.beforeLock?.();
-    const lock = await super.tryLock(clientId);
-    if (!lock) return null;
-    this.lockCount++;
-    return { release: () => (this.releases++, lock.release()) };
+    if (this.heldElsewhere) return { acquired: false };
+    return super.withRefreshLock(clientId, async () => {
+      this.lockCount++;
+      try {
+        return await fn();
+      } finally {
+        this.releases++;
+      }
+    });
   }
 }
 
@@ -179,7 +186,7 @@ describe(FleetRefresh.name, () => {
   });
 
   it('waits when another replica holds the lock', async () => {
-    await store.tryLock(CLIENT);
+    store.heldElsewhere = true;
     await expect(new FleetRefresh(client, deps).run(ctx)).resolves.toEqual({ kind: 'wait' });
     expect(grantor.calls).toHaveLength(0);
     expect(await count(deps.metrics.lockAttempts, 'held_elsewhere')).toBe(1);
@@ -281,7 +288,7 @@ describe(FleetRefresh.name, () => {
       await refresh.run(ctx);
       now += 400;
       store.down = false;
-      await store.tryLock(CLIENT);
+      store.heldElsewhere = true;
       await expect(refresh.run(ctx)).resolves.toEqual({ kind: 'wait' });
       store.down = true;
       now += 400;

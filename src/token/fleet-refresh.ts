@@ -7,7 +7,7 @@ import type { CredentialsCache } from '../secrets/credentials-cache';
 import { isFleetWide } from './refresh-failure';
 import { MIN_SERVE_MS } from './refresh-schedule';
 import { type TokenRecord, toRecord, withGeneration } from './token-record';
-import type { TokenStore } from './token-store';
+import type { FleetBus, RefreshLock, TokenRecords } from './token-store';
 import { TokenStoreException } from './token-store.exception';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -20,7 +20,7 @@ export const FORCED_COALESCE_MS = 100;
 
 /** Collaborators of one client's {@link FleetRefresh}. */
 export interface FleetRefreshDeps {
-  store: TokenStore;
+  store: TokenRecords & RefreshLock & Pick<FleetBus, 'generation'>;
   grantor: TokenGrantor;
   credentials: CredentialsCache;
   metrics: Pick<MetricsService, 'lockAttempts' | 'cacheLookups' | 'refreshes' | 'providerLatency'>;
@@ -120,46 +120,13 @@ export class FleetRefresh {
         this.countRefresh('adopted');
         return token(found, false);
       }
-      const lock = await store.tryLock(id);
-      if (!lock) {
-        metrics.lockAttempts.labels(id, 'held_elsewhere').inc();
-        return { kind: 'wait' };
-      }
-      metrics.lockAttempts.labels(id, 'acquired').inc();
-      try {
-        // Inside the lock, re-read: the previous holder may have written just now.
-        const again = await this.readShared();
-        if (again && ctx.goodEnough(again)) {
-          this.countRefresh('adopted');
-          return token(again, false);
-        }
-        const heldNow = ctx.held();
-        if (heldNow && ctx.goodEnough(heldNow)) return token(heldNow, false);
-        // The fleet backs off as one: after a 429 or a failure, the next request waits for the
-        // shared deferral however many replicas want a token.
-        const deferredMs = await store.refreshDeferral(id);
-        if (deferredMs > 0) return { kind: 'deferred', retryInMs: deferredMs };
-        // The floor: whatever the lifetime or the callers' min_ttl, one grant per interval.
-        const hold = await store.refreshHold(id);
-        if (hold.ms > 0) return { kind: 'floor', retryInMs: hold.ms, lifetimeMs: hold.lifetimeMs };
-        let record: TokenRecord;
-        try {
-          record = await this.fetch();
-        } catch (err) {
-          if (!ctx.failed) throw err;
-          const delayMs = ctx.failed(err);
-          // Shared before the lock is released, so the next holder already sees it.
-          const retryInMs = isFleetWide(err) ? await this.deferFleet(delayMs) : delayMs;
-          return { kind: 'failed', retryInMs };
-        }
-        // Started before the lock is released, so the next holder already sees it.
-        await this.holdFleet(record);
-        if (!this.servable(record)) return this.unusable(record);
-        const shared = await this.publish(record);
-        return token(record, true, !shared);
-      } finally {
-        await lock.release();
-      }
+      const locked = await store.withRefreshLock(id, () => {
+        metrics.lockAttempts.labels(id, 'acquired').inc();
+        return this.underLock(ctx);
+      });
+      if (locked.acquired) return locked.value;
+      metrics.lockAttempts.labels(id, 'held_elsewhere').inc();
+      return { kind: 'wait' };
     } catch (err) {
       if (!(err instanceof TokenStoreException)) throw err;
       noteStoreFailure(this.deps.logger, id, err);
@@ -182,6 +149,40 @@ export class FleetRefresh {
       this.lastGrantAt = this.deps.now();
       return this.servable(record) ? token(record, true, true) : this.unusable(record);
     }
+  }
+
+  /** Inside the lock: L2 again, the fleet's backoff and floor, provider, fenced write. */
+  private async underLock(ctx: RefreshContext): Promise<RefreshPass> {
+    // Inside the lock, re-read: the previous holder may have written just now.
+    const again = await this.readShared();
+    if (again && ctx.goodEnough(again)) {
+      this.countRefresh('adopted');
+      return token(again, false);
+    }
+    const heldNow = ctx.held();
+    if (heldNow && ctx.goodEnough(heldNow)) return token(heldNow, false);
+    // The fleet backs off as one: after a 429 or a failure, the next request waits for the
+    // shared deferral however many replicas want a token.
+    const deferredMs = await this.deps.store.refreshDeferral(this.client.id);
+    if (deferredMs > 0) return { kind: 'deferred', retryInMs: deferredMs };
+    // The floor: whatever the lifetime or the callers' min_ttl, one grant per interval.
+    const hold = await this.deps.store.refreshHold(this.client.id);
+    if (hold.ms > 0) return { kind: 'floor', retryInMs: hold.ms, lifetimeMs: hold.lifetimeMs };
+    let record: TokenRecord;
+    try {
+      record = await this.fetch();
+    } catch (err) {
+      if (!ctx.failed) throw err;
+      const delayMs = ctx.failed(err);
+      // Shared before the lock is released, so the next holder already sees it.
+      const retryInMs = isFleetWide(err) ? await this.deferFleet(delayMs) : delayMs;
+      return { kind: 'failed', retryInMs };
+    }
+    // Started before the lock is released, so the next holder already sees it.
+    await this.holdFleet(record);
+    if (!this.servable(record)) return this.unusable(record);
+    const shared = await this.publish(record);
+    return token(record, true, !shared);
   }
 
   /** Lifts this replica's own floor: the provider rejected the token, a new one is needed now. */
@@ -277,8 +278,6 @@ export class FleetRefresh {
     }
   }
 
-  // ---- Admin: forced refresh, credentials reload (issue #16) -------------------------------
-
   /**
    * The operator's forced refresh: one provider request for the whole fleet, under the refresh
    * lock (waited for, up to `waitMs`), written with the fence, which notifies every replica.
@@ -289,34 +288,33 @@ export class FleetRefresh {
    * {@link TokenStoreException} when the store is down (no fleet-wide refresh without it), a
    * provider exception when the provider refuses.
    */
-  async forced(
-    askedAt: number,
-    waitMs: number,
-  ): Promise<{ record: TokenRecord; fetched: boolean; written: boolean }> {
+  async forced(askedAt: number, waitMs: number): Promise<Forced> {
     const { store, metrics } = this.deps;
     const id = this.client.id;
     const deadline = this.deps.now() + waitMs;
-    let lock = await store.tryLock(id);
-    while (!lock) {
+    for (;;) {
+      const locked = await store.withRefreshLock(id, () => {
+        metrics.lockAttempts.labels(id, 'acquired').inc();
+        return this.forcedUnderLock(askedAt);
+      });
+      if (locked.acquired) return locked.value;
       metrics.lockAttempts.labels(id, 'held_elsewhere').inc();
       if (this.deps.now() >= deadline) return this.lockBusy();
       await new Promise((resolve) => setTimeout(resolve, 50));
-      lock = await store.tryLock(id);
     }
-    metrics.lockAttempts.labels(id, 'acquired').inc();
-    try {
-      const found = await this.readShared();
-      if (found && found.obtainedAt >= askedAt - FORCED_COALESCE_MS) {
-        this.countRefresh('adopted');
-        return { record: found, fetched: false, written: false };
-      }
-      const record = await this.fetch();
-      await this.holdFleet(record);
-      const written = await store.writeFenced(id, record);
-      return { record, fetched: true, written };
-    } finally {
-      await lock.release();
+  }
+
+  /** Inside the lock: adopt a token obtained since `askedAt`, or ask the provider for one. */
+  private async forcedUnderLock(askedAt: number): Promise<Forced> {
+    const found = await this.readShared();
+    if (found && found.obtainedAt >= askedAt - FORCED_COALESCE_MS) {
+      this.countRefresh('adopted');
+      return { record: found, fetched: false, written: false };
     }
+    const record = await this.fetch();
+    await this.holdFleet(record);
+    const written = await this.deps.store.writeFenced(this.client.id, record);
+    return { record, fetched: true, written };
   }
 
   /** Re-reads the credentials now; whether they changed (never what they are). */
@@ -383,6 +381,9 @@ export class FleetRefresh {
       .observe((this.deps.now() - startedAt) / 1000);
   }
 }
+
+/** A forced refresh's token: asked for by this replica (`fetched`), stored (`written`). */
+type Forced = { record: TokenRecord; fetched: boolean; written: boolean };
 
 function token(record: TokenRecord, fetched: boolean, unshared = false): RefreshPass {
   return { kind: 'token', record, fetched, unshared };

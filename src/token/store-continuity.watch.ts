@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { MetricsService } from '../metrics/metrics.service';
-import type { TokenStore } from './token-store';
+import type { StoreHealth } from './token-store';
 import { TokenStoreException } from './token-store.exception';
 
 /**
@@ -18,7 +18,7 @@ export class StoreContinuityWatch {
   private checking?: Promise<void>;
 
   constructor(
-    private readonly store: Pick<TokenStore, 'kind' | 'checkContinuity'>,
+    private readonly store: Pick<StoreHealth, 'kind' | 'checkContinuity'>,
     private readonly clientIds: readonly string[],
     private readonly metrics: Pick<MetricsService, 'redisDataLoss'>,
     private readonly logger: Logger,

@@ -2,13 +2,16 @@ import { type TokenRecord, withGeneration } from './token-record';
 import {
   type LockState,
   type RefreshHold,
-  type RefreshLock,
+  type Locked,
   REPLICA_ID,
   type Revocation,
   type StoreContinuity,
   type StoredToken,
   type StoreTopology,
-  type TokenStore,
+  type TokenRecords,
+  type RefreshLock,
+  type FleetBus,
+  type StoreHealth,
   type TokenStoreEvent,
 } from './token-store';
 
@@ -22,7 +25,7 @@ interface Entry {
  * the same fence and invalidation rules as the Redis store so behaviour does not change with
  * the deployment, only its reach.
  */
-export class MemoryTokenStore implements TokenStore {
+export class MemoryTokenStore implements TokenRecords, RefreshLock, FleetBus, StoreHealth {
   readonly kind = 'memory' as const;
   readonly healthy = true;
   private readonly entries = new Map<string, Entry>();
@@ -76,13 +79,15 @@ export class MemoryTokenStore implements TokenStore {
     this.heldUntil.delete(clientId);
   }
 
-  async tryLock(clientId: string): Promise<RefreshLock | null> {
-    if (this.locks.has(clientId)) return null;
+  async withRefreshLock<T>(clientId: string, fn: () => Promise<T>): Promise<Locked<T>> {
+    if (this.locks.has(clientId)) return { acquired: false };
     this.locks.add(clientId);
-    return { release: async () => void this.locks.delete(clientId) };
+    try {
+      return { acquired: true, value: await fn() };
+    } finally {
+      this.locks.delete(clientId);
+    }
   }
-
-  // ---- Admin: revocation generations, lock holder, topology (issue #16) --------------------
 
   async revoke(clientId: string): Promise<Revocation> {
     const generation = this.generation(clientId) + 1;

@@ -14,12 +14,10 @@ export type TokenStoreEvent =
    */
   | { type: 'revoked'; clientId: string; generation: number; fingerprint?: string };
 
-// ---- Admin: revocation generations, lock holder, topology (issue #16) ----------------------
-
 /** This replica's name in the fleet (lock holder, revocation acknowledgements): pod name and pid. */
 export const REPLICA_ID = `${hostname()}:${process.pid}`;
 
-/** What {@link TokenStore.revoke} did. */
+/** What {@link FleetBus.revoke} did. */
 export interface Revocation {
   /** The client's generation after the revoke. */
   generation: number;
@@ -57,10 +55,8 @@ export interface RefreshHold {
   lifetimeMs?: number;
 }
 
-/** A held refresh lock. Releasing an already lost lock is harmless. */
-export interface RefreshLock {
-  release(): Promise<void>;
-}
+/** What {@link RefreshLock.withRefreshLock} did: ran the function under the lock, or not. */
+export type Locked<T> = { acquired: true; value: T } | { acquired: false };
 
 /** The result of reading the shared token. */
 export type StoredToken =
@@ -70,7 +66,7 @@ export type StoredToken =
   | { status: 'corrupt' };
 
 /**
- * What {@link TokenStore.checkContinuity} found:
+ * What {@link StoreHealth.checkContinuity} found:
  * - `first`: this replica's first look (nothing to compare with yet);
  * - `kept`: the store still holds everything this replica saw in it;
  * - `lost`: the marker this replica saw is gone: the store was emptied (restarted without
@@ -81,12 +77,10 @@ export type StoredToken =
 export type StoreContinuity = 'first' | 'kept' | 'lost' | 'rolled_back';
 
 /**
- * The shared (L2) token store: Redis across replicas, or process memory for a single replica.
- * Every method may throw {@link TokenStoreException} `Unavailable`; callers then fall back to
- * per-replica behaviour.
+ * The shared token records (L2) and their events. Every method of the store's ports may throw
+ * {@link TokenStoreException} `Unavailable`; callers then fall back to per-replica behaviour.
  */
-export interface TokenStore {
-  readonly kind: 'redis' | 'memory';
+export interface TokenRecords {
   read(clientId: string): Promise<StoredToken>;
   /**
    * Fenced compare-and-set: stores `record` only if it expires later than the stored token (or
@@ -100,8 +94,43 @@ export interface TokenStore {
   invalidate(clientId: string, fingerprint: string): Promise<boolean>;
   /** Drops a corrupt value so a fresh token can be written. */
   discardCorrupt(clientId: string): Promise<void>;
-  /** Tries once to take the client's refresh lock; `null` when another holder has it. */
-  tryLock(clientId: string): Promise<RefreshLock | null>;
+  /** Receives updates/invalidations/revocations from every replica (and this one). */
+  onEvent(listener: (event: TokenStoreEvent) => void): void;
+}
+
+/**
+ * The fleet refresh lock, and what its holder decides under it: the fleet's backoff after a
+ * failure and its refresh floor after a grant.
+ */
+export interface RefreshLock {
+  /**
+   * Tries once to take the client's refresh lock and runs `fn` while holding it (the lease is
+   * extended while `fn` runs, released after): `{ acquired: false }` at once when another
+   * holder has it. What `fn` throws is rethrown once the lock is released.
+   */
+  withRefreshLock<T>(clientId: string, fn: () => Promise<T>): Promise<Locked<T>>;
+  /** Who holds the refresh lock. */
+  lockState(clientId: string): Promise<LockState>;
+  /**
+   * Defers the fleet's next provider request for this client by at least `delayMs` (after a
+   * 429 or a failed refresh), so the whole fleet makes one attempt per window, not one per
+   * replica. Only ever extends a deferral already set. Returns the ms now left.
+   */
+  deferRefresh(clientId: string, delayMs: number): Promise<number>;
+  /** Ms before the fleet may next ask the provider for this client's token (0: now). */
+  refreshDeferral(clientId: string): Promise<number>;
+  /**
+   * Starts the fleet's refresh floor after a token was granted: no replica asks the provider
+   * for another for `intervalMs` (`TOKEN_MIN_REFRESH_INTERVAL_MS`). `invalidate` and
+   * `discardCorrupt` lift it: the fleet then has no usable token and needs one now.
+   */
+  holdRefreshes(clientId: string, intervalMs: number, lifetimeMs: number): Promise<void>;
+  /** What the refresh floor holds: see {@link RefreshHold}. */
+  refreshHold(clientId: string): Promise<RefreshHold>;
+}
+
+/** The fleet bus: revocations and their acknowledgements, and reload requests. */
+export interface FleetBus {
   /**
    * Fleet-wide revoke: bumps the client's generation, drops the stored token (it stays as a
    * fence: the very same token can never be written back, nor one of an older generation), lifts
@@ -117,36 +146,6 @@ export interface TokenStore {
   acknowledgeRevocation(clientId: string, generation: number): Promise<void>;
   /** How many replicas acknowledged `generation`. */
   revocationAcks(clientId: string, generation: number): Promise<number>;
-  /** Who holds the refresh lock. */
-  lockState(clientId: string): Promise<LockState>;
-  /** Mode, nodes and state, for the admin status. */
-  topology(): StoreTopology;
-  /**
-   * Defers the fleet's next provider request for this client by at least `delayMs` (after a
-   * 429 or a failed refresh), so the whole fleet makes one attempt per window, not one per
-   * replica. Only ever extends a deferral already set. Returns the ms now left.
-   */
-  deferRefresh(clientId: string, delayMs: number): Promise<number>;
-  /** Ms before the fleet may next ask the provider for this client's token (0: now). */
-  refreshDeferral(clientId: string): Promise<number>;
-  /**
-   * Starts the fleet's refresh floor after a token was granted: no replica asks the provider
-   * for another for `intervalMs` (`TOKEN_MIN_REFRESH_INTERVAL_MS`). {@link invalidate} and
-   * {@link discardCorrupt} lift it: the fleet then has no usable token and needs one now.
-   */
-  holdRefreshes(clientId: string, intervalMs: number, lifetimeMs: number): Promise<void>;
-  /** What the refresh floor holds: see {@link RefreshHold}. */
-  refreshHold(clientId: string): Promise<RefreshHold>;
-  /**
-   * Whether the store still holds the data this replica saw in it: each call advances a marker
-   * that never expires and compares it with the last one this replica saw. Redis that lost its
-   * data also lost the idempotency records, so repeats of answered orders could be sent again.
-   */
-  checkContinuity(clientId: string): Promise<StoreContinuity>;
-  /** Receives updates/invalidations from every replica (and this one). */
-  onEvent(listener: (event: TokenStoreEvent) => void): void;
-  /** Called when the store becomes reachable again after an outage. */
-  onRecovered(listener: () => void): void;
   /**
    * Asks every replica to re-read client credentials and caller grants now (an operator's
    * `POST /admin/reload`). Returns how many replicas the request reached (Redis subscribers,
@@ -155,6 +154,11 @@ export interface TokenStore {
   requestReload(): Promise<number>;
   /** Receives those requests, with the {@link REPLICA_ID} of the replica that made them. */
   onReloadRequested(listener: (from: string) => void): void;
+}
+
+/** The store's health, topology and continuity. */
+export interface StoreHealth {
+  readonly kind: 'redis' | 'memory';
   /** Whether the last interaction with the store succeeded. */
   readonly healthy: boolean;
   /**
@@ -162,6 +166,16 @@ export interface TokenStore {
    * setting to fix, which fails readiness, unlike an outage. Names the cause, never a secret.
    */
   readonly configurationError?: string;
+  /** Mode, nodes and state, for the admin status. */
+  topology(): StoreTopology;
+  /**
+   * Whether the store still holds the data this replica saw in it: each call advances a marker
+   * that never expires and compares it with the last one this replica saw. Redis that lost its
+   * data also lost the idempotency records, so repeats of answered orders could be sent again.
+   */
+  checkContinuity(clientId: string): Promise<StoreContinuity>;
+  /** Called when the store becomes reachable again after an outage. */
+  onRecovered(listener: () => void): void;
   /**
    * Resolves once the store answers, or after `timeoutMs` (then the broker starts degraded).
    * Starting the fleet before Redis answers would make every replica fetch its own token.
@@ -169,5 +183,8 @@ export interface TokenStore {
   waitUntilReady(timeoutMs: number): Promise<boolean>;
   close(): Promise<void>;
 }
+
+/** The shared (L2) store: Redis across replicas, or process memory for a single replica. */
+export type TokenStore = TokenRecords & RefreshLock & FleetBus & StoreHealth;
 
 export const TOKEN_STORE = 'TOKEN_BROKER:TOKEN_STORE';

@@ -1,5 +1,5 @@
 import type { TokenGrantor } from '../provider/auth-server.client';
-import { inSpan, spansEnabled } from '../tracing/spans';
+import { inLeadSpan, inSpan, spansEnabled } from '../tracing/spans';
 import type { TokenStore } from './token-store';
 
 /**
@@ -12,11 +12,15 @@ export function tracedTokenStore(store: TokenStore): TokenStore {
   const traced = Object.create(store) as TokenStore;
   traced.read = (clientId) =>
     inSpan('token.store.read', { 'token_broker.client': clientId }, () => store.read(clientId));
-  traced.tryLock = (clientId) =>
-    inSpan('token.lock', { 'token_broker.client': clientId }, async (span) => {
-      const lock = await store.tryLock(clientId);
-      span.setAttribute('token_broker.lock.acquired', lock !== null);
-      return lock;
+  // The span is the taking of the lock; the pass run under it is its sibling.
+  traced.withRefreshLock = (clientId, fn) =>
+    inLeadSpan('token.lock', { 'token_broker.client': clientId }, async (span, leave) => {
+      const locked = await store.withRefreshLock(clientId, () => {
+        span.setAttribute('token_broker.lock.acquired', true);
+        return leave(fn);
+      });
+      if (!locked.acquired) span.setAttribute('token_broker.lock.acquired', false);
+      return locked;
     });
   traced.writeFenced = (clientId, record) =>
     inSpan('token.store.write_fenced', { 'token_broker.client': clientId }, async (span) => {

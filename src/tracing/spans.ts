@@ -80,3 +80,39 @@ export function inCallerSpan<T>(
   const parent = propagation.extract(context.active(), headers ?? {});
   return context.with(parent, () => inSpan(name, attributes, fn, SpanKind.SERVER));
 }
+
+/**
+ * Runs `fn` in a span that covers only its lead-in: the span ends when `fn` calls `leave(rest)`
+ * (or settles), and `rest` runs in the caller's context, beside the span rather than below it.
+ * For a lock: taking it is the span; the work done while holding it is not.
+ */
+export function inLeadSpan<T>(
+  name: string,
+  attributes: Attributes,
+  fn: (span: Span, leave: <U>(rest: () => Promise<U>) => Promise<U>) => Promise<T>,
+): Promise<T> {
+  if (otel === undefined) return fn(NO_SPAN, (rest) => rest());
+  const { api, tracer } = otel;
+  const outside = api.context.active();
+  return tracer.startActiveSpan(name, { attributes }, async (span) => {
+    let open = true;
+    const end = () => {
+      if (open) span.end();
+      open = false;
+    };
+    try {
+      return await fn(span, (rest) => {
+        end();
+        return api.context.with(outside, rest);
+      });
+    } catch (err) {
+      if (open) {
+        span.recordException(err instanceof Error ? err : String(err));
+        span.setStatus({ code: api.SpanStatusCode.ERROR });
+      }
+      throw err;
+    } finally {
+      end();
+    }
+  });
+}

@@ -1,0 +1,221 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { RedisSettings } from '../config/config.schema';
+import type { StoreContinuity, StoreHealth, StoreTopology } from '../token/token-store';
+import { TokenStoreErrorCode, TokenStoreException } from '../token/token-store.exception';
+import { RedisClockOffset } from './redis-clock';
+import { closeRedisClient, type RedisClient, takeEarlyError } from './redis.connection';
+import { redisKeys } from './redis.constants';
+import { type RedisState, RedisStateTracker, type StateLogger } from './redis-state';
+import { defineTokenStoreScripts, type RedisWithScripts } from './token-store.lua';
+
+const SILENT: StateLogger = {
+  info: () => undefined,
+  warn: () => undefined,
+  error: () => undefined,
+};
+
+/**
+ * The token store's link to Redis: its connections and their state (up, down, misconfigured),
+ * the health probe, the continuity marker and the bounds on Redis's clock. The store's other
+ * parts send every command through {@link run}, so each success or failure counts here.
+ */
+export class RedisStoreHealth implements StoreHealth {
+  readonly kind = 'redis' as const;
+  /** The command connection, with the store's scripts. */
+  readonly redis: RedisWithScripts;
+  /**
+   * This replica's wall clock (epoch ms). Only durations taken on it reach Redis, so an offset
+   * cancels out; tests replace it to play a skewed replica.
+   */
+  now: () => number = Date.now;
+  /** Bounds on Redis's clock against this replica's, from recent round trips. */
+  readonly clock = new RedisClockOffset();
+  private readonly recoveredListeners: Array<() => void> = [];
+  /** The last epoch this replica saw per client (see {@link checkContinuity}). */
+  private readonly epochs = new Map<string, { id: string; seq: number }>();
+  private readonly tracker: RedisStateTracker;
+  private readonly pingTimer: NodeJS.Timeout;
+  private closing = false;
+
+  /**
+   * @param probeClient the client whose keys the health probe touches (an ACL grants per client).
+   * @param logger receives one line per state transition (up, down, misconfigured); omitted
+   *   in tests that do not look at logs.
+   */
+  constructor(
+    redis: RedisClient,
+    private readonly subscriber: RedisClient,
+    private readonly settings: RedisSettings,
+    private readonly probeClient: string,
+    logger: StateLogger | Logger = SILENT,
+  ) {
+    this.tracker = new RedisStateTracker(logger, describeRedis(settings));
+    this.redis = defineTokenStoreScripts(redis);
+    // Connection errors carry the real cause (WRONGPASS, a TLS code, ECONNREFUSED) that the
+    // failing commands do not; an unhandled 'error' event would also crash the process.
+    const onConnectionError = (err: unknown) => this.tracker.failed(err, true);
+    for (const client of [redis, subscriber]) {
+      client.on('error', onConnectionError);
+      // A Cluster reports its nodes' errors separately from its own.
+      client.on('node error', onConnectionError);
+      // One reported before this store existed (see createRedisConnection).
+      const early = takeEarlyError(client);
+      if (early !== undefined) onConnectionError(early);
+    }
+    // Every reconnection counts as a recovery, even when no command failed in between (a blip
+    // shorter than the ping interval): Redis may have restarted empty, and the replicas must
+    // push their token back into it.
+    // A closed connection is a (maybe short) outage: the next success logs the way back and
+    // runs the recovery listeners. A demoted master's READONLY closes it too, on purpose.
+    redis.on('close', () => {
+      if (!this.closing) this.tracker.failed(new Error('connection to Redis closed'));
+    });
+    redis.on('ready', () => void this.ping());
+    // A resubscribed subscriber missed what was published while it was away: re-read, as after
+    // an outage, rather than wait for the next refresh to notice a newer token.
+    let subscribedBefore = false;
+    subscriber.on('ready', () => {
+      if (subscribedBefore) for (const l of this.recoveredListeners) l();
+      subscribedBefore = true;
+    });
+    this.pingTimer = setInterval(() => void this.ping(), settings.pingIntervalMs);
+    this.pingTimer.unref();
+  }
+
+  get healthy(): boolean {
+    return this.tracker.state === 'up';
+  }
+
+  /** `up`, `down` (an outage) or `misconfigured` (see {@link configurationError}). */
+  get state(): RedisState {
+    return this.tracker.state;
+  }
+
+  /**
+   * Why Redis refuses the broker (authentication, ACL, TLS trust), while it does: a setting to
+   * fix, not an outage to wait out. `undefined` otherwise.
+   */
+  get configurationError(): string | undefined {
+    return this.tracker.problem?.message;
+  }
+
+  onRecovered(listener: () => void): void {
+    this.recoveredListeners.push(listener);
+  }
+
+  topology(): StoreTopology {
+    return { kind: 'redis', ...describeTopology(this.settings), state: this.tracker.state };
+  }
+
+  async checkContinuity(clientId: string): Promise<StoreContinuity> {
+    const sentAt = this.now();
+    const [id, seq, redisNow] = await this.run(() =>
+      this.redis.tbEpochAdvance(redisKeys.epoch(clientId), randomUUID()),
+    );
+    this.clock.observe(sentAt, this.now(), Number(redisNow));
+    const seen = this.epochs.get(clientId);
+    this.epochs.set(clientId, { id, seq: Number(seq) });
+    if (seen === undefined) return 'first';
+    if (seen.id !== id) return 'lost';
+    return Number(seq) > seen.seq ? 'kept' : 'rolled_back';
+  }
+
+  async waitUntilReady(timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      await this.ping();
+      if (this.healthy) return true;
+      // A configuration error will not pass within the wait: start now, not ready, and say why.
+      if (this.tracker.state === 'misconfigured') return false;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return this.healthy;
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    clearInterval(this.pingTimer);
+    await Promise.all([closeRedisClient(this.subscriber), closeRedisClient(this.redis)]);
+  }
+
+  private async ping(): Promise<void> {
+    try {
+      await this.run(
+        () =>
+          this.redis.tbProbe(
+            redisKeys.token(this.probeClient),
+            `tb:{${this.probeClient}}:probe-never-exists`,
+            `tb:{${this.probeClient}}:probe`,
+          ),
+        true,
+      );
+    } catch {
+      // `run` already marked the store unhealthy.
+    }
+  }
+
+  /**
+   * Runs one command, tracking the Redis state. `probe`: the health probe, the only success
+   * that clears an ACL problem (a plain read succeeding says nothing about the scripts).
+   */
+  async run<T>(command: () => Promise<T>, probe = false): Promise<T> {
+    try {
+      const result = await command();
+      this.markHealthy(probe);
+      return result;
+    } catch (cause) {
+      throw this.unavailable(cause, 'a Redis command');
+    }
+  }
+
+  /** Counts a success (the lock's acquisition, say) that did not go through {@link run}. */
+  markHealthy(probe = false): void {
+    if (!this.tracker.succeeded(probe)) return;
+    for (const l of this.recoveredListeners) l();
+  }
+
+  /** Counts a failure and words it as the store's exception, saying what to check. */
+  unavailable(cause: unknown, what: string): TokenStoreException {
+    this.tracker.failed(cause);
+    const problem = this.tracker.problem;
+    const reason = cause instanceof Error ? cause.message : 'unknown error';
+    return new TokenStoreException(
+      TokenStoreErrorCode.Unavailable,
+      problem
+        ? `Redis failed during ${what}: ${problem.message}`
+        : `Redis failed during ${what} (${reason}); serving from memory until it returns. Check the Redis settings (REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES) and the Redis server; see "commandTimeoutMs" for how long a command may take`,
+      { cause },
+    );
+  }
+}
+
+/** Mode and node addresses for the admin status: host and port only, never a password. */
+function describeTopology(settings: RedisSettings): { mode: string; nodes: string[] } {
+  switch (settings.mode) {
+    case 'standalone':
+      return {
+        mode: 'standalone',
+        nodes: URL.canParse(settings.url ?? '') ? [new URL(settings.url!).host] : [],
+      };
+    case 'sentinel':
+      return { mode: 'sentinel', nodes: [...(settings.sentinel.nodes ?? [])] };
+    case 'cluster':
+      return { mode: 'cluster', nodes: [...(settings.cluster.nodes ?? [])] };
+  }
+}
+
+/** How the transition log names the Redis in use: the mode and its addresses, never a password. */
+function describeRedis(settings: RedisSettings): string {
+  switch (settings.mode) {
+    case 'standalone':
+      // Only scheme and host: the URL may carry a password.
+      return URL.canParse(settings.url ?? '')
+        ? `standalone ${new URL(settings.url!).protocol}//${new URL(settings.url!).host}`
+        : 'standalone';
+    case 'sentinel':
+      return `sentinel ${settings.sentinel.masterName ?? ''} via ${(settings.sentinel.nodes ?? []).join(',')}`;
+    case 'cluster':
+      return `cluster via ${(settings.cluster.nodes ?? []).join(',')}`;
+  }
+}

@@ -1,0 +1,278 @@
+import type { RedisClient } from './redis.connection';
+
+/**
+ * Lua helper `redisNow()`: Redis's own clock in epoch ms.
+ * Every time the fleet compares is taken here, never on a replica: a replica whose wall clock
+ * is off must not decide when a token or lease expires.
+ */
+const REDIS_NOW = `
+local function redisNow()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`;
+
+/**
+ * Lua helper `generationAt(key)`: the client's revocation generation (a plain integer; absent: 0).
+ * A foreign value of another type is replaced, or every script touching it would fail (WRONGTYPE)
+ * for good.
+ */
+const GENERATION = `
+local function generationAt(key)
+  local t = redis.call('TYPE', key).ok
+  if t ~= 'string' then
+    if t ~= 'none' then redis.call('DEL', key) end
+    return 0
+  end
+  return tonumber(redis.call('GET', key)) or 0
+end
+`;
+
+/**
+ * The fence: an older token never replaces a newer one, whoever writes it.
+ *
+ * KEYS[1] token hash, KEYS[2] generation.
+ * ARGV[1] remaining lifetime (ms), ARGV[2] total lifetime (ms), ARGV[3] fingerprint, ARGV[4]
+ * sealed value, ARGV[5] channel, ARGV[6] longest believable lifetime (ms), ARGV[7] the writer's
+ * own expiry (epoch ms, a hint), ARGV[8] the generation the token was requested in.
+ * Returns {1 written | 0 fenced | -1 older generation, the current generation}.
+ *
+ * A token requested before a revoke never lands, whoever writes it (a replica that was cut off
+ * from Redis during the revoke pushes its token back on recovery): the generation fences it.
+ * A writer newer than the store (Redis lost its data) raises the store's generation.
+ *
+ * The writer sends durations measured on its own clock; the absolute expiry (`exp`) and request
+ * time (`obt`) are stored in Redis time, so replicas with different wall clocks compare the same
+ * numbers.
+ *
+ * The lock makes one refresher per fleet likely, not certain (a failover can grant it twice).
+ * This fence is what is certain: an older token never replaces a newer one. After an
+ * invalidation the stored expiry stays as a fence, and any token *requested after* the
+ * invalidation may replace it even if the provider shortened lifetimes meanwhile.
+ */
+const WRITE_FENCED = `${REDIS_NOW}${GENERATION}
+-- A foreign value of another type would make every write fail (WRONGTYPE) for good.
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'hash' and t ~= 'none' then redis.call('DEL', KEYS[1]) end
+local gen = generationAt(KEYS[2])
+local writerGen = tonumber(ARGV[8]) or 0
+-- Requested before a revoke: it is one of the tokens the revoke dropped.
+if writerGen < gen then return {-1, gen} end
+local remaining = tonumber(ARGV[1])
+-- Already expired on arrival: storing it would only serve a dead token.
+if remaining <= 0 then return {0, gen} end
+local now = redisNow()
+local exp = now + remaining
+local obt = exp - tonumber(ARGV[2])
+local cur = redis.call('HMGET', KEYS[1], 'exp', 'inv', 'fp')
+local curExp = tonumber(cur[1])
+local inv = tonumber(cur[2])
+-- The stored token (or the rejected one still fencing) never comes back: converting durations
+-- costs a millisecond here and there, which must not make the same token look newer.
+if cur[3] == ARGV[3] then return {0, gen} end
+-- No token we wrote expires this far beyond now: corrupt, not a fence.
+if curExp and curExp > now + tonumber(ARGV[6]) then curExp = nil end
+if curExp then
+  if exp <= curExp and not (inv and obt > inv) then return {0, gen} end
+end
+if writerGen > gen then
+  redis.call('SET', KEYS[2], writerGen)
+  gen = writerGen
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'exp', exp, 'obt', obt, 'fp', ARGV[3], 'val', ARGV[4], 'wexp', ARGV[7])
+redis.call('PEXPIRE', KEYS[1], remaining)
+-- The fingerprint, not a time: another replica's clock could not compare a time anyway.
+redis.call('PUBLISH', ARGV[5], 'u:' .. ARGV[3])
+return {1, gen}
+`;
+
+/**
+ * The operator's revoke: a new generation, the stored token dropped (its hash stays until it
+ * would have expired, so the fence still knows its fingerprint and expiry), the floor lifted (a
+ * replacement is needed now), and every replica told.
+ *
+ * KEYS[1] token hash, KEYS[2] refresh floor, KEYS[3] generation. ARGV[1] channel.
+ * Returns {generation, fingerprint or '', subscribers reached}.
+ */
+const REVOKE = `${REDIS_NOW}${GENERATION}
+local gen = generationAt(KEYS[3]) + 1
+redis.call('SET', KEYS[3], gen)
+local fp = ''
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then
+  fp = redis.call('HGET', KEYS[1], 'fp') or ''
+  if redis.call('HEXISTS', KEYS[1], 'inv') == 0 then
+    redis.call('HSET', KEYS[1], 'inv', redisNow())
+  end
+  redis.call('HDEL', KEYS[1], 'val')
+end
+redis.call('DEL', KEYS[2])
+local reached = redis.call('PUBLISH', ARGV[1], 'r:' .. gen .. ':' .. fp)
+return {gen, fp, reached}
+`;
+
+/**
+ * A script rather than MULTI: the ACL docs/redis.md asks for grants scripting, not transactions.
+ *
+ * KEYS[1] a revocation's acknowledgements. ARGV[1] replica id, ARGV[2] TTL (ms). Returns 1.
+ */
+const ACKNOWLEDGE = `
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`;
+
+/**
+ * Reads the token with Redis's now from the same script, so the remaining lifetime is exact in
+ * Redis time.
+ *
+ * KEYS[1] token hash, KEYS[2] generation. ARGV: none.
+ * Returns exp, obt, fp, val, inv, wexp, Redis's now and the generation, or
+ * {'wrongtype', generation}.
+ */
+const READ = `${REDIS_NOW}${GENERATION}
+local gen = tostring(generationAt(KEYS[2]))
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'hash' and t ~= 'none' then return {'wrongtype', gen} end
+local r = redis.call('HMGET', KEYS[1], 'exp', 'obt', 'fp', 'val', 'inv', 'wexp')
+r[7] = tostring(redisNow())
+r[8] = gen
+return r
+`;
+
+/**
+ * Only invalidates if the stored token is still the one the caller saw rejected: a storm of
+ * 401s for an old token must cost one refresh, and must never discard the new token. Lifts the
+ * floor with the token: its replacement is needed now, whatever the last grant. The marker is
+ * Redis's time: the fence compares it with request times stored in Redis time.
+ *
+ * KEYS[1] token hash, KEYS[2] refresh floor. ARGV[1] fingerprint, ARGV[2] channel.
+ * Returns 1 invalidated, 0 already invalidated or replaced.
+ */
+const INVALIDATE = `${REDIS_NOW}
+if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return 0 end
+if redis.call('HEXISTS', KEYS[1], 'inv') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'inv', redisNow())
+redis.call('HDEL', KEYS[1], 'val')
+redis.call('DEL', KEYS[2])
+redis.call('PUBLISH', ARGV[2], 'i:' .. ARGV[1])
+return 1
+`;
+
+/**
+ * Only ever extends the backoff: a short backoff from one replica must not cut short a
+ * provider's Retry-After another replica honours. The key's TTL runs on Redis's clock.
+ *
+ * KEYS[1] backoff marker. ARGV[1] delay (ms). Returns the ms left.
+ */
+const DEFER_REFRESH = `
+local delay = tonumber(ARGV[1])
+local left = redis.call('PTTL', KEYS[1])
+if left >= delay then return left end
+if delay <= 0 then return math.max(left, 0) end
+redis.call('SET', KEYS[1], '1', 'PX', delay)
+return delay
+`;
+
+/**
+ * The floor's PTTL and value in one round trip; a key of another type reads as no lifetime.
+ *
+ * KEYS[1] refresh floor. ARGV: none.
+ * Returns {PTTL, the lifetime of the grant that started it (ms) or false}.
+ */
+const REFRESH_HOLD = `
+local left = redis.call('PTTL', KEYS[1])
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return {left, false} end
+return {left, redis.call('GET', KEYS[1])}
+`;
+
+/**
+ * Creates the epoch if missing (no TTL: it must only vanish with the data), then advances its
+ * sequence. A replica that remembers an id which is gone saw the data lost; one that gets a
+ * sequence not above the last it saw saw the store go back in time (a failover to a replica
+ * that missed writes). Redis's now comes back too: the watch runs every ping interval, which
+ * keeps the clock bound fresh.
+ *
+ * KEYS[1] epoch hash. ARGV[1] an id for a new epoch. Returns {id, sequence, Redis's now (ms)}.
+ */
+const EPOCH_ADVANCE = `
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'hash' and t ~= 'none' then redis.call('DEL', KEYS[1]) end
+local id = redis.call('HGET', KEYS[1], 'id')
+if not id then
+  id = ARGV[1]
+  redis.call('HSET', KEYS[1], 'id', id, 'seq', 0)
+end
+local now = redis.call('TIME')
+return {id, redis.call('HINCRBY', KEYS[1], 'seq', 1), now[1] * 1000 + math.floor(now[2] / 1000)}
+`;
+
+/**
+ * Deletes the corrupt value (and lifts the floor: the fleet has no usable token) only if nobody
+ * replaced it: a token written since then has another (always present) value.
+ *
+ * KEYS[1] token hash, KEYS[2] refresh floor. ARGV[1] the corrupt value seen ('' when there was
+ * none). Returns 1 deleted, 0 replaced meanwhile.
+ */
+const DISCARD_CORRUPT = `
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'hash' then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return 1
+end
+local val = redis.call('HGET', KEYS[1], 'val') or ''
+if val == ARGV[1] or not tonumber(redis.call('HGET', KEYS[1], 'exp')) then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return 1
+end
+return 0
+`;
+
+/**
+ * The health probe needs what the broker needs (scripts, reads, writes and PUBLISH on
+ * `tb:{client}:*`), so an ACL that forbids any of them shows as NOPERM at start-up, rather than
+ * on the first refresh. PEXPIRE on a missing key changes nothing.
+ *
+ * KEYS[1] token hash, KEYS[2] a key of the same slot that never exists. ARGV[1] a channel
+ * nobody subscribes to. Returns 1.
+ */
+const PROBE = `
+redis.call('HEXISTS', KEYS[1], 'exp')
+redis.call('PEXPIRE', KEYS[2], 1)
+redis.call('PUBLISH', ARGV[1], '')
+return 1
+`;
+
+/** The token store's scripts, as ioredis commands on a client. */
+export type RedisWithScripts = RedisClient & {
+  tbProbe(token: string, never: string, channel: string): Promise<number>;
+  tbWriteFenced(key: string, ...args: (string | number)[]): Promise<[number, number]>;
+  tbInvalidate(key: string, ...args: (string | number)[]): Promise<number>;
+  tbRead(key: string, generationKey: string): Promise<(string | null)[]>;
+  tbAcknowledge(key: string, replica: string, ttlMs: number): Promise<number>;
+  tbRevoke(
+    key: string,
+    floorKey: string,
+    generationKey: string,
+    channel: string,
+  ): Promise<[number, string, number]>;
+  tbDeferRefresh(key: string, delayMs: number): Promise<number>;
+  tbRefreshHold(key: string): Promise<[number, string | false | null]>;
+  tbEpochAdvance(key: string, id: string): Promise<[string, number, number]>;
+  tbDiscardCorrupt(key: string, floorKey: string, value: string): Promise<number>;
+};
+
+/** Defines the token store's scripts on `redis` (ioredis loads each by SHA, once). */
+export function defineTokenStoreScripts(redis: RedisClient): RedisWithScripts {
+  redis.defineCommand('tbProbe', { numberOfKeys: 2, lua: PROBE });
+  redis.defineCommand('tbWriteFenced', { numberOfKeys: 2, lua: WRITE_FENCED });
+  redis.defineCommand('tbInvalidate', { numberOfKeys: 2, lua: INVALIDATE });
+  redis.defineCommand('tbRead', { numberOfKeys: 2, lua: READ });
+  redis.defineCommand('tbRevoke', { numberOfKeys: 3, lua: REVOKE });
+  redis.defineCommand('tbAcknowledge', { numberOfKeys: 1, lua: ACKNOWLEDGE });
+  redis.defineCommand('tbDeferRefresh', { numberOfKeys: 1, lua: DEFER_REFRESH });
+  redis.defineCommand('tbRefreshHold', { numberOfKeys: 1, lua: REFRESH_HOLD });
+  redis.defineCommand('tbEpochAdvance', { numberOfKeys: 1, lua: EPOCH_ADVANCE });
+  redis.defineCommand('tbDiscardCorrupt', { numberOfKeys: 2, lua: DISCARD_CORRUPT });
+  return redis as RedisWithScripts;
+}
