@@ -418,6 +418,27 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       });
       await taken.release();
     });
+
+    it('keeps the event loop free while a held lease cannot be extended', async () => {
+      const a = newStore();
+      await a.waitUntilReady(2000);
+      const held = await holdRefreshLock(a, CLIENT);
+      expect(held).not.toBeNull();
+      // Redis refusing at once (connections gone) while the refresh still runs: every extension
+      // fails immediately, and retrying one without a pause would starve every timer and request.
+      let last = Date.now();
+      let longestGapMs = 0;
+      const ticker = setInterval(() => {
+        longestGapMs = Math.max(longestGapMs, Date.now() - last);
+        last = Date.now();
+      }, 5);
+      await a.close();
+      const until = Date.now() + LOCK_TTL_MS * 2;
+      await waitFor(() => Date.now() > until, { timeoutMs: 5000, what: 'two lock TTLs' });
+      clearInterval(ticker);
+      await held!.release().catch(() => undefined);
+      expect(longestGapMs).toBeLessThan(LOCK_TTL_MS / 3);
+    });
   });
 
   describe('revoke (generations)', () => {

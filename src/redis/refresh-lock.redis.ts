@@ -9,6 +9,9 @@ import {
 import { redisKeys } from './redis.constants';
 import type { RedisStoreHealth } from './store-health.redis';
 
+/** The pause before the one retry of a lock command (see the constructor). */
+const LOCK_RETRY_DELAY_MS = 20;
+
 /**
  * The fleet refresh lock on Redis (a redlock lease per client, with the holder's name beside
  * it for the admin status), and the fleet's backoff and refresh floor (keys whose TTL runs on
@@ -22,12 +25,15 @@ export class RedisRefreshLock implements RefreshLock {
     private readonly lockTtlMs: number,
     commandTimeoutMs: number,
   ) {
-    // One attempt, no retries: a held lock means another replica is refreshing, and waiting
-    // for its pub/sub message beats polling the lock. `using` extends the lease when a third of
-    // it is left, or four command timeouts if less: it retries a failed extension at once until
-    // the lease ends, which busies the event loop while Redis refuses at once, so keep it short.
+    // A held lock means another replica is refreshing, and waiting for its pub/sub message beats
+    // polling the lock: one retry only. That retry's pause matters for the extension: `using`
+    // retries a failed extension at once until the lease ends, and while Redis refuses at once
+    // (connections gone) only the pause between attempts lets timers and requests run.
     this.redlock = new Redlock([health.redis], {
-      retryCount: 0,
+      retryCount: 1,
+      retryDelay: LOCK_RETRY_DELAY_MS,
+      retryJitter: 0,
+      // Extend when a third of the lease is left, or four command timeouts if less.
       automaticExtensionThreshold: Math.min(Math.floor(lockTtlMs / 3), 4 * commandTimeoutMs),
     });
     this.redlock.on('error', () => undefined);
