@@ -89,6 +89,9 @@ export class RedisStateTracker {
     }
     if (this.current === 'down' && (this.downLogged || !connectionError)) return;
     if (this.current === 'misconfigured' && !(connectionError && isOutage(cause))) return;
+    // A TLS mismatch shows as dropped or timed-out connections: another connection of the
+    // replica meeting one before its own probe explained it is the same mismatch, not an outage.
+    if (this.currentProblem?.kind === 'tls' && isDroppedConnection(cause)) return;
     const from = this.current === 'down' ? 'starting' : this.current;
     this.current = 'down';
     this.currentProblem = undefined;
@@ -117,6 +120,12 @@ function isOutage(cause: unknown): boolean {
     code === 'ETIMEDOUT' ||
     code === 'EAI_AGAIN'
   );
+}
+
+/** What a TLS mismatch looks like from the client: the connection reset or the connect timed out. */
+function isDroppedConnection(cause: unknown): boolean {
+  const code = (cause as NodeJS.ErrnoException | undefined)?.code;
+  return code === 'ECONNRESET' || code === 'EPIPE' || code === 'ETIMEDOUT';
 }
 
 /** A short reason for the log: the error's message, first line, bounded. */
