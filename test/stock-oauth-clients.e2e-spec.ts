@@ -212,7 +212,7 @@ describe('stock OAuth clients against the broker', () => {
 
   it('curl, exactly as the README shows', async () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-    const block = /```sh\n(curl [^`]*?\/oauth2\/token)\n```/.exec(readme);
+    const block = /```sh\n(curl [^`]*?http:\/\/token-broker\/oauth2\/token)\n```/.exec(readme);
     expect(block).not.toBeNull();
     const command = block![1].replaceAll('http://token-broker', set.apiKeyBroker.url);
     const { stdout } = await run('sh', ['-c', command], {
