@@ -8,8 +8,8 @@ import { SECURITY_HEADERS } from './security-headers';
 export const OPENAPI_PATH = '/openapi.json';
 
 /**
- * `GET /openapi.json`: the checked-in {@link OPENAPI_DOCUMENT}, serialised once. No caller
- * authentication: it holds no secret and no configuration value.
+ * `GET /openapi.json`: {@link OPENAPI_DOCUMENT}, serialised once. No caller authentication: it
+ * holds no secret and no configuration value.
  *
  * It also watches every route Fastify registers (from construction, before any module
  * registers one) and, at start-up, logs them at debug level and warns about any route the
