@@ -111,16 +111,20 @@ export const UNAVAILABLE: Code[] = [
   'shutting_down',
   'caller_auth_unavailable',
 ];
-/** What `POST /orders` and the passthrough share (the forwarding core's). */
-export const FORWARDING: Code[] = [
+/** The idempotency ledger's codes, which the passthrough shares with `POST /orders`. */
+export const IDEMPOTENCY: Code[] = [
   'idempotency_key_invalid',
+  'idempotency_key_reused',
+  'idempotency_unavailable',
+  'idempotency_record_tampered',
+  'idempotency_records_exceeded',
+];
+/** What `POST /orders` and the passthrough answer besides their own codes. */
+export const FORWARDING: Code[] = [
   'invalid_request',
   ...CALLER_AUTH,
   ...NOT_FOUND,
-  'idempotency_key_reused',
   'request_timeout',
   'internal_error',
-  'idempotency_record_tampered',
   ...UNAVAILABLE,
-  'idempotency_unavailable',
 ];

@@ -1,3 +1,5 @@
+import { ForwardErrorCode } from '../forward/forward.exception';
+import { OrdersErrorCode } from '../orders/orders.exception';
 import {
   BEARER,
   COMPONENTS,
@@ -13,6 +15,7 @@ import {
   CALLER_AUTH,
   FORWARDING,
   GENERIC,
+  IDEMPOTENCY,
   NOT_FOUND,
   oauthError,
   problems,
@@ -95,24 +98,7 @@ function forwardOperation(method: string): Json {
         headers: { 'X-Request-Id': header('X-Request-Id'), ...REPLAYED },
         content: { '*/*': { schema: {} } },
       },
-      ...problems(
-        [
-          'forward_path_invalid',
-          'forward_not_allowed',
-          'forward_in_flight',
-          'forward_outcome_unknown',
-          'forward_body_too_large',
-          'forward_rate_limited',
-          'idempotency_records_exceeded',
-          'forward_token_rejected',
-          'forward_provider_unreachable',
-          'forward_provider_bad_response',
-          'forward_upstream_echoed_token',
-          'forward_provider_timeout',
-          ...FORWARDING,
-        ],
-        true,
-      ),
+      ...problems([...Object.values(ForwardErrorCode), ...IDEMPOTENCY, ...FORWARDING], true),
     },
   };
 }
@@ -261,18 +247,9 @@ const PATHS: Record<string, Record<string, Json>> = {
         ),
         ...problems(
           [
-            'order_body_invalid',
+            ...Object.values(OrdersErrorCode),
             'client_required',
             'method_not_allowed',
-            'order_in_flight',
-            'order_outcome_unknown',
-            'order_body_too_large',
-            'order_unsupported_media_type',
-            'order_token_rejected',
-            'order_provider_unreachable',
-            'order_provider_bad_response',
-            'order_upstream_echoed_token',
-            'order_provider_timeout',
             ...FORWARDING,
           ],
           true,
