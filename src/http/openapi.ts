@@ -27,8 +27,9 @@ import { OPERATOR_PATHS } from './openapi.operator-paths';
  * The broker's OpenAPI 3.1 description, served at `GET /openapi.json`: the callers' paths
  * here, the operators' in `openapi.operator-paths.ts`, bodies and headers in
  * `openapi.components.ts`, error answers in `openapi.problems.ts`. `test/openapi.e2e-spec.ts`
- * validates real answers of running brokers against it and checks that the described routes are exactly those Fastify registers. Nothing in it depends
- * on configuration: it holds no host, client id or secret.
+ * validates real answers of running brokers against it and checks that the described routes
+ * are exactly those Fastify registers. Nothing in it depends on configuration: it holds no
+ * host, client id or secret.
  */
 
 const TOKEN_EXAMPLE = {
