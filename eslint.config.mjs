@@ -20,6 +20,7 @@ const SRC_FOLDERS = [
   'http',
   'logging',
   'metrics',
+  'openapi',
   'orders',
   'provider',
   'redis',
@@ -60,6 +61,16 @@ const BOUNDARIES = {
   token: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'secrets'],
   orders: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'token'],
   health: ['config', 'errors', 'logging', 'token', { http: ['listeners'] }],
+  // The OpenAPI document: generated from the routes' codes and each domain's status table.
+  openapi: [
+    'errors',
+    'http',
+    { admin: ['admin\\.exception'] },
+    { 'caller-auth': ['caller-auth\\.exception'] },
+    { orders: ['orders\\.exception'] },
+    { forward: ['forward\\.exception'] },
+    { token: ['token\\.exception'] },
+  ],
   // The operators' routes: caller auth (scope admin), and the token layer's admin methods.
   admin: ['caller-auth', 'config', 'errors', 'http', 'logging', 'token'],
   // The passthrough: the forwarding core and idempotency port it shares with orders.

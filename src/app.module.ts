@@ -7,7 +7,7 @@ import { ConfigModule } from './config/config.module';
 import type { BrokerConfig } from './config/config.schema';
 import { ForwardModule } from './forward/forward.module';
 import { HealthModule } from './health/health.module';
-import { OpenApiRoute } from './http/openapi.route';
+import { OpenApiRoute } from './openapi/openapi.route';
 import { ProblemFilter } from './http/problem.filter';
 import { LoggingModule } from './logging/logging.module';
 import { MetricsModule } from './metrics/metrics.module';

@@ -4,7 +4,7 @@ import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import { CallerAuthErrorCode } from '../src/caller-auth/caller-auth.exception';
 import { AdminErrorCode } from '../src/admin/admin.exception';
-import { describedRoutes, OPENAPI_DOCUMENT } from '../src/http/openapi';
+import { describedRoutes, OPENAPI_DOCUMENT } from '../src/openapi/openapi';
 import { RequestErrorCode } from '../src/http/request.exception';
 import { ForwardErrorCode } from '../src/forward/forward.exception';
 import { OrdersErrorCode } from '../src/orders/orders.exception';
@@ -30,7 +30,7 @@ const basic = (id: string, secret: string) =>
 const seg = (s: string) => s.replaceAll('~', '~0').replaceAll('/', '~1');
 
 /**
- * `GET /openapi.json` is one source of truth: the checked-in `src/http/openapi.ts`, served as
+ * `GET /openapi.json` is one source of truth: the document `src/openapi/openapi.ts` generates, served as
  * is, against which every answer real brokers give here is validated (status declared, media
  * type declared, body valid against the schema with ajv's JSON Schema 2020-12, required headers
  * present and valid, problem `code` among those declared for that status). The routes Fastify

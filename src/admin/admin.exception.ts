@@ -11,7 +11,7 @@ export enum AdminErrorCode {
   RefreshFailed = 'admin_refresh_failed',
 }
 
-const ADMIN_PROBLEMS: ProblemTable<AdminErrorCode> = {
+export const ADMIN_PROBLEMS: ProblemTable<AdminErrorCode> = {
   [AdminErrorCode.StoreUnavailable]: {
     status: 503,
     title: 'Shared store unavailable',

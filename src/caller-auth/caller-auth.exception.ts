@@ -14,7 +14,7 @@ export enum CallerAuthErrorCode {
   Unavailable = 'caller_auth_unavailable',
 }
 
-const CALLER_AUTH_PROBLEMS: ProblemTable<CallerAuthErrorCode> = {
+export const CALLER_AUTH_PROBLEMS: ProblemTable<CallerAuthErrorCode> = {
   [CallerAuthErrorCode.Unauthenticated]: {
     status: 401,
     title: 'Unauthenticated',

@@ -34,7 +34,7 @@ export enum ForwardErrorCode {
   ProviderTimeout = 'forward_provider_timeout',
 }
 
-const FORWARD_PROBLEMS: ProblemTable<ForwardErrorCode> = {
+export const FORWARD_PROBLEMS: ProblemTable<ForwardErrorCode> = {
   [ForwardErrorCode.PathInvalid]: { status: 400, title: 'Invalid provider path' },
   [ForwardErrorCode.NotAllowed]: { status: 403, title: "Not allowed by the client's allow-list" },
   [ForwardErrorCode.InFlight]: { status: 409, title: 'Request in flight' },

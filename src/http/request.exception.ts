@@ -11,7 +11,7 @@ export enum RequestErrorCode {
   RequestTimeout = 'request_timeout',
 }
 
-const REQUEST_PROBLEMS: ProblemTable<RequestErrorCode> = {
+export const REQUEST_PROBLEMS: ProblemTable<RequestErrorCode> = {
   [RequestErrorCode.InvalidRequest]: { status: 400, title: 'Invalid request' },
   [RequestErrorCode.NotFound]: { status: 404, title: 'Not found' },
   [RequestErrorCode.MethodNotAllowed]: { status: 405, title: 'Method not allowed' },

@@ -50,7 +50,7 @@ export enum OrdersErrorCode {
   ProviderTimeout = 'order_provider_timeout',
 }
 
-const ORDERS_PROBLEMS: ProblemTable<OrdersErrorCode> = {
+export const ORDERS_PROBLEMS: ProblemTable<OrdersErrorCode> = {
   [OrdersErrorCode.InvalidBody]: { status: 400, title: 'Invalid order body' },
   [OrdersErrorCode.InvalidIdempotencyKey]: { status: 400, title: 'Invalid Idempotency-Key' },
   [OrdersErrorCode.InFlight]: { status: 409, title: 'Order in flight' },

@@ -21,7 +21,7 @@ export enum TokenErrorCode {
   ShuttingDown = 'shutting_down',
 }
 
-const TOKEN_PROBLEMS: ProblemTable<TokenErrorCode> = {
+export const TOKEN_PROBLEMS: ProblemTable<TokenErrorCode> = {
   [TokenErrorCode.ClientRequired]: { status: 400, title: 'Client required' },
   [TokenErrorCode.UnknownClient]: { status: 404, title: 'Unknown client' },
   [TokenErrorCode.Unavailable]: { status: 503, title: 'Token unavailable', retryAfterSeconds: 1 },

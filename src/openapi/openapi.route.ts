@@ -2,14 +2,14 @@ import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance } from 'fastify';
 import { describedRoutes, OPENAPI_DOCUMENT } from './openapi';
-import { SECURITY_HEADERS } from './security-headers';
+import { SECURITY_HEADERS } from '../http/security-headers';
 
 /** Where the OpenAPI description is served. */
 export const OPENAPI_PATH = '/openapi.json';
 
 /**
- * `GET /openapi.json`: the checked-in {@link OPENAPI_DOCUMENT}, serialised once. No caller
- * authentication: it holds no secret and no configuration value.
+ * `GET /openapi.json`: {@link OPENAPI_DOCUMENT}, serialised once. No caller authentication: it
+ * holds no secret and no configuration value.
  *
  * It also watches every route Fastify registers (from construction, before any module
  * registers one) and, at start-up, logs them at debug level and warns about any route the

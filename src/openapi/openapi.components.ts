@@ -1,0 +1,249 @@
+import { z } from 'zod';
+
+/**
+ * The reusable parts of the OpenAPI document. The JSON bodies the broker answers with are zod
+ * schemas, turned into `components.schemas` by zod's own `z.toJSONSchema` (JSON Schema 2020-12,
+ * the dialect of OpenAPI 3.1). Objects are loose: a field added to an answer is not a breaking
+ * change.
+ */
+
+export type Json = Record<string, unknown>;
+const dateTime = z.string().meta({ format: 'date-time' });
+const fingerprint = z.string().regex(/^[0-9a-f]{16}$/);
+const count = z.int().min(0);
+const names = z.array(z.string());
+
+const TokenResponse = z.looseObject({
+  access_token: z.string().min(1),
+  token_type: z.literal('Bearer'),
+  expires_in: count.describe('Remaining lifetime, seconds.'),
+  expires_at: dateTime.optional(),
+});
+
+const Problem = z
+  .looseObject({
+    type: z.string().regex(/^urn:token-broker:problem:/),
+    title: z.string(),
+    status: z.int().min(400).max(599),
+    detail: z.string(),
+    code: z.string(),
+    requestId: z.string().optional(),
+  })
+  .describe('RFC 9457 problem details with a stable `code`.');
+
+const OAuthTokenRequest = z.looseObject({
+  grant_type: z.literal('client_credentials'),
+  resource: z.string().describe('RFC 8707: the provider client id.').optional(),
+  audience: z.string().optional(),
+  scope: z.string().describe('One provider client id.').optional(),
+  client_id: z.string().optional(),
+  client_secret: z.string().optional(),
+  client_assertion_type: z
+    .literal('urn:ietf:params:oauth:client-assertion-type:jwt-bearer')
+    .optional(),
+  client_assertion: z.string().optional(),
+});
+
+const OAuthError = z.looseObject({ error: z.string(), error_description: z.string().optional() });
+
+const AuthorizationServerMetadata = z.looseObject({
+  issuer: z.string(),
+  token_endpoint: z.string(),
+  grant_types_supported: z.array(z.literal('client_credentials')),
+  response_types_supported: z.array(z.string()).max(0).optional(),
+  token_endpoint_auth_methods_supported: z.array(
+    z.enum(['client_secret_basic', 'client_secret_post', 'private_key_jwt']),
+  ),
+  token_endpoint_auth_signing_alg_values_supported: names.optional(),
+});
+
+const ProviderAnswer = z.unknown().describe("The provider's JSON, passed through unchanged.");
+
+const AdminStatus = z.looseObject({
+  store: z.looseObject({
+    kind: z.enum(['redis', 'memory']),
+    mode: z.enum(['standalone', 'sentinel', 'cluster']).optional(),
+    nodes: names.optional(),
+    state: z.enum(['up', 'down', 'misconfigured']),
+  }),
+  clients: z.array(
+    z.looseObject({
+      client: z.string(),
+      fingerprint: fingerprint.optional(),
+      expiresAt: dateTime.optional(),
+      obtainedAt: dateTime.optional(),
+      generation: count,
+      lastRefresh: z
+        .looseObject({
+          at: dateTime.optional(),
+          outcome: z.enum(['fetched', 'adopted', 'failed']).optional(),
+        })
+        .optional(),
+      lastError: z.string().optional(),
+      refreshing: z.boolean(),
+      lock: z.looseObject({
+        held: z.boolean().optional(),
+        holder: z.string().optional(),
+        ttlMs: z.int().optional(),
+        error: z.string().optional(),
+      }),
+    }),
+  ),
+});
+
+const AdminRefresh = z.looseObject({
+  client: z.string(),
+  fingerprint,
+  expiresAt: dateTime.optional(),
+  providerRequest: z.boolean(),
+  written: z.boolean(),
+});
+
+const AdminRevoke = z.looseObject({
+  client: z.string(),
+  generation: z.int().min(1),
+  revokedFingerprint: fingerprint.optional(),
+  replicas: z.looseObject({ notified: count, acknowledged: count }),
+});
+
+const AdminReload = z.looseObject({
+  replicas: z
+    .looseObject({ notified: count.optional(), error: z.string().optional() })
+    .describe(
+      'How many replicas the reload request reached through Redis (this one included), or why none could be asked.',
+    ),
+  credentials: z.looseObject({
+    changed: names.optional(),
+    firstRead: names
+      .describe(
+        "Read for the first time on this replica (it had only adopted the fleet's tokens): nothing to compare with.",
+      )
+      .optional(),
+    failed: names.optional(),
+  }),
+  callers: z.looseObject({
+    added: names.optional(),
+    removed: names.optional(),
+    error: z.string().optional(),
+  }),
+});
+
+const report = z.looseObject({}).optional();
+const HealthReport = z.looseObject({
+  status: z.enum(['ok', 'error', 'shutting_down']),
+  info: report,
+  error: report,
+  details: report,
+});
+
+/** Every named schema of the document, by its name in `#/components/schemas`. */
+const SCHEMAS = {
+  TokenResponse,
+  Problem,
+  OAuthTokenRequest,
+  OAuthError,
+  AuthorizationServerMetadata,
+  ProviderAnswer,
+  AdminStatus,
+  AdminRefresh,
+  AdminRevoke,
+  AdminReload,
+  HealthReport,
+};
+
+export type SchemaName = keyof typeof SCHEMAS;
+export const ref = (name: SchemaName) => ({ $ref: `#/components/schemas/${name}` });
+export const header = (name: string) => ({ $ref: `#/components/headers/${name}` });
+export const NO_STORE = {
+  'X-Request-Id': header('X-Request-Id'),
+  'Cache-Control': header('Cache-Control-No-Store'),
+};
+export const REPLAYED = { 'Idempotent-Replayed': header('Idempotent-Replayed') };
+
+/** A 200 whose body is JSON of `schema`. */
+export function ok(
+  description: string,
+  schema: Json,
+  headers: Json = NO_STORE,
+  example?: Json,
+): Json {
+  return { description, headers, content: { 'application/json': { schema, example } } };
+}
+
+/** An operation's parameter; path parameters are required. */
+export const param = (
+  name: string,
+  where: string,
+  description: string,
+  schema: Json,
+  example?: unknown,
+) => ({
+  name,
+  in: where,
+  ...(where === 'path' && { required: true }),
+  description,
+  schema,
+  example,
+});
+
+export const BEARER = [{ bearer: [] }];
+
+/** A header's description and JSON Schema; every header here is required unless said. */
+const headerOf = (description: string, schema: Json, required = true) => ({
+  description,
+  ...(required && { required }),
+  schema,
+});
+
+export const COMPONENTS = {
+  securitySchemes: {
+    bearer: {
+      type: 'http',
+      scheme: 'bearer',
+      description:
+        "Mode `api-key`: the caller's API key. Mode `kubernetes`: the projected service-account token (audience `token-broker`).",
+    },
+    basic: {
+      type: 'http',
+      scheme: 'basic',
+      description: 'client_secret_basic: caller name and API key (or send them as form fields).',
+    },
+  },
+  headers: {
+    'X-Request-Id': headerOf(
+      "The caller's own X-Request-Id when it sent a valid one (`[A-Za-z0-9._:-]{1,128}`), else the broker's id of the request. A problem's `requestId` is always the broker's id, logged as `reqId` (the caller's as `callerRequestId`): quote that.",
+      { type: 'string' },
+    ),
+    'Cache-Control-No-Store': headerOf('Never cache: tokens and errors are of the moment.', {
+      const: 'no-store',
+    }),
+    'Cache-Control-Max-Age': headerOf('May be cached briefly.', {
+      type: 'string',
+      pattern: '^max-age=\\d+$',
+    }),
+    Pragma: headerOf('RFC 6749 §5.1.', { const: 'no-cache' }),
+    'Retry-After': headerOf('Seconds to wait before trying again.', {
+      type: 'string',
+      pattern: '^\\d+$',
+    }),
+    'WWW-Authenticate-Bearer': headerOf('The scheme to authenticate with.', {
+      const: 'Bearer realm="token-broker"',
+    }),
+    'WWW-Authenticate-Basic': headerOf(
+      'HTTP Basic, as RFC 6749 §5.2 requires after a failed Basic authentication.',
+      { type: 'string', pattern: '^Basic realm="token-broker"' },
+    ),
+    'Idempotent-Replayed': headerOf(
+      '`true` when this is the stored answer of an earlier request with the same key.',
+      { const: 'true' },
+      false,
+    ),
+  },
+  schemas: Object.fromEntries(
+    Object.entries(SCHEMAS).map(([name, schema]) => {
+      const json = z.toJSONSchema(schema);
+      delete json.$schema; // the document's dialect already
+      return [name, json];
+    }),
+  ),
+};

@@ -1,0 +1,150 @@
+import {
+  BEARER,
+  header,
+  type Json,
+  NO_STORE,
+  ok,
+  param,
+  ref,
+  type SchemaName,
+} from './openapi.components';
+import { CALLER_AUTH, type Code, GENERIC, NOT_FOUND, problems } from './openapi.problems';
+
+/** The operators' paths of the OpenAPI document: health, metrics, the admin routes, itself. */
+
+const ADMIN_CLIENT = param(
+  'id',
+  'path',
+  "The provider client (a configured client id in the caller's grant).",
+  { type: 'string', minLength: 1 },
+  'acme-prod',
+);
+
+/** An admin operation: scope `admin`, JSON of component `schema` on success. */
+interface AdminOperation {
+  operationId: string;
+  summary: string;
+  answer: string;
+  schema: SchemaName;
+  codes: Code[];
+  /** Whether the path names a client: `{id}`. */
+  client?: boolean;
+}
+
+function admin({ operationId, summary, answer, schema, codes, client }: AdminOperation): Json {
+  return {
+    tags: ['admin'],
+    operationId,
+    summary,
+    security: BEARER,
+    ...(client && { parameters: [ADMIN_CLIENT] }),
+    responses: { '200': ok(answer, ref(schema)), ...problems([...CALLER_AUTH, ...codes]) },
+  };
+}
+
+/** An unauthenticated `GET` of the operations tag. */
+function operation(id: string, summary: string, responses: Json): Json {
+  return { tags: ['operations'], operationId: id, summary, responses };
+}
+
+export const OPERATOR_PATHS: Record<string, Record<string, Json>> = {
+  '/health/live': {
+    get: operation('live', 'Liveness: the process answers', {
+      '200': ok(
+        'Alive.',
+        { type: 'object', required: ['status'], properties: { status: { const: 'ok' } } },
+        { 'X-Request-Id': header('X-Request-Id') },
+        { status: 'ok' },
+      ),
+      ...problems(GENERIC),
+    }),
+  },
+  '/health/ready': {
+    get: operation('ready', 'Readiness: credentials load and a token was obtained since start-up', {
+      '200': ok(
+        'Ready (Redis down shows as `degraded`, still ready). The report (`info`, `details`) is answered on the admin port only; elsewhere `{"status":"ok"}`.',
+        ref('HealthReport'),
+        { 'X-Request-Id': header('X-Request-Id') },
+      ),
+      '503': ok(
+        'Not ready; on the admin port the report names the cause, elsewhere `{"status":"error"}`.',
+        ref('HealthReport'),
+      ),
+      ...problems(GENERIC),
+    }),
+  },
+  '/metrics': {
+    get: operation('metrics', "Prometheus metrics (keep off the callers' network)", {
+      '200': {
+        description: 'Prometheus text format 0.0.4.',
+        headers: NO_STORE,
+        content: { 'text/plain': { schema: { type: 'string' } } },
+      },
+      ...problems(GENERIC),
+    }),
+  },
+  '/admin/clients': {
+    get: admin({
+      operationId: 'adminClients',
+      summary: "Every client in the caller's grant, as this replica sees it, and the store",
+      answer:
+        "Per client: the token's fingerprint (16 hex of SHA-256, never the token), expiry, when and how this replica last got it (`fetched`, `adopted`, `failed`), the revocation generation, the refresh lock's holder, the last error; and the store's kind, mode, nodes and state.",
+      schema: 'AdminStatus',
+      codes: GENERIC,
+    }),
+  },
+  '/admin/clients/{id}/refresh': {
+    post: admin({
+      operationId: 'adminRefresh',
+      summary:
+        'A new token for the whole fleet: one provider request under the refresh lock, fenced, adopted by every replica',
+      answer:
+        '`providerRequest` is false when the refresh joined one asked for at the same time (on any replica).',
+      schema: 'AdminRefresh',
+      codes: [
+        ...NOT_FOUND,
+        'admin_refresh_failed',
+        'admin_store_unavailable',
+        'token_unavailable',
+        'internal_error',
+      ],
+      client: true,
+    }),
+  },
+  '/admin/clients/{id}/revoke': {
+    post: admin({
+      operationId: 'adminRevoke',
+      summary:
+        "Drops the client's token on every replica for good (a new generation); a new one is fetched",
+      answer:
+        '`replicas.notified`: replicas the notification reached; `acknowledged`: those that dropped the token within 2 s.',
+      schema: 'AdminRevoke',
+      codes: [...NOT_FOUND, 'admin_store_unavailable', 'internal_error'],
+      client: true,
+    }),
+  },
+  '/admin/reload': {
+    post: admin({
+      operationId: 'adminReload',
+      summary:
+        'Re-reads client credentials and caller grants now, on this replica and (through Redis) every other',
+      answer:
+        'Names only, for this replica: the clients whose credentials changed, the callers added or removed; `replicas`: how many replicas heard the request (each logs its own outcome).',
+      schema: 'AdminReload',
+      codes: GENERIC,
+    }),
+  },
+  '/openapi.json': {
+    get: operation('openapi', 'This document', {
+      '200': ok(
+        'OpenAPI 3.1.',
+        { type: 'object', required: ['openapi', 'paths'] },
+        {
+          'X-Request-Id': header('X-Request-Id'),
+          'Cache-Control': header('Cache-Control-Max-Age'),
+        },
+      ),
+      ...problems(GENERIC),
+    }),
+  },
+};

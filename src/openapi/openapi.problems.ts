@@ -1,0 +1,130 @@
+import { header, type Json, NO_STORE, ref } from './openapi.components';
+import { type ProblemCode, statusFor } from './problem-statuses';
+
+/**
+ * The error answers of the OpenAPI document. Each operation lists the problem codes it can
+ * answer; their statuses and titles come from the problem mapping, so a code cannot be
+ * documented at a status it is not sent with.
+ */
+
+/** A problem code as callers see it: any value of the domains' code enums. */
+export type Code = `${ProblemCode}`;
+/** The status and title a code is answered with: the one place the document reads them. */
+const titleOf = (code: Code) => statusFor(code as ProblemCode);
+
+/** What a caller can do about a code, where its title alone does not say. */
+const HINTS: Partial<Record<Code, string>> = {
+  request_timeout:
+    'the request line and headers, or the whole request, did not arrive in time (HTTP_HEADERS_TIMEOUT_MS, HTTP_REQUEST_TIMEOUT_MS)',
+  payload_too_large: 'a request body over the server limit',
+  internal_error: 'unexpected failure; quote the request id',
+  forbidden:
+    "the caller may not use this client, or lacks this route's scope (`token`, `forward`, `admin`)",
+  token_unavailable: 'no valid token can be had now (or the refresh lock stayed held)',
+  order_body_too_large: 'body over the configured limit',
+  order_unsupported_media_type: 'not application/json',
+  idempotency_key_reused: 'same Idempotency-Key, different query or body',
+  order_in_flight: 'the first request with this key is in flight',
+  order_outcome_unknown: "the first request's outcome is unknown",
+  idempotency_record_tampered:
+    'a stored idempotency record failed its integrity check (never replayed); quote the request id',
+  idempotency_records_exceeded:
+    'the caller holds the most Idempotency-Key records it may (nothing sent)',
+  order_upstream_echoed_token: "the provider's answer contained the access token (withheld)",
+  order_provider_timeout: 'sent, no answer in time: check with the provider',
+  forward_not_allowed: "the client's allow-list does not cover the method and path",
+  forward_body_too_large: 'body over FORWARD_BODY_LIMIT_BYTES',
+  forward_rate_limited: "over the client's or the caller's rate limit at the broker",
+  forward_upstream_echoed_token: "the provider's answer contained the access token (withheld)",
+  forward_provider_timeout: 'sent, no answer in time: check with the provider',
+  admin_store_unavailable: 'Redis does not answer; retry',
+};
+
+/**
+ * The problem+json answers of an operation that can answer `codes`, one per status. With
+ * `relayed`, each status may also be the provider's own JSON answer, passed through.
+ */
+export function problems(codes: Code[], relayed = false): Record<string, Json> {
+  const byStatus = new Map<number, Code[]>();
+  for (const code of codes) {
+    const { status } = titleOf(code);
+    byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
+  }
+  const entries = [...byStatus].map(([status, group]): [string, Json] => [
+    String(status),
+    {
+      description: group.map((c) => `\`${c}\`: ${HINTS[c] ?? titleOf(c).title}.`).join(' '),
+      headers: {
+        ...NO_STORE,
+        ...(status === 401 && { 'WWW-Authenticate': header('WWW-Authenticate-Bearer') }),
+        ...([409, 429, 503].includes(status) && { 'Retry-After': header('Retry-After') }),
+      },
+      content: {
+        'application/problem+json': {
+          schema: { allOf: [ref('Problem')], properties: { code: { enum: group } } },
+          example: {
+            type: `urn:token-broker:problem:${group[0]}`,
+            title: titleOf(group[0]).title,
+            status,
+            detail: 'a sentence saying what is wrong and what to do',
+            code: group[0],
+            requestId: '9f1c2a7e-4d1b-4f0e-9a55-0c6b8d2e1f3a',
+          },
+        },
+        ...(relayed && { 'application/json': { schema: ref('ProviderAnswer') } }),
+      },
+    },
+  ]);
+  return Object.fromEntries(entries);
+}
+
+/** An RFC 6749 §5.2 error answer of `POST /oauth2/token`. */
+export function oauthError(description: string, errors: string[], headers: Json = {}): Json {
+  return {
+    description: `${description}. \`error\`: ${errors.map((c) => `\`${c}\``).join(', ')}.`,
+    headers: { ...NO_STORE, Pragma: header('Pragma'), ...headers },
+    content: {
+      'application/json': {
+        schema: { allOf: [ref('OAuthError')], properties: { error: { enum: errors } } },
+        example: { error: errors[0], error_description: 'what is wrong' },
+      },
+    },
+  };
+}
+
+/** Answers any route can give before its handler runs. */
+export const GENERIC: Code[] = [
+  'not_found',
+  'method_not_allowed',
+  'request_timeout',
+  'payload_too_large',
+  'unsupported_media_type',
+  'internal_error',
+];
+export const CALLER_AUTH: Code[] = ['unauthenticated', 'forbidden'];
+export const NOT_FOUND: Code[] = ['unknown_client', 'not_found'];
+/** No token, or no one to ask for one: 503. */
+export const UNAVAILABLE: Code[] = [
+  'token_unavailable',
+  'credentials_rejected',
+  'credentials_unavailable',
+  'shutting_down',
+  'caller_auth_unavailable',
+];
+/** The idempotency ledger's codes, which the passthrough shares with `POST /orders`. */
+export const IDEMPOTENCY: Code[] = [
+  'idempotency_key_invalid',
+  'idempotency_key_reused',
+  'idempotency_unavailable',
+  'idempotency_record_tampered',
+  'idempotency_records_exceeded',
+];
+/** What `POST /orders` and the passthrough answer besides their own codes. */
+export const FORWARDING: Code[] = [
+  'invalid_request',
+  ...CALLER_AUTH,
+  ...NOT_FOUND,
+  'request_timeout',
+  'internal_error',
+  ...UNAVAILABLE,
+];

@@ -1,0 +1,37 @@
+import { ADMIN_PROBLEMS, type AdminErrorCode } from '../admin/admin.exception';
+import {
+  CALLER_AUTH_PROBLEMS,
+  type CallerAuthErrorCode,
+} from '../caller-auth/caller-auth.exception';
+import type { ProblemStatus } from '../errors/broker.exception';
+import { FORWARD_PROBLEMS, type ForwardErrorCode } from '../forward/forward.exception';
+import { REQUEST_PROBLEMS, type RequestErrorCode } from '../http/request.exception';
+import { ORDERS_PROBLEMS, type OrdersErrorCode } from '../orders/orders.exception';
+import { TOKEN_PROBLEMS, type TokenErrorCode } from '../token/token.exception';
+
+/** Every `code` a problem answer can carry: the caller-facing domains' codes, and the 500's. */
+export type ProblemCode =
+  | TokenErrorCode
+  | CallerAuthErrorCode
+  | RequestErrorCode
+  | OrdersErrorCode
+  | AdminErrorCode
+  | ForwardErrorCode
+  | 'internal_error';
+
+// The document reads each domain's own table, the one its exceptions carry: it cannot drift
+// from what the problem writer answers.
+const STATUSES: Readonly<Record<ProblemCode, ProblemStatus>> = {
+  ...TOKEN_PROBLEMS,
+  ...CALLER_AUTH_PROBLEMS,
+  ...REQUEST_PROBLEMS,
+  ...ORDERS_PROBLEMS,
+  ...ADMIN_PROBLEMS,
+  ...FORWARD_PROBLEMS,
+  internal_error: { status: 500, title: 'Internal error' },
+};
+
+/** The status and title a problem code is answered with. */
+export function statusFor(code: ProblemCode): ProblemStatus {
+  return STATUSES[code];
+}
