@@ -34,7 +34,8 @@ async function rollingRestart(fleet: Fleet, balancer: ServiceBalancer): Promise<
     const exited = old.kill('SIGTERM');
     const readiness = await waitFor(
       async () => {
-        const res = await request(`${old.url}/health/ready`).catch(() => undefined);
+        // The admin listener: where readiness says why, not only that.
+        const res = await request(`${old.adminUrl!}/health/ready`).catch(() => undefined);
         if (res === undefined) return { status: 0, body: '' };
         const body = await res.body.text();
         return res.statusCode === 503 ? { status: 503, body } : null;
@@ -78,6 +79,7 @@ describe.each([
     fleet = await startFaultFleet({
       lifetimeS: LIFETIME_S,
       aheadS: AHEAD_S,
+      admin: true,
       env: { SHUTDOWN_DRAIN_DELAY_MS: String(drainMs), SHUTDOWN_GRACE_MS: String(GRACE_MS) },
     });
     balancer = await ServiceBalancer.start({
