@@ -4,7 +4,7 @@ import {
   type ProviderSettings,
   tokenCallDeadlineMs,
 } from '../config/config.schema';
-import type { ClientCredentials } from '../secrets/client-credentials';
+import type { ClientCredentials, SecretCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import {
   parseRetryAfter,
@@ -40,7 +40,7 @@ export class AuthServerClient implements TokenGrantor {
     private readonly now: () => number = Date.now,
   ) {}
 
-  async requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken> {
+  async requestToken(client: ClientConfig, credentials: SecretCredentials): Promise<GrantedToken> {
     const what = `token request for client "${client.id}"`;
     const url = new URL(`${client.authUrl}${TOKEN_PATH}`);
     url.searchParams.set('grant_type', 'client_credentials');

@@ -1,4 +1,4 @@
-import type { ClientCredentials } from './client-credentials';
+import { type ClientCredentials, sameCredentials } from './client-credentials';
 import { SecretsException } from './secrets.exception';
 
 /**
@@ -50,10 +50,7 @@ export class CredentialsCache {
     this.credentials = await this.load();
     this.loadedAt = this.now();
     if (before === undefined) return 'first';
-    return before.clientId !== this.credentials.clientId ||
-      before.clientSecret !== this.credentials.clientSecret
-      ? 'changed'
-      : 'unchanged';
+    return sameCredentials(before, this.credentials) ? 'unchanged' : 'changed';
   }
 
   /**
@@ -63,8 +60,6 @@ export class CredentialsCache {
    */
   async rotated(refused: ClientCredentials): Promise<ClientCredentials | undefined> {
     const fresh = await this.get(true);
-    return fresh.clientId !== refused.clientId || fresh.clientSecret !== refused.clientSecret
-      ? fresh
-      : undefined;
+    return sameCredentials(fresh, refused) ? undefined : fresh;
   }
 }
