@@ -1,4 +1,6 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ManagedProcess, minimalEnv } from './managed-process';
@@ -30,6 +32,8 @@ export interface GrantEvent {
   event: 'grant' | 'grant_error';
   client?: string;
   error?: string;
+  /** The subject CN of the client certificate presented on the connection, if any. */
+  certificate?: string | null;
   at: number;
 }
 
@@ -113,22 +117,42 @@ export async function startAuthServer(opts: AuthServerOptions): Promise<AuthServ
 /**
  * Asks the server's introspection endpoint about `token`, authenticating as a
  * client_secret_basic client; `{active: false}` for a token it did not issue or that expired.
+ * `ca`: the PEM to trust an https server by.
  */
 export async function introspect(
   server: AuthServer,
   token: string,
   as: { id: string; secret: string },
-  init: { dispatcher?: unknown } = {},
+  ca?: string,
 ): Promise<Record<string, unknown>> {
-  const res = await fetch(`${server.url}/token/introspection`, {
-    method: 'POST',
-    headers: {
-      authorization: `Basic ${Buffer.from(`${as.id}:${as.secret}`).toString('base64')}`,
-      'content-type': 'application/x-www-form-urlencoded',
-    },
-    body: new URLSearchParams({ token }).toString(),
-    ...init,
-  } as RequestInit);
-  if (res.status !== 200) throw new Error(`introspection answered ${res.status}`);
-  return (await res.json()) as Record<string, unknown>;
+  const body = new URLSearchParams({ token }).toString();
+  const url = new URL(`${server.url}/token/introspection`);
+  const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
+  const text = await new Promise<string>((resolve, reject) => {
+    const req = send(
+      url,
+      {
+        method: 'POST',
+        agent: false,
+        ...(ca !== undefined && { ca: readFileSync(ca) }),
+        headers: {
+          authorization: `Basic ${Buffer.from(`${as.id}:${as.secret}`).toString('base64')}`,
+          'content-type': 'application/x-www-form-urlencoded',
+        },
+      },
+      (res) => {
+        let data = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (data += c));
+        res.on('end', () =>
+          res.statusCode === 200
+            ? resolve(data)
+            : reject(new Error(`introspection answered ${res.statusCode}`)),
+        );
+      },
+    );
+    req.once('error', reject);
+    req.end(body);
+  });
+  return JSON.parse(text) as Record<string, unknown>;
 }

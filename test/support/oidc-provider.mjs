@@ -59,11 +59,19 @@ const provider = new Provider(issuer, {
 provider.proxy = false;
 
 const log = (event) => process.stdout.write(`${JSON.stringify({ ...event, at: Date.now() })}\n`);
+// Which certificate the connection presented: a mutual-TLS client's must go to its token
+// endpoint only.
+const certificate = (ctx) => ctx.req.socket.getPeerCertificate?.()?.subject?.CN ?? null;
 provider.on('grant.success', (ctx) => {
-  log({ event: 'grant', client: ctx.oidc.client?.clientId });
+  log({ event: 'grant', client: ctx.oidc.client?.clientId, certificate: certificate(ctx) });
 });
 provider.on('grant.error', (ctx, err) => {
-  log({ event: 'grant_error', client: ctx.oidc.client?.clientId, error: err.error ?? err.name });
+  log({
+    event: 'grant_error',
+    client: ctx.oidc.client?.clientId,
+    error: err.error ?? err.name,
+    certificate: certificate(ctx),
+  });
 });
 
 const callback = provider.callback();
