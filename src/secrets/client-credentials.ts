@@ -57,14 +57,18 @@ const NEEDS: Record<ClientAuthMethod, { fields: readonly string[]; example: stri
  * authentication method: `{"client_id","client_secret"}` for the secret methods,
  * `{"client_id","private_key"}` for `private_key_jwt`, `{"client_id","certificate","private_key"}`
  * for `tls_client_auth`. A secret where a key is needed (or the reverse) is refused, naming
- * the fields, never their values.
+ * the fields, never their values. `versionStage`: a Secrets Manager staging label (rotation).
  */
 export async function loadClientCredentials(
   reader: SecretReader,
   source: CredentialsSource,
   auth: ClientAuthMethod = 'client_secret_basic',
+  versionStage?: string,
 ): Promise<ClientCredentials> {
-  const ref = source.file !== undefined ? { file: source.file } : { secretId: source.secretId! };
+  const ref =
+    source.file !== undefined
+      ? { file: source.file }
+      : { secretId: source.secretId!, ...(versionStage !== undefined && { versionStage }) };
   const where = ref.file ?? ref.secretId;
   return parseClientCredentials(await reader.read(ref), where, auth);
 }
