@@ -1,5 +1,7 @@
 import { generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRemoteJWKSet, jwtVerify } from 'jose';
@@ -37,6 +39,9 @@ describe('standard client-credentials profiles against oidc-provider', () => {
   let as: AuthServer;
   let broker: BrokerProcess;
   let dir: string;
+  /** A resource API behind the passthrough: it answers what introspection says of its bearer. */
+  let api: Server;
+  let apiUrl: string;
 
   beforeAll(async () => {
     as = await startAuthServer({
@@ -77,6 +82,21 @@ describe('standard client-credentials profiles against oidc-provider', () => {
         },
       ],
     });
+    api = createServer((req, res) => {
+      const token = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '';
+      req.resume();
+      void introspect(as, token, INTROSPECTOR).then(
+        (answer) => {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(
+            JSON.stringify({ path: req.url, active: answer.active, client_id: answer.client_id }),
+          );
+        },
+        () => res.writeHead(502).end(),
+      );
+    });
+    await new Promise<void>((resolve) => api.listen(0, '127.0.0.1', resolve));
+    apiUrl = `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
     dir = mkdtempSync(join(tmpdir(), 'tb-standard-'));
     const credentials = (name: string, value: Record<string, unknown>) => {
       const file = join(dir, `${name}.json`);
@@ -86,7 +106,7 @@ describe('standard client-credentials profiles against oidc-provider', () => {
     const client = (id: string, creds: Record<string, unknown>, tokenRequest: object) => ({
       id,
       authUrl: as.url,
-      baseUrl: as.url,
+      baseUrl: apiUrl,
       credentials: credentials(id, creds),
       tokenRequest: { grant: 'rfc6749', url: as.tokenUrl, ...tokenRequest },
     });
@@ -170,6 +190,8 @@ describe('standard client-credentials profiles against oidc-provider', () => {
   afterAll(async () => {
     await broker?.stop();
     await as?.stop();
+    api?.closeAllConnections();
+    await new Promise((resolve) => api?.close(resolve));
   });
 
   it('client_secret_basic with scope and a resource indicator: a JWT for that resource', async () => {
@@ -198,6 +220,16 @@ describe('standard client-credentials profiles against oidc-provider', () => {
   ])('private_key_jwt (%s): %s, %s', async (client, clientId) => {
     const answer = await brokerToken(broker, client);
     await expect(issuedTo(answer.access_token)).resolves.toBe(clientId);
+  });
+
+  it('the passthrough calls the API with the token the server issued for that client', async () => {
+    const res = await fetch(`${broker.url}/provider/post/api/marketing/v1/offers?x=1`);
+    expect(res.status).toBe(200);
+    await expect(res.json()).resolves.toEqual({
+      path: '/api/marketing/v1/offers?x=1',
+      active: true,
+      client_id: 'shop-post',
+    });
   });
 
   it('made one token request per client, each accepted', () => {
