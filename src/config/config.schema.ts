@@ -173,6 +173,18 @@ const commaList = (v: unknown) =>
         .filter((s) => s !== '')
     : v;
 
+/** How `private_key_jwt` client assertions are signed. */
+export const assertionSettingsSchema = z
+  .object({
+    /** Signature algorithm; must match the key. @default 'RS256' */
+    alg: z.enum(ASSERTION_ALGS).default('RS256'),
+    /** `kid` header, when the server holds several keys for the client. @default the JWK's own `kid`, if any */
+    kid: z.string().min(1).max(256).optional(),
+    /** Assertion lifetime. @default 60 */
+    lifetimeSeconds: z.coerce.number().int().min(5).max(300).default(60),
+  })
+  .strict();
+
 /**
  * A client's token request: the provider's own dialect (the default), or a standard RFC 6749
  * client-credentials grant for any other API, with its client authentication method.
@@ -238,18 +250,8 @@ export const tokenRequestSchema = z
         ),
       )
       .optional(),
-    /** The `private_key_jwt` client assertion. Auth `private_key_jwt` only. */
-    assertion: z
-      .object({
-        /** Signature algorithm; must match the key. @default 'RS256' */
-        alg: z.enum(ASSERTION_ALGS).default('RS256'),
-        /** `kid` header, when the server holds several keys for the client. @default the JWK's own `kid`, if any */
-        kid: z.string().min(1).max(256).optional(),
-        /** Assertion lifetime. @default 60 */
-        lifetimeSeconds: z.coerce.number().int().min(5).max(300).default(60),
-      })
-      .strict()
-      .optional(),
+    /** The `private_key_jwt` client assertion. Auth `private_key_jwt` only. @default RS256, 60 s */
+    assertion: assertionSettingsSchema.optional(),
   })
   .strict()
   .superRefine((r, ctx) => {
@@ -311,6 +313,13 @@ export const clientSchema = z
     baseUrl: httpUrl,
     /** @default '/api/checkout/v1/orders' (the documented path; the plugin uses `/api/flexpay/v1/orders`) */
     ordersPath: path.default('/api/checkout/v1/orders'),
+    /**
+     * The client's credentials JSON: `{"client_id","client_secret"}`, `{"client_id","private_key"}`
+     * (private_key_jwt; PEM or JWK) or `{"client_id","certificate","private_key"}`
+     * (tls_client_auth; PEM). When the server refuses them, a Secrets Manager secret is re-read
+     * at AWSCURRENT, then AWSPENDING, then AWSPREVIOUS, and the first version it accepts is used;
+     * a file is re-read.
+     */
     credentials: credentialsSourceSchema,
     /** The token request's shape and client authentication. @default the provider's dialect */
     tokenRequest: tokenRequestSchema.default(() => tokenRequestSchema.parse({})),

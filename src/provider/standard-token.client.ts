@@ -2,6 +2,7 @@ import { createHash, createPrivateKey, type KeyObject, randomUUID } from 'node:c
 import { SignJWT } from 'jose';
 import type { Dispatcher } from 'undici';
 import {
+  assertionSettingsSchema,
   type ClientConfig,
   type ProviderSettings,
   tokenCallDeadlineMs,
@@ -20,6 +21,7 @@ import { type GrantedToken, parseTokenResponse } from './token-response.parser';
 import type { Agent } from './undici-agent';
 
 const ASSERTION_TYPE = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
+const DEFAULT_ASSERTION = assertionSettingsSchema.parse({});
 
 /**
  * A standard RFC 6749 §4.4 client-credentials request: a form body posted to the client's
@@ -133,7 +135,7 @@ export class StandardTokenClient implements TokenGrantor {
     credentials: ClientCredentials,
     what: string,
   ): Promise<string> {
-    const settings = client.tokenRequest.assertion ?? { alg: 'RS256', lifetimeSeconds: 60 };
+    const settings = client.tokenRequest.assertion ?? DEFAULT_ASSERTION;
     const { key, kid } = privateKeyOf(need(credentials.privateKey, what, 'private_key'), what);
     const issuedAt = Math.floor(this.now() / 1000);
     try {
