@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { type AuthServer, introspect, startAuthServer } from './support/auth-server';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
 import { makeTestCertificates, type TestCertificates } from './support/test-certificates';
+import { waitFor } from './support/wait';
 
 const INTROSPECTOR = { id: 'introspector', secret: 'introspector-secret-0123456789abcdef' };
 
@@ -17,9 +18,10 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
   let certs: TestCertificates;
   let as: AuthServer;
   let broker: BrokerProcess;
+  let dir: string;
 
   beforeAll(async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'tb-mtls-'));
+    dir = mkdtempSync(join(tmpdir(), 'tb-mtls-'));
     certs = makeTestCertificates(dir);
     as = await startAuthServer({
       tls: { key: certs.serverKey, cert: certs.serverCert, clientCa: certs.ca },
@@ -40,18 +42,6 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
           token_endpoint_auth_method: 'client_secret_basic',
         },
       ],
-    });
-    const write = (name: string, value: object) => {
-      const file = join(dir, name);
-      writeFileSync(file, JSON.stringify(value), { mode: 0o600 });
-      return file;
-    };
-    const client = (id: string, credentials: string, tokenRequest: object) => ({
-      id,
-      authUrl: as.url,
-      baseUrl: as.url,
-      credentials: { file: credentials },
-      tokenRequest: { grant: 'rfc6749', url: as.tokenUrl, ...tokenRequest },
     });
     const configFile = write('broker.json', {
       clients: [
@@ -74,19 +64,30 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
         ),
       ],
     });
-    broker = await spawnBroker({
-      name: 'broker-mtls',
-      env: {
-        BROKER_CONFIG_FILE: configFile,
-        NODE_EXTRA_CA_CERTS: certs.ca,
-        CALLER_AUTH_MODE: 'none',
-        CALLER_AUTH_ALLOW_NONE: 'true',
-        HOST: '127.0.0.1',
-        LOG_LEVEL: 'warn',
-        TOKEN_REFRESH_AHEAD_SECONDS: '10',
-      },
-    });
+    broker = await spawnBroker({ name: 'broker-mtls', env: env(configFile) });
     await broker.waitReady(20_000);
+  });
+
+  const write = (name: string, value: object) => {
+    const file = join(dir, name);
+    writeFileSync(file, JSON.stringify(value), { mode: 0o600 });
+    return file;
+  };
+  const client = (id: string, credentials: string, tokenRequest: object) => ({
+    id,
+    authUrl: as.url,
+    baseUrl: as.url,
+    credentials: { file: credentials },
+    tokenRequest: { grant: 'rfc6749', url: as.tokenUrl, ...tokenRequest },
+  });
+  const env = (configFile: string) => ({
+    BROKER_CONFIG_FILE: configFile,
+    NODE_EXTRA_CA_CERTS: certs.ca,
+    CALLER_AUTH_MODE: 'none',
+    CALLER_AUTH_ALLOW_NONE: 'true',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'warn',
+    TOKEN_REFRESH_AHEAD_SECONDS: '10',
   });
 
   afterAll(async () => {
@@ -113,5 +114,43 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
       ['shop-mtls', 'broker-client'],
       ['shop-post', null],
     ]);
+  });
+
+  it('is refused, and says so, with a certificate the server does not hold for the client', async () => {
+    const intruder = await spawnBroker({
+      name: 'broker-mtls-other-certificate',
+      env: env(
+        write('other-broker.json', {
+          clients: [
+            client(
+              'mtls',
+              write('other.json', {
+                client_id: 'shop-mtls',
+                certificate: readFileSync(certs.otherCert, 'utf8'),
+                private_key: readFileSync(certs.otherKey, 'utf8'),
+              }),
+              { auth: 'tls_client_auth' },
+            ),
+          ],
+        }),
+      ),
+    });
+    try {
+      const answer = await waitFor(
+        async () => {
+          const res = await fetch(`${intruder.url}/token?client=mtls`);
+          const body = (await res.json()) as { code?: string };
+          return body.code === 'credentials_rejected' ? { status: res.status, body } : undefined;
+        },
+        { timeoutMs: 15_000, intervalMs: 100, what: 'the refusal to reach callers' },
+      );
+      expect(answer.status).toBe(503);
+      const refused = as.grants().filter((g) => g.event === 'grant_error');
+      expect(refused.map((g) => [g.client, g.error, g.certificate])).toEqual([
+        ['shop-mtls', 'invalid_client', 'another-client'],
+      ]);
+    } finally {
+      await intruder.stop();
+    }
   });
 });

@@ -11,11 +11,14 @@ export interface TestCertificates {
   clientKey: string;
   /** The client certificate's subject, as RFC 4514 text (`CN=<name>`). */
   clientSubject: string;
+  /** A client certificate from the same CA with another subject (`CN=another-client`). */
+  otherCert: string;
+  otherKey: string;
 }
 
 /**
  * Makes the certificates of a mutual-TLS test with `openssl`, in `dir` (the test's temporary
- * directory): one CA signs both the server's (SAN IP 127.0.0.1) and the client's.
+ * directory): one CA signs the server's (SAN IP 127.0.0.1), the client's and another client's.
  */
 export function makeTestCertificates(dir: string, clientName = 'broker-client'): TestCertificates {
   const file = (name: string) => join(dir, name);
@@ -77,6 +80,8 @@ export function makeTestCertificates(dir: string, clientName = 'broker-client'):
   };
   issue('server', '/CN=127.0.0.1', 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n');
   issue('client', `/CN=${clientName}`, 'extendedKeyUsage=clientAuth\n');
+  // Same CA, another subject: a certificate the server trusts but registered for no client.
+  issue('other', '/CN=another-client', 'extendedKeyUsage=clientAuth\n');
   return {
     ca: file('ca.pem'),
     serverCert: file('server.pem'),
@@ -84,5 +89,7 @@ export function makeTestCertificates(dir: string, clientName = 'broker-client'):
     clientCert: file('client.pem'),
     clientKey: file('client.key'),
     clientSubject: `CN=${clientName}`,
+    otherCert: file('other.pem'),
+    otherKey: file('other.key'),
   };
 }
