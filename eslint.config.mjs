@@ -167,5 +167,15 @@ export default tseslint.config(
       '@typescript-eslint/unbound-method': 'off',
     },
   },
+  {
+    // Plain ESM scripts the tests run as processes of their own (an ESM-only dependency that
+    // Jest's CommonJS cannot load): no TypeScript project to type-check them against.
+    files: ['test/support/*.mjs'],
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: {
+      ...tseslint.configs.disableTypeChecked.languageOptions,
+      globals: { process: 'readonly' },
+    },
+  },
   ...boundaryConfigs(),
 );

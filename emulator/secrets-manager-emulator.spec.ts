@@ -94,6 +94,24 @@ describe(SecretsManagerEmulator.name, () => {
     expect(emu.stats.bySecret[SECRET_ID]).toBe(3);
   });
 
+  it('serves the staging labels a rotation sets, and ResourceNotFoundException for others', async () => {
+    emu.setSecretStage(SECRET_ID, 'AWSPENDING', 'pending');
+    const read = (VersionStage?: string) =>
+      client.send(new GetSecretValueCommand({ SecretId: SECRET_ID, VersionStage }));
+    await expect(read('AWSPENDING')).resolves.toMatchObject({
+      SecretString: 'pending',
+      VersionStages: ['AWSPENDING'],
+    });
+    await expect(read('AWSCURRENT')).resolves.toMatchObject({ SecretString: SECRET_VALUE });
+    await expect(read('AWSPREVIOUS')).rejects.toMatchObject({
+      name: 'ResourceNotFoundException',
+      message:
+        "Secrets Manager can't find the specified secret value for staging label: AWSPREVIOUS",
+    });
+    emu.setSecretStage(SECRET_ID, 'AWSPENDING', undefined);
+    await expect(read('AWSPENDING')).rejects.toMatchObject({ name: 'ResourceNotFoundException' });
+  });
+
   it.each([
     [500, 'InternalServiceError'],
     [400, 'ThrottlingException'],

@@ -54,6 +54,8 @@ interface StoredSecret {
  */
 export class SecretsManagerEmulator {
   private readonly secrets = new Map<string, StoredSecret>();
+  /** Versions under other staging labels (`AWSPENDING`, `AWSPREVIOUS`), per secret name. */
+  private readonly staged = new Map<string, Map<string, StoredSecret>>();
   private readonly failures: SecretsManagerFailure[] = [];
   private current: SecretsManagerStats = { requests: 0, bySecret: {} };
   private http!: EmulatorHttpServer;
@@ -81,6 +83,24 @@ export class SecretsManagerEmulator {
       versionId: randomUUID(),
       createdDate: Math.floor(Date.now() / 1000),
     });
+  }
+
+  /**
+   * Sets (or with `undefined` removes) the version a staging label other than `AWSCURRENT`
+   * points at, as a rotation does: `AWSPENDING` while the new secret is tested, `AWSPREVIOUS`
+   * once it was promoted. A read asking for a label that points nowhere gets
+   * `ResourceNotFoundException`, as on AWS.
+   */
+  setSecretStage(id: string, stage: string, value: string | undefined): void {
+    const stages = this.staged.get(id) ?? new Map<string, StoredSecret>();
+    if (value === undefined) stages.delete(stage);
+    else
+      stages.set(stage, {
+        value,
+        versionId: randomUUID(),
+        createdDate: Math.floor(Date.now() / 1000),
+      });
+    this.staged.set(id, stages);
   }
 
   /** Removes a secret: reads of it get `ResourceNotFoundException`. */
@@ -117,8 +137,11 @@ export class SecretsManagerEmulator {
       return;
     }
     let secretId: unknown;
+    let versionStage: unknown;
     try {
-      secretId = (JSON.parse(body.bytes.toString('utf8')) as { SecretId?: unknown }).SecretId;
+      ({ SecretId: secretId, VersionStage: versionStage } = JSON.parse(
+        body.bytes.toString('utf8'),
+      ) as { SecretId?: unknown; VersionStage?: unknown });
     } catch {
       awsError(res, 400, 'SerializationException', 'The request body is not valid JSON.');
       return;
@@ -158,7 +181,19 @@ export class SecretsManagerEmulator {
     }
 
     const name = secretId.startsWith(ARN_PREFIX) ? secretId.slice(ARN_PREFIX.length) : secretId;
-    const secret = this.secrets.get(name);
+    const stage =
+      typeof versionStage === 'string' && versionStage !== '' ? versionStage : 'AWSCURRENT';
+    const secret =
+      stage === 'AWSCURRENT' ? this.secrets.get(name) : this.staged.get(name)?.get(stage);
+    if (!secret && this.secrets.has(name)) {
+      awsError(
+        res,
+        400,
+        'ResourceNotFoundException',
+        `Secrets Manager can't find the specified secret value for staging label: ${stage}`,
+      );
+      return;
+    }
     if (!secret) {
       awsError(
         res,
@@ -176,7 +211,7 @@ export class SecretsManagerEmulator {
         Name: name,
         SecretString: secret.value,
         VersionId: secret.versionId,
-        VersionStages: ['AWSCURRENT'],
+        VersionStages: [stage],
         CreatedDate: secret.createdDate,
       },
       { 'x-amzn-requestid': randomUUID() },

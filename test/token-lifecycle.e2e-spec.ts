@@ -320,8 +320,10 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
       operatorDetail: expect.stringContaining('Secrets Manager secret "token-broker/acme-preprod"'),
       message: expect.not.stringContaining('token-broker/acme-preprod'),
     });
-    // Read once at first, re-read once after the refusal: no more.
-    expect(credentialLoads).toBe(2);
+    // Read once at first; after the refusal, the current version and the AWSPENDING and
+    // AWSPREVIOUS stages once each (a Secrets Manager source): no more, and since all three
+    // hold the refused credentials, no second token request.
+    expect(credentialLoads).toBe(4);
     expect(requests()).toBe(1);
     const started = Date.now();
     await expect(a.manager.get(0)).rejects.toMatchObject({

@@ -111,6 +111,16 @@ const CLIENT_ENV: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'PROVIDER_ORDERS_PATH', path: ['ordersPath'] },
   { env: 'CREDENTIALS_SECRET_ID', path: ['credentials', 'secretId'] },
   { env: 'CREDENTIALS_FILE', path: ['credentials', 'file'] },
+  { env: 'TOKEN_REQUEST_GRANT', path: ['tokenRequest', 'grant'] },
+  { env: 'TOKEN_REQUEST_URL', path: ['tokenRequest', 'url'] },
+  { env: 'TOKEN_REQUEST_AUTH', path: ['tokenRequest', 'auth'] },
+  { env: 'TOKEN_REQUEST_SCOPE', path: ['tokenRequest', 'scope'] },
+  { env: 'TOKEN_REQUEST_AUDIENCE', path: ['tokenRequest', 'audience'] },
+  { env: 'TOKEN_REQUEST_RESOURCE', path: ['tokenRequest', 'resource'] },
+  { env: 'TOKEN_REQUEST_PARAMS', path: ['tokenRequest', 'params'] },
+  { env: 'TOKEN_REQUEST_HEADERS', path: ['tokenRequest', 'headers'] },
+  { env: 'TOKEN_REQUEST_ASSERTION_ALG', path: ['tokenRequest', 'assertion', 'alg'] },
+  { env: 'TOKEN_REQUEST_ASSERTION_KID', path: ['tokenRequest', 'assertion', 'kid'] },
 ];
 
 /** The client id used when only environment variables configure the broker. */

@@ -4,9 +4,14 @@ import {
   type ProviderSettings,
   tokenCallDeadlineMs,
 } from '../config/config.schema';
-import type { ClientCredentials } from '../secrets/client-credentials';
+import type { ClientCredentials, SecretCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
-import { parseRetryAfter, readCapped, translateTransportError } from './provider-http';
+import {
+  parseRetryAfter,
+  readCapped,
+  tokenErrorForStatus,
+  translateTransportError,
+} from './provider-http';
 import { type GrantedToken, parseTokenResponse } from './token-response.parser';
 
 /**
@@ -35,7 +40,7 @@ export class AuthServerClient implements TokenGrantor {
     private readonly now: () => number = Date.now,
   ) {}
 
-  async requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken> {
+  async requestToken(client: ClientConfig, credentials: SecretCredentials): Promise<GrantedToken> {
     const what = `token request for client "${client.id}"`;
     const url = new URL(`${client.authUrl}${TOKEN_PATH}`);
     url.searchParams.set('grant_type', 'client_credentials');
@@ -79,54 +84,6 @@ export class AuthServerClient implements TokenGrantor {
     if (status >= 200 && status < 300) {
       return parseTokenResponse(body, sentAt, this.defaultLifetimeSeconds);
     }
-    throw errorForStatus(what, status, body, parseRetryAfter(response.headers['retry-after']));
-  }
-}
-
-function errorForStatus(
-  what: string,
-  status: number,
-  body: string,
-  retryAfterMs: number | undefined,
-): ProviderException {
-  const oauthError = readOAuthError(body);
-  const suffix = oauthError ? ` (error "${oauthError}")` : '';
-  if (status === 401 || oauthError === 'invalid_client') {
-    return new ProviderException(
-      ProviderErrorCode.InvalidClient,
-      `${what}: the provider refused the client credentials (HTTP ${status}${suffix}); check the client id/secret for this merchant and environment`,
-      { status },
-    );
-  }
-  if (status === 429) {
-    return new ProviderException(
-      ProviderErrorCode.RateLimited,
-      `${what}: rate limited by the provider (HTTP 429)`,
-      { status, retryAfterMs },
-    );
-  }
-  if (status >= 500) {
-    return new ProviderException(
-      ProviderErrorCode.ServerError,
-      `${what}: the provider failed (HTTP ${status}${suffix})`,
-      { status, retryAfterMs },
-    );
-  }
-  return new ProviderException(
-    ProviderErrorCode.Rejected,
-    `${what}: the provider rejected the request (HTTP ${status}${suffix})`,
-    { status },
-  );
-}
-
-/** The RFC 6749 §5.2 `error` code, if the body has a plausible one (an identifier, not text). */
-function readOAuthError(body: string): string | undefined {
-  try {
-    const json = JSON.parse(body) as { error?: unknown };
-    return typeof json.error === 'string' && /^[a-z_]{1,64}$/.test(json.error)
-      ? json.error
-      : undefined;
-  } catch {
-    return undefined;
+    throw tokenErrorForStatus(what, status, body, parseRetryAfter(response.headers['retry-after']));
   }
 }

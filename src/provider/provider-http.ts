@@ -3,13 +3,17 @@ import type { ProviderSettings } from '../config/config.schema';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 
 /**
- * The keep-alive connection pool every provider call shares. One pool per origin (undici's
+ * The keep-alive connection pool every provider call shares (`clientCertificate`: a mutual-TLS
+ * client's own pool, for its token endpoint only). One pool per origin (undici's
  * Agent does that), so the token and checkout hosts each keep warm connections and a refresh
  * never pays a TLS handshake.
  */
-export function createProviderAgent(settings: ProviderSettings): Agent {
+export function createProviderAgent(
+  settings: ProviderSettings,
+  clientCertificate?: { cert: string; key: string },
+): Agent {
   return new Agent({
-    connect: { timeout: settings.connectTimeoutMs },
+    connect: { timeout: settings.connectTimeoutMs, ...clientCertificate },
     headersTimeout: settings.responseTimeoutMs,
     bodyTimeout: settings.responseTimeoutMs,
     keepAliveTimeout: 30_000,
@@ -85,4 +89,56 @@ export function parseRetryAfter(
   if (/^\d+$/.test(v.trim())) return Number(v.trim()) * 1000;
   const date = Date.parse(v);
   return Number.isNaN(date) ? undefined : Math.max(0, date - now);
+}
+
+/**
+ * The exception for a token endpoint's non-2xx answer, by status and RFC 6749 §5.2 `error`
+ * code; the body itself is never quoted.
+ */
+export function tokenErrorForStatus(
+  what: string,
+  status: number,
+  body: string,
+  retryAfterMs: number | undefined,
+): ProviderException {
+  const oauthError = readOAuthError(body);
+  const suffix = oauthError ? ` (error "${oauthError}")` : '';
+  if (status === 401 || oauthError === 'invalid_client') {
+    return new ProviderException(
+      ProviderErrorCode.InvalidClient,
+      `${what}: the provider refused the client credentials (HTTP ${status}${suffix}); check the client id/secret for this merchant and environment`,
+      { status },
+    );
+  }
+  if (status === 429) {
+    return new ProviderException(
+      ProviderErrorCode.RateLimited,
+      `${what}: rate limited by the provider (HTTP 429)`,
+      { status, retryAfterMs },
+    );
+  }
+  if (status >= 500) {
+    return new ProviderException(
+      ProviderErrorCode.ServerError,
+      `${what}: the provider failed (HTTP ${status}${suffix})`,
+      { status, retryAfterMs },
+    );
+  }
+  return new ProviderException(
+    ProviderErrorCode.Rejected,
+    `${what}: the provider rejected the request (HTTP ${status}${suffix})`,
+    { status },
+  );
+}
+
+/** The RFC 6749 §5.2 `error` code, if the body has a plausible one (an identifier, not text). */
+function readOAuthError(body: string): string | undefined {
+  try {
+    const json = JSON.parse(body) as { error?: unknown };
+    return typeof json.error === 'string' && /^[a-z_]{1,64}$/.test(json.error)
+      ? json.error
+      : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -8,3 +8,5 @@ export const CHECKOUT_GATEWAY = 'TOKEN_BROKER:CHECKOUT_GATEWAY';
 export const PROVIDER_API_GATEWAY = 'TOKEN_BROKER:PROVIDER_API_GATEWAY';
 /** The checkout API's keep-alive pool, shared by orders and the passthrough. Internal to the provider module. */
 export const CHECKOUT_AGENT = 'TOKEN_BROKER:CHECKOUT_AGENT';
+/** The standard (RFC 6749) token client, which owns the mutual-TLS pools. Internal to the provider module. */
+export const STANDARD_TOKEN_CLIENT = 'TOKEN_BROKER:STANDARD_TOKEN_CLIENT';

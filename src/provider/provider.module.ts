@@ -8,10 +8,13 @@ import {
   CHECKOUT_AGENT,
   CHECKOUT_GATEWAY,
   PROVIDER_AGENT,
+  STANDARD_TOKEN_CLIENT,
   PROVIDER_API_GATEWAY,
   TOKEN_GRANTOR,
 } from './provider.constants';
 import { ProviderApiClient } from './provider-api.client';
+import { StandardTokenClient } from './standard-token.client';
+import { TokenGrantorRouter } from './token-grantor.router';
 import { createProviderAgent } from './provider-http';
 import type { ProviderApiGateway } from './provider-api.client';
 
@@ -27,10 +30,19 @@ import type { ProviderApiGateway } from './provider-api.client';
       useFactory: (config: BrokerConfig) => createProviderAgent(config.provider),
     },
     {
-      provide: TOKEN_GRANTOR,
+      provide: STANDARD_TOKEN_CLIENT,
       inject: [PROVIDER_AGENT, BROKER_CONFIG],
       useFactory: (agent: Agent, config: BrokerConfig) =>
-        new AuthServerClient(agent, config.provider, config.token.defaultLifetimeSeconds),
+        new StandardTokenClient(agent, config.provider, config.token.defaultLifetimeSeconds),
+    },
+    {
+      provide: TOKEN_GRANTOR,
+      inject: [PROVIDER_AGENT, STANDARD_TOKEN_CLIENT, BROKER_CONFIG],
+      useFactory: (agent: Agent, standard: StandardTokenClient, config: BrokerConfig) =>
+        new TokenGrantorRouter(
+          new AuthServerClient(agent, config.provider, config.token.defaultLifetimeSeconds),
+          standard,
+        ),
     },
     {
       // Its own pool, sized and timed for orders (ORDERS_*), apart from the token endpoint's.
@@ -58,9 +70,10 @@ export class ProviderModule implements OnApplicationShutdown {
   constructor(
     @Inject(PROVIDER_AGENT) private readonly agent: Agent,
     @Inject(CHECKOUT_GATEWAY) private readonly checkout: CheckoutGateway,
+    @Inject(STANDARD_TOKEN_CLIENT) private readonly standard: StandardTokenClient,
   ) {}
 
   async onApplicationShutdown(): Promise<void> {
-    await Promise.all([this.agent.close(), this.checkout.close()]);
+    await Promise.all([this.agent.close(), this.checkout.close(), this.standard.close()]);
   }
 }

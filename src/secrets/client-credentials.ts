@@ -1,46 +1,134 @@
 import { z } from 'zod';
-import type { CredentialsSource } from '../config/config.schema';
+import type { ClientAuthMethod, CredentialsSource } from '../config/config.schema';
 import type { SecretReader } from './secret-reader';
 import { SecretsErrorCode, SecretsException } from './secrets.exception';
 
-/** One merchant-environment's provider credentials. Never log this object. */
+/**
+ * One client's credentials: its id and what its authentication method needs (a shared secret,
+ * a private key, or a certificate and its key). Never log this object.
+ */
 export interface ClientCredentials {
   readonly clientId: string;
-  readonly clientSecret: string;
+  /** `client_secret_basic`, `client_secret_post` and the provider's dialect. */
+  readonly clientSecret?: string;
+  /** `private_key_jwt` (PEM or a JWK as JSON) and `tls_client_auth` (PEM). */
+  readonly privateKey?: string;
+  /** `tls_client_auth`: the client certificate (chain), PEM. */
+  readonly certificate?: string;
 }
+
+/** Credentials that hold a shared secret. */
+export type SecretCredentials = ClientCredentials & { readonly clientSecret: string };
 
 const credentialsJson = z.object({
   client_id: z.string().min(1),
-  client_secret: z.string().min(1),
+  client_secret: z.string().min(1).optional(),
+  // A JWK may arrive as an object rather than as JSON text; both are kept as text.
+  private_key: z
+    .union([z.string().min(1), z.record(z.string(), z.unknown())])
+    .transform((v) => (typeof v === 'string' ? v : JSON.stringify(v)))
+    .optional(),
+  certificate: z.string().min(1).optional(),
 });
 
-/** Reads and validates `{"client_id","client_secret"}` from the configured source. */
+/** What each method needs, and what it must not be given. */
+const NEEDS: Record<ClientAuthMethod, { fields: readonly string[]; example: string }> = {
+  client_secret_basic: {
+    fields: ['client_secret'],
+    example: '{"client_id": "...", "client_secret": "..."}',
+  },
+  client_secret_post: {
+    fields: ['client_secret'],
+    example: '{"client_id": "...", "client_secret": "..."}',
+  },
+  private_key_jwt: {
+    fields: ['private_key'],
+    example: '{"client_id": "...", "private_key": "-----BEGIN PRIVATE KEY-----..." or a JWK}',
+  },
+  tls_client_auth: {
+    fields: ['certificate', 'private_key'],
+    example:
+      '{"client_id": "...", "certificate": "-----BEGIN CERTIFICATE-----...", "private_key": "-----BEGIN PRIVATE KEY-----..."}',
+  },
+};
+
+/**
+ * Reads and validates the credentials JSON from the configured source for a client
+ * authentication method: `{"client_id","client_secret"}` for the secret methods,
+ * `{"client_id","private_key"}` for `private_key_jwt`, `{"client_id","certificate","private_key"}`
+ * for `tls_client_auth`. A secret where a key is needed (or the reverse) is refused, naming
+ * the fields, never their values. `versionStage`: a Secrets Manager staging label (rotation).
+ */
 export async function loadClientCredentials(
   reader: SecretReader,
   source: CredentialsSource,
+  auth: ClientAuthMethod = 'client_secret_basic',
+  versionStage?: string,
 ): Promise<ClientCredentials> {
-  const ref = source.file !== undefined ? { file: source.file } : { secretId: source.secretId! };
+  const ref =
+    source.file !== undefined
+      ? { file: source.file }
+      : { secretId: source.secretId!, ...(versionStage !== undefined && { versionStage }) };
   const where = ref.file ?? ref.secretId;
-  const text = await reader.read(ref);
+  return parseClientCredentials(await reader.read(ref), where, auth);
+}
+
+/** {@link loadClientCredentials} on text already read from `where`. */
+export function parseClientCredentials(
+  text: string,
+  where: string,
+  auth: ClientAuthMethod,
+): ClientCredentials {
+  const { fields, example } = NEEDS[auth];
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch {
     // No cause: the parser's message quotes the text, which is the secret.
-    throw new SecretsException(
-      SecretsErrorCode.Malformed,
-      `credentials in "${where}" are not JSON; expected {"client_id": "...", "client_secret": "..."}`,
-      { source: where },
-    );
+    throw malformed(where, `credentials in "${where}" are not JSON; expected ${example}`);
   }
   const parsed = credentialsJson.safeParse(json);
   if (!parsed.success) {
-    const fields = [...new Set(parsed.error.issues.map((i) => i.path.join('.') || '(root)'))];
-    throw new SecretsException(
-      SecretsErrorCode.Malformed,
-      `credentials in "${where}" lack a non-empty ${fields.join(', ')}; expected {"client_id": "...", "client_secret": "..."}`,
-      { source: where },
+    const bad = [...new Set(parsed.error.issues.map((i) => i.path.join('.') || '(root)'))];
+    throw malformed(
+      where,
+      `credentials in "${where}" lack a valid ${bad.join(', ')}; expected ${example}`,
     );
   }
-  return { clientId: parsed.data.client_id, clientSecret: parsed.data.client_secret };
+  const c = parsed.data;
+  const missing = fields.filter((f) => c[f as keyof typeof c] === undefined);
+  if (missing.length > 0) {
+    throw malformed(
+      where,
+      `credentials in "${where}" lack ${missing.join(', ')}, which auth "${auth}" needs; expected ${example}`,
+    );
+  }
+  // A secret beside a key would be sent nowhere: refuse it rather than keep an unused secret
+  // in memory, and say which method the file seems meant for.
+  if (fields.includes('private_key') && c.client_secret !== undefined) {
+    throw malformed(
+      where,
+      `credentials in "${where}" hold a client_secret, but auth "${auth}" uses a key and no shared secret; remove client_secret, expected ${example}`,
+    );
+  }
+  return {
+    clientId: c.client_id,
+    ...(c.client_secret !== undefined && { clientSecret: c.client_secret }),
+    ...(c.private_key !== undefined && { privateKey: c.private_key }),
+    ...(c.certificate !== undefined && { certificate: c.certificate }),
+  };
+}
+
+/** Whether two reads of the credentials hold the same values. */
+export function sameCredentials(a: ClientCredentials, b: ClientCredentials): boolean {
+  return (
+    a.clientId === b.clientId &&
+    a.clientSecret === b.clientSecret &&
+    a.privateKey === b.privateKey &&
+    a.certificate === b.certificate
+  );
+}
+
+function malformed(where: string, message: string): SecretsException {
+  return new SecretsException(SecretsErrorCode.Malformed, message, { source: where });
 }

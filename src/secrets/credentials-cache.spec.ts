@@ -61,19 +61,95 @@ describe(CredentialsCache.name, () => {
     await expect(cold.get()).rejects.toMatchObject({ code: SecretsErrorCode.Unavailable });
   });
 
-  describe('rotated', () => {
-    it('returns the new credentials when the source changed', async () => {
+  describe('rotate', () => {
+    const refusal = new Error('invalid_client');
+    const isRefusal = (e: unknown): e is Error => e === refusal;
+    /** A server that accepts only `accepted`, recording what it was sent. */
+    const server = (accepted: ClientCredentials) => {
+      const sent: ClientCredentials[] = [];
+      const attempt = async (c: ClientCredentials) => {
+        sent.push(c);
+        if (c.clientSecret !== accepted.clientSecret) throw refusal;
+        return `token for ${c.clientSecret}`;
+      };
+      return { sent, attempt };
+    };
+    const THIRD = { clientId: 'acme', clientSecret: 'three' };
+
+    it('uses the re-read current version when the source changed (a file)', async () => {
       const cache = new CredentialsCache(source(FIRST, SECOND).load, 10_000, clock);
       const refused = await cache.get();
-      await expect(cache.rotated(refused)).resolves.toEqual(SECOND);
+      const { sent, attempt } = server(SECOND);
+      await expect(cache.rotate(refused, attempt, isRefusal)).resolves.toEqual({
+        result: 'token for two',
+      });
+      expect(sent).toEqual([SECOND]);
     });
 
     it('returns undefined when the source still holds the refused credentials', async () => {
       const { load, calls } = source(FIRST);
       const cache = new CredentialsCache(load, 10_000, clock);
       const refused = await cache.get();
-      await expect(cache.rotated(refused)).resolves.toBeUndefined();
+      const { sent, attempt } = server(SECOND);
+      await expect(cache.rotate(refused, attempt, isRefusal)).resolves.toBeUndefined();
       expect(calls.count).toBe(2);
+      expect(sent).toEqual([]);
+    });
+
+    /** A Secrets Manager secret by staging label; a missing label is NotFound. */
+    const staged = (stages: Record<string, ClientCredentials>) => {
+      const read: string[] = [];
+      const load = (stage = 'AWSCURRENT') => {
+        read.push(stage);
+        const value = stages[stage];
+        return value ? Promise.resolve(value) : Promise.reject(notFound());
+      };
+      return { load, read };
+    };
+    const STAGES = ['AWSPENDING', 'AWSPREVIOUS'];
+
+    it('tries AWSCURRENT, then AWSPENDING, then AWSPREVIOUS, keeping the first accepted', async () => {
+      const { load, read } = staged({ AWSCURRENT: FIRST, AWSPENDING: SECOND, AWSPREVIOUS: THIRD });
+      const cache = new CredentialsCache(load, 10_000, clock, STAGES);
+      const refused = await cache.get();
+      const { sent, attempt } = server(THIRD);
+      await expect(cache.rotate(refused, attempt, isRefusal)).resolves.toEqual({
+        result: 'token for three',
+        stage: 'AWSPREVIOUS',
+      });
+      expect(read).toEqual(['AWSCURRENT', 'AWSCURRENT', 'AWSPENDING', 'AWSPREVIOUS']);
+      // The current version was the refused one: not sent again.
+      expect(sent).toEqual([SECOND, THIRD]);
+      await expect(cache.get()).resolves.toEqual(THIRD);
+    });
+
+    it('skips a staging label that does not exist', async () => {
+      const { load } = staged({ AWSCURRENT: FIRST, AWSPREVIOUS: SECOND });
+      const cache = new CredentialsCache(load, 10_000, clock, STAGES);
+      const refused = await cache.get();
+      const { attempt } = server(SECOND);
+      await expect(cache.rotate(refused, attempt, isRefusal)).resolves.toMatchObject({
+        stage: 'AWSPREVIOUS',
+      });
+    });
+
+    it('throws the last refusal when every other version is refused too', async () => {
+      const { load } = staged({ AWSCURRENT: FIRST, AWSPENDING: SECOND, AWSPREVIOUS: FIRST });
+      const cache = new CredentialsCache(load, 10_000, clock, STAGES);
+      const refused = await cache.get();
+      const { sent, attempt } = server(THIRD);
+      await expect(cache.rotate(refused, attempt, isRefusal)).rejects.toBe(refusal);
+      expect(sent).toEqual([SECOND]);
+    });
+
+    it('passes any other failure through at once', async () => {
+      const { load } = staged({ AWSCURRENT: FIRST, AWSPENDING: SECOND, AWSPREVIOUS: THIRD });
+      const cache = new CredentialsCache(load, 10_000, clock, STAGES);
+      const refused = await cache.get();
+      const down = new Error('timeout');
+      const attempt = jest.fn(() => Promise.reject(down));
+      await expect(cache.rotate(refused, attempt, isRefusal)).rejects.toBe(down);
+      expect(attempt).toHaveBeenCalledTimes(1);
     });
   });
 

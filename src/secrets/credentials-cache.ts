@@ -1,5 +1,11 @@
-import type { ClientCredentials } from './client-credentials';
+import { type ClientCredentials, sameCredentials } from './client-credentials';
 import { SecretsException } from './secrets.exception';
+
+/**
+ * Where a Secrets Manager rotation leaves the other versions: the new secret is `AWSPENDING`
+ * until it is promoted, then the old one is `AWSPREVIOUS`.
+ */
+export const SECRETS_MANAGER_ROTATION_STAGES: readonly string[] = ['AWSPENDING', 'AWSPREVIOUS'];
 
 /**
  * One client's credentials, read from their source at most every `maxAgeMs` (so a rotation is
@@ -10,14 +16,18 @@ export class CredentialsCache {
   private loadedAt = 0;
 
   /**
-   * @param load reads the credentials from their source (Secrets Manager or a file).
+   * @param load reads the credentials from their source (Secrets Manager or a file); with a
+   *   `stage`, that Secrets Manager staging label instead of the current version.
    * @param maxAgeMs re-read after this long even without a failure.
    * @param now the clock (epoch ms).
+   * @param rotationStages the staging labels tried after the current version when the server
+   *   refuses the credentials (see {@link rotate}): none for a file, which has one version.
    */
   constructor(
-    private readonly load: () => Promise<ClientCredentials>,
+    private readonly load: (stage?: string) => Promise<ClientCredentials>,
     private readonly maxAgeMs: number,
     private readonly now: () => number = Date.now,
+    private readonly rotationStages: readonly string[] = [],
   ) {}
 
   /**
@@ -50,21 +60,48 @@ export class CredentialsCache {
     this.credentials = await this.load();
     this.loadedAt = this.now();
     if (before === undefined) return 'first';
-    return before.clientId !== this.credentials.clientId ||
-      before.clientSecret !== this.credentials.clientSecret
-      ? 'changed'
-      : 'unchanged';
+    return sameCredentials(before, this.credentials) ? 'unchanged' : 'changed';
   }
 
   /**
-   * Rotation: after the provider refused `refused`, re-reads the source once. Returns the new
-   * credentials if they differ, or `undefined` when the source still holds the refused ones
-   * (then retrying is pointless: an operator must act).
+   * Rotation without a failed refresh: after the server refused `refused`, re-reads the current
+   * version, then each of {@link rotationStages} (Secrets Manager: `AWSPENDING`, then
+   * `AWSPREVIOUS`), and calls `attempt` with each one that differs from everything tried so
+   * far, until one is not refused (`isRefusal`). Those credentials are kept, and the stage they
+   * came from (`undefined`: the current version) is returned with `attempt`'s result. Returns
+   * `undefined` when no version differs from the refused credentials (an operator must act);
+   * throws the last refusal when every different version was refused too.
    */
-  async rotated(refused: ClientCredentials): Promise<ClientCredentials | undefined> {
-    const fresh = await this.get(true);
-    return fresh.clientId !== refused.clientId || fresh.clientSecret !== refused.clientSecret
-      ? fresh
-      : undefined;
+  async rotate<T>(
+    refused: ClientCredentials,
+    attempt: (credentials: ClientCredentials) => Promise<T>,
+    isRefusal: (err: unknown) => err is Error,
+  ): Promise<{ result: T; stage?: string } | undefined> {
+    const tried: ClientCredentials[] = [refused];
+    let lastRefusal: Error | undefined;
+    for (const stage of [undefined, ...this.rotationStages]) {
+      let candidate: ClientCredentials;
+      try {
+        candidate = stage === undefined ? await this.get(true) : await this.load(stage);
+      } catch (err) {
+        // A staging label that does not exist (no rotation in progress) or cannot be read
+        // now is no candidate; the current version's failures are the source's failures.
+        if (stage !== undefined && err instanceof SecretsException) continue;
+        throw err;
+      }
+      if (tried.some((t) => sameCredentials(t, candidate))) continue;
+      tried.push(candidate);
+      try {
+        const result = await attempt(candidate);
+        this.credentials = candidate;
+        this.loadedAt = this.now();
+        return { result, ...(stage !== undefined && { stage }) };
+      } catch (err) {
+        if (!isRefusal(err)) throw err;
+        lastRefusal = err;
+      }
+    }
+    if (lastRefusal !== undefined) throw lastRefusal;
+    return undefined;
   }
 }

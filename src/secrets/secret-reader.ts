@@ -5,8 +5,13 @@ import { SecretsErrorCode, SecretsException } from './secrets.exception';
 
 /** Where a secret lives: exactly one of a Secrets Manager id (name or ARN) or a file path. */
 export type SecretRef =
-  | { secretId: string; file?: undefined }
-  | { file: string; secretId?: undefined };
+  | {
+      secretId: string;
+      /** A Secrets Manager staging label (`AWSPENDING`, `AWSPREVIOUS`). @default AWSCURRENT */
+      versionStage?: string;
+      file?: undefined;
+    }
+  | { file: string; secretId?: undefined; versionStage?: undefined };
 
 /**
  * Reads secret strings. The only place that speaks the AWS SDK or touches secret files; every
@@ -39,22 +44,30 @@ export class AwsSecretReader implements SecretReader {
   constructor(private readonly timeoutMs = 5000) {}
 
   async read(ref: SecretRef): Promise<string> {
-    return ref.file !== undefined ? this.readFromFile(ref.file) : this.readFromAws(ref.secretId);
+    return ref.file !== undefined
+      ? this.readFromFile(ref.file)
+      : this.readFromAws(ref.secretId, ref.versionStage);
   }
 
   destroy(): void {
     this.client?.destroy();
   }
 
-  private async readFromAws(secretId: string): Promise<string> {
+  private async readFromAws(secretId: string, versionStage?: string): Promise<string> {
     const sdk = await this.loadSdk(secretId);
     // Created lazily: a file-only deployment must not need AWS_REGION.
     this.client ??= new sdk.SecretsManagerClient({ maxAttempts: 2 });
     let value: string | undefined;
     try {
-      const out = await this.client.send(new sdk.GetSecretValueCommand({ SecretId: secretId }), {
-        abortSignal: AbortSignal.timeout(this.timeoutMs),
-      });
+      const out = await this.client.send(
+        new sdk.GetSecretValueCommand({
+          SecretId: secretId,
+          ...(versionStage !== undefined && { VersionStage: versionStage }),
+        }),
+        {
+          abortSignal: AbortSignal.timeout(this.timeoutMs),
+        },
+      );
       value = out.SecretString;
     } catch (cause) {
       throw translateAwsError(secretId, cause, sdk.SecretsManagerServiceException);

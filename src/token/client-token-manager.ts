@@ -3,7 +3,7 @@ import type { ClientConfig, TokenSettings } from '../config/config.schema';
 import type { HitCell, MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
-import { CredentialsCache } from '../secrets/credentials-cache';
+import { CredentialsCache, SECRETS_MANAGER_ROTATION_STAGES } from '../secrets/credentials-cache';
 import { FleetRefresh, noteStoreFailure } from './fleet-refresh';
 import {
   judgeFailure,
@@ -32,7 +32,8 @@ const REMEMBERED_REJECTIONS = 16;
 export interface ManagerDeps {
   store: TokenStore;
   grantor: TokenGrantor;
-  loadCredentials: (client: ClientConfig) => Promise<ClientCredentials>;
+  /** Reads a client's credentials; `stage`: a Secrets Manager staging label instead of the current one. */
+  loadCredentials: (client: ClientConfig, stage?: string) => Promise<ClientCredentials>;
   metrics: MetricsService;
   logger: Logger;
   settings: TokenSettings;
@@ -142,9 +143,10 @@ export class ClientTokenManager {
       store: deps.store,
       grantor: deps.grantor,
       credentials: new CredentialsCache(
-        () => deps.loadCredentials(client),
+        (stage) => deps.loadCredentials(client, stage),
         deps.settings.credentialsReloadSeconds * 1000,
         this.now,
+        client.credentials.secretId !== undefined ? SECRETS_MANAGER_ROTATION_STAGES : [],
       ),
       metrics: deps.metrics,
       logger: deps.logger,

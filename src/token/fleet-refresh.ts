@@ -330,7 +330,7 @@ export class FleetRefresh {
     );
   }
 
-  /** Asks the provider; after `invalid_client`, once more if the credentials were rotated. */
+  /** Asks the provider; after `invalid_client`, with each other version of the credentials. */
   private async fetch(): Promise<TokenRecord> {
     const { grantor, credentials, logger } = this.deps;
     const current = await credentials.get();
@@ -355,16 +355,21 @@ export class FleetRefresh {
       const status = err instanceof ProviderException ? err.details.status : undefined;
       this.observe(started, status === undefined ? 'none' : `${Math.floor(status / 100)}xx`);
       if (err instanceof ProviderException && err.code === ProviderErrorCode.InvalidClient) {
-        // Rotation: the secret may have changed since we read it. Re-read once per failure.
-        const fresh = await credentials.rotated(current);
-        if (fresh) {
+        // Rotation: the secret may have changed since we read it, or a rotation may be half
+        // done (the server already holds the pending version, or still the previous one).
+        const rotated = await credentials.rotate(
+          current,
+          (fresh) => grantor.requestToken(this.client, fresh),
+          (e): e is ProviderException =>
+            e instanceof ProviderException && e.code === ProviderErrorCode.InvalidClient,
+        );
+        if (rotated) {
           logger.info(
-            { client: this.client.id },
-            'credentials changed; retrying with the new ones',
+            { client: this.client.id, stage: rotated.stage ?? 'current' },
+            'credentials refused; the server accepted another version of them',
           );
-          const grant = await grantor.requestToken(this.client, fresh);
           this.countRefresh('fetched');
-          return withGeneration(toRecord(grant), generation);
+          return withGeneration(toRecord(rotated.result), generation);
         }
       }
       throw err;

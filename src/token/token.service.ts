@@ -57,7 +57,8 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
         new ClientTokenManager(client, {
           store: tracedTokenStore(store),
           grantor: tracedGrantor(grantor),
-          loadCredentials: (c) => loadClientCredentials(secrets, c.credentials),
+          loadCredentials: (c, stage) =>
+            loadClientCredentials(secrets, c.credentials, c.tokenRequest.auth, stage),
           metrics,
           logger,
           settings: config.token,

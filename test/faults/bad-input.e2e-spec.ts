@@ -507,6 +507,17 @@ describe('bad input', () => {
         'CREDENTIALS_SECRET_ID or CREDENTIALS_FILE',
         { CREDENTIALS_FILE: '', CREDENTIALS_SECRET_ID: '' },
       ],
+      // Token request profiles: a method the provider's dialect cannot send, and a header
+      // that would carry a secret past the credentials.
+      ['TOKEN_REQUEST_AUTH', { TOKEN_REQUEST_AUTH: 'private_key_jwt' }],
+      [
+        'TOKEN_REQUEST_HEADERS',
+        {
+          TOKEN_REQUEST_GRANT: 'rfc6749',
+          TOKEN_REQUEST_URL: 'https://auth.example/token',
+          TOKEN_REQUEST_HEADERS: `{"Authorization":"Bearer ${CANARY}"}`,
+        },
+      ],
     ];
     const outcomes: Array<Promise<{ code: number | null; output: string }>> = [];
 

@@ -1,0 +1,210 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigException } from './config.exception';
+import { loadConfig } from './config.loader';
+
+const BASE = {
+  PROVIDER_AUTH_URL: 'https://auth.example.com',
+  PROVIDER_BASE_URL: 'https://api.example.com',
+  CREDENTIALS_FILE: '/mnt/secrets/client.json',
+  CALLER_AUTH_MODE: 'api-key',
+  CALLER_API_KEYS_FILE: '/var/run/secrets/caller-api-keys.json',
+};
+
+function problems(env: Record<string, string | undefined>): string[] {
+  try {
+    loadConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigException) return err.problems;
+    throw err;
+  }
+  throw new Error('expected a ConfigException');
+}
+
+describe('tokenRequest, a client profile for its token request', () => {
+  it("defaults to the provider's dialect, so existing configurations are unchanged", () => {
+    expect(loadConfig(BASE).clients[0].tokenRequest).toEqual({
+      grant: 'provider-query',
+      auth: 'client_secret_basic',
+    });
+  });
+
+  it('reads a standard profile from the single-client environment', () => {
+    const cfg = loadConfig({
+      ...BASE,
+      TOKEN_REQUEST_GRANT: 'rfc6749',
+      TOKEN_REQUEST_URL: 'https://auth.example.com/oauth2/token/',
+      TOKEN_REQUEST_AUTH: 'private_key_jwt',
+      TOKEN_REQUEST_SCOPE: 'orders:write offers:read',
+      TOKEN_REQUEST_AUDIENCE: 'https://api.example.com',
+      TOKEN_REQUEST_RESOURCE: 'https://api.example.com/orders, https://api.example.com/offers',
+      TOKEN_REQUEST_PARAMS: '{"tenant":"acme"}',
+      TOKEN_REQUEST_HEADERS: '{"X-Tenant":"acme"}',
+      TOKEN_REQUEST_ASSERTION_ALG: 'ES256',
+      TOKEN_REQUEST_ASSERTION_KID: 'key-2026',
+    });
+    expect(cfg.clients[0].tokenRequest).toEqual({
+      grant: 'rfc6749',
+      // Verbatim: the token endpoint is also a private_key_jwt assertion's audience.
+      url: 'https://auth.example.com/oauth2/token/',
+      auth: 'private_key_jwt',
+      scope: 'orders:write offers:read',
+      audience: 'https://api.example.com',
+      resource: ['https://api.example.com/orders', 'https://api.example.com/offers'],
+      params: { tenant: 'acme' },
+      headers: { 'X-Tenant': 'acme' },
+      assertion: { alg: 'ES256', kid: 'key-2026', lifetimeSeconds: 60 },
+    });
+  });
+
+  it('reads a profile per client from the config file', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tb-token-request-'));
+    const file = join(dir, 'broker.yaml');
+    writeFileSync(
+      file,
+      [
+        'callerAuth: { mode: api-key, apiKeysSource: { file: /k } }',
+        'clients:',
+        '  - id: acme-prod',
+        '    authUrl: https://partner.upgrade.com',
+        '    baseUrl: https://partner.upgrade.com',
+        '    credentials: { file: /a }',
+        '  - id: shipping',
+        '    authUrl: https://auth.ship.example',
+        '    baseUrl: https://api.ship.example',
+        '    credentials: { secretId: shipping }',
+        '    tokenRequest:',
+        '      grant: rfc6749',
+        '      url: https://auth.ship.example/token',
+        '      auth: client_secret_post',
+        '      resource: [https://api.ship.example]',
+      ].join('\n'),
+    );
+    const cfg = loadConfig({ BROKER_CONFIG_FILE: file });
+    expect(cfg.clients[0].tokenRequest.grant).toBe('provider-query');
+    expect(cfg.clients[1].tokenRequest).toMatchObject({
+      grant: 'rfc6749',
+      auth: 'client_secret_post',
+      resource: ['https://api.ship.example'],
+    });
+  });
+
+  it.each([
+    [
+      'a standard setting with the provider dialect',
+      { TOKEN_REQUEST_SCOPE: 'orders' },
+      'TOKEN_REQUEST_SCOPE: only with grant "rfc6749"',
+    ],
+    [
+      'another client authentication with the provider dialect',
+      { TOKEN_REQUEST_AUTH: 'client_secret_post' },
+      'TOKEN_REQUEST_AUTH: grant "provider-query" authenticates with client_secret_basic only',
+    ],
+    [
+      'a standard grant without its token endpoint',
+      { TOKEN_REQUEST_GRANT: 'rfc6749' },
+      'TOKEN_REQUEST_URL: required with grant "rfc6749"',
+    ],
+    [
+      'an assertion setting without private_key_jwt',
+      {
+        TOKEN_REQUEST_GRANT: 'rfc6749',
+        TOKEN_REQUEST_URL: 'https://a/token',
+        TOKEN_REQUEST_ASSERTION_ALG: 'ES256',
+      },
+      'TOKEN_REQUEST_ASSERTION_KID: only with auth "private_key_jwt"',
+    ],
+    [
+      'mutual TLS to a plain http:// endpoint',
+      {
+        TOKEN_REQUEST_GRANT: 'rfc6749',
+        TOKEN_REQUEST_URL: 'http://a/token',
+        TOKEN_REQUEST_AUTH: 'tls_client_auth',
+      },
+      'TOKEN_REQUEST_URL: must be https://',
+    ],
+    [
+      'an unknown algorithm',
+      {
+        TOKEN_REQUEST_GRANT: 'rfc6749',
+        TOKEN_REQUEST_URL: 'https://a/token',
+        TOKEN_REQUEST_AUTH: 'private_key_jwt',
+        TOKEN_REQUEST_ASSERTION_ALG: 'HS256',
+      },
+      'TOKEN_REQUEST_ASSERTION_ALG:',
+    ],
+    [
+      'an extra parameter the broker sets itself',
+      {
+        TOKEN_REQUEST_GRANT: 'rfc6749',
+        TOKEN_REQUEST_URL: 'https://a/token',
+        TOKEN_REQUEST_PARAMS: '{"client_secret":"sk_live_DO_NOT_PRINT_ME"}',
+      },
+      'TOKEN_REQUEST_PARAMS: is set by the broker',
+    ],
+    [
+      'an extra header the broker sets itself',
+      {
+        TOKEN_REQUEST_GRANT: 'rfc6749',
+        TOKEN_REQUEST_URL: 'https://a/token',
+        TOKEN_REQUEST_HEADERS: '{"Authorization":"Bearer sk_live_DO_NOT_PRINT_ME"}',
+      },
+      'TOKEN_REQUEST_HEADERS: is set by the broker',
+    ],
+    [
+      'headers that are not JSON',
+      {
+        TOKEN_REQUEST_GRANT: 'rfc6749',
+        TOKEN_REQUEST_URL: 'https://a/token',
+        TOKEN_REQUEST_HEADERS: 'X-Api-Key: sk_live_DO_NOT_PRINT_ME',
+      },
+      'TOKEN_REQUEST_HEADERS: must be a JSON object',
+    ],
+    [
+      'a header value that would split the request',
+      {
+        TOKEN_REQUEST_GRANT: 'rfc6749',
+        TOKEN_REQUEST_URL: 'https://a/token',
+        TOKEN_REQUEST_HEADERS: '{"X-Tenant":"a\\r\\nX-Key: sk_live_DO_NOT_PRINT_ME"}',
+      },
+      'TOKEN_REQUEST_HEADERS: must be printable ASCII',
+    ],
+    [
+      'a resource with a fragment',
+      {
+        TOKEN_REQUEST_GRANT: 'rfc6749',
+        TOKEN_REQUEST_URL: 'https://a/token',
+        TOKEN_REQUEST_RESOURCE: 'https://api.example.com/#orders',
+      },
+      'TOKEN_REQUEST_RESOURCE: must be an absolute URI without a fragment',
+    ],
+  ])('refuses %s, naming the setting and never a value', (_label, env, expected) => {
+    const found = problems({ ...BASE, ...env });
+    expect(found.join('\n')).toContain(expected);
+    expect(found.join('\n')).not.toContain('sk_live_DO_NOT_PRINT_ME');
+  });
+
+  it('names file settings by their path', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tb-token-request-'));
+    const file = join(dir, 'broker.json');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        callerAuth: { mode: 'api-key', apiKeysSource: { file: '/k' } },
+        clients: [
+          {
+            id: 'a',
+            authUrl: 'https://a',
+            baseUrl: 'https://a',
+            credentials: { file: '/a' },
+            tokenRequest: { auth: 'private_key_jwt' },
+          },
+        ],
+      }),
+    );
+    expect(problems({ BROKER_CONFIG_FILE: file })).toEqual([
+      `${file}: clients[0].tokenRequest.auth: grant "provider-query" authenticates with client_secret_basic only; set grant to "rfc6749" for other methods`,
+    ]);
+  });
+});

@@ -1,0 +1,213 @@
+import { createHash, createPrivateKey, type KeyObject, randomUUID } from 'node:crypto';
+import { SignJWT } from 'jose';
+import type { Dispatcher } from 'undici';
+import {
+  assertionSettingsSchema,
+  type ClientConfig,
+  type ProviderSettings,
+  tokenCallDeadlineMs,
+} from '../config/config.schema';
+import type { ClientCredentials } from '../secrets/client-credentials';
+import type { TokenGrantor } from './auth-server.client';
+import { ProviderErrorCode, ProviderException } from './provider.exception';
+import {
+  createProviderAgent,
+  parseRetryAfter,
+  readCapped,
+  tokenErrorForStatus,
+  translateTransportError,
+} from './provider-http';
+import { type GrantedToken, parseTokenResponse } from './token-response.parser';
+import type { Agent } from './undici-agent';
+
+const ASSERTION_TYPE = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
+const DEFAULT_ASSERTION = assertionSettingsSchema.parse({});
+
+/**
+ * A standard RFC 6749 §4.4 client-credentials request: a form body posted to the client's
+ * token endpoint, with `client_secret_basic`, `client_secret_post`, `private_key_jwt`
+ * (RFC 7523) or `tls_client_auth` (RFC 8705) client authentication, and the client's
+ * `scope`, `audience`, `resource` (RFC 8707) and extra parameters and headers. The answer is
+ * read exactly as the provider's (same parser, deadline and error translation).
+ */
+export class StandardTokenClient implements TokenGrantor {
+  /** Mutual-TLS pools, one per client, rebuilt when its certificate or key changes. */
+  private readonly tlsAgents = new Map<string, { fingerprint: string; agent: Agent }>();
+
+  constructor(
+    private readonly dispatcher: Dispatcher,
+    private readonly settings: ProviderSettings,
+    private readonly defaultLifetimeSeconds: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  async requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken> {
+    const what = `token request for client "${client.id}"`;
+    const profile = client.tokenRequest;
+    const url = new URL(profile.url!);
+    const form = new URLSearchParams({ grant_type: 'client_credentials' });
+    if (profile.scope !== undefined) form.set('scope', profile.scope);
+    if (profile.audience !== undefined) form.set('audience', profile.audience);
+    for (const resource of profile.resource ?? []) form.append('resource', resource);
+    for (const [name, value] of Object.entries(profile.params ?? {})) form.set(name, value);
+    const headers: Record<string, string> = {
+      ...profile.headers,
+      'content-type': 'application/x-www-form-urlencoded',
+      accept: 'application/json',
+    };
+
+    let dispatcher = this.dispatcher;
+    switch (profile.auth) {
+      case 'client_secret_basic': {
+        // RFC 6749 §2.3.1: id and secret are form-urlencoded before Basic encoding.
+        const basic = Buffer.from(
+          `${formEncode(credentials.clientId)}:${formEncode(need(credentials.clientSecret, what, 'client_secret'))}`,
+        ).toString('base64');
+        headers.authorization = `Basic ${basic}`;
+        break;
+      }
+      case 'client_secret_post':
+        form.set('client_id', credentials.clientId);
+        form.set('client_secret', need(credentials.clientSecret, what, 'client_secret'));
+        break;
+      case 'private_key_jwt':
+        form.set('client_id', credentials.clientId);
+        form.set('client_assertion_type', ASSERTION_TYPE);
+        form.set('client_assertion', await this.assertion(client, credentials, what));
+        break;
+      case 'tls_client_auth':
+        form.set('client_id', credentials.clientId);
+        dispatcher = this.tlsAgent(client.id, credentials, what);
+        break;
+    }
+
+    // Expiry counts from *before* the request: the server's clock started no earlier.
+    const sentAt = this.now();
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await dispatcher.request({
+        origin: url.origin,
+        path: `${url.pathname}${url.search}`,
+        method: 'POST',
+        headers,
+        body: form.toString(),
+        headersTimeout: this.settings.responseTimeoutMs,
+        bodyTimeout: this.settings.responseTimeoutMs,
+        signal: AbortSignal.timeout(tokenCallDeadlineMs(this.settings)),
+      });
+    } catch (cause) {
+      throw translateTransportError(cause, what);
+    }
+
+    let body: string | undefined;
+    try {
+      body = await readCapped(response.body, this.settings.maxTokenResponseBytes);
+    } catch (cause) {
+      throw translateTransportError(cause, what);
+    }
+    const status = response.statusCode;
+    if (body === undefined) {
+      throw new ProviderException(
+        ProviderErrorCode.MalformedResponse,
+        `${what}: the response exceeds ${this.settings.maxTokenResponseBytes} bytes`,
+        { status },
+      );
+    }
+    if (status >= 200 && status < 300) {
+      return parseTokenResponse(body, sentAt, this.defaultLifetimeSeconds);
+    }
+    throw tokenErrorForStatus(what, status, body, parseRetryAfter(response.headers['retry-after']));
+  }
+
+  /** Closes the mutual-TLS pools (the shared pool belongs to the module). */
+  async close(): Promise<void> {
+    const agents = [...this.tlsAgents.values()].map((a) => a.agent);
+    this.tlsAgents.clear();
+    await Promise.all(agents.map((a) => a.close()));
+  }
+
+  /**
+   * RFC 7523 §3: issuer and subject are the client id, the audience is the token endpoint,
+   * and a fresh `jti` with a short lifetime keeps a captured assertion from being replayed.
+   */
+  private async assertion(
+    client: ClientConfig,
+    credentials: ClientCredentials,
+    what: string,
+  ): Promise<string> {
+    const settings = client.tokenRequest.assertion ?? DEFAULT_ASSERTION;
+    const { key, kid } = privateKeyOf(need(credentials.privateKey, what, 'private_key'), what);
+    const issuedAt = Math.floor(this.now() / 1000);
+    try {
+      return await new SignJWT({})
+        .setProtectedHeader({
+          alg: settings.alg,
+          typ: 'JWT',
+          ...((settings.kid ?? kid) !== undefined && { kid: settings.kid ?? kid }),
+        })
+        .setIssuer(credentials.clientId)
+        .setSubject(credentials.clientId)
+        .setAudience(client.tokenRequest.url!)
+        .setJti(randomUUID())
+        .setIssuedAt(issuedAt)
+        .setExpirationTime(issuedAt + settings.lifetimeSeconds)
+        .sign(key);
+    } catch (cause) {
+      // jose says which algorithm and key type disagree; it never quotes the key.
+      throw new ProviderException(
+        ProviderErrorCode.Rejected,
+        `${what}: cannot sign the client assertion with alg "${settings.alg}" (${cause instanceof Error ? cause.message : 'error'}); check tokenRequest.assertion.alg against the key type`,
+        { cause },
+      );
+    }
+  }
+
+  /** The client's own pool for `tls_client_auth`: its certificate is presented to no one else. */
+  private tlsAgent(clientId: string, credentials: ClientCredentials, what: string): Agent {
+    const cert = need(credentials.certificate, what, 'certificate');
+    const key = need(credentials.privateKey, what, 'private_key');
+    const fingerprint = createHash('sha256').update(cert).update('\0').update(key).digest('hex');
+    const known = this.tlsAgents.get(clientId);
+    if (known?.fingerprint === fingerprint) return known.agent;
+    const agent = createProviderAgent(this.settings, { cert, key });
+    this.tlsAgents.set(clientId, { fingerprint, agent });
+    // The old pool's connections authenticate with the rotated-out certificate.
+    if (known) void known.agent.close().catch(() => undefined);
+    return agent;
+  }
+}
+
+/** RFC 6749 Appendix B form encoding (spaces as `+`), for the Basic credentials. */
+function formEncode(value: string): string {
+  return new URLSearchParams({ v: value }).toString().slice(2);
+}
+
+function need(value: string | undefined, what: string, field: string): string {
+  if (value === undefined) {
+    // The credentials loader checks this per method; reaching here is a wiring error.
+    throw new ProviderException(
+      ProviderErrorCode.Rejected,
+      `${what}: the credentials lack ${field}, which this client's tokenRequest.auth needs`,
+    );
+  }
+  return value;
+}
+
+/** A PEM (PKCS#8, PKCS#1 or SEC1) or JWK private key, and the JWK's own `kid` if it has one. */
+function privateKeyOf(text: string, what: string): { key: KeyObject; kid?: string } {
+  try {
+    const trimmed = text.trim();
+    if (trimmed.startsWith('{')) {
+      const jwk = JSON.parse(trimmed) as { kid?: unknown } & Record<string, unknown>;
+      const kid = typeof jwk.kid === 'string' ? jwk.kid : undefined;
+      return { key: createPrivateKey({ key: jwk, format: 'jwk' }), ...(kid && { kid }) };
+    }
+    return { key: createPrivateKey(trimmed) };
+  } catch {
+    // No cause: a parser's message may quote the key.
+    throw new ProviderException(
+      ProviderErrorCode.Rejected,
+      `${what}: the credentials' private_key is neither a PEM private key nor a private JWK`,
+    );
+  }
+}

@@ -1,0 +1,93 @@
+// A real OAuth 2.0 authorization server for the standard token request profiles: panva's
+// oidc-provider, run in its own process because it is ESM only and Jest runs CommonJS.
+// Usage: node oidc-provider.mjs <settings.json>. Prints `READY <issuer>` once listening, and one
+// JSON line per token request (`{"event":"grant",...}` or `{"event":"grant_error",...}`) so
+// the test can count what the fleet asked for.
+import { readFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import { X509Certificate } from 'node:crypto';
+import Provider from 'oidc-provider';
+
+const settings = JSON.parse(readFileSync(process.argv[2], 'utf8'));
+const scheme = settings.tls ? 'https' : 'http';
+const issuer = `${scheme}://127.0.0.1:${settings.port}`;
+
+const provider = new Provider(issuer, {
+  clients: settings.clients,
+  clientAuthMethods: [
+    'client_secret_basic',
+    'client_secret_post',
+    'private_key_jwt',
+    ...(settings.tls ? ['tls_client_auth'] : []),
+  ],
+  features: {
+    devInteractions: { enabled: false },
+    clientCredentials: { enabled: true },
+    introspection: { enabled: true },
+    resourceIndicators: {
+      enabled: true,
+      // A client that names no resource gets an opaque token for the server itself.
+      defaultResource: (_ctx, _client, oneOf) => oneOf,
+      useGrantedResource: () => true,
+      getResourceServerInfo: (_ctx, resource) => {
+        if (!settings.resources.includes(resource)) throw new Provider.errors.InvalidTarget();
+        return {
+          scope: settings.scopes.join(' '),
+          audience: resource,
+          accessTokenTTL: settings.ttlSeconds,
+          accessTokenFormat: 'jwt',
+        };
+      },
+    },
+    mTLS: {
+      enabled: Boolean(settings.tls),
+      tlsClientAuth: true,
+      getCertificate: (ctx) => {
+        const peer = ctx.req.socket.getPeerCertificate?.();
+        return peer?.raw ? new X509Certificate(peer.raw).toString() : undefined;
+      },
+      certificateAuthorized: (ctx) => ctx.req.socket.authorized === true,
+      certificateSubjectMatches: (ctx, property, expected) =>
+        property === 'tls_client_auth_subject_dn' &&
+        `CN=${ctx.req.socket.getPeerCertificate().subject.CN}` === expected,
+    },
+  },
+  scopes: settings.scopes,
+  ttl: { ClientCredentials: settings.ttlSeconds },
+});
+provider.proxy = false;
+
+const log = (event) => process.stdout.write(`${JSON.stringify({ ...event, at: Date.now() })}\n`);
+// Which certificate the connection presented: a mutual-TLS client's must go to its token
+// endpoint only.
+const certificate = (ctx) => ctx.req.socket.getPeerCertificate?.()?.subject?.CN ?? null;
+provider.on('grant.success', (ctx) => {
+  log({ event: 'grant', client: ctx.oidc.client?.clientId, certificate: certificate(ctx) });
+});
+provider.on('grant.error', (ctx, err) => {
+  log({
+    event: 'grant_error',
+    client: ctx.oidc.client?.clientId,
+    error: err.error ?? err.name,
+    certificate: certificate(ctx),
+  });
+});
+
+const callback = provider.callback();
+const server = settings.tls
+  ? createHttpsServer(
+      {
+        key: readFileSync(settings.tls.key),
+        cert: readFileSync(settings.tls.cert),
+        ca: readFileSync(settings.tls.clientCa),
+        requestCert: true,
+        // oidc-provider decides per client: tls_client_auth needs a verified certificate,
+        // the other methods none.
+        rejectUnauthorized: false,
+      },
+      callback,
+    )
+  : createHttpServer(callback);
+server.listen(settings.port, '127.0.0.1', () => process.stdout.write(`READY ${issuer}\n`));
+process.on('SIGTERM', () => server.close(() => process.exit(0)));
