@@ -135,6 +135,7 @@ export default tseslint.config(
       'coverage/**',
       'eslint.config.mjs',
       'esbuild.config.mjs',
+      'scripts/*.mjs',
       'jest.config.js',
       'helm/**',
     ],
