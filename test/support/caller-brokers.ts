@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,6 +9,7 @@ import {
 } from '../../emulator/secrets-manager-emulator';
 import { ServiceAccountIssuer } from '../../emulator/service-account-issuer';
 import { type BrokerProcess, spawnBroker } from './broker-process';
+import { newKey, sha256 } from './stack';
 import { waitFor } from './wait';
 
 /** The provider clients every caller-facing test configures. */
@@ -19,8 +20,7 @@ export const CHECKOUT_SA = 'system:serviceaccount:shop:checkout';
 export const OPS_SA = 'system:serviceaccount:shop:ops';
 export const JWT_BEARER = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
 
-export const newKey = (): string => randomBytes(32).toString('base64url');
-export const sha256 = (text: string): string => createHash('sha256').update(text).digest('hex');
+export { newKey, sha256 };
 /** The audit line's `fp`: the first 16 hex digits of the token's SHA-256. */
 export const fingerprint = (token: string): string => sha256(token).slice(0, 16);
 
