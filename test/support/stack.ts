@@ -35,13 +35,15 @@ export interface StackClient {
 export interface StackCaller {
   clients: string[];
   scopes?: string[];
+  /** Its API key; @default a generated one */
+  key?: string;
 }
 
 /** Caller authentication of the stack's brokers. */
 export interface StackCallerAuth {
   /** Mode of the brokers {@link startStack} starts; {@link Stack.addBroker} may start others. */
   mode: 'none' | 'api-key' | 'kubernetes';
-  /** API-key callers by name; each gets a generated key ({@link Stack.keys}). */
+  /** API-key callers by name, with their keys in {@link Stack.keys}. */
   callers?: Record<string, StackCaller>;
   /**
    * Service-account subjects and the clients each may use. Given, a service-account issuer
@@ -170,7 +172,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   );
   const callerAuth = opts.callerAuth ?? { mode: 'none' };
   const callers = callerAuth.callers ?? {};
-  const keys = Object.fromEntries(Object.keys(callers).map((caller) => [caller, newKey()]));
+  const keys = Object.fromEntries(
+    Object.entries(callers).map(([caller, grant]) => [caller, grant.key ?? newKey()]),
+  );
   const useSecretsManager = opts.secrets === 'secrets-manager';
   const credentials = Object.fromEntries(
     clients.map(({ id }) => {
