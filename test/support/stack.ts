@@ -29,6 +29,8 @@ export interface StackClient {
    * @default false
    */
   refused?: boolean;
+  /** More of the client's config entry (`ordersPath`, `forward`), or overrides (`baseUrl`). */
+  config?: Record<string, unknown>;
 }
 
 /** An API-key caller: the clients it may use and its scopes (absent: the default ones). */
@@ -80,6 +82,11 @@ export interface StackOptions {
   redis?: TopologyKind | TestRedis | RedisTopology;
   /** @default { mode: 'none' } */
   callerAuth?: StackCallerAuth;
+  /**
+   * Encrypt what the brokers keep in Redis with a random key, in a file (`CACHE_KEY_FILE`).
+   * @default false
+   */
+  cacheKey?: boolean;
   /**
    * Brokers started at once, sharing the config (and Redis, if any).
    * @default 1
@@ -246,7 +253,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     writeFileSync(
       configFile,
       JSON.stringify({
-        clients: clients.map(({ id }) => {
+        clients: clients.map(({ id, config }) => {
           let source: { secretId: string } | { file: string };
           if (useSecretsManager) {
             source = { secretId: secretId(id) };
@@ -255,7 +262,13 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
             writeFileSync(file, JSON.stringify(credentials[id]), { mode: 0o600 });
             source = { file };
           }
-          return { id, authUrl: provider.url, baseUrl: provider.url, credentials: source };
+          return {
+            id,
+            authUrl: provider.url,
+            baseUrl: provider.url,
+            credentials: source,
+            ...config,
+          };
         }),
         callerAuth: {
           ...(!useSecretsManager && apiKeyGrants.length > 0 && { apiKeys: apiKeyGrants }),
@@ -270,6 +283,10 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         },
       }),
     );
+    const cacheKeyFile = join(dir, 'cache-key');
+    if (opts.cacheKey) {
+      writeFileSync(cacheKeyFile, randomBytes(32).toString('base64'), { mode: 0o600 });
+    }
     const env: Record<string, string> = {
       BROKER_CONFIG_FILE: configFile,
       HOST: '127.0.0.1',
@@ -281,6 +298,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         ...(apiKeyGrants.length > 0 && { CALLER_API_KEYS_SECRET_ID: secretId('caller-api-keys') }),
       }),
       ...(redis && ('env' in redis ? redis.env() : { REDIS_URL: redis.url })),
+      ...(opts.cacheKey && { CACHE_KEY_FILE: cacheKeyFile }),
       // Some suites run on tokens of seconds; the default floor between two grants (5 s) is
       // for production lifetimes.
       TOKEN_MIN_REFRESH_INTERVAL_MS: '500',
