@@ -409,19 +409,25 @@ async function startInProcess(
   const { createLogger } = await import('../../src/logging/logger');
   const { createBrokerApp } = await import('../../src/bootstrap');
   const port = env.PORT !== undefined ? Number(env.PORT) : await freePort();
-  const config = loadConfig({ ...env, PORT: String(port) });
   const lines: string[] = [];
-  const logger = createLogger(config.log.level, {
-    write(chunk: string) {
-      for (const line of chunk.split('\n')) if (line !== '') lines.push(line);
-    },
-  });
   let app: NestFastifyApplication;
   try {
+    const config = loadConfig({ ...env, PORT: String(port) });
+    const logger = createLogger(config.log.level, {
+      write(chunk: string) {
+        for (const line of chunk.split('\n')) if (line !== '') lines.push(line);
+      },
+    });
     app = await createBrokerApp(config, logger);
-    await app.listen({ port: config.http.port, host: config.http.host });
+    const built = app;
+    await built.listen({ port: config.http.port, host: config.http.host }).catch(async (err) => {
+      await built.close();
+      throw err;
+    });
   } catch (err) {
-    throw new Error(`${name} did not start in-process; its log:\n${lines.join('\n')}`, {
+    // What main.ts would print before exiting: the error, then the log lines.
+    const reason = err instanceof Error ? err.message : String(err);
+    throw new Error(`${name} did not start in-process: ${reason}\n${lines.join('\n')}`, {
       cause: err,
     });
   }
