@@ -83,12 +83,14 @@ export interface StackOptions {
   /** @default { mode: 'none' } */
   callerAuth?: StackCallerAuth;
   /**
-   * Encrypt what the brokers keep in Redis with a random key, in a file (`CACHE_KEY_FILE`).
+   * Encrypt what the brokers keep in Redis: `true` with a random key, a string with that file
+   * content (a base64 key or a keyring), in a file the brokers are given (`CACHE_KEY_FILE`).
    * @default false
    */
-  cacheKey?: boolean;
+  cacheKey?: boolean | string;
   /**
-   * Brokers started at once, sharing the config (and Redis, if any).
+   * Brokers started at once, sharing the config (and Redis, if any); `0` for a suite that
+   * starts each with {@link Stack.addBroker}.
    * @default 1
    */
   replicas?: number;
@@ -151,7 +153,7 @@ export interface Stack {
   env: Record<string, string>;
   /** The brokers started and added, in that order. */
   brokers: StackBroker[];
-  /** The first broker. */
+  /** The first broker (`undefined` until one is started, with `replicas: 0`). */
   broker: StackBroker;
   /** The generated API key of each caller in `callerAuth.callers`. */
   keys: Record<string, string>;
@@ -284,8 +286,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       }),
     );
     const cacheKeyFile = join(dir, 'cache-key');
-    if (opts.cacheKey) {
-      writeFileSync(cacheKeyFile, randomBytes(32).toString('base64'), { mode: 0o600 });
+    if (opts.cacheKey !== undefined && opts.cacheKey !== false) {
+      const content = opts.cacheKey === true ? randomBytes(32).toString('base64') : opts.cacheKey;
+      writeFileSync(cacheKeyFile, content, { mode: 0o600 });
     }
     const env: Record<string, string> = {
       BROKER_CONFIG_FILE: configFile,
@@ -298,7 +301,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         ...(apiKeyGrants.length > 0 && { CALLER_API_KEYS_SECRET_ID: secretId('caller-api-keys') }),
       }),
       ...(redis && ('env' in redis ? redis.env() : { REDIS_URL: redis.url })),
-      ...(opts.cacheKey && { CACHE_KEY_FILE: cacheKeyFile }),
+      ...(opts.cacheKey !== undefined &&
+        opts.cacheKey !== false && { CACHE_KEY_FILE: cacheKeyFile }),
       // Some suites run on tokens of seconds; the default floor between two grants (5 s) is
       // for production lifetimes.
       TOKEN_MIN_REFRESH_INTERVAL_MS: '500',
