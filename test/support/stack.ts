@@ -155,7 +155,7 @@ export interface Stack {
   brokers: StackBroker[];
   /** The first broker (`undefined` until one is started, with `replicas: 0`). */
   broker: StackBroker;
-  /** The generated API key of each caller in `callerAuth.callers`. */
+  /** The API key of each caller in `callerAuth.callers`, given or generated. */
   keys: Record<string, string>;
   /** Each client's `{client_id, client_secret}` as the broker was given them. */
   credentials: Record<string, { client_id: string; client_secret: string }>;
@@ -199,10 +199,13 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   );
   const teardown: (() => Promise<void>)[] = [];
   const brokers: StackBroker[] = [];
-  const close = async () => {
-    await Promise.all(brokers.splice(0).map((b) => b.stop()));
-    for (const step of teardown.splice(0).reverse()) await step();
-  };
+  // Once, however often it is called; `brokers` stays readable after it.
+  let closed: Promise<void> | undefined;
+  const close = () =>
+    (closed ??= (async () => {
+      await Promise.all(brokers.map((b) => b.stop()));
+      for (const step of teardown.splice(0).reverse()) await step();
+    })());
 
   try {
     const provider = await ProviderEmulator.start({
