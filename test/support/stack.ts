@@ -331,30 +331,37 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         ...Object.values(keys),
       ],
       async addBroker(add: AddBrokerOptions = {}): Promise<StackBroker> {
-        const brokerEnv = { ...env, ...add.env };
-        const label = add.name ?? `${name}-${brokers.length}`;
-        const inProcess = add.inProcess ?? opts.inProcess ?? false;
-        if (inProcess) useAwsEnv(brokerEnv, teardown);
-        const broker = inProcess
-          ? await startInProcess(label, brokerEnv)
-          : await startProcess(label, brokerEnv);
+        const broker = await launch(add.name ?? `${name}-${brokers.length}`, add);
         brokers.push(broker);
-        const wait = add.wait ?? 'ready';
-        if (wait !== 'none') {
-          await waitServing(broker, wait, {
-            mode: (brokerEnv.CALLER_AUTH_MODE ?? 'none') as StackCallerAuth['mode'],
-            clients,
-            callers,
-            keys,
-            processReady: broker.process,
-          });
-        }
+        if ((add.wait ?? 'ready') !== 'none') await serving(broker, add);
         return broker;
       },
       close,
     };
-    // One at a time: replicas racing for one Redis lock is what fleets test, not set-up.
-    for (let i = 0; i < (opts.replicas ?? 1); i++) await stack.addBroker();
+    /** Starts a broker on the stack's config (plus `add.env`), without waiting for it. */
+    async function launch(label: string, add: AddBrokerOptions): Promise<StackBroker> {
+      const brokerEnv = { ...env, ...add.env };
+      if (add.inProcess ?? opts.inProcess ?? false) {
+        useAwsEnv(brokerEnv, teardown);
+        return startInProcess(label, brokerEnv);
+      }
+      return startProcess(label, brokerEnv);
+    }
+    const serving = (broker: StackBroker, add: AddBrokerOptions) =>
+      waitServing(broker, add.wait === 'listening' ? 'listening' : 'ready', {
+        mode: (add.env?.CALLER_AUTH_MODE ?? env.CALLER_AUTH_MODE) as StackCallerAuth['mode'],
+        clients,
+        callers,
+        keys,
+        processReady: broker.process,
+      });
+    // All at once, as a rollout starts them; kept in order, so `brokers[i]` is `${name}-${i}`.
+    const started = await Promise.allSettled(
+      Array.from({ length: opts.replicas ?? 1 }, (_, i) => launch(`${name}-${i}`, {})),
+    );
+    for (const r of started) if (r.status === 'fulfilled') brokers.push(r.value);
+    for (const r of started) if (r.status === 'rejected') throw r.reason;
+    await Promise.all(brokers.map((b) => serving(b, {})));
     stack.broker = brokers[0];
     return stack;
   } catch (err) {
