@@ -12,7 +12,7 @@ jest.setTimeout(120_000);
  * Three replicas inside the Jest process on one Redis and one provider emulator: what is
  * shared between them goes through Redis, as between processes.
  */
-function startFleet(env: Record<string, string>): Promise<Stack> {
+function startReplicas(env: Record<string, string>): Promise<Stack> {
   return startStack({
     name: 'passthrough',
     inProcess: true,
@@ -71,7 +71,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
   let broker: string;
 
   beforeAll(async () => {
-    fleet = await startFleet({
+    fleet = await startReplicas({
       FORWARD_CLIENT_RATE_PER_SECOND: '0',
       FORWARD_CALLER_RATE_PER_SECOND: '0',
       FORWARD_MAX_RESPONSE_BYTES: String(8 * 1024 * 1024),
@@ -376,7 +376,7 @@ describe('passthrough rate limit across 3 brokers (shared through Redis)', () =>
   let fleet: Stack;
 
   beforeAll(async () => {
-    fleet = await startFleet({
+    fleet = await startReplicas({
       FORWARD_CLIENT_RATE_PER_SECOND: String(LIMIT),
       FORWARD_CLIENT_RATE_BURST: '0',
       FORWARD_CALLER_RATE_PER_SECOND: '0',
