@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { SyntheticModule } from 'node:vm';
 import type { NestFastifyApplication } from '@nestjs/platform-fastify';
 import { ProviderEmulator, type ProviderKnobs } from '../../emulator/provider-emulator';
 import {
@@ -419,6 +420,12 @@ async function startInProcess(
 ): Promise<StackBroker> {
   // Imported here: the app's modules (NestJS is ES modules only) load only for suites that run
   // it in-process, on a Node that can (see scripts/test.mjs).
+  if (typeof SyntheticModule !== 'function') {
+    throw new Error(
+      `${name}: an in-process broker needs Node >= 24.9 with --experimental-vm-modules ` +
+        `(this is ${process.version}); run the tests with \`npm test\` or \`node scripts/test.mjs <files>\``,
+    );
+  }
   const { loadConfig } = await import('../../src/config/config.loader');
   const { createLogger } = await import('../../src/logging/logger');
   const { createBrokerApp } = await import('../../src/bootstrap');
