@@ -140,6 +140,7 @@ export default tseslint.config(
       'coverage/**',
       'eslint.config.mjs',
       'esbuild.config.mjs',
+      'scripts/*.mjs',
       'jest.config.js',
       'helm/**',
     ],

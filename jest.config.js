@@ -1,13 +1,16 @@
 /** @type {import('jest').Config} */
 const tsJest = ['ts-jest', { tsconfig: 'tsconfig.json' }];
-// jose 6 ships ES modules only. Node >= 20.19 require()s them natively; Jest's CommonJS
-// runtime does not (before Node 24.9), so the tests compile jose to CommonJS on the fly.
+// jose 6 and NestJS 12 ship ES modules only. Jest's CommonJS runtime require()s them natively
+// on Node >= 24.9 with --experimental-vm-modules (`npm test` runs it so, see scripts/test.mjs),
+// and then loads them as ES modules itself. Without VM modules (`npx jest` on an older Node),
+// jose is compiled to CommonJS on the fly, and only the suites that do not load the app run.
+const vmModules = typeof require('node:vm').SyntheticModule === 'function';
 const esmOnly = [
   'ts-jest',
   { tsconfig: { allowJs: true, module: 'commonjs', target: 'ES2022', isolatedModules: true } },
 ];
-const esmTransform = { '/node_modules/jose/.+\\.js$': esmOnly };
-const transformIgnorePatterns = ['/node_modules/(?!jose/)'];
+const esmTransform = vmModules ? {} : { '/node_modules/jose/.+\\.js$': esmOnly };
+const transformIgnorePatterns = vmModules ? ['/node_modules/'] : ['/node_modules/(?!jose/)'];
 
 module.exports = {
   testEnvironment: 'node',

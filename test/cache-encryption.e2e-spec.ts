@@ -1,27 +1,18 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { redisSettingsSchema } from '../src/config/config.schema';
-import { ProviderEmulator } from '../emulator/provider-emulator';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
 import { redisKeys } from '../src/redis/redis.constants';
 import { createRedisConnection } from '../src/redis/redis.connection';
 import { RedisTokenStore } from '../src/redis/token-store.redis';
 import { AesGcmTokenCipher } from '../src/token/aes-gcm-token.cipher';
 import { toRecord } from '../src/token/token-record';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
 import { startRedis, type TestRedis } from './support/redis-server';
+import { type Stack, type StackBroker, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 
-const ACME = {
-  client_id: 'acme-merchant',
-  client_secret: `acme-${randomBytes(12).toString('hex')}`,
-};
-const GLOBEX = {
-  client_id: 'globex-merchant',
-  client_secret: `globex-${randomBytes(12).toString('hex')}`,
-};
 const CLIENTS = ['acme-prod', 'globex-prod'] as const;
 
 /** Every field of a client's token hash, as anyone with Redis access would read it. */
@@ -31,10 +22,10 @@ async function rawHash(raw: Redis, clientId: string): Promise<Record<string, str
 
 /**
  * The token at rest: AES-256-GCM in Redis with the client id bound, against real Redis, both
- * through the store directly and through real broker processes.
+ * through the store directly and through brokers.
  */
 // Jest applies `testTimeout` only at the top level of its config, not per project, and
-// starting processes (or generating RSA keys) can take seconds on a busy machine.
+// starting brokers can take seconds on a busy machine.
 jest.setTimeout(60_000);
 
 describe('cache encryption at rest (real Redis)', () => {
@@ -239,24 +230,17 @@ describe('cache encryption at rest (real Redis)', () => {
     });
   });
 
-  describe('broker processes', () => {
-    const apiKey = randomBytes(32).toString('base64url');
-    const brokers: BrokerProcess[] = [];
+  // In the Jest process, but for a start that must fail: its exit code is a process's.
+  describe('brokers', () => {
+    let stack: Stack;
     let provider: ProviderEmulator;
-    let dir: string;
-    let env: Record<string, string>;
+    let apiKey: string;
+    let brokers: StackBroker[];
 
-    async function broker(
-      name: string,
-      extra: Record<string, string> = {},
-    ): Promise<BrokerProcess> {
-      const b = await spawnBroker({ name, env: { ...env, ...extra } });
-      brokers.push(b);
-      await b.waitReady();
-      return b;
-    }
+    const broker = (name: string, env: Record<string, string> = {}) =>
+      stack.addBroker({ name, env });
 
-    async function tokenOf(b: BrokerProcess, client: string): Promise<string> {
+    async function tokenOf(b: StackBroker, client: string): Promise<string> {
       const res = await fetch(`${b.url}/token?client=${client}`, {
         headers: { authorization: `Bearer ${apiKey}` },
       });
@@ -265,55 +249,29 @@ describe('cache encryption at rest (real Redis)', () => {
     }
 
     function keyFile(name: string, content: string): string {
-      const file = join(dir, name);
+      const file = join(stack.dir, name);
       writeFileSync(file, content, { mode: 0o600 });
       return file;
     }
 
     beforeAll(async () => {
       await redis.flush();
-      provider = await ProviderEmulator.start({
-        credentials: {
-          [ACME.client_id]: ACME.client_secret,
-          [GLOBEX.client_id]: GLOBEX.client_secret,
-        },
+      stack = await startStack({
+        name: 'cache-encryption',
+        inProcess: true,
+        clients: CLIENTS,
+        redis,
+        callerAuth: { mode: 'api-key', callers: { checkout: { clients: ['*'] } } },
+        cacheKey: `${k1.toString('base64')}\n`,
+        // No broker yet: each test starts the ones it needs.
+        replicas: 0,
       });
-      dir = mkdtempSync(join(tmpdir(), 'tb-cache-encryption-'));
-      const client = (id: string, creds: object) => ({
-        id,
-        authUrl: provider.url,
-        baseUrl: provider.url,
-        credentials: { file: keyFile(`${id}.json`, JSON.stringify(creds)) },
-      });
-      const configFile = keyFile(
-        'broker.json',
-        JSON.stringify({
-          clients: [client('acme-prod', ACME), client('globex-prod', GLOBEX)],
-          callerAuth: {
-            mode: 'api-key',
-            apiKeys: [
-              {
-                name: 'checkout',
-                sha256: createHash('sha256').update(apiKey).digest('hex'),
-                clients: ['*'],
-              },
-            ],
-          },
-        }),
-      );
-      env = {
-        BROKER_CONFIG_FILE: configFile,
-        REDIS_URL: redis.url,
-        CACHE_KEY_FILE: keyFile('cache-key', `${k1.toString('base64')}\n`),
-        HOST: '127.0.0.1',
-        LOG_LEVEL: 'debug',
-      };
+      ({ provider, brokers } = stack);
+      apiKey = stack.keys.checkout;
     });
 
     afterAll(async () => {
-      await Promise.all(brokers.map((b) => b.stop()));
-      await provider?.close();
-      if (dir) rmSync(dir, { recursive: true, force: true });
+      await stack?.close();
     });
 
     it('keeps the served tokens out of Redis', async () => {
@@ -358,8 +316,8 @@ describe('cache encryption at rest (real Redis)', () => {
       expect(provider.isValidToken(served.globex)).toBe(true);
       expect(provider.stats.tokenRequests).toBe(requestsBefore + 2);
       const issuedTo = (t: string) => provider.stats.issued.find((i) => i.token === t)?.clientId;
-      expect(issuedTo(served.acme)).toBe(ACME.client_id);
-      expect(issuedTo(served.globex)).toBe(GLOBEX.client_id);
+      expect(issuedTo(served.acme)).toBe(stack.credentials['acme-prod'].client_id);
+      expect(issuedTo(served.globex)).toBe(stack.credentials['globex-prod'].client_id);
       await waitFor(
         () => b.logs().filter((l) => l.includes('shared token value is unreadable')).length >= 2,
         { timeoutMs: 5000, what: 'the corrupt values to be reported' },
@@ -384,12 +342,13 @@ describe('cache encryption at rest (real Redis)', () => {
 
     it('refuses to start with a malformed key, naming the setting and not the value', async () => {
       const bad = randomBytes(32).toString('hex');
-      const b = await spawnBroker({
+      const b = await stack.addBroker({
         name: 'broker-bad-key',
-        env: { ...env, CACHE_KEY_FILE: keyFile('bad-key', bad) },
+        inProcess: false,
+        wait: 'none',
+        env: { CACHE_KEY_FILE: keyFile('bad-key', bad) },
       });
-      brokers.push(b);
-      const exit = await b.exited;
+      const exit = await b.process!.exited;
       expect(exit.code).not.toBe(0);
       const out = b.logs().join('\n');
       expect(out).toContain('CACHE_KEY_SECRET_ID / CACHE_KEY_FILE');
@@ -402,8 +361,8 @@ describe('cache encryption at rest (real Redis)', () => {
       expect(logs).toContain('"level":"debug"');
       const secrets = [
         ...provider.stats.issued.map((t) => t.token),
-        ACME.client_secret,
-        GLOBEX.client_secret,
+        stack.credentials['acme-prod'].client_secret,
+        stack.credentials['globex-prod'].client_secret,
         apiKey,
         k1.toString('base64'),
         k2.toString('base64'),

@@ -2,14 +2,8 @@ import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { SignJWT } from 'jose';
 import type { ProviderEmulator } from '../emulator/provider-emulator';
 import type { ServiceAccountIssuer } from '../emulator/service-account-issuer';
-import type { BrokerProcess } from './support/broker-process';
-import {
-  type CallerBrokers,
-  CHECKOUT_SA,
-  newKey,
-  sha256,
-  startCallerBrokers,
-} from './support/caller-brokers';
+import { CALLER_CLIENTS, CHECKOUT_SA } from './support/caller-brokers';
+import { newKey, sha256, type Stack, type StackBroker, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 
 const BILLING_SA = 'system:serviceaccount:shop:billing';
@@ -24,30 +18,26 @@ interface Answer {
 }
 
 /**
- * Caller authentication against real broker processes (`node dist/main.js`): one in mode
+ * Caller authentication against two brokers in the Jest process, over HTTP: one in mode
  * `api-key` (hashes in Secrets Manager), one in mode `kubernetes` (a local JWKS), both at
  * LOG_LEVEL=debug so that the last test can assert that nothing secret was ever logged.
  */
 // Jest applies `testTimeout` only at the top level of its config, not per project, and
-// starting processes (or generating RSA keys) can take seconds on a busy machine.
+// generating RSA keys can take seconds on a busy machine.
 jest.setTimeout(60_000);
 
-describe('caller authentication (real brokers)', () => {
+describe('caller authentication', () => {
   let checkoutKey: string;
   let opsKey: string;
   /** Every credential presented and every token seen: none may appear in a log. */
   const secretsSeen = new Set<string>();
-  let set: CallerBrokers;
+  let set: Stack;
   let provider: ProviderEmulator;
   let issuer: ServiceAccountIssuer;
-  let apiKeyBroker: BrokerProcess;
-  let k8sBroker: BrokerProcess;
+  let apiKeyBroker: StackBroker;
+  let k8sBroker: StackBroker;
 
-  async function call(
-    broker: BrokerProcess,
-    path: string,
-    authorization?: string,
-  ): Promise<Answer> {
+  async function call(broker: StackBroker, path: string, authorization?: string): Promise<Answer> {
     if (authorization) secretsSeen.add(authorization.replace(/^\S+\s+/, '').trim());
     const res = await fetch(`${broker.url}${path}`, {
       headers: authorization === undefined ? {} : { authorization },
@@ -61,23 +51,36 @@ describe('caller authentication (real brokers)', () => {
     `Bearer ${await issuer.token(opts)}`;
 
   beforeAll(async () => {
-    set = await startCallerBrokers({
+    set = await startStack({
       name: 'caller-auth',
-      kubernetes: true,
-      subjects: { [CHECKOUT_SA]: ['acme-prod'], [BILLING_SA]: ['globex-prod'] },
-      callers: { checkout: ['acme-prod'], ops: ['*'], proxy: ['acme-prod'], reader: ['acme-prod'] },
-      callerScopes: { proxy: ['forward'], reader: ['token'] },
-      unavailableClient: false,
+      inProcess: true,
+      clients: CALLER_CLIENTS,
+      secrets: 'secrets-manager',
+      callerAuth: {
+        mode: 'api-key',
+        callers: {
+          checkout: { clients: ['acme-prod'] },
+          ops: { clients: ['*'] },
+          proxy: { clients: ['acme-prod'], scopes: ['forward'] },
+          reader: { clients: ['acme-prod'], scopes: ['token'] },
+        },
+        subjects: { [CHECKOUT_SA]: ['acme-prod'], [BILLING_SA]: ['globex-prod'] },
+      },
     });
-    ({ provider, issuer, apiKeyBroker } = set);
-    k8sBroker = set.k8sBroker!;
+    provider = set.provider;
+    issuer = set.issuer!;
+    apiKeyBroker = set.broker;
+    k8sBroker = await set.addBroker({
+      name: 'caller-auth-k8s',
+      env: { CALLER_AUTH_MODE: 'kubernetes', CALLER_API_KEYS_SECRET_ID: undefined },
+    });
     ({ checkout: checkoutKey, ops: opsKey } = set.keys);
     // The provider secrets and both API keys.
     for (const secret of set.secretValues) secretsSeen.add(secret);
   });
 
   afterAll(async () => {
-    await set?.stop();
+    await set?.close();
   });
 
   describe('good callers', () => {
@@ -333,15 +336,15 @@ describe('caller authentication (real brokers)', () => {
       };
     }
 
-    const getToken = (b: BrokerProcess, client: string, authorization: string) =>
+    const getToken = (b: StackBroker, client: string, authorization: string) =>
       fetch(`${b.url}/token?client=${client}`, { headers: { authorization } });
-    const postOrder = (b: BrokerProcess, client: string, authorization: string) =>
+    const postOrder = (b: StackBroker, client: string, authorization: string) =>
       fetch(`${b.url}/orders?client=${client}`, {
         method: 'POST',
         headers: { authorization, 'content-type': 'application/json' },
         body: '{}',
       });
-    const oauthToken = (b: BrokerProcess, client: string, key: string) =>
+    const oauthToken = (b: StackBroker, client: string, key: string) =>
       fetch(`${b.url}/oauth2/token`, {
         method: 'POST',
         headers: {

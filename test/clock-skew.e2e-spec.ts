@@ -1,8 +1,8 @@
-import { spawnBroker } from './support/broker-process';
 import { fakeClockEnv } from './support/fake-clock';
-import { FLEET_CLIENT, startFleet } from './support/fleet';
+import { FLEET_CLIENT } from './support/fleet';
 import { hammer, type HammerResponse } from './support/load';
 import { watchObserverLag } from './support/observer-lag';
+import { startStack } from './support/stack';
 import { metricValue, type TokenBody } from './support/token-watch';
 import type { ProviderEmulator } from '../emulator/provider-emulator';
 
@@ -85,20 +85,23 @@ describe('fleet with one replica 30 s off (libfaketime)', () => {
   it.each(['+30s', '-30s'])(
     'replica at %s: no expired token, expires_in within 1 s of the truth, min_ttl kept',
     async (offset) => {
-      const fleet = await startFleet({
-        size: 1,
+      // Processes: libfaketime skews a whole process's clock.
+      const fleet = await startStack({
+        name: 'clock-skew',
+        clients: [FLEET_CLIENT],
+        redis: 'standalone',
         knobs: { tokenLifetimeSeconds: LIFETIME_S },
         env: {
+          LOG_LEVEL: 'warn',
           TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
           TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
         },
       });
-      const skewed = await spawnBroker({
-        env: { ...fleet.env, ...fakeClockEnv(offset) },
-        name: `broker-${offset}`,
-      });
       try {
-        await skewed.waitReady(15_000);
+        const skewed = await fleet.addBroker({
+          env: fakeClockEnv(offset),
+          name: `broker-${offset}`,
+        });
         const brokers = [fleet.brokers[0], skewed];
         // The skew is real: the broker's absolute expiry is off by the offset, not its lifetime.
         const probe = await fetch(`${skewed.url}/token?client=${FLEET_CLIENT}`);
@@ -108,7 +111,7 @@ describe('fleet with one replica 30 s off (libfaketime)', () => {
         expect(Math.abs(shownOffsetS - Number.parseInt(offset, 10))).toBeLessThan(2);
 
         const lag = watchObserverLag();
-        const judge = new SkewJudge(fleet.emulator, lag);
+        const judge = new SkewJudge(fleet.provider, lag);
         const urls = brokers.map((b) => b.url);
         const path = `/token?client=${FLEET_CLIENT}`;
         const [plain, withMin] = await Promise.all([
@@ -132,7 +135,7 @@ describe('fleet with one replica 30 s off (libfaketime)', () => {
             `invalid=${plain.validationErrorCount + withMin.validationErrorCount} ` +
             `refusals=${judge.refusals.length} transportFailures=${plain.failureCount + withMin.failureCount - judge.refusals.length} ` +
             `maxOverClaimS=${judge.maxOverS.toFixed(3)} maxShortfallS=${judge.maxUnderS.toFixed(3)} ` +
-            `tokensIssued=${fleet.emulator.stats.tokensIssued} fetchedBy[true,${offset}]=${fetched.join(',')} ` +
+            `tokensIssued=${fleet.provider.stats.tokensIssued} fetchedBy[true,${offset}]=${fetched.join(',')} ` +
             `shownAbsoluteOffsetS=${shownOffsetS.toFixed(1)} observerLagMs=${observerLagMs}`,
         );
         expect([...plain.validationErrors, ...withMin.validationErrors]).toEqual([]);
@@ -142,12 +145,11 @@ describe('fleet with one replica 30 s off (libfaketime)', () => {
         expect(judge.maxOverS).toBeLessThanOrEqual(WRITE_SLACK_MS / 1000);
         expect(judge.maxUnderS).toBeLessThan(1 + 0.25 + observerLagMs / 1000);
         // One refresher per cycle for the two of them: about one token per refresh interval.
-        expect(fleet.emulator.stats.tokensIssued).toBeLessThanOrEqual(
+        expect(fleet.provider.stats.tokensIssued).toBeLessThanOrEqual(
           Math.ceil(LOAD_MS / ((LIFETIME_S - AHEAD_S - 1) * 1000)) + 2,
         );
       } finally {
-        await skewed.stop();
-        await fleet.stop();
+        await fleet.close();
       }
     },
     90_000,

@@ -1,12 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { rmSync } from 'node:fs';
-import { ProviderEmulator } from '../emulator/provider-emulator';
-import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
-import { writeBrokerConfig } from './support/broker-config';
+import type { ServiceAccountIssuer } from '../emulator/service-account-issuer';
 import { hammer } from './support/load';
+import { type Stack, type StackBroker, startStack } from './support/stack';
 
-const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
 const SA = 'system:serviceaccount:shop:checkout';
 const FLOOD_MS = 2000;
 const CONCURRENCY = 16;
@@ -19,56 +15,45 @@ jest.setTimeout(60_000);
  * signature check, never a JWKS fetch per attempt (unknown `kid`s refetch at most once per
  * cooldown). Short, bounded floods against 127.0.0.1; the figures are printed for the record.
  */
-describe('bad-credential floods (real brokers)', () => {
-  const goodKey = randomBytes(24).toString('base64url');
-  let provider: ProviderEmulator;
+describe('bad-credential floods', () => {
+  let stack: Stack;
+  let goodKey: string;
   let issuer: ServiceAccountIssuer;
-  let apiKeyBroker: BrokerProcess;
-  let k8sBroker: BrokerProcess;
-  let dir: string;
+  let apiKeyBroker: StackBroker;
+  let k8sBroker: StackBroker;
   const figures: string[] = [];
 
   beforeAll(async () => {
-    provider = await ProviderEmulator.start({
-      credentials: { [CREDS.client_id]: CREDS.client_secret },
-    });
-    issuer = await ServiceAccountIssuer.start();
-    let configFile: string;
-    ({ dir, configFile } = writeBrokerConfig({
+    stack = await startStack({
       name: 'credential-flood',
-      providerUrl: provider.url,
-      credentials: CREDS,
-      clientIds: ['acme'],
-      apiKeys: [{ name: 'flood-test', key: goodKey, clients: ['*'] }],
+      inProcess: true,
+      clients: ['acme'],
       callerAuth: {
-        kubernetes: {
-          jwksUrl: issuer.jwksUrl,
-          issuer: issuer.issuer,
-          audience: 'token-broker',
-          subjects: { [SA]: ['*'] },
-        },
+        mode: 'api-key',
+        callers: { 'flood-test': { clients: ['*'] } },
+        subjects: { [SA]: ['*'] },
       },
-    }));
-    // Info, as in production: every refusal writes its audit line.
-    const env = { BROKER_CONFIG_FILE: configFile, HOST: '127.0.0.1', LOG_LEVEL: 'info' };
-    [apiKeyBroker, k8sBroker] = await Promise.all([
-      spawnBroker({ name: 'api-key-broker', env: { ...env, CALLER_AUTH_MODE: 'api-key' } }),
-      spawnBroker({ name: 'k8s-broker', env: { ...env, CALLER_AUTH_MODE: 'kubernetes' } }),
-    ]);
-    await Promise.all([apiKeyBroker.waitReady(15_000), k8sBroker.waitReady(15_000)]);
+      // Info, as in production: every refusal writes its audit line.
+      env: { LOG_LEVEL: 'info' },
+    });
+    goodKey = stack.keys['flood-test'];
+    issuer = stack.issuer!;
+    apiKeyBroker = stack.broker;
+    k8sBroker = await stack.addBroker({
+      name: 'credential-flood-k8s',
+      env: { CALLER_AUTH_MODE: 'kubernetes' },
+    });
   });
 
   afterAll(async () => {
-    await Promise.all([apiKeyBroker?.stop(), k8sBroker?.stop()]);
-    await Promise.all([provider?.close(), issuer?.close()]);
-    rmSync(dir, { recursive: true, force: true });
+    await stack?.close();
     process.stdout.write(
       `credential floods (${CONCURRENCY} concurrent, ${FLOOD_MS} ms each):\n${figures.join('\n')}\n`,
     );
   });
 
   async function flood(
-    broker: BrokerProcess,
+    broker: StackBroker,
     what: string,
     authorization: string,
     expected: number,

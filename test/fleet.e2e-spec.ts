@@ -1,7 +1,8 @@
 import { hammer } from './support/load';
 import { watchObserverLag } from './support/observer-lag';
-import { type Fleet, FLEET_CLIENT, requestsPerCycle, startFleet } from './support/fleet';
+import { FLEET_CLIENT, requestsPerCycle } from './support/fleet';
 import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis-topology';
+import { type Stack, startStack } from './support/stack';
 
 /**
  * The product's promise: a whole fleet makes one provider token request per token lifetime,
@@ -12,15 +13,19 @@ describe.each(TOPOLOGY_KINDS)('fleet of 5 brokers sharing one Redis (%s)', (kind
   const AHEAD_S = 1;
   const LIFETIMES = 10;
   let topology: RedisTopology;
-  let fleet: Fleet<RedisTopology>;
+  let fleet: Stack;
 
+  // Processes: five replicas of a fleet.
   beforeAll(async () => {
     topology = await startTopology(kind);
-    fleet = await startFleet({
-      size: 5,
+    fleet = await startStack({
+      name: `fleet-${kind}`,
+      clients: [FLEET_CLIENT],
       redis: topology,
+      replicas: 5,
       knobs: { tokenLifetimeSeconds: LIFETIME_S },
       env: {
+        LOG_LEVEL: 'warn',
         TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
         TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
       },
@@ -28,13 +33,13 @@ describe.each(TOPOLOGY_KINDS)('fleet of 5 brokers sharing one Redis (%s)', (kind
   });
 
   afterAll(async () => {
-    await fleet?.stop();
+    await fleet?.close();
     await topology?.stop();
   });
 
   it(`makes one provider token request per refresh cycle over ${LIFETIMES} lifetimes, with no caller error and no expired token`, async () => {
-    const issued = () => fleet.emulator.stats.issued;
-    const startRequests = fleet.emulator.stats.tokenRequests;
+    const issued = () => fleet.provider.stats.issued;
+    const startRequests = fleet.provider.stats.tokenRequests;
     // Each token's expiry as the brokers stated it: the fetching replica's send time plus the
     // lifetime, on its own clock. The emulator's request times are taken in this (busy) test
     // process and can lag by hundreds of milliseconds under CI load, so they group requests
@@ -71,7 +76,7 @@ describe.each(TOPOLOGY_KINDS)('fleet of 5 brokers sharing one Redis (%s)', (kind
     });
 
     const observerLagMs = Math.round(lag.stop());
-    const stats = fleet.emulator.stats;
+    const stats = fleet.provider.stats;
     const times = stats.tokenRequestTimes;
     const gaps = times.slice(1).map((t, i) => t - times[i]);
     const expiries = [...servedExpiries.values()].sort((a, b) => a - b);

@@ -1,12 +1,9 @@
-import { rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
-import { ProviderEmulator } from '../emulator/provider-emulator';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
-import { writeBrokerConfig } from './support/broker-config';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
 import { freePort } from './support/ports';
+import { type Stack, type StackBroker, type StackOptions, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 
-const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
 const API_KEY = 'timeouts-test-key-0123456789abcdef';
 const ADMIN_KEY = 'listener-admin-key-0123456789abcdef';
 const HEADERS_TIMEOUT_MS = 1000;
@@ -183,47 +180,45 @@ const ACTIONS = [
  * its target is spelled (sent as raw bytes). Every error, the framework's own included, is
  * problem+json with the security headers and a request id; both listeners drain alike.
  */
+/** The stack of both describes: one client, two API-key callers, short HTTP timeouts. */
+async function startHttpStack(inProcess: boolean, metricsPort: number): Promise<Stack> {
+  const options: StackOptions = {
+    name: 'http-timeouts',
+    inProcess,
+    clients: ['acme'],
+    callerAuth: {
+      mode: 'api-key',
+      callers: {
+        'timeouts-test': { clients: ['*'], key: API_KEY },
+        oncall: { clients: ['*'], scopes: ['token', 'forward', 'admin'], key: ADMIN_KEY },
+      },
+    },
+    env: {
+      LOG_LEVEL: 'warn',
+      HTTP_HEADERS_TIMEOUT_MS: String(HEADERS_TIMEOUT_MS),
+      HTTP_REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
+      METRICS_PORT: String(metricsPort),
+      SHUTDOWN_DRAIN_DELAY_MS: '500',
+    },
+  };
+  return startStack(options);
+}
+
 describe('HTTP front: slow clients and the admin port', () => {
+  let stack: Stack;
   let provider: ProviderEmulator;
-  let broker: BrokerProcess;
-  let dir: string;
+  let broker: StackBroker;
   let metricsPort: number;
 
+  // In the Jest process: the timeouts, listeners and answers are the app's own (bootstrap.ts).
   beforeAll(async () => {
-    provider = await ProviderEmulator.start({
-      credentials: { [CREDS.client_id]: CREDS.client_secret },
-    });
-    let configFile: string;
-    ({ dir, configFile } = writeBrokerConfig({
-      name: 'http-timeouts',
-      providerUrl: provider.url,
-      credentials: CREDS,
-      clientIds: ['acme'],
-      callerAuth: { mode: 'api-key' },
-      apiKeys: [
-        { name: 'timeouts-test', key: API_KEY, clients: ['*'] },
-        { name: 'oncall', key: ADMIN_KEY, clients: ['*'], scopes: ['token', 'forward', 'admin'] },
-      ],
-    }));
     metricsPort = await freePort();
-    broker = await spawnBroker({
-      env: {
-        BROKER_CONFIG_FILE: configFile,
-        HOST: '127.0.0.1',
-        LOG_LEVEL: 'warn',
-        HTTP_HEADERS_TIMEOUT_MS: String(HEADERS_TIMEOUT_MS),
-        HTTP_REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
-        METRICS_PORT: String(metricsPort),
-        SHUTDOWN_DRAIN_DELAY_MS: '500',
-      },
-    });
-    await broker.waitReady(10_000);
+    stack = await startHttpStack(true, metricsPort);
+    ({ provider, broker } = stack);
   }, 30_000);
 
   afterAll(async () => {
-    await broker?.stop();
-    await provider?.close();
-    rmSync(dir, { recursive: true, force: true });
+    await stack?.close();
   });
 
   it('cuts off a client trickling its headers after HTTP_HEADERS_TIMEOUT_MS, with a 408 problem', async () => {
@@ -263,7 +258,7 @@ describe('HTTP front: slow clients and the admin port', () => {
     expect(Buffer.concat(chunks).toString()).toMatch(/^HTTP\/1\.1 408 /);
   });
 
-  it('takes the deprecated METRICS_PORT as the admin port: /metrics, /health/* and /admin/* there, not the API; a warning says to rename it', async () => {
+  it('takes the deprecated METRICS_PORT as the admin port: /metrics, /health/* and /admin/* there, not the API', async () => {
     const onApi = await fetch(`${broker.url}/metrics`);
     expect(onApi.status).toBe(404);
     expect(await onApi.text()).not.toContain('token_broker_');
@@ -292,9 +287,6 @@ describe('HTTP front: slow clients and the admin port', () => {
       expect([path, res.status]).toEqual([path, 404]);
     }
     expect((await fetch(`${broker.url}/health/ready`)).status).toBe(200);
-    expect(
-      broker.logs().some((l) => l.includes('METRICS_PORT (http.metricsPort) is deprecated')),
-    ).toBe(true);
   });
 
   it('still serves a client that sends its request promptly', async () => {
@@ -438,40 +430,53 @@ describe('HTTP front: slow clients and the admin port', () => {
     expect(answer).toContain('x-content-type-options: nosniff');
   });
 
-  it('drains both listeners alike: Connection: close while draining, then 503 shutting_down in problem+json', async () => {
-    // Requests whose headers are not complete yet: their connections stay open when the
-    // listeners close (only idle ones are closed), and their requests arrive after.
-    const late = [broker.port, metricsPort].map((port) => {
-      const socket = connect(port, '127.0.0.1');
-      socket.on('error', () => undefined);
-      let text = '';
-      socket.on('data', (c: Buffer) => (text += c.toString('latin1')));
-      const answer = new Promise<string>((resolve) => socket.on('close', () => resolve(text)));
-      socket.write('GET /health/live HTTP/1.1\r\nHost: x\r\n');
-      return { socket, answer };
+  // What main.ts alone does, on a real process: the start-up warning and the SIGTERM drain.
+  describe('as a process', () => {
+    beforeAll(async () => {
+      await stack.close();
+      metricsPort = await freePort();
+      stack = await startHttpStack(false, metricsPort);
+      ({ provider, broker } = stack);
+    }, 30_000);
+
+    it('warns that METRICS_PORT is deprecated, and drains both listeners alike: Connection: close while draining, then 503 shutting_down in problem+json', async () => {
+      expect(
+        broker.logs().some((l) => l.includes('METRICS_PORT (http.metricsPort) is deprecated')),
+      ).toBe(true);
+      // Requests whose headers are not complete yet: their connections stay open when the
+      // listeners close (only idle ones are closed), and their requests arrive after.
+      const late = [broker.port, metricsPort].map((port) => {
+        const socket = connect(port, '127.0.0.1');
+        socket.on('error', () => undefined);
+        let text = '';
+        socket.on('data', (c: Buffer) => (text += c.toString('latin1')));
+        const answer = new Promise<string>((resolve) => socket.on('close', () => resolve(text)));
+        socket.write('GET /health/live HTTP/1.1\r\nHost: x\r\n');
+        return { socket, answer };
+      });
+      process.kill(broker.process!.pid!, 'SIGTERM');
+      await waitFor(async () => (await get(broker.port, '/health/ready')).status === 503, {
+        timeoutMs: 3000,
+        what: 'the drain to begin',
+      });
+      for (const port of [broker.port, metricsPort]) {
+        const a = await raw(port, 'GET /health/live HTTP/1.1', '', 'keep-alive');
+        expect([port, a.status, a.headers.connection]).toEqual([port, 200, 'close']);
+      }
+      for (const port of [broker.port, metricsPort]) {
+        await waitFor(() => refused(port), { timeoutMs: 3000, what: `port ${port} to close` });
+      }
+      for (const { socket, answer } of late) {
+        expect(socket.destroyed).toBe(false);
+        socket.write('\r\n');
+        const text = await answer;
+        expect(text).toMatch(/^HTTP\/1\.1 503 /);
+        expect(text).toMatch(/\r\ncontent-type: application\/problem\+json/i);
+        expect(text).toMatch(/\r\nconnection: close\r\n/i);
+        expect(text).toMatch(/\r\nx-content-type-options: nosniff\r\n/i);
+        expect(text).toMatch(/\r\nx-request-id: [\w-]+\r\n/i);
+        expect(text).toContain('"code":"shutting_down"');
+      }
     });
-    process.kill(broker.pid!, 'SIGTERM');
-    await waitFor(async () => (await get(broker.port, '/health/ready')).status === 503, {
-      timeoutMs: 3000,
-      what: 'the drain to begin',
-    });
-    for (const port of [broker.port, metricsPort]) {
-      const a = await raw(port, 'GET /health/live HTTP/1.1', '', 'keep-alive');
-      expect([port, a.status, a.headers.connection]).toEqual([port, 200, 'close']);
-    }
-    for (const port of [broker.port, metricsPort]) {
-      await waitFor(() => refused(port), { timeoutMs: 3000, what: `port ${port} to close` });
-    }
-    for (const { socket, answer } of late) {
-      expect(socket.destroyed).toBe(false);
-      socket.write('\r\n');
-      const text = await answer;
-      expect(text).toMatch(/^HTTP\/1\.1 503 /);
-      expect(text).toMatch(/\r\ncontent-type: application\/problem\+json/i);
-      expect(text).toMatch(/\r\nconnection: close\r\n/i);
-      expect(text).toMatch(/\r\nx-content-type-options: nosniff\r\n/i);
-      expect(text).toMatch(/\r\nx-request-id: [\w-]+\r\n/i);
-      expect(text).toContain('"code":"shutting_down"');
-    }
   });
 });

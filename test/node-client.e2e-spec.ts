@@ -1,15 +1,11 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 // The package's source, not `@token-broker/client`: node_modules may link another checkout's.
 import {
   type BrokerClient,
   BrokerUnavailableError,
   createBrokerClient,
 } from '../packages/client/src';
-import { spawnBroker } from './support/broker-process';
-import { newKey, sha256 } from './support/caller-brokers';
-import { FLEET_CLIENT, type Fleet, startFleet } from './support/fleet';
+import { FLEET_CLIENT } from './support/fleet';
+import { newKey, type Stack, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 
 /** Short provider tokens so an outage outlives one within the test. */
@@ -30,35 +26,34 @@ interface Call {
 
 /**
  * `@token-broker/client` against real broker processes (a two-broker fleet on Redis, caller
- * auth mode `api-key`): a caller calling `getToken` every 50 ms sees no failure while a valid
+ * auth mode `api-key`; processes, because one is killed): a caller calling `getToken` every 50 ms sees no failure while a valid
  * token exists, through a restart of the broker it talks to and through a provider outage.
  */
 jest.setTimeout(120_000);
 
 describe('@token-broker/client against real brokers', () => {
   const apiKey = newKey();
-  let fleet: Fleet;
-  let dir: string;
+  let fleet: Stack;
   let client: BrokerClient;
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'tb-node-client-'));
-    const keysFile = join(dir, 'caller-keys.json');
-    writeFileSync(
-      keysFile,
-      JSON.stringify([{ name: 'checkout', sha256: sha256(apiKey), clients: [FLEET_CLIENT] }]),
-    );
-    fleet = await startFleet({
-      size: 2,
+    fleet = await startStack({
+      name: 'node-client',
+      clients: [FLEET_CLIENT],
+      redis: 'standalone',
+      replicas: 2,
+      callerAuth: {
+        mode: 'api-key',
+        callers: { checkout: { clients: [FLEET_CLIENT], key: apiKey } },
+      },
       knobs: { tokenLifetimeSeconds: LIFETIME_S },
-      env: { CALLER_AUTH_MODE: 'api-key', CALLER_API_KEYS_FILE: keysFile },
+      env: { LOG_LEVEL: 'warn' },
     });
     client = createBrokerClient({ baseUrl: fleet.brokers[0].url, apiKey });
   });
 
   afterAll(async () => {
-    await fleet?.stop();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await fleet?.close();
   });
 
   /** Calls `getToken` every 50 ms until `until` resolves; records every answer. */
@@ -81,23 +76,18 @@ describe('@token-broker/client against real brokers', () => {
   }
 
   const expiryOf = (token: string) =>
-    fleet.emulator.stats.issued.find((t) => t.token === token)!.expiresAt;
+    fleet.provider.stats.issued.find((t) => t.token === token)!.expiresAt;
 
   it('a broker restart: every call answered with a valid token, from cache while it is down', async () => {
     await client.getToken({ client: FLEET_CLIENT });
     const broker = fleet.brokers[0];
     const restart = (async () => {
       await new Promise((r) => setTimeout(r, 500));
-      await broker.kill('SIGKILL');
+      await broker.process!.kill('SIGKILL');
       const downAt = Date.now();
       // Down for two seconds, then the same port again.
       await new Promise((r) => setTimeout(r, 2000));
-      const again = await spawnBroker({
-        name: 'broker-0-restarted',
-        env: { ...fleet.env, PORT: String(broker.port) },
-      });
-      fleet.brokers[0] = again;
-      await again.waitReady(20_000);
+      await fleet.addBroker({ name: 'broker-0-restarted', env: { PORT: String(broker.port) } });
       await new Promise((r) => setTimeout(r, 1000));
       return downAt;
     })();
@@ -118,17 +108,17 @@ describe('@token-broker/client against real brokers', () => {
 
   it('a provider outage: no failed call while a valid token exists, then the next token', async () => {
     // Start right after a fresh token, so the outage spans the fleet's refresh and the expiry.
-    const issued = fleet.emulator.stats.tokensIssued;
-    await waitFor(() => fleet.emulator.stats.tokensIssued > issued || undefined, {
+    const issued = fleet.provider.stats.tokensIssued;
+    await waitFor(() => fleet.provider.stats.tokensIssued > issued || undefined, {
       timeoutMs: LIFETIME_S * 1000,
       what: 'the fleet to refresh its token',
     });
-    const last = fleet.emulator.stats.issued.at(-1)!;
-    fleet.emulator.setKnobs({ tokenFailure: { kind: 'status', status: 503 } });
+    const last = fleet.provider.stats.issued.at(-1)!;
+    fleet.provider.setKnobs({ tokenFailure: { kind: 'status', status: 503 } });
     const outage = (async () => {
       // Past the last token's expiry, then restored until a call gets the next token.
       await new Promise((r) => setTimeout(r, last.expiresAt - Date.now() + 2000));
-      fleet.emulator.setKnobs({ tokenFailure: null });
+      fleet.provider.setKnobs({ tokenFailure: null });
       await waitFor(
         async () => {
           const t = await client.getToken({ client: FLEET_CLIENT }).catch(() => undefined);
@@ -154,7 +144,7 @@ describe('@token-broker/client against real brokers', () => {
     // And the fleet's next token once the provider is back.
     const after = await client.getToken({ client: FLEET_CLIENT });
     expect(after.accessToken).not.toBe(last.token);
-    expect(fleet.emulator.isValidToken(after.accessToken)).toBe(true);
+    expect(fleet.provider.isValidToken(after.accessToken)).toBe(true);
   });
 
   it('orders.create: one order per Idempotency-Key, the same key on a repeat', async () => {
@@ -172,7 +162,7 @@ describe('@token-broker/client against real brokers', () => {
     expect(again.body).toEqual(first.body);
     const generated = await client.orders.create({ amount: 5 }, { client: FLEET_CLIENT });
     expect(generated.idempotencyKey).toMatch(/^[0-9a-f-]{36}$/);
-    const seen = fleet.emulator.stats.orders.map((o) => o.idempotencyKey);
+    const seen = fleet.provider.stats.orders.map((o) => o.idempotencyKey);
     expect(seen.filter((k) => k === key)).toHaveLength(1);
   });
 });

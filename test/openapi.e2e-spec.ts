@@ -10,7 +10,8 @@ import { ForwardErrorCode } from '../src/forward/forward.exception';
 import { OrdersErrorCode } from '../src/orders/orders.exception';
 import { OAuthErrorCode } from '../src/token/oauth.exception';
 import { TokenErrorCode } from '../src/token/token.exception';
-import { type CallerBrokers, startCallerBrokers } from './support/caller-brokers';
+import { CALLER_CLIENTS, UNAVAILABLE_CLIENT } from './support/caller-brokers';
+import { type Stack, startStack } from './support/stack';
 
 // The document is walked by path: typed loosely on purpose.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -30,34 +31,44 @@ const basic = (id: string, secret: string) =>
 const seg = (s: string) => s.replaceAll('~', '~0').replaceAll('/', '~1');
 
 /**
- * `GET /openapi.json` is one source of truth: the document `src/openapi/openapi.ts` generates, served as
- * is, against which every answer real brokers give here is validated (status declared, media
+ * `GET /openapi.json` is one source of truth: the document `src/openapi/openapi.ts` generates,
+ * served as is, against which every answer the broker gives here is validated (status declared, media
  * type declared, body valid against the schema with ajv's JSON Schema 2020-12, required headers
  * present and valid, problem `code` among those declared for that status). The routes Fastify
- * registered in the running broker (its start-up debug line) and the document's must be the
+ * registered in the running broker (its start-up debug line; the broker runs in the Jest
+ * process) and the document's must be the
  * same set, and every problem code of the `*.exception.ts` enums must be documented.
  */
 jest.setTimeout(60_000);
 
-describe('OpenAPI description (real brokers)', () => {
-  let set: CallerBrokers;
+describe('OpenAPI description', () => {
+  let set: Stack;
   let doc: Json;
   const ajv = new Ajv2020({ strict: false, allErrors: true });
   addFormats(ajv);
   const seen: Exchange[] = [];
 
   beforeAll(async () => {
-    set = await startCallerBrokers({
+    set = await startStack({
       name: 'openapi',
-      callerScopes: { ops: ['token', 'forward', 'admin'] },
+      inProcess: true,
+      clients: [...CALLER_CLIENTS, { id: UNAVAILABLE_CLIENT, refused: true }],
+      secrets: 'secrets-manager',
+      callerAuth: {
+        mode: 'api-key',
+        callers: {
+          checkout: { clients: ['acme-prod'] },
+          ops: { clients: ['*'], scopes: ['token', 'forward', 'admin'] },
+        },
+      },
     });
-    const res = await fetch(`${set.apiKeyBroker.url}/openapi.json`);
+    const res = await fetch(`${set.broker.url}/openapi.json`);
     doc = (await res.json()) as Json;
     ajv.addSchema(doc, 'openapi');
   });
 
   afterAll(async () => {
-    await set?.stop();
+    await set?.close();
   });
 
   /** Sends a request and checks its answer against the document's operation `method path`. */
@@ -67,7 +78,7 @@ describe('OpenAPI description (real brokers)', () => {
     url: string,
     init: RequestInit = {},
   ): Promise<{ status: number; body: unknown }> {
-    const res = await fetch(`${set.apiKeyBroker.url}${url}`, { ...init, method });
+    const res = await fetch(`${set.broker.url}${url}`, { ...init, method });
     const text = await res.text();
     const op = doc.paths[path]?.[method.toLowerCase()] as Json | undefined;
     expect(op).toBeDefined();
@@ -121,7 +132,7 @@ describe('OpenAPI description (real brokers)', () => {
   const form = { 'content-type': 'application/x-www-form-urlencoded' };
 
   it('is the checked-in document, served without caller auth, with nothing of the configuration', async () => {
-    const res = await fetch(`${set.apiKeyBroker.url}/openapi.json`);
+    const res = await fetch(`${set.broker.url}/openapi.json`);
     expect(res.status).toBe(200);
     const text = await res.text();
     expect(JSON.parse(text)).toEqual(OPENAPI_DOCUMENT);
@@ -129,8 +140,8 @@ describe('OpenAPI description (real brokers)', () => {
     for (const leak of [
       ...set.secretValues,
       set.provider.url,
-      set.secrets.url,
-      String(set.apiKeyBroker.port),
+      set.secrets!.url,
+      String(set.broker.port),
       'merchant',
       'initech',
     ]) {
@@ -264,13 +275,13 @@ describe('OpenAPI description (real brokers)', () => {
   });
 
   it('documents every route Fastify registered in the broker, and only those', () => {
-    const line = set.apiKeyBroker.logs().find((l) => l.includes('routes registered: '));
+    const line = set.broker.logs().find((l) => l.includes('routes registered: '));
     expect(line).toBeDefined();
     const msg = (JSON.parse(line!) as { msg: string }).msg;
     const registered = JSON.parse(msg.slice(msg.indexOf('['))) as string[];
     expect([...registered].sort()).toEqual([...describedRoutes()].sort());
     expect(registered).toEqual(expect.arrayContaining(['GET /token', 'POST /oauth2/token']));
-    expect(set.apiKeyBroker.logs().filter((l) => l.includes('is out of date'))).toEqual([]);
+    expect(set.broker.logs().filter((l) => l.includes('is out of date'))).toEqual([]);
   });
 
   it('documents every problem and OAuth error code the broker has', () => {

@@ -1,16 +1,12 @@
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createHash, randomUUID } from 'node:crypto';
 import { type IncomingHttpHeaders, request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import { Redis } from 'ioredis';
 import { redisKeys } from '../src/redis/redis.constants';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { ProviderEmulator } from '../emulator/provider-emulator';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
-import { type Fleet, startFleet } from './support/fleet';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
 import { freePort } from './support/ports';
 import { startRedis, type TestRedis } from './support/redis-server';
+import { type Stack, type StackBroker, startStack } from './support/stack';
 import { metricValue } from './support/token-watch';
 import { waitFor } from './support/wait';
 
@@ -19,10 +15,7 @@ const CHECKOUT_KEY = 'checkout-service-key-7f3a9c1e5b2d4f60';
 const MARKETING_KEY = 'marketing-service-key-2b8e6d0a4c9f1e37';
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
 
-const ACME_CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
-const OTHER_CREDS = { client_id: 'other-merchant', client_secret: 'other-very-secret' };
-
-// Brokers are real processes: starting a fleet on a busy CI machine takes more than Jest's 5 s.
+// Starting a fleet of processes on a busy CI machine takes more than Jest's 5 s.
 jest.setTimeout(120_000);
 
 const TRACEPARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
@@ -86,10 +79,12 @@ function orderBody(ref: string, extra: Record<string, unknown> = {}): string {
   return JSON.stringify({ price: 50_000, orderRef: ref, ...extra });
 }
 
+/** The passthrough's HTTP contract: one broker in the Jest process, on a Redis it may kill. */
 describe('POST /orders (one broker, API-key callers, real Redis)', () => {
   let redis: TestRedis;
+  let stack: Stack;
   let provider: ProviderEmulator;
-  let broker: BrokerProcess;
+  let broker: StackBroker;
   /** Every response body the broker sent, to check that nothing leaks. */
   const seen: string[] = [];
   /** Every token the provider issued (stats are cleared between tests). */
@@ -122,69 +117,33 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
 
   beforeAll(async () => {
     redis = await startRedis();
-    provider = await ProviderEmulator.start({
-      credentials: {
-        [ACME_CREDS.client_id]: ACME_CREDS.client_secret,
-        [OTHER_CREDS.client_id]: OTHER_CREDS.client_secret,
-      },
-    });
-    const dir = mkdtempSync(join(tmpdir(), 'tb-orders-'));
-    const acmeCreds = join(dir, 'acme.json');
-    const otherCreds = join(dir, 'other.json');
-    writeFileSync(acmeCreds, JSON.stringify(ACME_CREDS), { mode: 0o600 });
-    writeFileSync(otherCreds, JSON.stringify(OTHER_CREDS), { mode: 0o600 });
     const deadPort = await freePort();
-    const cacheKeyFile = join(dir, 'cache-key');
-    writeFileSync(cacheKeyFile, randomBytes(32).toString('base64'), { mode: 0o600 });
-    const configFile = join(dir, 'broker.json');
-    writeFileSync(
-      configFile,
-      JSON.stringify({
-        clients: [
-          {
-            id: 'acme',
-            authUrl: provider.url,
-            baseUrl: provider.url,
-            credentials: { file: acmeCreds },
-          },
-          {
-            id: 'other',
-            authUrl: provider.url,
-            baseUrl: provider.url,
-            ordersPath: '/api/flexpay/v1/orders',
-            credentials: { file: otherCreds },
-          },
-          // Token endpoint up, checkout API on a port nobody listens on.
-          {
-            id: 'dead',
-            authUrl: provider.url,
-            baseUrl: `http://127.0.0.1:${deadPort}`,
-            credentials: { file: acmeCreds },
-          },
-        ],
-        callerAuth: {
-          mode: 'api-key',
-          apiKeys: [
-            { name: 'checkout', sha256: sha256(CHECKOUT_KEY), clients: ['*'] },
-            { name: 'marketing', sha256: sha256(MARKETING_KEY), clients: ['other'] },
-          ],
+    stack = await startStack({
+      name: 'orders',
+      inProcess: true,
+      clients: [
+        'acme',
+        { id: 'other', config: { ordersPath: '/api/flexpay/v1/orders' } },
+        // Token endpoint up, checkout API on a port nobody listens on.
+        { id: 'dead', config: { baseUrl: `http://127.0.0.1:${deadPort}` } },
+      ],
+      redis,
+      callerAuth: {
+        mode: 'api-key',
+        callers: {
+          checkout: { clients: ['*'], key: CHECKOUT_KEY },
+          marketing: { clients: ['other'], key: MARKETING_KEY },
         },
-      }),
-    );
-    broker = await spawnBroker({
-      name: 'orders-broker',
+      },
+      // The cache key authenticates the idempotency records the broker replays.
+      cacheKey: true,
       env: {
-        BROKER_CONFIG_FILE: configFile,
-        REDIS_URL: redis.url,
-        HOST: '127.0.0.1',
         LOG_LEVEL: 'info',
         ORDERS_HEADERS_TIMEOUT_MS: String(HEADERS_TIMEOUT_MS),
         ORDERS_BODY_LIMIT_BYTES: String(BODY_LIMIT),
-        // The cache key authenticates the idempotency records the broker replays.
-        CACHE_KEY_FILE: cacheKeyFile,
       },
     });
-    await broker.waitReady(15_000);
+    ({ provider, broker } = stack);
   });
 
   afterEach(() => {
@@ -194,8 +153,7 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
   });
 
   afterAll(async () => {
-    await broker?.stop();
-    await provider?.close();
+    await stack?.close();
     await redis?.stop();
   });
 
@@ -769,8 +727,8 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
       const secrets = [
         CHECKOUT_KEY,
         MARKETING_KEY,
-        ACME_CREDS.client_secret,
-        OTHER_CREDS.client_secret,
+        stack.credentials.acme.client_secret,
+        stack.credentials.other.client_secret,
         ...issuedTokens,
         ...provider.stats.issued.map((t) => t.token),
       ];
@@ -819,22 +777,28 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
  */
 describe('401 storm: 3 brokers, one Redis, one revoked token', () => {
   const ORDERS = 150;
-  let fleet: Fleet;
+  let fleet: Stack;
 
+  // Processes: a fleet, and one replica is sent SIGTERM.
   beforeAll(async () => {
     // What this proves is the token lifecycle under a 401 storm, not Redis latency: on a starved
     // CPU (load average 15 on 2 cores measured) a broker's idempotency claim missed the default
     // 500 ms command timeout and was rightly refused (503 idempotency_unavailable, nothing sent),
     // failing the storm for a reason the Redis error tests cover. The token wait is unchanged.
-    fleet = await startFleet({ size: 3, env: { REDIS_COMMAND_TIMEOUT_MS: '5000' } });
+    fleet = await startStack({
+      name: 'orders-storm',
+      redis: 'standalone',
+      replicas: 3,
+      env: { LOG_LEVEL: 'warn', REDIS_COMMAND_TIMEOUT_MS: '5000' },
+    });
   });
 
   afterAll(async () => {
-    await fleet?.stop();
+    await fleet?.close();
   });
 
   it(`creates each of ${ORDERS} concurrent orders exactly once with one new token request`, async () => {
-    const { emulator, brokers } = fleet;
+    const { provider: emulator, brokers } = fleet;
     // Every replica serves the fleet's one token before the storm.
     await waitFor(
       async () => {
@@ -894,7 +858,7 @@ describe('401 storm: 3 brokers, one Redis, one revoked token', () => {
   });
 
   it('creates one order when the same keyed request reaches every replica at once', async () => {
-    const { emulator, brokers } = fleet;
+    const { provider: emulator, brokers } = fleet;
     emulator.reset();
     emulator.setKnobs({ ordersLatencyMs: 500 });
     const body = orderBody('fleet-dup-1');
@@ -926,7 +890,7 @@ describe('401 storm: 3 brokers, one Redis, one revoked token', () => {
   });
 
   it('answers an order in flight when SIGTERM arrives, then exits cleanly', async () => {
-    const { emulator, brokers } = fleet;
+    const { provider: emulator, brokers } = fleet;
     emulator.reset();
     emulator.setKnobs({ ordersLatencyMs: 1000 });
     const broker = brokers[brokers.length - 1];
@@ -938,7 +902,7 @@ describe('401 storm: 3 brokers, one Redis, one revoked token', () => {
       timeoutMs: 5000,
       what: 'the order to reach the provider',
     });
-    const exited = broker.stop(8000);
+    const exited = broker.process!.stop(8000);
     expect((await answer).status).toBe(201);
     expect(await exited).toMatchObject({ code: 0 });
     expect(emulator.stats.ordersCreated).toBe(1);

@@ -1,11 +1,27 @@
 import { randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
 import { Redis } from 'ioredis';
-import { type Fleet, FLEET_CLIENT, startFleet } from './support/fleet';
+import { FLEET_CLIENT } from './support/fleet';
+import { type Stack, startStack } from './support/stack';
 import { metricValue } from './support/token-watch';
 
-// Real broker processes on a shared machine: starting a fleet takes more than Jest's 5 s.
+// A Redis and three brokers on a shared machine take more than Jest's 5 s to start.
 jest.setTimeout(120_000);
+
+/**
+ * Three replicas inside the Jest process on one Redis and one provider emulator: what is
+ * shared between them goes through Redis, as between processes.
+ */
+function startReplicas(env: Record<string, string>): Promise<Stack> {
+  return startStack({
+    name: 'passthrough',
+    inProcess: true,
+    clients: [FLEET_CLIENT],
+    redis: 'standalone',
+    replicas: 3,
+    env: { LOG_LEVEL: 'warn', ...env },
+  });
+}
 
 const MARKETING = `/provider/${FLEET_CLIENT}/api/marketing/v1`;
 const CHECKOUT = `/provider/${FLEET_CLIENT}/api/checkout/v1`;
@@ -51,24 +67,21 @@ function rawStatus(url: string, method: string, target: string): Promise<number>
 }
 
 describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, emulator)', () => {
-  let fleet: Fleet;
+  let fleet: Stack;
   let broker: string;
 
   beforeAll(async () => {
-    fleet = await startFleet({
-      size: 3,
-      env: {
-        FORWARD_CLIENT_RATE_PER_SECOND: '0',
-        FORWARD_CALLER_RATE_PER_SECOND: '0',
-        FORWARD_MAX_RESPONSE_BYTES: String(8 * 1024 * 1024),
-        FORWARD_BODY_LIMIT_BYTES: String(64 * 1024),
-      },
+    fleet = await startReplicas({
+      FORWARD_CLIENT_RATE_PER_SECOND: '0',
+      FORWARD_CALLER_RATE_PER_SECOND: '0',
+      FORWARD_MAX_RESPONSE_BYTES: String(8 * 1024 * 1024),
+      FORWARD_BODY_LIMIT_BYTES: String(64 * 1024),
     });
     broker = fleet.brokers[0].url;
   });
-  afterEach(() => fleet.emulator.reset());
+  afterEach(() => fleet.provider.reset());
   afterAll(async () => {
-    await fleet?.stop();
+    await fleet?.close();
   });
 
   it('forwards a GET with its query and the bearer token, never the caller credential or cookies, and returns only safe headers', async () => {
@@ -88,10 +101,10 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
       query: 'amount=500&currency=USD',
     });
     // What the provider received; its echo redacts the token (see the next test for why).
-    const received = fleet.emulator.stats.calls[0].headers.authorization;
+    const received = fleet.provider.stats.calls[0].headers.authorization;
     const bearer = /^Bearer (.+)$/.exec(received ?? '')?.[1];
     expect(bearer).toBeDefined();
-    expect(fleet.emulator.isValidToken(bearer!)).toBe(true);
+    expect(fleet.provider.isValidToken(bearer!)).toBe(true);
     expect(echoed.headers.authorization).toBe('Bearer [redacted]');
     expect(echoed.headers.cookie).toBeUndefined();
     expect(echoed.headers['x-request-id']).toBe(answer.headers.get('x-request-id'));
@@ -104,7 +117,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
   it.each(['verbatim', 'split'] as const)(
     'never relays an answer that echoes the token (%s): 502 forward_upstream_echoed_token, logged and counted',
     async (echo) => {
-      fleet.emulator.setKnobs({ echoAuthorization: echo });
+      fleet.provider.setKnobs({ echoAuthorization: echo });
       const before = await metricValue(broker, 'token_broker_upstream_token_echoes_total', {
         client: FLEET_CLIENT,
         call: 'forward',
@@ -115,7 +128,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
       expect((JSON.parse(answer.text) as { code: string }).code).toBe(
         'forward_upstream_echoed_token',
       );
-      const sent = /^Bearer (.+)$/.exec(fleet.emulator.stats.calls[0].headers.authorization)?.[1];
+      const sent = /^Bearer (.+)$/.exec(fleet.provider.stats.calls[0].headers.authorization)?.[1];
       expect(sent).toBeDefined();
       expect(answer.text).not.toContain(sent!);
       expect(
@@ -165,7 +178,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
     const head = await call(broker, `${MARKETING}/offers`, { method: 'HEAD' });
     expect(head.status).toBe(200);
     expect(head.text).toBe('');
-    expect(fleet.emulator.stats.calls.map((c) => c.method)).toEqual([
+    expect(fleet.provider.stats.calls.map((c) => c.method)).toEqual([
       'POST',
       'PUT',
       'PATCH',
@@ -202,7 +215,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
     });
     expect(big.status).toBe(413);
     expect((JSON.parse(big.text) as { code: string }).code).toBe('forward_body_too_large');
-    expect(fleet.emulator.stats.apiRequests).toBe(0);
+    expect(fleet.provider.stats.apiRequests).toBe(0);
     const bare = await call(broker, `${MARKETING}/uploads`, {
       method: 'PUT',
       body: new Uint8Array([1, 2, 3]),
@@ -223,7 +236,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
       expect(problem.code).toBe('forward_not_allowed');
       expect(problem.detail).toContain('under /api/marketing/v1/');
     }
-    expect(fleet.emulator.stats.apiRequests + fleet.emulator.stats.tokenRequests).toBe(0);
+    expect(fleet.provider.stats.apiRequests + fleet.provider.stats.tokenRequests).toBe(0);
   });
 
   it.each([
@@ -246,7 +259,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
   ])('refuses a path trick (%s) with 400 or 404 and sends nothing', async (_name, target) => {
     const status = await rawStatus(broker, 'GET', target);
     expect([400, 404]).toContain(status);
-    expect(fleet.emulator.stats.apiRequests).toBe(0);
+    expect(fleet.provider.stats.apiRequests).toBe(0);
   });
 
   it('replays a POST with the same Idempotency-Key and body, 422 for another body, keys scoped by path', async () => {
@@ -282,7 +295,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
     });
     expect(elsewhere.status).toBe(201);
     expect(elsewhere.headers.get('idempotent-replayed')).toBeNull();
-    expect(fleet.emulator.stats.calls).toHaveLength(2);
+    expect(fleet.provider.stats.calls).toHaveLength(2);
   });
 
   it('keeps a keyed passthrough record for FORWARD_IDEMPOTENCY_TTL_SECONDS (1 h), counted for its caller', async () => {
@@ -292,7 +305,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
       headers: { 'content-type': 'application/json', 'idempotency-key': randomUUID() },
     });
     expect(answer.status).toBe(201);
-    const raw = new Redis(fleet.redis.url, { maxRetriesPerRequest: 1 });
+    const raw = new Redis(fleet.redis!.url!, { maxRetriesPerRequest: 1 });
     try {
       const records = await raw.keys(`tb:{${FLEET_CLIENT}}:idem:*`);
       expect(records.length).toBeGreaterThan(0);
@@ -310,7 +323,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
   });
 
   it('passes a provider 429 back with its Retry-After and never retries it', async () => {
-    fleet.emulator.setKnobs({
+    fleet.provider.setKnobs({
       apiFailure: {
         kind: 'status',
         status: 429,
@@ -326,14 +339,14 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
     expect(answer.status).toBe(429);
     expect(answer.headers.get('retry-after')).toBe('7');
     expect(answer.text).toContain('TOO_MANY');
-    expect(fleet.emulator.stats.apiRequests).toBe(1);
+    expect(fleet.provider.stats.apiRequests).toBe(1);
   });
 
   it('401 storm on a non-order POST across 3 brokers: one token request, each call processed once', async () => {
     // Warm every broker's token, then have the provider stop honouring it.
     await Promise.all(fleet.brokers.map((b) => call(b.url, `${MARKETING}/offers`)));
-    fleet.emulator.reset();
-    fleet.emulator.revokeAll();
+    fleet.provider.reset();
+    fleet.provider.revokeAll();
     const perBroker = 10;
     const answers = await Promise.all(
       fleet.brokers.flatMap((b, i) =>
@@ -347,7 +360,7 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
       ),
     );
     expect(answers.map((a) => a.status)).toEqual(answers.map(() => 201));
-    const stats = fleet.emulator.stats;
+    const stats = fleet.provider.stats;
     expect(stats.tokensIssued).toBe(1);
     const bodies = stats.calls.map((c) => c.body);
     expect(bodies).toHaveLength(3 * perBroker);
@@ -360,20 +373,17 @@ describe('provider passthrough /provider/<client>/... (3 brokers, real Redis, em
 
 describe('passthrough rate limit across 3 brokers (shared through Redis)', () => {
   const LIMIT = 20;
-  let fleet: Fleet;
+  let fleet: Stack;
 
   beforeAll(async () => {
-    fleet = await startFleet({
-      size: 3,
-      env: {
-        FORWARD_CLIENT_RATE_PER_SECOND: String(LIMIT),
-        FORWARD_CLIENT_RATE_BURST: '0',
-        FORWARD_CALLER_RATE_PER_SECOND: '0',
-      },
+    fleet = await startReplicas({
+      FORWARD_CLIENT_RATE_PER_SECOND: String(LIMIT),
+      FORWARD_CLIENT_RATE_BURST: '0',
+      FORWARD_CALLER_RATE_PER_SECOND: '0',
     });
   });
   afterAll(async () => {
-    await fleet?.stop();
+    await fleet?.close();
   });
 
   it('lets through the client limit fleet-wide (within 10 %), answering 429 with Retry-After beyond it', async () => {
@@ -409,7 +419,7 @@ describe('passthrough rate limit across 3 brokers (shared through Redis)', () =>
     );
     expect(limited).toBeGreaterThan(0);
     expect(retryAfter).toMatch(/^\d+$/);
-    expect(fleet.emulator.stats.calls).toHaveLength(ok);
+    expect(fleet.provider.stats.calls).toHaveLength(ok);
     expect(Math.abs(rate - LIMIT) / LIMIT).toBeLessThanOrEqual(0.1);
     // Counted per client, caller and outcome, on every replica.
     const counted = async (outcome: string) =>

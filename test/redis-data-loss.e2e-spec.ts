@@ -1,6 +1,8 @@
 import { Redis } from 'ioredis';
 import { redisKeys } from '../src/redis/redis.constants';
-import { type Fleet, FLEET_CLIENT, startFleet } from './support/fleet';
+import { FLEET_CLIENT } from './support/fleet';
+import { startRedis, type TestRedis } from './support/redis-server';
+import { type Stack, startStack } from './support/stack';
 import { metricValue } from './support/token-watch';
 import { waitFor } from './support/wait';
 
@@ -10,17 +12,27 @@ import { waitFor } from './support/wait';
  * metric the chart alerts on and an error log, against a real Redis restarted empty.
  */
 describe('a fleet whose Redis restarts empty', () => {
-  let fleet: Fleet;
+  let redis: TestRedis;
+  let fleet: Stack;
   let raw: Redis;
 
+  // Two broker processes, as a Redis fault is seen by a fleet.
   beforeAll(async () => {
-    fleet = await startFleet({ size: 2, env: { REDIS_PING_INTERVAL_MS: '200' } });
-    raw = new Redis(fleet.redis.url, { maxRetriesPerRequest: 1, lazyConnect: true });
+    redis = await startRedis();
+    fleet = await startStack({
+      name: 'redis-data-loss',
+      clients: [FLEET_CLIENT],
+      redis,
+      replicas: 2,
+      env: { LOG_LEVEL: 'warn', REDIS_PING_INTERVAL_MS: '200' },
+    });
+    raw = new Redis(redis.url, { maxRetriesPerRequest: 1, lazyConnect: true });
   });
 
   afterAll(async () => {
     raw?.disconnect();
-    await fleet?.stop();
+    await fleet?.close();
+    await redis?.stop();
   });
 
   it('counts the loss on every replica and logs what it means', async () => {
@@ -33,7 +45,7 @@ describe('a fleet whose Redis restarts empty', () => {
     });
     for (const b of fleet.brokers) expect(await loss(b.url)).toBe(0);
 
-    await fleet.redis.restart();
+    await redis.restart();
 
     for (const b of fleet.brokers) {
       await waitFor(async () => (await loss(b.url)) >= 1, {

@@ -1,14 +1,9 @@
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { ProviderEmulator } from '../emulator/provider-emulator';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import type { BrokerProcess } from './support/broker-process';
 import { freePort } from './support/ports';
 import { RedisNode } from './support/redis-node';
+import { type Stack, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 
-const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
 const GRACE_MS = 10_000;
 
 /**
@@ -17,20 +12,20 @@ const GRACE_MS = 10_000;
  * code 0. Real broker processes; the closed port is a free loopback port nobody listens on.
  */
 describe('Redis unreachable', () => {
-  let provider: ProviderEmulator;
-  let dir: string;
+  let stack: Stack;
   const brokers: BrokerProcess[] = [];
   const nodes: RedisNode[] = [];
 
   beforeAll(async () => {
-    provider = await ProviderEmulator.start({
-      credentials: { [CREDS.client_id]: CREDS.client_secret },
+    stack = await startStack({
+      name: 'redis-unreachable',
+      clients: ['acme-preprod'],
+      // A key file: reading it delays the token store (and its error listener) past the
+      // connection's first error, the window in which ioredis printed a raw line.
+      cacheKey: true,
+      replicas: 0,
+      env: { LOG_LEVEL: 'info', SHUTDOWN_GRACE_MS: String(GRACE_MS) },
     });
-    dir = mkdtempSync(join(tmpdir(), 'tb-redis-unreachable-'));
-    writeFileSync(join(dir, 'creds.json'), JSON.stringify(CREDS), { mode: 0o600 });
-    // A key file: reading it delays the token store (and its error listener) past the
-    // connection's first error, the window in which ioredis printed a raw line.
-    writeFileSync(join(dir, 'cache.key'), randomBytes(32).toString('base64'), { mode: 0o600 });
   });
 
   afterEach(async () => {
@@ -39,28 +34,14 @@ describe('Redis unreachable', () => {
   });
 
   afterAll(async () => {
-    await provider.close();
-    rmSync(dir, { recursive: true, force: true });
+    await stack?.close();
   });
 
+  /** A broker process on `redisUrl`, not awaited: the tests wait for what they look at. */
   async function broker(redisUrl: string): Promise<BrokerProcess> {
-    const b = await spawnBroker({
-      env: {
-        CLIENT_ID: 'acme-preprod',
-        PROVIDER_AUTH_URL: provider.url,
-        PROVIDER_BASE_URL: provider.url,
-        CREDENTIALS_FILE: join(dir, 'creds.json'),
-        CACHE_KEY_FILE: join(dir, 'cache.key'),
-        CALLER_AUTH_MODE: 'none',
-        CALLER_AUTH_ALLOW_NONE: 'true',
-        HOST: '127.0.0.1',
-        LOG_LEVEL: 'info',
-        REDIS_URL: redisUrl,
-        SHUTDOWN_GRACE_MS: String(GRACE_MS),
-      },
-    });
-    brokers.push(b);
-    return b;
+    const b = await stack.addBroker({ env: { REDIS_URL: redisUrl }, wait: 'none' });
+    brokers.push(b.process!);
+    return b.process!;
   }
 
   /** Parsed log lines; fails naming the first line that is not a JSON object. */

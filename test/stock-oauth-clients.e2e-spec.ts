@@ -2,7 +2,8 @@ import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { type CallerBrokers, fingerprint, startCallerBrokers } from './support/caller-brokers';
+import { CALLER_CLIENTS, fingerprint, UNAVAILABLE_CLIENT } from './support/caller-brokers';
+import { type Stack, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 
 const run = promisify(execFile);
@@ -44,9 +45,10 @@ interface Drive {
 }
 
 /**
- * `openid-client` 6 is ES modules only and Jest runs CommonJS here, so it runs unmodified in a
- * child `node` process: discovery through RFC 8414 metadata, `client_secret_basic`, and its
- * `expiresIn()` deciding when to ask again (openid-client keeps no cache of its own: the
+ * `openid-client` 6 is ES modules only, which Jest's CommonJS runtime loads only with VM
+ * modules (`npm test`), so it runs unmodified in a child `node` process, as an application
+ * runs it: discovery through RFC 8414 metadata, `client_secret_basic`, and its `expiresIn()`
+ * deciding when to ask again (openid-client keeps no cache of its own: the
  * application keeps the token and asks `expiresIn()`, as its documentation shows).
  */
 const OPENID_CLIENT_DRIVER = `
@@ -72,7 +74,8 @@ process.stdout.write(JSON.stringify({ calls, fetches, tokenEndpoint: config.serv
 `;
 
 /**
- * Stock OAuth 2.0 client-credentials libraries, unmodified, against a real broker process:
+ * Stock OAuth 2.0 client-credentials libraries, unmodified, against the broker (in the Jest
+ * process, over HTTP):
  * the only setting that names the broker is the token URL (or the issuer for discovery).
  * Each library's own expiry handling is driven for two provider token lifetimes: it answers
  * from its cache until its expiration window, then re-asks and gets the fleet's next token.
@@ -80,12 +83,22 @@ process.stdout.write(JSON.stringify({ calls, fetches, tokenEndpoint: config.serv
 jest.setTimeout(90_000);
 
 describe('stock OAuth clients against the broker', () => {
-  let set: CallerBrokers;
+  let set: Stack;
 
   beforeAll(async () => {
-    set = await startCallerBrokers({
+    set = await startStack({
       name: 'stock',
-      callers: { checkout: ['acme-prod'], oidc: ['acme-prod'], simple: ['acme-prod'] },
+      inProcess: true,
+      clients: [...CALLER_CLIENTS, { id: UNAVAILABLE_CLIENT, refused: true }],
+      secrets: 'secrets-manager',
+      callerAuth: {
+        mode: 'api-key',
+        callers: {
+          checkout: { clients: ['acme-prod'] },
+          oidc: { clients: ['acme-prod'] },
+          simple: { clients: ['acme-prod'] },
+        },
+      },
       knobs: { tokenLifetimeSeconds: LIFETIME_S },
       // One audit line per token request (the setting that keeps them), so each answer's
       // token can be matched with its line in order.
@@ -94,14 +107,14 @@ describe('stock OAuth clients against the broker', () => {
   });
 
   afterAll(async () => {
-    await set?.stop();
+    await set?.close();
   });
 
   /** The broker's audit lines for `caller`: one per token request it answered. */
   async function auditedRequests(caller: string, atLeast: number): Promise<string[]> {
     return waitFor(
       () => {
-        const fps = set.apiKeyBroker
+        const fps = set.broker
           .logs()
           .filter((l) => l.includes('"audit":"token"'))
           .map((l) => JSON.parse(l) as { caller: string; fp: string })
@@ -163,7 +176,7 @@ describe('stock OAuth clients against the broker', () => {
         '--input-type=module',
         '-e',
         OPENID_CLIENT_DRIVER,
-        set.apiKeyBroker.url,
+        set.broker.url,
         'oidc',
         set.keys.oidc,
         'acme-prod',
@@ -174,7 +187,7 @@ describe('stock OAuth clients against the broker', () => {
       { cwd: ROOT, timeout: DRIVE_MS + 20_000 },
     );
     const drive = JSON.parse(stdout) as Drive & { tokenEndpoint: string };
-    expect(drive.tokenEndpoint).toBe(`${set.apiKeyBroker.url}/oauth2/token`);
+    expect(drive.tokenEndpoint).toBe(`${set.broker.url}/oauth2/token`);
     expectCacheBehaviour(drive);
     // The broker answered exactly the requests the library says it made: no hidden retries.
     const audited = await auditedRequests('oidc', drive.fetches.length);
@@ -184,7 +197,7 @@ describe('stock OAuth clients against the broker', () => {
   it('simple-oauth2 5.1.0: form credentials, its expired(window) re-asks for the next token', async () => {
     const oauth = new ClientCredentials({
       client: { id: 'simple', secret: set.keys.simple },
-      auth: { tokenHost: set.apiKeyBroker.url, tokenPath: '/oauth2/token' },
+      auth: { tokenHost: set.broker.url, tokenPath: '/oauth2/token' },
       options: { authorizationMethod: 'body' },
     });
     const fetches: Fetch[] = [];
@@ -214,7 +227,7 @@ describe('stock OAuth clients against the broker', () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
     const block = /```sh\n(curl [^`]*?http:\/\/token-broker\/oauth2\/token)\n```/.exec(readme);
     expect(block).not.toBeNull();
-    const command = block![1].replaceAll('http://token-broker', set.apiKeyBroker.url);
+    const command = block![1].replaceAll('http://token-broker', set.broker.url);
     const { stdout } = await run('sh', ['-c', command], {
       env: { PATH: process.env.PATH, CALLER_KEY: set.keys.checkout },
     });

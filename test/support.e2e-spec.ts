@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { connect, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -11,6 +11,7 @@ import { FaultProxy } from './support/fault-proxy';
 import { hammer } from './support/load';
 import { freePort } from './support/ports';
 import { startRedis, type TestRedis } from './support/redis-server';
+import { startStack } from './support/stack';
 import { delay, waitFor } from './support/wait';
 
 /** Resolves true if a redis-server answers PING on the port, false if nothing does. */
@@ -696,5 +697,65 @@ describe(hammer.name, () => {
     } finally {
       await proxy.close();
     }
+  });
+});
+
+describe(startStack.name, () => {
+  /** Whether a new connection to `url`'s port is refused (nothing listens there). */
+  const refused = (url: string) =>
+    new Promise<boolean>((resolve) => {
+      const socket = connect(Number(new URL(url).port), '127.0.0.1');
+      socket.once('connect', () => {
+        socket.destroy();
+        resolve(false);
+      });
+      socket.once('error', () => resolve(true));
+    });
+
+  it('serves one config from a process and an in-process broker alike, and close() removes it all', async () => {
+    const stack = await startStack({
+      name: 'stack-test',
+      clients: ['acme-prod', 'globex-prod'],
+      redis: 'standalone',
+      callerAuth: { mode: 'api-key', callers: { checkout: { clients: ['acme-prod'] } } },
+    });
+    try {
+      const inProcess = await stack.addBroker({ inProcess: true });
+      expect(stack.broker.process?.pid).toEqual(expect.any(Number));
+      expect(inProcess.app).toBeDefined();
+      const headers = { authorization: `Bearer ${stack.keys.checkout}` };
+      const tokens = await Promise.all(
+        [stack.broker, inProcess].map(async (b) => {
+          const res = await fetch(`${b.url}/token?client=acme-prod`, { headers });
+          expect(res.status).toBe(200);
+          return ((await res.json()) as { access_token: string }).access_token;
+        }),
+      );
+      // One Redis: the second broker serves the token the first one stored.
+      expect(tokens[1]).toBe(tokens[0]);
+      expect(stack.provider.isValidToken(tokens[0])).toBe(true);
+      expect((await fetch(`${inProcess.url}/token?client=globex-prod`, { headers })).status).toBe(
+        403,
+      );
+      for (const b of stack.brokers) expect(b.logs().join('\n')).toContain('"level":"debug"');
+      expect(readFileSync(stack.configFile, 'utf8')).not.toContain(
+        stack.credentials['acme-prod'].client_secret,
+      );
+    } finally {
+      await stack.close();
+    }
+    expect(() => readFileSync(stack.configFile)).toThrow(/ENOENT/);
+    for (const url of [stack.provider.url, ...stack.brokers.map((b) => b.url)]) {
+      expect(await refused(url)).toBe(true);
+    }
+    expect(await refused(stack.redis!.url!)).toBe(true);
+  });
+
+  it('tears down what it started when a broker cannot start, quoting its output', async () => {
+    const before = readdirSync(tmpdir()).filter((d) => d.startsWith('tb-stack-bad-'));
+    await expect(
+      startStack({ name: 'stack-bad', inProcess: true, env: { TOKEN_LOCK_TTL_MS: 'soon' } }),
+    ).rejects.toThrow(/stack-bad-0 did not start in-process[^]*TOKEN_LOCK_TTL_MS/);
+    expect(readdirSync(tmpdir()).filter((d) => d.startsWith('tb-stack-bad-'))).toEqual(before);
   });
 });

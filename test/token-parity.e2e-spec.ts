@@ -1,12 +1,9 @@
 import { request } from 'node:http';
 import { connect } from 'node:net';
-import { rmSync } from 'node:fs';
-import { ProviderEmulator } from '../emulator/provider-emulator';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
 import { comparable, type RawAnswer } from './support/raw-answer';
-import { writeBrokerConfig } from './support/broker-config';
+import { type Stack, type StackBroker, startStack } from './support/stack';
 
-const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
 const API_KEY = 'parity-test-key-0123456789abcdef';
 
 /** One request on its own connection, with the raw headers and body bytes of the answer. */
@@ -57,41 +54,31 @@ function raw(port: number, head: string): Promise<RawAnswer> {
  * what the fast path declines (an escaped query value is one). Both answer through one
  * `TokenResponder`; this proves the bytes on the wire are the same, for tokens and problems.
  * Each pair sends the same request twice, once plain (fast path) and once with an escaped but
- * equivalent query (Fastify), with the same X-Request-Id.
+ * equivalent query (Fastify), with the same X-Request-Id. Both fronts are the app's: the broker
+ * runs in the Jest process.
  */
 describe('GET /token parity: fast path and Fastify route', () => {
+  let stack: Stack;
   let provider: ProviderEmulator;
-  let broker: BrokerProcess;
-  let dir: string;
+  let broker: StackBroker;
 
   beforeAll(async () => {
-    provider = await ProviderEmulator.start({
-      credentials: { [CREDS.client_id]: CREDS.client_secret },
-      knobs: { tokenLifetimeSeconds: 600 },
-    });
-    let configFile: string;
-    ({ dir, configFile } = writeBrokerConfig({
+    stack = await startStack({
       name: 'token-parity',
-      providerUrl: provider.url,
-      credentials: CREDS,
-      clientIds: ['acme-preprod', 'beta-preprod'],
-      callerAuth: { mode: 'api-key' },
-      apiKeys: [{ name: 'parity-test', key: API_KEY, clients: ['acme-preprod'] }],
-    }));
-    broker = await spawnBroker({
-      env: {
-        BROKER_CONFIG_FILE: configFile,
-        HOST: '127.0.0.1',
-        LOG_LEVEL: 'warn',
+      inProcess: true,
+      clients: ['acme-preprod', 'beta-preprod'],
+      callerAuth: {
+        mode: 'api-key',
+        callers: { 'parity-test': { clients: ['acme-preprod'], key: API_KEY } },
       },
+      knobs: { tokenLifetimeSeconds: 600 },
+      env: { LOG_LEVEL: 'warn' },
     });
-    await broker.waitReady(10_000);
+    ({ provider, broker } = stack);
   }, 30_000);
 
   afterAll(async () => {
-    await broker?.stop();
-    await provider?.close();
-    rmSync(dir, { recursive: true, force: true });
+    await stack?.close();
   });
 
   const auth = { authorization: `Bearer ${API_KEY}` };
