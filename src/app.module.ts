@@ -5,13 +5,13 @@ import type { Logger } from 'pino';
 import { CallerAuthModule } from './caller-auth/caller-auth.module';
 import { ConfigModule } from './config/config.module';
 import type { BrokerConfig } from './config/config.schema';
-import { ForwardModule } from './forward/forward.module';
+import { ForwardModule } from './forwarding/forward.module';
 import { HealthModule } from './health/health.module';
 import { OpenApiRoute } from './openapi/openapi.route';
 import { ProblemFilter } from './http/problem.filter';
 import { LoggingModule } from './logging/logging.module';
 import { MetricsModule } from './metrics/metrics.module';
-import { OrdersModule } from './orders/orders.module';
+import { OrdersModule } from './forwarding/orders.module';
 import { ProviderModule } from './provider/provider.module';
 import { RedisModule } from './redis/redis.module';
 import { SecretsModule } from './secrets/secrets.module';
@@ -21,7 +21,7 @@ import { TokenModule } from './token/token.module';
 @Module({})
 export class AppModule {
   static forRoot(config: BrokerConfig, logger: Logger): DynamicModule {
-    // The shared store implements ports the token and orders folders declare, so it is handed
+    // The shared store implements ports the token and forwarding folders declare, so it is handed
     // to them here rather than imported there. One token module object, imported by all:
     // Nest keys dynamic modules by reference, so they share one TokenService.
     const token = TokenModule.withStore(RedisModule);

@@ -8,15 +8,15 @@ import {
   Forwarding,
   type ForwardingAudit,
   type ForwardingFailure,
-} from '../orders/forwarding';
-import type { IdempotencyStore } from '../orders/idempotency-store';
-import { idempotencyKeyHash, type OrderHeaders } from '../orders/order-request';
-import { OrdersErrorCode, OrdersException } from '../orders/orders.exception';
+} from './forwarding';
+import type { IdempotencyStore } from './idempotency-store';
+import { idempotencyKeyHash, type OrderHeaders } from './order-request';
+import { OrdersErrorCode, OrdersException } from './orders.exception';
 import type { ApiOutcome, ProviderApiGateway } from '../provider/provider-api.client';
 import type { CheckoutFailure } from '../provider/checkout.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { translateTransportError } from '../provider/provider-http';
-import { echoesToken, screenStream } from '../orders/token-echo.screen';
+import { echoesToken, screenStream } from './token-echo.screen';
 import type { TokenService } from '../token/token.service';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
 import type { ForwardTarget } from './forward-target';
