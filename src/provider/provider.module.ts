@@ -3,7 +3,7 @@ import type { Agent } from 'undici';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { AuthServerClient } from './auth-server.client';
-import { CheckoutClient, type CheckoutGateway, createCheckoutAgent } from './checkout.client';
+import { createCheckoutAgent } from './checkout.client';
 import {
   CHECKOUT_AGENT,
   CHECKOUT_GATEWAY,
@@ -13,11 +13,11 @@ import {
 } from './provider.constants';
 import { ProviderApiClient } from './provider-api.client';
 import { createProviderAgent } from './provider-http';
-import type { ProviderApiGateway } from './provider-api.client';
 
 /**
- * The provider adapter. Exports its two ports only: the token endpoint ({@link TOKEN_GRANTOR})
- * and the checkout API ({@link CHECKOUT_GATEWAY}); the HTTP pools behind them stay inside.
+ * The provider adapter. Exports its ports only: the token endpoint ({@link TOKEN_GRANTOR}) and
+ * the APIs under `{base_url}` (one client, as {@link CHECKOUT_GATEWAY} for `POST /orders` and
+ * {@link PROVIDER_API_GATEWAY} for the passthrough); the HTTP pools behind them stay inside.
  */
 @Module({
   providers: [
@@ -39,28 +39,23 @@ import type { ProviderApiGateway } from './provider-api.client';
       useFactory: (config: BrokerConfig): Agent => createCheckoutAgent(config.orders),
     },
     {
-      provide: CHECKOUT_GATEWAY,
-      inject: [CHECKOUT_AGENT, BROKER_CONFIG],
-      useFactory: (agent: Agent, config: BrokerConfig): CheckoutGateway =>
-        new CheckoutClient(agent, config.orders),
-    },
-    {
-      // The passthrough: same host as orders, so the same pool and timeouts.
+      // One client for POST /orders and the passthrough: the same host, pool and timeouts.
       provide: PROVIDER_API_GATEWAY,
       inject: [CHECKOUT_AGENT, BROKER_CONFIG],
-      useFactory: (agent: Agent, config: BrokerConfig): ProviderApiGateway =>
+      useFactory: (agent: Agent, config: BrokerConfig) =>
         new ProviderApiClient(agent, config.orders),
     },
+    { provide: CHECKOUT_GATEWAY, useExisting: PROVIDER_API_GATEWAY },
   ],
   exports: [TOKEN_GRANTOR, CHECKOUT_GATEWAY, PROVIDER_API_GATEWAY],
 })
 export class ProviderModule implements OnApplicationShutdown {
   constructor(
     @Inject(PROVIDER_AGENT) private readonly agent: Agent,
-    @Inject(CHECKOUT_GATEWAY) private readonly checkout: CheckoutGateway,
+    @Inject(PROVIDER_API_GATEWAY) private readonly api: ProviderApiClient,
   ) {}
 
   async onApplicationShutdown(): Promise<void> {
-    await Promise.all([this.agent.close(), this.checkout.close()]);
+    await Promise.all([this.agent.close(), this.api.close()]);
   }
 }
