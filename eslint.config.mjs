@@ -54,9 +54,8 @@ const BOUNDARIES = {
       forwarding: [
         'idempotency-store',
         'idempotency-store\\.memory',
-        'orders\\.constants',
         'forward-rate-limiter',
-        'forward\\.constants',
+        'forwarding\\.constants',
       ],
     },
   ],

@@ -66,7 +66,7 @@ interface Probe {
 
 const PROBES: Probe[] = [
   {
-    as: 'src/forwarding/orders.constants.ts',
+    as: 'src/forwarding/forwarding.constants.ts',
     imports: [
       '../redis/idempotency-store.redis',
       '../redis/redis.module',
@@ -102,7 +102,11 @@ const PROBES: Probe[] = [
   },
   {
     as: 'src/provider/provider.constants.ts',
-    imports: ['../forwarding/orders.service', '../token/token.exception', '../secrets/secret-reader'],
+    imports: [
+      '../forwarding/orders.service',
+      '../token/token.exception',
+      '../secrets/secret-reader',
+    ],
     refused: ['../forwarding/orders.service', '../token/token.exception'],
   },
   {

@@ -20,7 +20,7 @@ import { ForwardingAuditTrail, writeForwardingAudit } from './forwarding-audit';
 import { registerForwardingRoute } from './forwarding-route';
 import { readOrderHeaders } from './order-request';
 import { inCallerSpan } from '../tracing/spans';
-import { FORWARD_RATE_LIMITER } from './forward.constants';
+import { FORWARD_RATE_LIMITER } from './forwarding.constants';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
 import type { ForwardRateLimiter } from './forward-rate-limiter';
 import { ForwardService } from './forward.service';

@@ -45,7 +45,7 @@ export type OrderAudit = ForwardingAudit;
  * within `ORDERS_MAX_RESPONSE_BYTES`), the bare key as idempotency identity and the
  * `order_*` codes.
  *
- * Plain TypeScript, built by `OrdersModule`'s factory: no Nest import, so it is unit tested
+ * Plain TypeScript, built by `ForwardingModule`'s factory: no Nest import, so it is unit tested
  * without the framework.
  */
 export class OrdersService {

@@ -6,7 +6,6 @@ import { AuthServerClient } from './auth-server.client';
 import { createCheckoutAgent } from './checkout.client';
 import {
   CHECKOUT_AGENT,
-  CHECKOUT_GATEWAY,
   PROVIDER_AGENT,
   PROVIDER_API_GATEWAY,
   TOKEN_GRANTOR,
@@ -16,8 +15,8 @@ import { createProviderAgent } from './provider-http';
 
 /**
  * The provider adapter. Exports its ports only: the token endpoint ({@link TOKEN_GRANTOR}) and
- * the APIs under `{base_url}` (one client, as {@link CHECKOUT_GATEWAY} for `POST /orders` and
- * {@link PROVIDER_API_GATEWAY} for the passthrough); the HTTP pools behind them stay inside.
+ * the APIs under `{base_url}` ({@link PROVIDER_API_GATEWAY}, one client for `POST /orders` and
+ * the passthrough); the HTTP pools behind them stay inside.
  */
 @Module({
   providers: [
@@ -45,9 +44,8 @@ import { createProviderAgent } from './provider-http';
       useFactory: (agent: Agent, config: BrokerConfig) =>
         new ProviderApiClient(agent, config.orders),
     },
-    { provide: CHECKOUT_GATEWAY, useExisting: PROVIDER_API_GATEWAY },
   ],
-  exports: [TOKEN_GRANTOR, CHECKOUT_GATEWAY, PROVIDER_API_GATEWAY],
+  exports: [TOKEN_GRANTOR, PROVIDER_API_GATEWAY],
 })
 export class ProviderModule implements OnApplicationShutdown {
   constructor(
