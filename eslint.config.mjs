@@ -5,7 +5,7 @@ import tseslint from 'typescript-eslint';
 /**
  * Module boundaries: the `src/` folders each folder's code may import. Adapters (config,
  * logging, secrets, provider, redis, metrics) never reach into features; a feature reaches an
- * adapter only through its module's ports; `redis` implements ports that the token and orders
+ * adapter only through its module's ports; `redis` implements ports that the token and forwarding
  * folders declare, and may import those files only; `http` imports no feature, since each
  * exception carries its own status. Specs are exempt (they wire real adapters on purpose).
  * Top-level files (app.module, bootstrap, main) compose it all.
@@ -15,13 +15,12 @@ const SRC_FOLDERS = [
   'caller-auth',
   'config',
   'errors',
-  'forward',
+  'forwarding',
   'health',
   'http',
   'logging',
   'metrics',
   'openapi',
-  'orders',
   'provider',
   'redis',
   'secrets',
@@ -51,30 +50,22 @@ const BOUNDARIES = {
         'token-cipher\\.factory',
       ],
     },
-    { orders: ['idempotency-store', 'idempotency-store\\.memory', 'orders\\.constants'] },
-    { forward: ['forward-rate-limiter', 'forward\\.constants'] },
+    {
+      forwarding: [
+        'idempotency-store',
+        'idempotency-store\\.memory',
+        'forward-rate-limiter',
+        'forwarding\\.constants',
+      ],
+    },
   ],
   'caller-auth': ['config', 'errors', 'logging', 'secrets', { http: ['request\\.exception'] }],
   // The problem writer reads what exceptions carry, so it knows no feature.
   http: ['errors'],
   // Not redis: it implements their ports, so the app module hands it to them (`withStore`).
   token: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'secrets'],
-  orders: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'token'],
-  health: ['config', 'errors', 'logging', 'token', { http: ['listeners'] }],
-  // The OpenAPI document: generated from the routes' codes and each domain's status table.
-  openapi: [
-    'errors',
-    'http',
-    { admin: ['admin\\.exception'] },
-    { 'caller-auth': ['caller-auth\\.exception'] },
-    { orders: ['orders\\.exception'] },
-    { forward: ['forward\\.exception'] },
-    { token: ['token\\.exception'] },
-  ],
-  // The operators' routes: caller auth (scope admin), and the token layer's admin methods.
-  admin: ['caller-auth', 'config', 'errors', 'http', 'logging', 'token'],
-  // The passthrough: the forwarding core and idempotency port it shares with orders.
-  forward: [
+  // `POST /orders` and the provider passthrough: one forwarding core, two routes.
+  forwarding: [
     'caller-auth',
     'config',
     'errors',
@@ -83,19 +74,19 @@ const BOUNDARIES = {
     'metrics',
     'provider',
     'token',
-    {
-      orders: [
-        'forwarding',
-        'forwarding-audit',
-        'forwarding-route',
-        'idempotency-store',
-        'order-request',
-        'orders\\.exception',
-        'orders\\.constants',
-        'token-echo\\.screen',
-      ],
-    },
   ],
+  health: ['config', 'errors', 'logging', 'token', { http: ['listeners'] }],
+  // The OpenAPI document: generated from the routes' codes and each domain's status table.
+  openapi: [
+    'errors',
+    'http',
+    { admin: ['admin\\.exception'] },
+    { 'caller-auth': ['caller-auth\\.exception'] },
+    { forwarding: ['orders\\.exception', 'forward\\.exception'] },
+    { token: ['token\\.exception'] },
+  ],
+  // The operators' routes: caller auth (scope admin), and the token layer's admin methods.
+  admin: ['caller-auth', 'config', 'errors', 'http', 'logging', 'token'],
 };
 
 /** One `no-restricted-imports` override per folder: every other folder, minus what it may use. */

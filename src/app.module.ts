@@ -5,13 +5,12 @@ import type { Logger } from 'pino';
 import { CallerAuthModule } from './caller-auth/caller-auth.module';
 import { ConfigModule } from './config/config.module';
 import type { BrokerConfig } from './config/config.schema';
-import { ForwardModule } from './forward/forward.module';
+import { ForwardingModule } from './forwarding/forwarding.module';
 import { HealthModule } from './health/health.module';
 import { OpenApiRoute } from './openapi/openapi.route';
 import { ProblemFilter } from './http/problem.filter';
 import { LoggingModule } from './logging/logging.module';
 import { MetricsModule } from './metrics/metrics.module';
-import { OrdersModule } from './orders/orders.module';
 import { ProviderModule } from './provider/provider.module';
 import { RedisModule } from './redis/redis.module';
 import { SecretsModule } from './secrets/secrets.module';
@@ -21,7 +20,7 @@ import { TokenModule } from './token/token.module';
 @Module({})
 export class AppModule {
   static forRoot(config: BrokerConfig, logger: Logger): DynamicModule {
-    // The shared store implements ports the token and orders folders declare, so it is handed
+    // The shared store implements ports the token and forwarding folders declare, so it is handed
     // to them here rather than imported there. One token module object, imported by all:
     // Nest keys dynamic modules by reference, so they share one TokenService.
     const token = TokenModule.withStore(RedisModule);
@@ -36,8 +35,7 @@ export class AppModule {
         RedisModule,
         CallerAuthModule,
         token,
-        OrdersModule.with(token, RedisModule),
-        ForwardModule.with(token, RedisModule),
+        ForwardingModule.with(token, RedisModule),
         HealthModule.with(token),
         AdminModule.with(token),
       ],

@@ -1,6 +1,6 @@
 import pino from 'pino';
 import { forwardSettingsSchema, redisSettingsSchema } from '../src/config/config.schema';
-import type { ForwardRateLimiter } from '../src/forward/forward-rate-limiter';
+import type { ForwardRateLimiter } from '../src/forwarding/forward-rate-limiter';
 import { RedisForwardRateLimiter } from '../src/redis/forward-rate-limiter.redis';
 import { createRedisConnection, type RedisClient } from '../src/redis/redis.connection';
 import {

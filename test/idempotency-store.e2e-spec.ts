@@ -7,9 +7,9 @@ import {
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
   IdempotencyStoreException,
-} from '../src/orders/idempotency-store';
-import { MemoryIdempotencyStore } from '../src/orders/idempotency-store.memory';
-import { idempotencyKeyHash } from '../src/orders/order-request';
+} from '../src/forwarding/idempotency-store';
+import { MemoryIdempotencyStore } from '../src/forwarding/idempotency-store.memory';
+import { idempotencyKeyHash } from '../src/forwarding/order-request';
 import { RedisIdempotencyStore } from '../src/redis/idempotency-store.redis';
 import { createRedisConnection, type RedisClient } from '../src/redis/redis.connection';
 import { redisKeys } from '../src/redis/redis.constants';

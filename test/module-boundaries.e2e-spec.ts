@@ -66,7 +66,7 @@ interface Probe {
 
 const PROBES: Probe[] = [
   {
-    as: 'src/orders/orders.constants.ts',
+    as: 'src/forwarding/forwarding.constants.ts',
     imports: [
       '../redis/idempotency-store.redis',
       '../redis/redis.module',
@@ -77,18 +77,18 @@ const PROBES: Probe[] = [
   },
   {
     as: 'src/token/token-record.ts',
-    imports: ['../redis/redis.module', '../orders/orders.service', '../caller-auth/caller'],
-    refused: ['../redis/redis.module', '../orders/orders.service'],
+    imports: ['../redis/redis.module', '../forwarding/orders.service', '../caller-auth/caller'],
+    refused: ['../redis/redis.module', '../forwarding/orders.service'],
   },
   {
     as: 'src/redis/redis.constants.ts',
     imports: [
       '../token/token.service',
       '../token/token-store',
-      '../orders/orders.service',
-      '../orders/idempotency-store',
+      '../forwarding/orders.service',
+      '../forwarding/idempotency-store',
     ],
-    refused: ['../token/token.service', '../orders/orders.service'],
+    refused: ['../token/token.service', '../forwarding/orders.service'],
   },
   {
     as: 'src/http/request-id.ts',
@@ -102,8 +102,12 @@ const PROBES: Probe[] = [
   },
   {
     as: 'src/provider/provider.constants.ts',
-    imports: ['../orders/orders.service', '../token/token.exception', '../secrets/secret-reader'],
-    refused: ['../orders/orders.service', '../token/token.exception'],
+    imports: [
+      '../forwarding/orders.service',
+      '../token/token.exception',
+      '../secrets/secret-reader',
+    ],
+    refused: ['../forwarding/orders.service', '../token/token.exception'],
   },
   {
     as: 'src/config/config.constants.ts',
@@ -116,7 +120,7 @@ const PROBES: Probe[] = [
   },
   {
     // Specs wire real adapters on purpose: exempt.
-    as: 'src/orders/order-request.spec.ts',
+    as: 'src/forwarding/order-request.spec.ts',
     imports: ['../redis/idempotency-store.redis'],
     refused: [],
   },

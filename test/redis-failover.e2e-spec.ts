@@ -1,5 +1,5 @@
 import { redisSettingsSchema } from '../src/config/config.schema';
-import { idempotencyKeyHash } from '../src/orders/order-request';
+import { idempotencyKeyHash } from '../src/forwarding/order-request';
 import { RedisIdempotencyStore } from '../src/redis/idempotency-store.redis';
 import { closeRedisClient, createRedisConnection } from '../src/redis/redis.connection';
 import type { StateLogger } from '../src/redis/redis-state';

@@ -6,7 +6,7 @@ import {
   type RedisClient,
 } from '../src/redis/redis.connection';
 import { RedisTokenStore } from '../src/redis/token-store.redis';
-import { idempotencyKeyHash } from '../src/orders/order-request';
+import { idempotencyKeyHash } from '../src/forwarding/order-request';
 import { PlainTokenCipher } from '../src/token/plain-token.cipher';
 import { toRecord } from '../src/token/token-record';
 import type { TokenStoreEvent } from '../src/token/token-store';

@@ -1,6 +1,6 @@
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { BrokerException, type ProblemStatus } from '../errors/broker.exception';
-import { OrdersErrorCode, OrdersException } from '../orders/orders.exception';
+import { OrdersErrorCode, OrdersException } from '../forwarding/orders.exception';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
 import { TokenErrorCode, TokenException } from '../token/token.exception';

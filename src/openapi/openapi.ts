@@ -1,5 +1,5 @@
-import { ForwardErrorCode } from '../forward/forward.exception';
-import { OrdersErrorCode } from '../orders/orders.exception';
+import { ForwardErrorCode } from '../forwarding/forward.exception';
+import { OrdersErrorCode } from '../forwarding/orders.exception';
 import {
   BEARER,
   COMPONENTS,

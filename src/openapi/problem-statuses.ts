@@ -4,9 +4,9 @@ import {
   type CallerAuthErrorCode,
 } from '../caller-auth/caller-auth.exception';
 import type { ProblemStatus } from '../errors/broker.exception';
-import { FORWARD_PROBLEMS, type ForwardErrorCode } from '../forward/forward.exception';
+import { FORWARD_PROBLEMS, type ForwardErrorCode } from '../forwarding/forward.exception';
 import { REQUEST_PROBLEMS, type RequestErrorCode } from '../http/request.exception';
-import { ORDERS_PROBLEMS, type OrdersErrorCode } from '../orders/orders.exception';
+import { ORDERS_PROBLEMS, type OrdersErrorCode } from '../forwarding/orders.exception';
 import { TOKEN_PROBLEMS, type TokenErrorCode } from '../token/token.exception';
 
 /** Every `code` a problem answer can carry: the caller-facing domains' codes, and the 500's. */

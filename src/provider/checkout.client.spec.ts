@@ -1,12 +1,13 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { clientSchema, ordersSettingsSchema } from '../config/config.schema';
-import { CheckoutClient, type CheckoutOutcome, createCheckoutAgent } from './checkout.client';
+import { type CheckoutOutcome, createCheckoutAgent } from './checkout.client';
+import { ProviderApiClient } from './provider-api.client';
 import { ProviderErrorCode } from './provider.exception';
 import { Agent } from './undici-agent';
 
 /** The checkout adapter against a real HTTP server on loopback, one behaviour per test. */
-describe(CheckoutClient.name, () => {
+describe(`${ProviderApiClient.name}.createOrder`, () => {
   const settings = ordersSettingsSchema.parse({
     connectTimeoutMs: 500,
     headersTimeoutMs: 300,
@@ -16,7 +17,7 @@ describe(CheckoutClient.name, () => {
   let server: Server;
   let sockets: Set<Socket>;
   let handler: (req: IncomingMessage, body: Buffer, res: ServerResponse) => void;
-  let checkout: CheckoutClient;
+  let checkout: ProviderApiClient;
   let baseUrl: string;
 
   beforeEach(async () => {
@@ -32,7 +33,7 @@ describe(CheckoutClient.name, () => {
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    checkout = new CheckoutClient(createCheckoutAgent(settings), settings);
+    checkout = new ProviderApiClient(createCheckoutAgent(settings), settings);
   });
 
   afterEach(async () => {
@@ -181,7 +182,7 @@ describe(CheckoutClient.name, () => {
       drips = [];
       await checkout.close();
       // One connection: a second order waits in undici's queue.
-      checkout = new CheckoutClient(new Agent({ connections: 1 }), short);
+      checkout = new ProviderApiClient(new Agent({ connections: 1 }), short);
       handler = (req, _body, res) => {
         res.writeHead(201, { 'content-type': 'application/json' });
         res.write('{"x":"');

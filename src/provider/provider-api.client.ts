@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import { pipeline, Transform, type Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import {
   type ClientConfig,
@@ -7,8 +7,13 @@ import {
   type OrdersSettings,
   trimTrailingSlashes,
 } from '../config/config.schema';
-import type { CheckoutFailure } from './checkout.client';
-import { wasNeverSent } from './checkout.client';
+import {
+  type CheckoutFailure,
+  type CheckoutGateway,
+  type CheckoutOutcome,
+  type CheckoutRequest,
+  wasNeverSent,
+} from './checkout.client';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { translateTransportError } from './provider-http';
 
@@ -29,8 +34,8 @@ export interface ApiRequest {
 
 /**
  * Answers announcing at most this many bytes (`Content-Length`) are read whole: one write to
- * the caller with its length, and no stream machinery per answer (a pipeline costs an abort
- * controller and several writes). Larger or unannounced answers stream.
+ * the caller with its length, and no stream machinery per answer. Larger or unannounced
+ * answers stream.
  */
 const SMALL_ANSWER_BYTES = 64 * 1024;
 
@@ -55,80 +60,211 @@ export interface ProviderApiGateway {
   call(request: ApiRequest): Promise<ApiOutcome>;
 }
 
+/** How one call is sent and its answer collected. */
+interface Exchange extends ApiRequest {
+  /** Collect the answer whole, whatever its size (orders), rather than stream a large one. */
+  readonly whole: boolean;
+  /** The setting named when the answer is over `maxResponseBytes`. */
+  readonly limitSetting: string;
+}
+
 /**
- * Any call under `{base_url}`, on the checkout API's pool and timeouts (`ORDERS_*`): the same
- * host, and the same "a slow API never delays a token refresh" reason for a pool of its own.
- * Bodies stream back through undici's `request` (nothing collected here); the size limit is a
- * counting transform in the pipeline. It never retries: that is the caller's decision.
+ * The one HTTP client of the provider's APIs under `{base_url}`: the create-order call of
+ * `POST /orders` ({@link createOrder}) and any passthrough call ({@link call}), on the checkout
+ * pool and timeouts (`ORDERS_*`). Its own pool, not the token endpoint's: a slow API holding
+ * every connection must never delay a token refresh.
+ *
+ * It never retries: a request that may have reached the provider must not be sent twice, and
+ * the one safe retry (after a 401, which the provider refused) is the caller's decision.
  */
-export class ProviderApiClient implements ProviderApiGateway {
+export class ProviderApiClient implements ProviderApiGateway, CheckoutGateway {
   private readonly origins = new Map<string, { origin: string; base: string }>();
+
+  private readonly deadlineMs: number;
 
   constructor(
     private readonly dispatcher: Dispatcher,
     private readonly settings: OrdersSettings,
     private readonly userAgent = 'token-broker',
-  ) {}
+  ) {
+    this.deadlineMs = ordersCallDeadlineMs(settings);
+  }
 
-  async call(request: ApiRequest): Promise<ApiOutcome> {
-    const { client } = request;
-    const base = this.baseOf(client);
-    const what = () => `${request.method} request for client "${client.id}"`;
-    let answer: Dispatcher.ResponseData;
-    try {
-      answer = await this.dispatcher.request({
-        origin: base.origin,
-        path: `${base.base}${request.target}`,
-        method: request.method,
-        headers: {
-          ...request.headers,
-          accept: request.headers.accept ?? 'application/json',
-          authorization: `Bearer ${request.accessToken}`,
-          'user-agent': this.userAgent,
-        },
-        body: request.body,
-        headersTimeout: this.settings.headersTimeoutMs,
-        bodyTimeout: this.settings.bodyTimeoutMs,
-        // Also ends a streamed body: one that trickles in never trips the idle timers.
-        signal: AbortSignal.timeout(ordersCallDeadlineMs(this.settings)),
-      });
-    } catch (cause) {
-      return {
-        kind: 'failed',
-        delivered: wasNeverSent(cause) ? 'no' : 'maybe',
-        error: translateTransportError(cause, what()),
-      };
-    }
-    const { statusCode: status, headers } = answer;
-    const announced = Number(headers['content-length']);
-    if (announced <= Math.min(SMALL_ANSWER_BYTES, request.maxResponseBytes)) {
-      try {
-        return {
-          kind: 'answered',
-          status,
-          headers,
-          body: Buffer.from(await answer.body.arrayBuffer()),
-        };
-      } catch (cause) {
-        // The answer had started: the request certainly reached the provider.
-        return {
-          kind: 'failed',
-          delivered: 'maybe',
-          error: translateTransportError(cause, what()),
-        };
-      }
-    }
+  /**
+   * The provider's create-order call: `POST {base_url}{ordersPath}` with
+   * `Content-Type: application/json`, `Accept: application/json` and the bearer token; the
+   * body is passed through untouched and the answer collected whole.
+   */
+  async createOrder(request: CheckoutRequest): Promise<CheckoutOutcome> {
+    const outcome = await this.exchange({
+      client: request.client,
+      accessToken: request.accessToken,
+      method: 'POST',
+      target: request.client.ordersPath,
+      headers: {
+        ...request.headers,
+        'content-type': 'application/json',
+        accept: 'application/json',
+      },
+      body: request.body,
+      maxResponseBytes: this.settings.maxResponseBytes,
+      whole: true,
+      limitSetting: 'ORDERS_MAX_RESPONSE_BYTES',
+    });
+    if (outcome.kind === 'failed') return outcome;
     return {
       kind: 'answered',
-      status,
-      headers,
-      // pipeline: an error either side (cut off, limit, the consumer gone) destroys both.
-      body: pipeline(
-        answer.body,
-        capped(request.maxResponseBytes, status, what()),
-        () => undefined,
-      ),
+      status: outcome.status,
+      contentType: firstHeader(outcome.headers['content-type']),
+      retryAfter: firstHeader(outcome.headers['retry-after']),
+      body: outcome.body as Buffer,
     };
+  }
+
+  call(request: ApiRequest): Promise<ApiOutcome> {
+    return this.exchange({
+      ...request,
+      whole: false,
+      limitSetting: 'FORWARD_MAX_RESPONSE_BYTES',
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.dispatcher.close();
+  }
+
+  /**
+   * Undici's `dispatch` with a handler rather than `request`: a small answer is collected into
+   * one buffer as it arrives, with no body stream and no promise per chunk, and the handler
+   * knows whether the request was ever written (see {@link CheckoutFailure}).
+   */
+  private exchange(request: Exchange): Promise<ApiOutcome> {
+    const base = this.baseOf(request.client);
+    const what = `${request.method} request for client "${request.client.id}"`;
+    const limit = request.maxResponseBytes;
+    return new Promise((settle) => {
+      let status = 0;
+      let headers: IncomingHttpHeaders = {};
+      let chunks: Buffer[] = [];
+      let size = 0;
+      let tooLarge: ProviderException | undefined;
+      let stream: Readable | undefined;
+      let inFlight: Dispatcher.DispatchController | undefined;
+      let expired: Error | undefined;
+      const resolve = (outcome: ApiOutcome) => {
+        if (!stream) clearTimeout(deadline);
+        settle(outcome);
+      };
+      // The one deadline of the whole call, body included: undici's body timeout is an idle
+      // timer, which a provider sending a byte now and then never trips.
+      const deadline = setTimeout(() => {
+        const message = `${what}: the provider did not answer in full within ${this.deadlineMs} ms`;
+        // A stream fails as `AbortSignal.timeout` would fail it; a collected answer is a failure.
+        expired = stream
+          ? new DOMException(message, 'TimeoutError')
+          : new ProviderException(ProviderErrorCode.Timeout, message);
+        if (inFlight) {
+          inFlight.abort(expired);
+          return;
+        }
+        // Still queued for a connection: nothing was written, and nothing will be.
+        resolve({
+          kind: 'failed',
+          delivered: 'no',
+          error: new ProviderException(
+            ProviderErrorCode.Timeout,
+            `${what}: no connection to the provider came free within ${this.deadlineMs} ms`,
+          ),
+        });
+      }, this.deadlineMs);
+      this.dispatcher.dispatch(
+        {
+          origin: base.origin,
+          path: `${base.base}${request.target}`,
+          method: request.method,
+          headers: {
+            ...request.headers,
+            accept: request.headers.accept ?? 'application/json',
+            authorization: `Bearer ${request.accessToken}`,
+            'user-agent': this.userAgent,
+          },
+          body: request.body,
+          headersTimeout: this.settings.headersTimeoutMs,
+          bodyTimeout: this.settings.bodyTimeoutMs,
+        },
+        {
+          // Its presence tells undici this handler speaks the current (controller) interface.
+          // Called before the first byte is written, so aborting here sends nothing.
+          onRequestStart: (started) => {
+            inFlight = started;
+            if (expired) started.abort(expired);
+          },
+          onResponseStart: (controller, statusCode, responseHeaders) => {
+            // Called again after a 1xx: only the final answer counts.
+            status = statusCode;
+            headers = responseHeaders;
+            chunks = [];
+            size = 0;
+            const announced = Number(firstHeader(responseHeaders['content-length']));
+            if (request.whole || announced <= Math.min(SMALL_ANSWER_BYTES, limit)) return;
+            stream = new Readable({
+              read: () => controller.resume(),
+              // The consumer gone (or done with it): stop the transfer.
+              destroy: (err, done) => {
+                clearTimeout(deadline);
+                if (!controller.aborted) controller.abort(err ?? new Error('answer not read'));
+                done(err);
+              },
+            });
+            resolve({ kind: 'answered', status, headers, body: stream });
+          },
+          onResponseData: (controller, chunk) => {
+            size += chunk.length;
+            if (size > limit) {
+              tooLarge = new ProviderException(
+                ProviderErrorCode.MalformedResponse,
+                `${what}: the provider answered HTTP ${status} with a body over ${limit} bytes (${request.limitSetting})`,
+                { status },
+              );
+              chunks = [];
+              controller.abort(tooLarge);
+              return;
+            }
+            if (!stream) chunks.push(chunk);
+            else if (!stream.push(chunk)) controller.pause();
+          },
+          onResponseEnd: () => {
+            if (stream) {
+              clearTimeout(deadline);
+              stream.push(null);
+              return;
+            }
+            resolve({
+              kind: 'answered',
+              status,
+              headers,
+              body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size),
+            });
+          },
+          onResponseError: (_controller, cause) => {
+            if (stream) {
+              clearTimeout(deadline);
+              stream.destroy(
+                tooLarge ??
+                  (cause instanceof DOMException ? cause : translateTransportError(cause, what)),
+              );
+              return;
+            }
+            resolve({
+              kind: 'failed',
+              // Once an answer started, the request certainly reached the provider.
+              delivered: status === 0 && wasNeverSent(cause) ? 'no' : 'maybe',
+              error: tooLarge ?? translateTransportError(cause, what),
+            });
+          },
+        },
+      );
+    });
   }
 
   /** `{base_url}` split into origin and base path (a base URL may carry a path), once per client. */
@@ -143,23 +279,6 @@ export class ProviderApiClient implements ProviderApiGateway {
   }
 }
 
-/** Passes bytes through, and fails past `limit`: a huge answer is cut, never held. */
-function capped(limit: number, status: number, what: string): Transform {
-  let size = 0;
-  return new Transform({
-    transform(chunk: Buffer, _encoding, done) {
-      size += chunk.length;
-      if (size > limit) {
-        done(
-          new ProviderException(
-            ProviderErrorCode.MalformedResponse,
-            `${what}: the provider answered HTTP ${status} with a body over ${limit} bytes (FORWARD_MAX_RESPONSE_BYTES)`,
-            { status },
-          ),
-        );
-        return;
-      }
-      done(null, chunk);
-    },
-  });
+function firstHeader(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
 }

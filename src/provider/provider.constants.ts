@@ -2,9 +2,7 @@
 export const PROVIDER_AGENT = 'TOKEN_BROKER:PROVIDER_AGENT';
 /** Injection token for the {@link TokenGrantor} (the provider's token endpoint). */
 export const TOKEN_GRANTOR = 'TOKEN_BROKER:TOKEN_GRANTOR';
-/** Injection token for the {@link CheckoutGateway} (the provider's checkout API). */
-export const CHECKOUT_GATEWAY = 'TOKEN_BROKER:CHECKOUT_GATEWAY';
-/** Injection token for the {@link ProviderApiGateway} (any call under `{base_url}`, for the passthrough). */
+/** Injection token for the {@link ProviderApiClient} (any call under `{base_url}`: orders and the passthrough). */
 export const PROVIDER_API_GATEWAY = 'TOKEN_BROKER:PROVIDER_API_GATEWAY';
 /** The checkout API's keep-alive pool, shared by orders and the passthrough. Internal to the provider module. */
 export const CHECKOUT_AGENT = 'TOKEN_BROKER:CHECKOUT_AGENT';

@@ -3,10 +3,9 @@ import type { Agent } from 'undici';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { AuthServerClient } from './auth-server.client';
-import { CheckoutClient, type CheckoutGateway, createCheckoutAgent } from './checkout.client';
+import { createCheckoutAgent } from './checkout.client';
 import {
   CHECKOUT_AGENT,
-  CHECKOUT_GATEWAY,
   PROVIDER_AGENT,
   STANDARD_TOKEN_CLIENT,
   PROVIDER_API_GATEWAY,
@@ -16,11 +15,11 @@ import { ProviderApiClient } from './provider-api.client';
 import { StandardTokenClient } from './standard-token.client';
 import { TokenGrantorRouter } from './token-grantor.router';
 import { createProviderAgent } from './provider-http';
-import type { ProviderApiGateway } from './provider-api.client';
 
 /**
- * The provider adapter. Exports its two ports only: the token endpoint ({@link TOKEN_GRANTOR})
- * and the checkout API ({@link CHECKOUT_GATEWAY}); the HTTP pools behind them stay inside.
+ * The provider adapter. Exports its ports only: the token endpoint ({@link TOKEN_GRANTOR}) and
+ * the APIs under `{base_url}` ({@link PROVIDER_API_GATEWAY}, one client for `POST /orders` and
+ * the passthrough); the HTTP pools behind them stay inside.
  */
 @Module({
   providers: [
@@ -51,29 +50,23 @@ import type { ProviderApiGateway } from './provider-api.client';
       useFactory: (config: BrokerConfig): Agent => createCheckoutAgent(config.orders),
     },
     {
-      provide: CHECKOUT_GATEWAY,
-      inject: [CHECKOUT_AGENT, BROKER_CONFIG],
-      useFactory: (agent: Agent, config: BrokerConfig): CheckoutGateway =>
-        new CheckoutClient(agent, config.orders),
-    },
-    {
-      // The passthrough: same host as orders, so the same pool and timeouts.
+      // One client for POST /orders and the passthrough: the same host, pool and timeouts.
       provide: PROVIDER_API_GATEWAY,
       inject: [CHECKOUT_AGENT, BROKER_CONFIG],
-      useFactory: (agent: Agent, config: BrokerConfig): ProviderApiGateway =>
+      useFactory: (agent: Agent, config: BrokerConfig) =>
         new ProviderApiClient(agent, config.orders),
     },
   ],
-  exports: [TOKEN_GRANTOR, CHECKOUT_GATEWAY, PROVIDER_API_GATEWAY],
+  exports: [TOKEN_GRANTOR, PROVIDER_API_GATEWAY],
 })
 export class ProviderModule implements OnApplicationShutdown {
   constructor(
     @Inject(PROVIDER_AGENT) private readonly agent: Agent,
-    @Inject(CHECKOUT_GATEWAY) private readonly checkout: CheckoutGateway,
+    @Inject(PROVIDER_API_GATEWAY) private readonly api: ProviderApiClient,
     @Inject(STANDARD_TOKEN_CLIENT) private readonly standard: StandardTokenClient,
   ) {}
 
   async onApplicationShutdown(): Promise<void> {
-    await Promise.all([this.agent.close(), this.checkout.close(), this.standard.close()]);
+    await Promise.all([this.agent.close(), this.api.close(), this.standard.close()]);
   }
 }

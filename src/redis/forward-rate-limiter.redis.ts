@@ -10,7 +10,7 @@ import type {
   ForwardRateLimiter,
   RateLimitScope,
   RateLimitVerdict,
-} from '../forward/forward-rate-limiter';
+} from '../forwarding/forward-rate-limiter';
 import type { RedisClient } from './redis.connection';
 
 /** The window a burst is spread over: `burst` extra requests per 10 s above the rate. */

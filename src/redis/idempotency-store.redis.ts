@@ -8,7 +8,7 @@ import {
   IdempotencyStoreErrorCode,
   IdempotencyStoreException,
   type StoredResponse,
-} from '../orders/idempotency-store';
+} from '../forwarding/idempotency-store';
 import { redisKeys } from './redis.constants';
 import type { RedisClient } from './redis.connection';
 import { classifyRedisError } from './redis-problem';

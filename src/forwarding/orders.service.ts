@@ -3,15 +3,9 @@ import type { BrokerConfig, ClientConfig } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
 import type { CheckoutAnswer, CheckoutGateway } from '../provider/checkout.client';
 import type { TokenService } from '../token/token.service';
-import {
-  type Exchange,
-  Forwarding,
-  type ForwardingAudit,
-  type ForwardingFailure,
-} from './forwarding';
+import { type Exchange, Forwarding, type ForwardingAudit } from './forwarding';
 import type { IdempotencyStore } from './idempotency-store';
 import { bodyFingerprint, idempotencyKeyHash, type OrderHeaders } from './order-request';
-import { OrdersErrorCode, OrdersException } from './orders.exception';
 import { echoesToken } from './token-echo.screen';
 
 /** A validated `POST /orders`, ready to forward. */
@@ -43,21 +37,6 @@ export function orderOutcome(result: OrderReply): { status: number; result: stri
 /** Filled in as an order goes through, for the route's audit line. Never holds a secret. */
 export type OrderAudit = ForwardingAudit;
 
-/** The orders vocabulary of {@link Forwarding}'s failures (codes callers key on). */
-const ORDER_CODES: Record<ForwardingFailure, OrdersErrorCode> = {
-  inFlight: OrdersErrorCode.InFlight,
-  outcomeUnknown: OrdersErrorCode.OutcomeUnknown,
-  keyReused: OrdersErrorCode.IdempotencyKeyReused,
-  tokenRejected: OrdersErrorCode.TokenRejected,
-  unreachable: OrdersErrorCode.ProviderUnreachable,
-  badResponse: OrdersErrorCode.ProviderBadResponse,
-  timeout: OrdersErrorCode.ProviderTimeout,
-  storeUnavailable: OrdersErrorCode.IdempotencyUnavailable,
-  tampered: OrdersErrorCode.IdempotencyRecordTampered,
-  echoedToken: OrdersErrorCode.UpstreamEchoedToken,
-  callerLimit: OrdersErrorCode.IdempotencyRecordsExceeded,
-};
-
 /**
  * `POST /orders`: forwards an order to the provider's checkout API with the client's token,
  * and makes sure an order is never created twice by the broker. One use of {@link Forwarding}
@@ -66,7 +45,7 @@ const ORDER_CODES: Record<ForwardingFailure, OrdersErrorCode> = {
  * within `ORDERS_MAX_RESPONSE_BYTES`), the bare key as idempotency identity and the
  * `order_*` codes.
  *
- * Plain TypeScript, built by `OrdersModule`'s factory: no Nest import, so it is unit tested
+ * Plain TypeScript, built by `ForwardingModule`'s factory: no Nest import, so it is unit tested
  * without the framework.
  */
 export class OrdersService {
@@ -82,19 +61,12 @@ export class OrdersService {
     logger: Logger,
   ) {
     this.clients = new Map(config.clients.map((c) => [c.id, c]));
-    this.forwarding = new Forwarding(tokens, store, config, metrics, logger, {
-      noun: 'order',
-      uncertain: 'the order may or may not exist',
-      unknownCode: OrdersErrorCode.OutcomeUnknown,
-      call: 'orders',
-      fail: (failure, message, options) =>
-        new OrdersException(ORDER_CODES[failure], message, options),
-    });
+    this.forwarding = new Forwarding(tokens, store, config, metrics, logger, 'orders');
   }
 
   /**
    * Forwards `order` (or replays its recorded outcome) and returns the provider's answer,
-   * whatever its status. Throws {@link OrdersException} or `TokenException` problems.
+   * whatever its status. Throws `OrdersException` or `TokenException` problems.
    */
   async create(order: OrderRequest, audit: OrderAudit): Promise<OrderReply> {
     // Resolution throws the same 400/404 problems as everywhere else for a client not configured.

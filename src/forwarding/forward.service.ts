@@ -3,22 +3,15 @@ import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { BrokerConfig, ClientConfig } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
-import {
-  type Exchange,
-  Forwarding,
-  type ForwardingAudit,
-  type ForwardingFailure,
-} from '../orders/forwarding';
-import type { IdempotencyStore } from '../orders/idempotency-store';
-import { idempotencyKeyHash, type OrderHeaders } from '../orders/order-request';
-import { OrdersErrorCode, OrdersException } from '../orders/orders.exception';
+import { type Exchange, Forwarding, type ForwardingAudit } from './forwarding';
+import type { IdempotencyStore } from './idempotency-store';
+import { idempotencyKeyHash, type OrderHeaders } from './order-request';
 import type { ApiOutcome, ProviderApiGateway } from '../provider/provider-api.client';
 import type { CheckoutFailure } from '../provider/checkout.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { translateTransportError } from '../provider/provider-http';
-import { echoesToken, screenStream } from '../orders/token-echo.screen';
+import { echoesToken, screenStream } from './token-echo.screen';
 import type { TokenService } from '../token/token.service';
-import { ForwardErrorCode, ForwardException } from './forward.exception';
 import type { ForwardTarget } from './forward-target';
 
 /** A checked passthrough request, ready to forward. */
@@ -79,34 +72,6 @@ const RETURNED_HEADERS = new Map<string, string>([
   ['idempotency-replayed', 'x-provider-idempotent-replayed'],
 ]);
 
-/** The passthrough vocabulary of the core's failures; idempotency codes are shared with orders. */
-function fail(failure: ForwardingFailure, message: string, options?: object): Error {
-  switch (failure) {
-    case 'keyReused':
-      return new OrdersException(OrdersErrorCode.IdempotencyKeyReused, message, options);
-    case 'storeUnavailable':
-      return new OrdersException(OrdersErrorCode.IdempotencyUnavailable, message, options);
-    case 'tampered':
-      return new OrdersException(OrdersErrorCode.IdempotencyRecordTampered, message, options);
-    case 'callerLimit':
-      return new OrdersException(OrdersErrorCode.IdempotencyRecordsExceeded, message, options);
-    case 'inFlight':
-      return new ForwardException(ForwardErrorCode.InFlight, message, options);
-    case 'outcomeUnknown':
-      return new ForwardException(ForwardErrorCode.OutcomeUnknown, message, options);
-    case 'tokenRejected':
-      return new ForwardException(ForwardErrorCode.TokenRejected, message, options);
-    case 'unreachable':
-      return new ForwardException(ForwardErrorCode.ProviderUnreachable, message, options);
-    case 'badResponse':
-      return new ForwardException(ForwardErrorCode.ProviderBadResponse, message, options);
-    case 'timeout':
-      return new ForwardException(ForwardErrorCode.ProviderTimeout, message, options);
-    case 'echoedToken':
-      return new ForwardException(ForwardErrorCode.UpstreamEchoedToken, message, options);
-  }
-}
-
 /** Methods whose `Idempotency-Key` the broker honours (claim, replay, 409, 422). */
 const KEYED_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 /** Methods retried once when the connection was refused before anything was sent. */
@@ -131,24 +96,10 @@ export class ForwardService {
     metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'>,
     logger: Logger,
   ) {
-    this.forwarding = new Forwarding(
-      tokens,
-      store,
-      config,
-      metrics,
-      logger,
-      {
-        noun: 'request',
-        uncertain: 'the provider may or may not have processed the request',
-        unknownCode: ForwardErrorCode.OutcomeUnknown,
-        call: 'forward',
-        fail,
-      },
-      {
-        ttlSeconds: config.forward.idempotencyTtlSeconds,
-        maxRecordsPerCaller: config.forward.maxIdempotencyRecordsPerCaller,
-      },
-    );
+    this.forwarding = new Forwarding(tokens, store, config, metrics, logger, 'forward', {
+      ttlSeconds: config.forward.idempotencyTtlSeconds,
+      maxRecordsPerCaller: config.forward.maxIdempotencyRecordsPerCaller,
+    });
   }
 
   /** Forwards `call` (or replays what its key recorded); throws passthrough or token problems. */

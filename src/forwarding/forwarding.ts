@@ -16,43 +16,18 @@ import {
   IdempotencyStoreException,
   type StoredResponse,
 } from './idempotency-store';
+import {
+  FAILURE_CODES,
+  type ForwardingFailure,
+  forwardingProblem,
+  type ForwardingProfile,
+  PROFILES,
+} from './forwarding-problems';
 
 /** A request must leave with a token that outlives the trip to the provider. */
 const TOKEN_MIN_REMAINING_MS = 2000;
 /** Slack on an in-flight lease for event-loop delays (the store's clock sets and reads it). */
 const LEASE_MARGIN_MS = 5000;
-
-/**
- * The ways a forwarded call ends without the provider's own answer. Each use of
- * {@link Forwarding} (`POST /orders`, the provider passthrough) names them in its own problem
- * vocabulary; the idempotency ones share their codes.
- */
-export type ForwardingFailure =
-  | 'inFlight'
-  | 'outcomeUnknown'
-  | 'keyReused'
-  | 'tokenRejected'
-  | 'unreachable'
-  | 'badResponse'
-  | 'timeout'
-  | 'storeUnavailable'
-  | 'tampered'
-  | 'echoedToken'
-  | 'callerLimit';
-
-/** How one use of {@link Forwarding} words its failures. */
-export interface ForwardingVocabulary {
-  /** What a request creates, in messages: `order`, or `request` for the passthrough. */
-  readonly noun: string;
-  /** What is uncertain when a request was sent and its answer lost: `the order may or may not exist`. */
-  readonly uncertain: string;
-  /** The code repeats of such a request answer, for the advice: `order_outcome_unknown`. */
-  readonly unknownCode: string;
-  /** The `providerLatency` metric's `call` label. */
-  readonly call: string;
-  /** The caller-facing exception for `failure`. */
-  fail(failure: ForwardingFailure, message: string, options?: BrokerExceptionOptions): Error;
-}
 
 /** How long one use keeps its idempotency records, and how many a caller may hold. */
 export interface IdempotencyPolicy {
@@ -152,6 +127,7 @@ export class Forwarding {
   private readonly maxPerCaller: number;
   /** How long a claim's holder is presumed alive: its longest possible run, plus slack. */
   private readonly leaseMs: number;
+  private readonly words: (typeof PROFILES)[ForwardingProfile];
 
   constructor(
     private readonly tokens: Pick<TokenService, 'getToken' | 'replaceRejected'>,
@@ -162,12 +138,13 @@ export class Forwarding {
       'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'
     >,
     private readonly logger: Logger,
-    private readonly words: ForwardingVocabulary,
+    private readonly profile: ForwardingProfile,
     policy: IdempotencyPolicy = {
       ttlSeconds: config.orders.idempotencyTtlSeconds,
       maxRecordsPerCaller: 0,
     },
   ) {
+    this.words = PROFILES[profile];
     const o = config.orders;
     // Two token waits (the first token, the fresh one after a 401) and two provider calls, each
     // ended by its deadline: the lease cannot run out while the order may still be in flight.
@@ -178,7 +155,7 @@ export class Forwarding {
 
   /**
    * Forwards `exchange` (or answers from what is recorded for its key) and returns the
-   * provider's answer, whatever its status. Throws the vocabulary's or {@link TokenException}
+   * provider's answer, whatever its status. Throws the profile's forwarding or {@link TokenException}
    * problems.
    */
   async forward<A extends ForwardedAnswer>(
@@ -217,8 +194,8 @@ export class Forwarding {
         const repeat =
           idempotency === undefined || status === 429
             ? ''
-            : ` A repeat with the same Idempotency-Key answers 409 ${this.words.unknownCode}.`;
-        throw this.words.fail(
+            : ` A repeat with the same Idempotency-Key answers 409 ${FAILURE_CODES.outcomeUnknown[this.profile]}.`;
+        throw this.fail(
           'echoedToken',
           `the provider answered HTTP ${status} with an answer that contains the access token the broker sent it, so the answer is withheld (neither relayed nor stored); the ${noun} may have been processed.${repeat} Check with the provider, and have the provider endpoint fixed so that it does not echo the Authorization header`,
         );
@@ -266,7 +243,7 @@ export class Forwarding {
     await this.tokens.replaceRejected(clientId, fresh.fingerprint);
     const noun = this.words.noun;
     throw new TokenRejected(
-      this.words.fail(
+      this.fail(
         'tokenRejected',
         `the provider refused a freshly obtained token for client "${clientId}" too (HTTP 401); no ${noun} was created. Check that the merchant's credentials are enabled for this API in this environment`,
       ),
@@ -308,7 +285,7 @@ export class Forwarding {
     const { error } = outcome;
     if (outcome.delivered === 'no') {
       await ledger.release();
-      throw this.words.fail(
+      throw this.fail(
         'unreachable',
         `${error.message}; the ${noun} was not sent, so it is safe to retry`,
         { retryAfterSeconds: 2, cause: error },
@@ -316,7 +293,7 @@ export class Forwarding {
     }
     await ledger.markUnknown();
     const advice = withKey
-      ? `${this.words.uncertain}. A repeat with the same Idempotency-Key answers 409 ${this.words.unknownCode}; check with the provider before sending it again under a new key`
+      ? `${this.words.uncertain}. A repeat with the same Idempotency-Key answers 409 ${FAILURE_CODES.outcomeUnknown[this.profile]}; check with the provider before sending it again under a new key`
       : `${this.words.uncertain}; check with the provider before sending it again (send an Idempotency-Key to make repeats safe)`;
     this.logger.warn(
       { client: exchange.clientId, code: error.code, err: error.message },
@@ -329,7 +306,7 @@ export class Forwarding {
           ? 'badResponse'
           : 'unreachable';
     const when = failure === 'badResponse' ? '' : ` after the ${noun} was sent`;
-    throw this.words.fail(failure, `${error.message}${when}: ${advice}`, { cause: error });
+    throw this.fail(failure, `${error.message}${when}: ${advice}`, { cause: error });
   }
 
   /** Claims the key, or answers from what is recorded for it (replay, 409 or 422). */
@@ -358,7 +335,7 @@ export class Forwarding {
           { client: clientId, idemKeyHash: audit.idempotencyKeyHash, reason: err.message },
           'idempotency record failed its integrity check: refused, nothing replayed or sent; something other than a broker writes to Redis',
         );
-        throw this.words.fail(
+        throw this.fail(
           'tampered',
           `the stored outcome of this Idempotency-Key fails its integrity check (it was changed in Redis by something other than a broker), so it is not replayed; nothing was sent. Tell the platform team, and check with the provider whether the ${this.words.noun} was processed before using a new key`,
           { cause: err },
@@ -370,7 +347,7 @@ export class Forwarding {
       ) {
         // Refused rather than forwarded unrecorded: the caller asked for replay protection,
         // and a retry of an unrecorded request could act twice.
-        throw this.words.fail(
+        throw this.fail(
           'callerLimit',
           `${err.message}; nothing was sent. Retry after ${err.retryAfterSeconds ?? 1} s, when its oldest record expires, or send requests that need no replay protection without an Idempotency-Key`,
           { retryAfterSeconds: err.retryAfterSeconds, cause: err },
@@ -389,7 +366,7 @@ export class Forwarding {
   ): StoredResponse {
     const noun = this.words.noun;
     if (existing.bodyHash !== bodyHash) {
-      throw this.words.fail(
+      throw this.fail(
         'keyReused',
         `this Idempotency-Key was first used with a different body. A repeat must send the same bytes; a different ${noun} needs a new key`,
       );
@@ -400,7 +377,7 @@ export class Forwarding {
         return existing.response;
       case 'in_flight':
         if (existing.leaseRemainingMs > 0) {
-          throw this.words.fail(
+          throw this.fail(
             'inFlight',
             'the first request with this Idempotency-Key is still being forwarded; repeat it shortly to get its answer',
             { retryAfterSeconds: 1 },
@@ -408,12 +385,12 @@ export class Forwarding {
         }
         // Its holder stopped mid-flight (a crashed replica): the request may have been sent.
         // Unlike an answer lost, nobody knows whether it was even sent: say exactly that.
-        throw this.words.fail(
+        throw this.fail(
           'outcomeUnknown',
           `the broker replica that took the first request with this Idempotency-Key stopped before recording what happened to it (it crashed, or lost Redis), so the broker cannot know whether that ${noun} was sent to the provider or processed. The broker will not send it again: check with the provider, and send it under a new key only if it was not processed`,
         );
       case 'unknown':
-        throw this.words.fail(
+        throw this.fail(
           'outcomeUnknown',
           `the first request with this Idempotency-Key was sent to the provider but its answer was lost, so the ${noun} may or may not have been processed. The broker will not send it again: check with the provider, and send it under a new key only if it was not processed`,
         );
@@ -453,13 +430,17 @@ export class Forwarding {
   private storeFailure(err: unknown): Error {
     if (!(err instanceof IdempotencyStoreException)) throw err;
     const corrupt = err.code === IdempotencyStoreErrorCode.Corrupt;
-    return this.words.fail(
+    return this.fail(
       'storeUnavailable',
       corrupt
         ? `${err.message}; nothing was sent`
         : `the idempotency store (Redis) is unreachable, so a duplicate ${this.words.noun} could not be ruled out; nothing was sent. Retry shortly with the same Idempotency-Key`,
       { retryAfterSeconds: corrupt ? undefined : 2, cause: err },
     );
+  }
+
+  private fail(failure: ForwardingFailure, message: string, options?: BrokerExceptionOptions) {
+    return forwardingProblem(this.profile, failure, message, options);
   }
 }
 
