@@ -540,6 +540,35 @@ describe('Helm chart helm/token-broker', () => {
       }
     });
 
+    it('mounts Kubernetes Secrets as files for credentials.file (secretMounts), read-only', () => {
+      const set = [
+        'secretMounts=[{"secretName":"ship-mtls","mountPath":"/mnt/client-secrets/ship"}]',
+      ];
+      const objects = render(['required'], set);
+      const volume = (podSpec(objects).volumes as K8sObject[]).find(
+        (v) => v.secret?.secretName === 'ship-mtls',
+      );
+      // Group-readable only: the broker's fsGroup, never other users.
+      expect(volume?.secret).toEqual({ secretName: 'ship-mtls', defaultMode: 0o440 });
+      const mount = (broker(objects).volumeMounts as K8sObject[]).find(
+        (m) => m.name === volume?.name,
+      );
+      expect(mount).toEqual({
+        name: volume?.name,
+        mountPath: '/mnt/client-secrets/ship',
+        readOnly: true,
+      });
+      // A folder the broker already uses would hide it (or be hidden).
+      for (const taken of ['/tmp', '/mnt/secrets']) {
+        expect(
+          renderError(
+            ['required'],
+            [`secretMounts=[{"secretName":"ship-mtls","mountPath":"${taken}"}]`],
+          ),
+        ).toContain('secretMounts[0].mountPath');
+      }
+    });
+
     it('changes checksum/config when, and only when, the config changes', () => {
       const checksum = (set: string[]): string =>
         only(render(['required'], set), 'Deployment').spec.template.metadata.annotations[

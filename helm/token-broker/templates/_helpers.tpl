@@ -182,7 +182,7 @@ Volumes (mode "volumes") or their mounts (mode "mounts") for the Redis files abo
 - name: {{ .name }}
   secret:
     secretName: {{ .secret }}
-    defaultMode: 0440
+    defaultMode: 288 # 0440: owner and group (fsGroup) read only
 {{- end }}
 {{- end }}
 {{- end }}
