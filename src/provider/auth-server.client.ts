@@ -1,18 +1,8 @@
 import type { Dispatcher } from 'undici';
-import {
-  type ClientConfig,
-  type ProviderSettings,
-  tokenCallDeadlineMs,
-} from '../config/config.schema';
+import type { ClientConfig, ProviderSettings } from '../config/config.schema';
 import type { ClientCredentials, SecretCredentials } from '../secrets/client-credentials';
-import { ProviderErrorCode, ProviderException } from './provider.exception';
-import {
-  parseRetryAfter,
-  readCapped,
-  tokenErrorForStatus,
-  translateTransportError,
-} from './provider-http';
-import { type GrantedToken, parseTokenResponse } from './token-response.parser';
+import { postTokenRequest } from './provider-http';
+import type { GrantedToken } from './token-response.parser';
 
 /**
  * The provider's token endpoint path, appended to a client's `authUrl` (`{auth_url}`): with
@@ -49,41 +39,15 @@ export class AuthServerClient implements TokenGrantor {
       `${encodeURIComponent(credentials.clientId)}:${encodeURIComponent(credentials.clientSecret)}`,
     ).toString('base64');
 
-    // Expiry counts from *before* the request: the provider's clock started no earlier.
-    const sentAt = this.now();
-    let response: Dispatcher.ResponseData;
-    try {
-      response = await this.dispatcher.request({
-        origin: url.origin,
-        path: `${url.pathname}${url.search}`,
-        method: 'POST',
-        headers: { authorization: `Basic ${basic}`, accept: 'application/json' },
-        headersTimeout: this.settings.responseTimeoutMs,
-        bodyTimeout: this.settings.responseTimeoutMs,
-        // Also aborts the body read below: a body trickling in never trips the idle timers.
-        signal: AbortSignal.timeout(tokenCallDeadlineMs(this.settings)),
-      });
-    } catch (cause) {
-      throw translateTransportError(cause, what);
-    }
-
-    let body: string | undefined;
-    try {
-      body = await readCapped(response.body, this.settings.maxTokenResponseBytes);
-    } catch (cause) {
-      throw translateTransportError(cause, what);
-    }
-    const status = response.statusCode;
-    if (body === undefined) {
-      throw new ProviderException(
-        ProviderErrorCode.MalformedResponse,
-        `${what}: the response exceeds ${this.settings.maxTokenResponseBytes} bytes`,
-        { status },
-      );
-    }
-    if (status >= 200 && status < 300) {
-      return parseTokenResponse(body, sentAt, this.defaultLifetimeSeconds);
-    }
-    throw tokenErrorForStatus(what, status, body, parseRetryAfter(response.headers['retry-after']));
+    return postTokenRequest({
+      dispatcher: this.dispatcher,
+      url,
+      headers: { authorization: `Basic ${basic}`, accept: 'application/json' },
+      settings: this.settings,
+      defaultLifetimeSeconds: this.defaultLifetimeSeconds,
+      // Expiry counts from *before* the request: the provider's clock started no earlier.
+      sentAt: this.now(),
+      what,
+    });
   }
 }

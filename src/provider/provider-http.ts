@@ -1,6 +1,8 @@
+import type { Dispatcher } from 'undici';
 import { Agent, errors as undiciErrors } from './undici-agent';
-import type { ProviderSettings } from '../config/config.schema';
+import { type ProviderSettings, tokenCallDeadlineMs } from '../config/config.schema';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
+import { type GrantedToken, parseTokenResponse } from './token-response.parser';
 
 /**
  * The keep-alive connection pool every provider call shares (`clientCertificate`: a mutual-TLS
@@ -129,6 +131,62 @@ export function tokenErrorForStatus(
     `${what}: the provider rejected the request (HTTP ${status}${suffix})`,
     { status },
   );
+}
+
+/** One token request, as both token clients send it. */
+export interface TokenCall {
+  readonly dispatcher: Dispatcher;
+  readonly url: URL;
+  readonly headers: Record<string, string>;
+  readonly body?: string;
+  readonly settings: ProviderSettings;
+  readonly defaultLifetimeSeconds: number;
+  /** When the request left: the token's lifetime counts from here. */
+  readonly sentAt: number;
+  /** What the request is, for error messages (`token request for client "…"`). */
+  readonly what: string;
+}
+
+/**
+ * Posts a token request and reads its answer, for every dialect alike: one total deadline
+ * (which also ends a body trickling in, where undici's idle timers never fire), a capped body,
+ * the one parser, and the one translation of failures.
+ */
+export async function postTokenRequest(call: TokenCall): Promise<GrantedToken> {
+  const { url, settings, what } = call;
+  let response: Dispatcher.ResponseData;
+  try {
+    response = await call.dispatcher.request({
+      origin: url.origin,
+      path: `${url.pathname}${url.search}`,
+      method: 'POST',
+      headers: call.headers,
+      body: call.body,
+      headersTimeout: settings.responseTimeoutMs,
+      bodyTimeout: settings.responseTimeoutMs,
+      signal: AbortSignal.timeout(tokenCallDeadlineMs(settings)),
+    });
+  } catch (cause) {
+    throw translateTransportError(cause, what);
+  }
+  let body: string | undefined;
+  try {
+    body = await readCapped(response.body, settings.maxTokenResponseBytes);
+  } catch (cause) {
+    throw translateTransportError(cause, what);
+  }
+  const status = response.statusCode;
+  if (body === undefined) {
+    throw new ProviderException(
+      ProviderErrorCode.MalformedResponse,
+      `${what}: the response exceeds ${settings.maxTokenResponseBytes} bytes`,
+      { status },
+    );
+  }
+  if (status >= 200 && status < 300) {
+    return parseTokenResponse(body, call.sentAt, call.defaultLifetimeSeconds);
+  }
+  throw tokenErrorForStatus(what, status, body, parseRetryAfter(response.headers['retry-after']));
 }
 
 /** The RFC 6749 §5.2 `error` code, if the body has a plausible one (an identifier, not text). */

@@ -5,19 +5,12 @@ import {
   assertionSettingsSchema,
   type ClientConfig,
   type ProviderSettings,
-  tokenCallDeadlineMs,
 } from '../config/config.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import type { TokenGrantor } from './auth-server.client';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
-import {
-  createProviderAgent,
-  parseRetryAfter,
-  readCapped,
-  tokenErrorForStatus,
-  translateTransportError,
-} from './provider-http';
-import { type GrantedToken, parseTokenResponse } from './token-response.parser';
+import { createProviderAgent, postTokenRequest } from './provider-http';
+import type { GrantedToken } from './token-response.parser';
 import type { Agent } from './undici-agent';
 
 const ASSERTION_TYPE = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
@@ -81,42 +74,17 @@ export class StandardTokenClient implements TokenGrantor {
         break;
     }
 
-    // Expiry counts from *before* the request: the server's clock started no earlier.
-    const sentAt = this.now();
-    let response: Dispatcher.ResponseData;
-    try {
-      response = await dispatcher.request({
-        origin: url.origin,
-        path: `${url.pathname}${url.search}`,
-        method: 'POST',
-        headers,
-        body: form.toString(),
-        headersTimeout: this.settings.responseTimeoutMs,
-        bodyTimeout: this.settings.responseTimeoutMs,
-        signal: AbortSignal.timeout(tokenCallDeadlineMs(this.settings)),
-      });
-    } catch (cause) {
-      throw translateTransportError(cause, what);
-    }
-
-    let body: string | undefined;
-    try {
-      body = await readCapped(response.body, this.settings.maxTokenResponseBytes);
-    } catch (cause) {
-      throw translateTransportError(cause, what);
-    }
-    const status = response.statusCode;
-    if (body === undefined) {
-      throw new ProviderException(
-        ProviderErrorCode.MalformedResponse,
-        `${what}: the response exceeds ${this.settings.maxTokenResponseBytes} bytes`,
-        { status },
-      );
-    }
-    if (status >= 200 && status < 300) {
-      return parseTokenResponse(body, sentAt, this.defaultLifetimeSeconds);
-    }
-    throw tokenErrorForStatus(what, status, body, parseRetryAfter(response.headers['retry-after']));
+    return postTokenRequest({
+      dispatcher,
+      url,
+      headers,
+      body: form.toString(),
+      settings: this.settings,
+      defaultLifetimeSeconds: this.defaultLifetimeSeconds,
+      // Expiry counts from *before* the request: the server's clock started no earlier.
+      sentAt: this.now(),
+      what,
+    });
   }
 
   /** Closes the mutual-TLS pools (the shared pool belongs to the module). */
