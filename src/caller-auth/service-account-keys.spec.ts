@@ -1,21 +1,7 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
 import { CallerAuthErrorCode } from './caller-auth.exception';
 import { remoteServiceAccountKeys } from './service-account-keys';
-
-/** Starts a loopback server answering with `handle`; its URL and a count of requests seen. */
-async function serve(
-  handle: (req: IncomingMessage, res: ServerResponse) => void,
-): Promise<{ server: Server; url: string; seen: () => number }> {
-  let seen = 0;
-  const server = createServer((req, res) => {
-    seen++;
-    handle(req, res);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return { server, url, seen: () => seen };
-}
+import { serveLoopback as serve } from '../../test/support/loopback-server';
 
 /** The JWKS fetch against real HTTP servers on loopback. */
 describe(remoteServiceAccountKeys.name, () => {

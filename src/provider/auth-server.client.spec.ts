@@ -1,24 +1,10 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
 import { clientSchema, providerSettingsSchema } from '../config/config.schema';
 import { AuthServerClient } from './auth-server.client';
 import { ProviderErrorCode } from './provider.exception';
 import { createProviderAgent } from './provider-http';
 import type { Agent } from './undici-agent';
-
-/** Starts a loopback server answering with `handle`; its URL and a count of requests seen. */
-async function serve(
-  handle: (req: IncomingMessage, res: ServerResponse) => void,
-): Promise<{ server: Server; url: string; seen: () => number }> {
-  let seen = 0;
-  const server = createServer((req, res) => {
-    seen++;
-    handle(req, res);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return { server, url, seen: () => seen };
-}
+import { serveLoopback as serve } from '../../test/support/loopback-server';
 
 /** The token endpoint adapter against real HTTP servers on loopback. */
 describe(AuthServerClient.name, () => {

@@ -1,25 +1,11 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import { clientSchema, ordersSettingsSchema } from '../config/config.schema';
 import { createCheckoutAgent } from './checkout.client';
 import { type ApiOutcome, ProviderApiClient } from './provider-api.client';
 import { ProviderErrorCode } from './provider.exception';
 import type { Agent } from './undici-agent';
-
-/** Starts a loopback server answering with `handle`; its URL and a count of requests seen. */
-async function serve(
-  handle: (req: IncomingMessage, res: ServerResponse) => void,
-): Promise<{ server: Server; url: string; seen: () => number }> {
-  let seen = 0;
-  const server = createServer((req, res) => {
-    seen++;
-    handle(req, res);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return { server, url, seen: () => seen };
-}
+import { serveLoopback as serve } from '../../test/support/loopback-server';
 
 /** Answers 200, then a byte every 100 ms for 2 s: never idle long enough for undici's timers. */
 function drip(contentLength?: number) {
