@@ -1,5 +1,4 @@
 import { createHash, createPrivateKey, type KeyObject, randomUUID } from 'node:crypto';
-import { SignJWT } from 'jose';
 import type { Dispatcher } from 'undici';
 import {
   assertionSettingsSchema,
@@ -106,6 +105,9 @@ export class StandardTokenClient implements TokenGrantor {
     const settings = client.tokenRequest.assertion ?? DEFAULT_ASSERTION;
     const { key, kid } = privateKeyOf(need(credentials.privateKey, what, 'private_key'), what);
     const issuedAt = Math.floor(this.now() / 1000);
+    // Loaded on first use: only private_key_jwt clients need jose (the lazy-dependencies suite
+    // checks that other configurations never load it).
+    const { SignJWT } = await import('jose');
     try {
       return await new SignJWT({})
         .setProtectedHeader({
