@@ -1,4 +1,12 @@
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type AuthServer, introspect, startAuthServer } from './support/auth-server';
@@ -151,6 +159,79 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
       ]);
     } finally {
       await intruder.stop();
+    }
+  });
+
+  it('reads the certificate and key from files, and picks up a replaced pair after one invalid_client', async () => {
+    // A Kubernetes Secret volume: tls.crt and tls.key point through ..data, a symlink the
+    // kubelet swaps in one rename, so a reader never sees one new file beside one old.
+    const mount = join(dir, 'tls-secret');
+    let version = 0;
+    const mountPair = (cert: string, key: string) => {
+      const target = join(mount, `..v${++version}`);
+      mkdirSync(target, { recursive: true });
+      copyFileSync(cert, join(target, 'tls.crt'));
+      copyFileSync(key, join(target, 'tls.key'));
+      symlinkSync(target, join(mount, '..data-next'));
+      renameSync(join(mount, '..data-next'), join(mount, '..data'));
+    };
+    // The certificate first mounted is one the server does not hold for the client.
+    mountPair(certs.otherCert, certs.otherKey);
+    symlinkSync('..data/tls.crt', join(mount, 'tls.crt'));
+    symlinkSync('..data/tls.key', join(mount, 'tls.key'));
+    const since = as.grants().length;
+    const files = await spawnBroker({
+      name: 'broker-mtls-files',
+      env: {
+        ...env(
+          write('files-broker.json', {
+            clients: [
+              {
+                ...client('mtls', '', { auth: 'tls_client_auth' }),
+                credentials: {
+                  clientId: 'shop-mtls',
+                  certificateFile: join(mount, 'tls.crt'),
+                  privateKeyFile: join(mount, 'tls.key'),
+                },
+              },
+            ],
+          }),
+        ),
+        // The background probe after a permanent failure comes this often.
+        TOKEN_BACKOFF_MAX_MS: '300',
+      },
+    });
+    try {
+      const tokenAnswer = async () => {
+        const res = await fetch(`${files.url}/token?client=mtls`);
+        return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+      };
+      await waitFor(
+        async () => ((await tokenAnswer()).body.code === 'credentials_rejected' ? true : undefined),
+        { timeoutMs: 15_000, intervalMs: 100, what: 'the first certificate to be refused' },
+      );
+      mountPair(certs.clientCert, certs.clientKey);
+      const answer = await waitFor(
+        async () => {
+          const a = await tokenAnswer();
+          return a.status === 200 ? a : undefined;
+        },
+        { timeoutMs: 15_000, intervalMs: 100, what: 'the replaced certificate to be used' },
+      );
+      await expect(
+        introspect(as, answer.body.access_token as string, INTROSPECTOR, certs.ca),
+      ).resolves.toMatchObject({ active: true, client_id: 'shop-mtls' });
+      // Refused with the old pair until the refusal made the broker re-read the files, then
+      // granted on the new pair at the first attempt.
+      const seen = as
+        .grants()
+        .slice(since)
+        .map((g) => [g.event, g.certificate]);
+      expect(seen.at(-1)).toEqual(['grant', 'broker-client']);
+      expect(seen.at(-2)).toEqual(['grant_error', 'another-client']);
+      expect(seen.filter(([, cert]) => cert === 'broker-client')).toHaveLength(1);
+    } finally {
+      await files.stop();
     }
   });
 });

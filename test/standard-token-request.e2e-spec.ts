@@ -222,6 +222,23 @@ describe('standard client-credentials profiles against oidc-provider', () => {
     await expect(issuedTo(answer.access_token)).resolves.toBe(clientId);
   });
 
+  it('POST /oauth2/token serves the token the server issued, as GET /token does', async () => {
+    const res = await fetch(`${broker.url}/oauth2/token`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      // The scope names the broker's client (mode none has no caller to imply it).
+      body: new URLSearchParams({ grant_type: 'client_credentials', scope: 'post' }).toString(),
+    });
+    expect(res.status).toBe(200);
+    const answer = (await res.json()) as TokenAnswer;
+    expect(answer.token_type).toBe('Bearer');
+    expect(answer.access_token).toBe((await brokerToken(broker, 'post')).access_token);
+    await expect(introspect(as, answer.access_token, INTROSPECTOR)).resolves.toMatchObject({
+      active: true,
+      client_id: 'shop-post',
+    });
+  });
+
   it('the passthrough calls the API with the token the server issued for that client', async () => {
     const res = await fetch(`${broker.url}/provider/post/api/marketing/v1/offers?x=1`);
     expect(res.status).toBe(200);

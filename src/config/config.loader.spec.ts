@@ -119,6 +119,22 @@ describe(loadConfig.name, () => {
     expect(found.join('\n')).toContain(expected);
   });
 
+  it("reads the private_key_jwt assertion's lifetime, naming its variable when out of range", () => {
+    const jwt = {
+      ...BASE,
+      TOKEN_REQUEST_GRANT: 'rfc6749',
+      TOKEN_REQUEST_URL: 'https://auth.example.com/token',
+      TOKEN_REQUEST_AUTH: 'private_key_jwt',
+    };
+    expect(
+      loadConfig({ ...jwt, TOKEN_REQUEST_ASSERTION_LIFETIME_SECONDS: '120' }).clients[0]
+        .tokenRequest.assertion,
+    ).toEqual({ alg: 'RS256', lifetimeSeconds: 120 });
+    expect(problems({ ...jwt, TOKEN_REQUEST_ASSERTION_LIFETIME_SECONDS: '3600' })).toEqual([
+      expect.stringMatching(/^TOKEN_REQUEST_ASSERTION_LIFETIME_SECONDS: /),
+    ]);
+  });
+
   it('reads the audit trail settings, with their defaults', () => {
     expect(loadConfig(BASE).audit).toEqual({
       intervalSeconds: 10,

@@ -119,6 +119,10 @@ const CLIENT_ENV: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'TOKEN_REQUEST_RESOURCE', path: ['tokenRequest', 'resource'] },
   { env: 'TOKEN_REQUEST_PARAMS', path: ['tokenRequest', 'params'] },
   { env: 'TOKEN_REQUEST_HEADERS', path: ['tokenRequest', 'headers'] },
+  {
+    env: 'TOKEN_REQUEST_ASSERTION_LIFETIME_SECONDS',
+    path: ['tokenRequest', 'assertion', 'lifetimeSeconds'],
+  },
   { env: 'TOKEN_REQUEST_ASSERTION_ALG', path: ['tokenRequest', 'assertion', 'alg'] },
   { env: 'TOKEN_REQUEST_ASSERTION_KID', path: ['tokenRequest', 'assertion', 'kid'] },
 ];

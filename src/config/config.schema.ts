@@ -62,6 +62,47 @@ export const credentialsSourceSchema = z
   });
 export type CredentialsSource = z.infer<typeof credentialsSourceSchema>;
 
+/**
+ * Where a client's credentials are read from: the JSON from Secrets Manager or a file, or, for
+ * the key-based methods, PEM files as a Kubernetes TLS Secret holds them (`tls.crt`, `tls.key`).
+ */
+export const clientCredentialsSourceSchema = z
+  .object({
+    /** AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env. */
+    secretId: z.string().min(1).optional(),
+    /** A file holding the same JSON (local development, or a Secrets Store CSI mount). */
+    file: z.string().min(1).optional(),
+    /** The client id, with `privateKeyFile` (the files hold only key material). */
+    clientId: z.string().min(1).optional(),
+    /** PEM client certificate (chain) file for `tls_client_auth`, e.g. a mounted `tls.crt`. */
+    certificateFile: z.string().min(1).optional(),
+    /** PEM (or JWK) private key file for `private_key_jwt` and `tls_client_auth`, e.g. `tls.key`. */
+    privateKeyFile: z.string().min(1).optional(),
+  })
+  .strict()
+  .superRefine((c, ctx) => {
+    const issue = (path: string, message: string) =>
+      ctx.addIssue({ code: 'custom', path: [path], message });
+    const kinds = [c.secretId, c.file, c.privateKeyFile].filter((v) => v !== undefined).length;
+    if (kinds !== 1 && c.privateKeyFile !== undefined) {
+      issue(
+        'privateKeyFile',
+        'key files replace the JSON: set privateKeyFile, secretId or file, one only',
+      );
+    } else if (kinds !== 1) {
+      ctx.addIssue({ code: 'custom', path: [], message: 'set exactly one of secretId or file' });
+    }
+    if (c.privateKeyFile !== undefined && c.clientId === undefined) {
+      issue('clientId', 'required with privateKeyFile: the key files do not hold the client id');
+    }
+    for (const field of ['clientId', 'certificateFile'] as const) {
+      if (c[field] !== undefined && c.privateKeyFile === undefined) {
+        issue(field, 'only with privateKeyFile; a secretId or file holds the client id and keys');
+      }
+    }
+  });
+export type ClientCredentialsSource = z.infer<typeof clientCredentialsSourceSchema>;
+
 // --- Provider passthrough (issue #15) ---
 /** The methods the provider passthrough forwards. */
 export const FORWARD_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
@@ -318,15 +359,36 @@ export const clientSchema = z
      * (private_key_jwt; PEM or JWK) or `{"client_id","certificate","private_key"}`
      * (tls_client_auth; PEM). When the server refuses them, a Secrets Manager secret is re-read
      * at AWSCURRENT, then AWSPENDING, then AWSPREVIOUS, and the first version it accepts is used;
-     * a file is re-read.
+     * a file is re-read. Key-based methods may instead name PEM files (`clientId`,
+     * `privateKeyFile` and, for tls_client_auth, `certificateFile`), re-read likewise.
      */
-    credentials: credentialsSourceSchema,
+    credentials: clientCredentialsSourceSchema,
     /** The token request's shape and client authentication. @default the provider's dialect */
     tokenRequest: tokenRequestSchema.default(() => tokenRequestSchema.parse({})),
     /** The provider passthrough's allow-list for this client. @default checkout and marketing v1 */
     forward: clientForwardSchema.default(() => clientForwardSchema.parse({})),
   })
-  .strict();
+  .strict()
+  .superRefine((c, ctx) => {
+    // Key files carry no shared secret: they fit the key-based methods only, and mTLS needs both.
+    const { auth } = c.tokenRequest;
+    const issue = (field: string, message: string) =>
+      ctx.addIssue({ code: 'custom', path: ['credentials', field], message });
+    if (c.credentials.privateKeyFile === undefined) return;
+    if (auth !== 'private_key_jwt' && auth !== 'tls_client_auth') {
+      issue(
+        'privateKeyFile',
+        `only with auth "private_key_jwt" or "tls_client_auth"; auth "${auth}" needs a client_secret from secretId or file`,
+      );
+    } else if (auth === 'tls_client_auth' && c.credentials.certificateFile === undefined) {
+      issue('certificateFile', 'required with auth "tls_client_auth" and privateKeyFile');
+    } else if (auth === 'private_key_jwt' && c.credentials.certificateFile !== undefined) {
+      issue(
+        'certificateFile',
+        'only with auth "tls_client_auth"; private_key_jwt signs with the key alone',
+      );
+    }
+  });
 export type ClientConfig = z.infer<typeof clientSchema>;
 
 /** A boolean from a file (`true`) or an environment variable (`"true"`, `"1"`, `"yes"`...). */

@@ -207,4 +207,76 @@ describe('tokenRequest, a client profile for its token request', () => {
       `${file}: clients[0].tokenRequest.auth: grant "provider-query" authenticates with client_secret_basic only; set grant to "rfc6749" for other methods`,
     ]);
   });
+
+  describe('credentials from key files, as a Kubernetes TLS Secret holds them', () => {
+    const MTLS = { grant: 'rfc6749', url: 'https://a/token', auth: 'tls_client_auth' };
+    const configWith = (credentials: object, tokenRequest: object = MTLS) => {
+      const file = join(mkdtempSync(join(tmpdir(), 'tb-token-request-')), 'broker.json');
+      writeFileSync(
+        file,
+        JSON.stringify({
+          callerAuth: { mode: 'api-key', apiKeysSource: { file: '/k' } },
+          clients: [
+            { id: 'a', authUrl: 'https://a', baseUrl: 'https://a', credentials, tokenRequest },
+          ],
+        }),
+      );
+      return { BROKER_CONFIG_FILE: file };
+    };
+    const FILES = { clientId: 'shop', certificateFile: '/m/tls.crt', privateKeyFile: '/m/tls.key' };
+
+    it('reads the files for tls_client_auth, and the key alone for private_key_jwt', () => {
+      expect(loadConfig(configWith(FILES)).clients[0].credentials).toEqual(FILES);
+      const jwt = { clientId: 'shop', privateKeyFile: '/m/tls.key' };
+      expect(
+        loadConfig(configWith(jwt, { ...MTLS, auth: 'private_key_jwt' })).clients[0].credentials,
+      ).toEqual(jwt);
+    });
+
+    it.each([
+      [
+        'key files beside a secret',
+        { ...FILES, secretId: 'sk_live_DO_NOT_PRINT_ME' },
+        MTLS,
+        'clients[0].credentials.privateKeyFile: key files replace the JSON',
+      ],
+      [
+        'key files without the client id',
+        { privateKeyFile: '/m/tls.key', certificateFile: '/m/tls.crt' },
+        MTLS,
+        'clients[0].credentials.clientId: required with privateKeyFile',
+      ],
+      [
+        'a certificate without its key',
+        { clientId: 'shop', file: '/a', certificateFile: '/m/tls.crt' },
+        MTLS,
+        'clients[0].credentials.certificateFile: only with privateKeyFile',
+      ],
+      [
+        'mutual TLS without the certificate',
+        { clientId: 'shop', privateKeyFile: '/m/tls.key' },
+        MTLS,
+        'clients[0].credentials.certificateFile: required with auth "tls_client_auth"',
+      ],
+      [
+        'a certificate with private_key_jwt',
+        FILES,
+        { ...MTLS, auth: 'private_key_jwt' },
+        'clients[0].credentials.certificateFile: only with auth "tls_client_auth"',
+      ],
+      [
+        'key files with a shared-secret method',
+        FILES,
+        { ...MTLS, auth: 'client_secret_post' },
+        'clients[0].credentials.privateKeyFile: only with auth "private_key_jwt" or "tls_client_auth"',
+      ],
+    ])(
+      'refuses %s, naming the setting and never a value',
+      (_label, credentials, request, expected) => {
+        const found = problems(configWith(credentials, request)).join('\n');
+        expect(found).toContain(expected);
+        expect(found).not.toContain('sk_live_DO_NOT_PRINT_ME');
+      },
+    );
+  });
 });

@@ -48,6 +48,7 @@ export class AuthServerClient implements TokenGrantor {
       // Expiry counts from *before* the request: the provider's clock started no earlier.
       sentAt: this.now(),
       what,
+      check: 'the client id/secret for this merchant and environment',
     });
   }
 }

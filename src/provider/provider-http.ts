@@ -95,20 +95,22 @@ export function parseRetryAfter(
 
 /**
  * The exception for a token endpoint's non-2xx answer, by status and RFC 6749 §5.2 `error`
- * code; the body itself is never quoted.
+ * code; the body itself is never quoted. `check`: what an operator checks when the client is
+ * refused, which depends on how it authenticates.
  */
 export function tokenErrorForStatus(
   what: string,
   status: number,
   body: string,
   retryAfterMs: number | undefined,
+  check: string,
 ): ProviderException {
   const oauthError = readOAuthError(body);
   const suffix = oauthError ? ` (error "${oauthError}")` : '';
   if (status === 401 || oauthError === 'invalid_client') {
     return new ProviderException(
       ProviderErrorCode.InvalidClient,
-      `${what}: the provider refused the client credentials (HTTP ${status}${suffix}); check the client id/secret for this merchant and environment`,
+      `${what}: the provider refused the client credentials (HTTP ${status}${suffix}); check ${check}`,
       { status },
     );
   }
@@ -145,6 +147,8 @@ export interface TokenCall {
   readonly sentAt: number;
   /** What the request is, for error messages (`token request for client "…"`). */
   readonly what: string;
+  /** What to check when the server refuses the client (`invalid_client`), for its message. */
+  readonly check: string;
 }
 
 /**
@@ -186,7 +190,13 @@ export async function postTokenRequest(call: TokenCall): Promise<GrantedToken> {
   if (status >= 200 && status < 300) {
     return parseTokenResponse(body, call.sentAt, call.defaultLifetimeSeconds);
   }
-  throw tokenErrorForStatus(what, status, body, parseRetryAfter(response.headers['retry-after']));
+  throw tokenErrorForStatus(
+    what,
+    status,
+    body,
+    parseRetryAfter(response.headers['retry-after']),
+    call.check,
+  );
 }
 
 /** The RFC 6749 §5.2 `error` code, if the body has a plausible one (an identifier, not text). */

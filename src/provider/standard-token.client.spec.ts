@@ -6,7 +6,7 @@ import { clientSchema, providerSettingsSchema } from '../config/config.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode } from './provider.exception';
 import { createProviderAgent } from './provider-http';
-import { StandardTokenClient } from './standard-token.client';
+import { INVALID_CLIENT_CHECKS, StandardTokenClient } from './standard-token.client';
 import type { Agent } from './undici-agent';
 
 interface Seen {
@@ -176,5 +176,59 @@ describe(StandardTokenClient.name, () => {
       .catch((e: unknown) => e)) as Error & { code: string };
     expect(err).toMatchObject({ code: ProviderErrorCode.InvalidClient });
     expect(err.message).not.toContain('s3cr3t');
+  });
+
+  describe('on invalid_client, names what to check for the client authentication', () => {
+    const { privateKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+    const KEY = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+    const refused = async (
+      tokenRequest: Record<string, unknown>,
+      credentials: ClientCredentials,
+    ) => {
+      answer = { status: 401, body: '{"error":"invalid_client"}' };
+      const c = client({ auth: 'client_secret_post' });
+      // Built past the schema: it wants https:// for mutual TLS, and the loopback speaks http,
+      // where the pool's certificate goes unused. The message does not depend on the handshake.
+      const err = (await grantor
+        .requestToken({ ...c, tokenRequest: { ...c.tokenRequest, ...tokenRequest } }, credentials)
+        .catch((e: unknown) => e)) as Error & { code: string };
+      expect(err).toMatchObject({ code: ProviderErrorCode.InvalidClient });
+      return err.message;
+    };
+
+    it.each(['client_secret_basic', 'client_secret_post'] as const)(
+      '%s: the secret',
+      async (auth) => {
+        const message = await refused({ auth }, SECRET);
+        expect(message).toContain(`check ${INVALID_CLIENT_CHECKS[auth]}`);
+        expect(message).toMatch(/client_secret/);
+        expect(message).not.toContain(SECRET.clientSecret);
+      },
+    );
+
+    it('private_key_jwt: the private key and its kid', async () => {
+      const message = await refused(
+        { auth: 'private_key_jwt', assertion: { alg: 'ES256', lifetimeSeconds: 60 } },
+        {
+          clientId: 'c',
+          privateKey: KEY,
+        },
+      );
+      expect(message).toMatch(/public key .* kid and alg of tokenRequest.assertion/);
+      expect(message).not.toMatch(/secret/);
+    });
+
+    it('tls_client_auth: the client certificate', async () => {
+      const message = await refused(
+        { auth: 'tls_client_auth' },
+        {
+          clientId: 'c',
+          certificate: '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----',
+          privateKey: KEY,
+        },
+      );
+      expect(message).toMatch(/registered the client certificate/);
+      expect(message).not.toMatch(/secret/);
+    });
   });
 });

@@ -2,6 +2,7 @@ import { createHash, createPrivateKey, type KeyObject, randomUUID } from 'node:c
 import type { Dispatcher } from 'undici';
 import {
   assertionSettingsSchema,
+  type ClientAuthMethod,
   type ClientConfig,
   type ProviderSettings,
 } from '../config/config.schema';
@@ -14,6 +15,16 @@ import type { Agent } from './undici-agent';
 
 const ASSERTION_TYPE = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
 const DEFAULT_ASSERTION = assertionSettingsSchema.parse({});
+
+/** What an operator checks when the server refuses the client, by how it authenticates. */
+export const INVALID_CLIENT_CHECKS: Record<ClientAuthMethod, string> = {
+  client_secret_basic: 'the client_id and client_secret in the credentials',
+  client_secret_post: 'the client_id and client_secret in the credentials',
+  private_key_jwt:
+    "the client_id, and that the server holds the public key of the credentials' private key under the kid and alg of tokenRequest.assertion",
+  tls_client_auth:
+    'the client_id, and that the server has registered the client certificate (its subject or SAN) and trusts its issuer',
+};
 
 /**
  * A standard RFC 6749 §4.4 client-credentials request: a form body posted to the client's
@@ -83,6 +94,7 @@ export class StandardTokenClient implements TokenGrantor {
       // Expiry counts from *before* the request: the server's clock started no earlier.
       sentAt: this.now(),
       what,
+      check: INVALID_CLIENT_CHECKS[profile.auth],
     });
   }
 

@@ -1,4 +1,5 @@
-import { parseClientCredentials } from './client-credentials';
+import { loadClientCredentials, parseClientCredentials } from './client-credentials';
+import type { SecretReader, SecretRef } from './secret-reader';
 import { SecretsErrorCode, SecretsException } from './secrets.exception';
 
 const KEY =
@@ -75,5 +76,33 @@ describe(parseClientCredentials.name, () => {
     expect(e.message).toMatch(reason);
     expect(e.message).toContain('/mnt/secrets/c.json');
     expect(e.message).not.toMatch(/DO_NOT_PRINT_ME/);
+  });
+});
+
+describe(loadClientCredentials.name, () => {
+  // A mounted Secret whose files change between reads, as a rotation does.
+  const files = new Map([
+    ['/m/tls.crt', CERT],
+    ['/m/tls.key', KEY],
+  ]);
+  const reader: SecretReader = {
+    read: (ref: SecretRef) => Promise.resolve(files.get(ref.file!)!),
+  };
+  const source = { clientId: 'shop', certificateFile: '/m/tls.crt', privateKeyFile: '/m/tls.key' };
+
+  it('reads key files as they are, again on every call', async () => {
+    await expect(loadClientCredentials(reader, source, 'tls_client_auth')).resolves.toEqual({
+      clientId: 'shop',
+      certificate: CERT,
+      privateKey: KEY,
+    });
+    files.set('/m/tls.key', `${KEY}\n`);
+    await expect(
+      loadClientCredentials(
+        reader,
+        { clientId: 'shop', privateKeyFile: '/m/tls.key' },
+        'private_key_jwt',
+      ),
+    ).resolves.toEqual({ clientId: 'shop', privateKey: `${KEY}\n` });
   });
 });

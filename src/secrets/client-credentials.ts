@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { ClientAuthMethod, CredentialsSource } from '../config/config.schema';
+import type { ClientAuthMethod, ClientCredentialsSource } from '../config/config.schema';
 import type { SecretReader } from './secret-reader';
 import { SecretsErrorCode, SecretsException } from './secrets.exception';
 
@@ -58,13 +58,28 @@ const NEEDS: Record<ClientAuthMethod, { fields: readonly string[]; example: stri
  * `{"client_id","private_key"}` for `private_key_jwt`, `{"client_id","certificate","private_key"}`
  * for `tls_client_auth`. A secret where a key is needed (or the reverse) is refused, naming
  * the fields, never their values. `versionStage`: a Secrets Manager staging label (rotation).
+ * Key files (`privateKeyFile`, `certificateFile`) are read as they are, on every call, so a
+ * rotated Kubernetes Secret is picked up like a re-read JSON file.
  */
 export async function loadClientCredentials(
   reader: SecretReader,
-  source: CredentialsSource,
+  source: ClientCredentialsSource,
   auth: ClientAuthMethod = 'client_secret_basic',
   versionStage?: string,
 ): Promise<ClientCredentials> {
+  if (source.privateKeyFile !== undefined) {
+    const [privateKey, certificate] = await Promise.all([
+      reader.read({ file: source.privateKeyFile }),
+      source.certificateFile !== undefined
+        ? reader.read({ file: source.certificateFile })
+        : undefined,
+    ]);
+    return {
+      clientId: source.clientId!,
+      privateKey,
+      ...(certificate !== undefined && { certificate }),
+    };
+  }
   const ref =
     source.file !== undefined
       ? { file: source.file }

@@ -273,8 +273,8 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- end }}
 {{- range $i, $client := $v.config.clients }}
 {{- $creds := $client.credentials | default dict }}
-{{- if eq (hasKey $creds "secretId") (hasKey $creds "file") }}
-{{- fail (printf "config.clients[%d] (%s).credentials: set exactly one of secretId (Secrets Manager name or ARN) or file (a mounted file path)" $i ($client.id | default "?")) }}
+{{- if ne 1 (len (compact (list (hasKey $creds "secretId" | ternary "s" "") (hasKey $creds "file" | ternary "f" "") (hasKey $creds "privateKeyFile" | ternary "k" "")))) }}
+{{- fail (printf "config.clients[%d] (%s).credentials: set exactly one of secretId (Secrets Manager name or ARN), file (a mounted file path) or privateKeyFile (with clientId and, for tls_client_auth, certificateFile)" $i ($client.id | default "?")) }}
 {{- end }}
 {{- if and $creds.file (hasPrefix (printf "%s/" (trimSuffix "/" $v.csi.mountPath)) $creds.file) }}
 {{- if not $v.csi.enabled }}
