@@ -4,7 +4,7 @@ import type { HitCell, MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { CredentialsCache, SECRETS_MANAGER_ROTATION_STAGES } from '../secrets/credentials-cache';
-import { FleetRefresh, noteStoreFailure } from './fleet-refresh';
+import { FleetRefresh, noteStoreFailure, type RefreshPass } from './fleet-refresh';
 import { lifetimeTooShort } from './refresh-failure';
 import { isDue, MAX_TIMER_MS, MIN_SERVE_MS, refreshAt } from './refresh-schedule';
 import { RefreshAlarm } from './refresh-alarm';
@@ -77,6 +77,8 @@ export class ClientTokenManager {
   private refreshTimer?: NodeJS.Timeout;
   /** The loop's sleep between passes, cut short by store events and shutdown. */
   private readonly alarm = new RefreshAlarm();
+  /** Passes in a row that found the lock held elsewhere: the next short wait doubles. */
+  private holderWaits = 0;
   /** Failures, holds and the provider's lifetime: what a caller is told while it waits. */
   private readonly standing: RefreshStanding;
   private everObtained = false;
@@ -397,9 +399,9 @@ export class ClientTokenManager {
   }
 
   private async runLoop(): Promise<void> {
-    let waits = 0;
+    this.holderWaits = 0;
     while (!this.stopped) {
-      let delay: number;
+      let next: number | 'done';
       this.alarm.passStarted();
       try {
         const pass = await inSpan('token.refresh', { 'token_broker.client': this.client.id }, () =>
@@ -411,55 +413,66 @@ export class ClientTokenManager {
         );
         // The pass read the store: a revoke it learnt of drops what it must.
         this.syncGeneration();
-        if (pass.kind === 'floor') {
-          // A token was granted less than the floor ago: the callers it does not satisfy (a
-          // min_ttl near the lifetime, or a lifetime too short) wait for the floor's end. Its
-          // lifetime tells this replica what the provider grants, even if it was unusable.
-          if (pass.lifetimeMs !== undefined) this.standing.noteLifetime(pass.lifetimeMs);
-          delay = pass.retryInMs;
-          this.standing.hold(delay, true);
-          waits = 0;
-        } else if (pass.kind === 'unusable') {
-          // Granted, but too short-lived to hand out: neither stored nor served.
-          this.standing.noteLifetime(pass.lifetimeMs);
-          delay = pass.retryInMs;
-          this.standing.hold(delay, true);
-          waits = 0;
-        } else if (pass.kind === 'deferred' || pass.kind === 'failed') {
-          delay = pass.retryInMs;
-          this.standing.hold(delay);
-          // When the deferral ends the replicas race for the lock again: the losers must look
-          // again soon, to learn the next deferral while their callers still wait.
-          waits = 0;
-        } else if (pass.kind === 'token' && (pass.record.generation ?? 0) < this.generation) {
-          // Requested before a revoke that arrived meanwhile: the fence refused it, and it is
-          // not served either. Look again: the next pass asks in the new generation.
-          delay = 0;
-        } else if (pass.kind === 'token' && this.rejected.has(pass.record.fingerprint)) {
-          // Refused by the provider after the pass judged it (the pass still awaited the lock's
-          // release): adopting it would hand the rejected token straight back to the caller
-          // retrying after its 401. Look again: the store no longer offers it.
-          delay = 0;
-        } else if (pass.kind === 'token') {
-          if (pass.unshared) this.needsResync = true;
-          this.adopt(pass.record, pass.fetched);
-          this.lastRefresh = { at: this.now(), outcome: pass.fetched ? 'fetched' : 'adopted' };
-          this.standing.settle();
-          return;
-        } else {
-          // Another replica holds the lock: wait for its pub/sub message, re-read regardless.
-          // The message may already have come during this pass: then re-read now.
-          delay = this.alarm.wokenDuringPass ? 0 : Math.min(100 * 2 ** waits++, 1000);
-        }
+        next = this.afterPass(pass);
       } catch (err) {
-        delay = this.onAttemptFailed(err);
-        this.standing.hold(delay);
+        next = this.onAttemptFailed(err);
+        this.standing.hold(next);
       }
-      // Shutting down: no further attempt (stop() is waiting for this loop to end).
-      if (this.stopped) return;
-      this.standing.nextAttemptAt = this.now() + delay;
-      await this.alarm.sleep(delay);
+      // Done, or shutting down: no further attempt (stop() is waiting for this loop to end).
+      if (next === 'done' || this.stopped) return;
+      this.standing.nextAttemptAt = this.now() + next;
+      await this.alarm.sleep(next);
     }
+  }
+
+  /** Acts on one pass: its token adopted (`'done'`), or how long until the next pass. */
+  private afterPass(pass: RefreshPass): number | 'done' {
+    if (pass.kind === 'floor') {
+      // A token was granted less than the floor ago: the callers it does not satisfy (a
+      // min_ttl near the lifetime, or a lifetime too short) wait for the floor's end. Its
+      // lifetime tells this replica what the provider grants, even if it was unusable.
+      if (pass.lifetimeMs !== undefined) this.standing.noteLifetime(pass.lifetimeMs);
+      this.standing.hold(pass.retryInMs, true);
+      this.holderWaits = 0;
+      return pass.retryInMs;
+    }
+    if (pass.kind === 'unusable') {
+      // Granted, but too short-lived to hand out: neither stored nor served.
+      this.standing.noteLifetime(pass.lifetimeMs);
+      this.standing.hold(pass.retryInMs, true);
+      this.holderWaits = 0;
+      return pass.retryInMs;
+    }
+    if (pass.kind === 'wait') {
+      // Another replica holds the lock: wait for its pub/sub message, re-read regardless.
+      // The message may already have come during this pass: then re-read now.
+      return this.alarm.wokenDuringPass ? 0 : Math.min(100 * 2 ** this.holderWaits++, 1000);
+    }
+    if (pass.kind !== 'token') {
+      // Deferred or failed: no provider request before `retryInMs`.
+      this.standing.hold(pass.retryInMs);
+      // When the deferral ends the replicas race for the lock again: the losers must look
+      // again soon, to learn the next deferral while their callers still wait.
+      this.holderWaits = 0;
+      return pass.retryInMs;
+    }
+    return this.takeToken(pass);
+  }
+
+  /** A pass brought a token: adopted (`'done'`), unless it is already outdated or refused. */
+  private takeToken(pass: Extract<RefreshPass, { kind: 'token' }>): number | 'done' {
+    // Requested before a revoke that arrived meanwhile: the fence refused it, and it is not
+    // served either. Look again: the next pass asks in the new generation.
+    if ((pass.record.generation ?? 0) < this.generation) return 0;
+    // Refused by the provider after the pass judged it (the pass still awaited the lock's
+    // release): adopting it would hand the rejected token straight back to the caller
+    // retrying after its 401. Look again: the store no longer offers it.
+    if (this.rejected.has(pass.record.fingerprint)) return 0;
+    if (pass.unshared) this.needsResync = true;
+    this.adopt(pass.record, pass.fetched);
+    this.lastRefresh = { at: this.now(), outcome: pass.fetched ? 'fetched' : 'adopted' };
+    this.standing.settle();
+    return 'done';
   }
 
   /**
