@@ -1,6 +1,5 @@
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import { type BrokerConfig, ordersCallDeadlineMs } from '../config/config.schema';
+import type { BrokerConfig } from '../config/config.schema';
 import type { BrokerExceptionOptions } from '../errors/broker.exception';
 import type { MetricsService } from '../metrics/metrics.service';
 import type { CheckoutFailure } from '../provider/checkout.client';
@@ -8,14 +7,13 @@ import { ProviderErrorCode } from '../provider/provider.exception';
 import type { TokenRecord } from '../token/token-record';
 import { TokenException } from '../token/token.exception';
 import type { TokenService } from '../token/token.service';
+import type { IdempotencyStore, StoredResponse } from './idempotency-store';
 import {
-  type IdempotencyRecord,
-  type IdempotencyRef,
-  type IdempotencyStore,
-  IdempotencyStoreErrorCode,
-  IdempotencyStoreException,
-  type StoredResponse,
-} from './idempotency-store';
+  IdempotencyClaims,
+  type IdempotencyPolicy,
+  type Ledger,
+  NO_LEDGER,
+} from './idempotency-claims';
 import {
   FAILURE_CODES,
   type ForwardingFailure,
@@ -26,15 +24,6 @@ import {
 
 /** A request must leave with a token that outlives the trip to the provider. */
 const TOKEN_MIN_REMAINING_MS = 2000;
-/** Slack on an in-flight lease for event-loop delays (the store's clock sets and reads it). */
-const LEASE_MARGIN_MS = 5000;
-
-/** How long one use keeps its idempotency records, and how many a caller may hold. */
-export interface IdempotencyPolicy {
-  readonly ttlSeconds: number;
-  /** Most records per caller and client at once; 0: no bound. */
-  readonly maxRecordsPerCaller: number;
-}
 
 /** The provider's answer as the core sees it; the use decides how its body travels. */
 export interface ForwardedAnswer {
@@ -88,19 +77,6 @@ export interface ForwardingAudit {
   attempts: number;
 }
 
-/** How the record of an idempotency claim is settled; a no-op without a key. */
-interface Ledger {
-  complete(response: StoredResponse): Promise<void>;
-  markUnknown(): Promise<void>;
-  release(): Promise<void>;
-}
-
-const NO_LEDGER: Ledger = {
-  complete: async () => undefined,
-  markUnknown: async () => undefined,
-  release: async () => undefined,
-};
-
 /**
  * The one implementation of "call the provider for a caller" that `POST /orders` and the
  * provider passthrough share:
@@ -123,15 +99,12 @@ const NO_LEDGER: Ledger = {
  * Plain TypeScript: no Nest import, so it is unit tested without the framework.
  */
 export class Forwarding {
-  private readonly ttlMs: number;
-  private readonly maxPerCaller: number;
-  /** How long a claim's holder is presumed alive: its longest possible run, plus slack. */
-  private readonly leaseMs: number;
+  private readonly claims: IdempotencyClaims;
   private readonly words: (typeof PROFILES)[ForwardingProfile];
 
   constructor(
     private readonly tokens: Pick<TokenService, 'getToken' | 'replaceRejected'>,
-    private readonly store: IdempotencyStore,
+    store: IdempotencyStore,
     config: Pick<BrokerConfig, 'orders' | 'token'>,
     private readonly metrics: Pick<
       MetricsService,
@@ -145,12 +118,7 @@ export class Forwarding {
     },
   ) {
     this.words = PROFILES[profile];
-    const o = config.orders;
-    // Two token waits (the first token, the fresh one after a 401) and two provider calls, each
-    // ended by its deadline: the lease cannot run out while the order may still be in flight.
-    this.leaseMs = 2 * config.token.waitTimeoutMs + 2 * ordersCallDeadlineMs(o) + LEASE_MARGIN_MS;
-    this.ttlMs = policy.ttlSeconds * 1000;
-    this.maxPerCaller = policy.maxRecordsPerCaller;
+    this.claims = new IdempotencyClaims(store, config, policy, metrics, logger, profile);
   }
 
   /**
@@ -166,7 +134,8 @@ export class Forwarding {
     let ledger = NO_LEDGER;
     if (idempotency !== undefined) {
       const { caller, keyHash, bodyHash } = idempotency;
-      const claim = await this.claim({ clientId, caller, keyHash }, bodyHash, audit);
+      audit.idempotencyKeyHash = keyHash.slice(0, 16);
+      const claim = await this.claims.claim({ clientId, caller, keyHash }, bodyHash);
       if ('replay' in claim) return { kind: 'replayed', response: claim.replay };
       ledger = claim.ledger;
     }
@@ -307,136 +276,6 @@ export class Forwarding {
           : 'unreachable';
     const when = failure === 'badResponse' ? '' : ` after the ${noun} was sent`;
     throw this.fail(failure, `${error.message}${when}: ${advice}`, { cause: error });
-  }
-
-  /** Claims the key, or answers from what is recorded for it (replay, 409 or 422). */
-  private async claim(
-    ref: IdempotencyRef,
-    bodyHash: string,
-    audit: ForwardingAudit,
-  ): Promise<{ ledger: Ledger } | { replay: StoredResponse }> {
-    const { clientId } = ref;
-    audit.idempotencyKeyHash = ref.keyHash.slice(0, 16);
-    const owner = randomUUID();
-    let result;
-    try {
-      result = await this.store.claim(
-        ref,
-        { bodyHash, owner, leaseMs: this.leaseMs, maxPerCaller: this.maxPerCaller },
-        // Never shorter than a claim can be held, so a record cannot vanish mid-flight.
-        Math.max(this.ttlMs, 2 * this.leaseMs),
-      );
-    } catch (err) {
-      if (
-        err instanceof IdempotencyStoreException &&
-        err.code === IdempotencyStoreErrorCode.Tampered
-      ) {
-        this.logger.error(
-          { client: clientId, idemKeyHash: audit.idempotencyKeyHash, reason: err.message },
-          'idempotency record failed its integrity check: refused, nothing replayed or sent; something other than a broker writes to Redis',
-        );
-        throw this.fail(
-          'tampered',
-          `the stored outcome of this Idempotency-Key fails its integrity check (it was changed in Redis by something other than a broker), so it is not replayed; nothing was sent. Tell the platform team, and check with the provider whether the ${this.words.noun} was processed before using a new key`,
-          { cause: err },
-        );
-      }
-      if (
-        err instanceof IdempotencyStoreException &&
-        err.code === IdempotencyStoreErrorCode.CallerLimit
-      ) {
-        // Refused rather than forwarded unrecorded: the caller asked for replay protection,
-        // and a retry of an unrecorded request could act twice.
-        throw this.fail(
-          'callerLimit',
-          `${err.message}; nothing was sent. Retry after ${err.retryAfterSeconds ?? 1} s, when its oldest record expires, or send requests that need no replay protection without an Idempotency-Key`,
-          { retryAfterSeconds: err.retryAfterSeconds, cause: err },
-        );
-      }
-      throw this.storeFailure(err);
-    }
-    if (result.claimed) return { ledger: this.ledger(ref, owner) };
-    return { replay: this.recorded(result.existing, bodyHash, clientId) };
-  }
-
-  private recorded(
-    existing: IdempotencyRecord,
-    bodyHash: string,
-    clientId: string,
-  ): StoredResponse {
-    const noun = this.words.noun;
-    if (existing.bodyHash !== bodyHash) {
-      throw this.fail(
-        'keyReused',
-        `this Idempotency-Key was first used with a different body. A repeat must send the same bytes; a different ${noun} needs a new key`,
-      );
-    }
-    switch (existing.state) {
-      case 'completed':
-        this.metrics.idempotentReplays.labels(clientId).inc();
-        return existing.response;
-      case 'in_flight':
-        if (existing.leaseRemainingMs > 0) {
-          throw this.fail(
-            'inFlight',
-            'the first request with this Idempotency-Key is still being forwarded; repeat it shortly to get its answer',
-            { retryAfterSeconds: 1 },
-          );
-        }
-        // Its holder stopped mid-flight (a crashed replica): the request may have been sent.
-        // Unlike an answer lost, nobody knows whether it was even sent: say exactly that.
-        throw this.fail(
-          'outcomeUnknown',
-          `the broker replica that took the first request with this Idempotency-Key stopped before recording what happened to it (it crashed, or lost Redis), so the broker cannot know whether that ${noun} was sent to the provider or processed. The broker will not send it again: check with the provider, and send it under a new key only if it was not processed`,
-        );
-      case 'unknown':
-        throw this.fail(
-          'outcomeUnknown',
-          `the first request with this Idempotency-Key was sent to the provider but its answer was lost, so the ${noun} may or may not have been processed. The broker will not send it again: check with the provider, and send it under a new key only if it was not processed`,
-        );
-    }
-  }
-
-  /** Settles a claim; a store failure is logged, never changes what the caller is told. */
-  private ledger(ref: IdempotencyRef, owner: string): Ledger {
-    const { clientId, keyHash } = ref;
-    const settle = async (what: string, op: () => Promise<boolean>): Promise<void> => {
-      try {
-        if (!(await op())) {
-          this.logger.warn(
-            { client: clientId, idemKeyHash: keyHash.slice(0, 16) },
-            `idempotency record not ${what}: the claim was no longer held`,
-          );
-        }
-      } catch (err) {
-        // The claim stays in flight until its lease ends; repeats then get an "outcome
-        // unknown" 409, which errs on the side of never duplicating.
-        this.logger.error(
-          { client: clientId, idemKeyHash: keyHash.slice(0, 16), err: (err as Error).message },
-          `idempotency record could not be ${what}; repeats of this key will answer 409 once its lease ends`,
-        );
-      }
-    };
-    return {
-      complete: (response) =>
-        settle('completed', () => this.store.complete(ref, owner, response, this.ttlMs)),
-      markUnknown: () =>
-        settle('marked unknown', () => this.store.markUnknown(ref, owner, this.ttlMs)),
-      release: () => settle('released', () => this.store.release(ref, owner)),
-    };
-  }
-
-  /** Fail closed: without the store, a repeat could not be recognised and might duplicate. */
-  private storeFailure(err: unknown): Error {
-    if (!(err instanceof IdempotencyStoreException)) throw err;
-    const corrupt = err.code === IdempotencyStoreErrorCode.Corrupt;
-    return this.fail(
-      'storeUnavailable',
-      corrupt
-        ? `${err.message}; nothing was sent`
-        : `the idempotency store (Redis) is unreachable, so a duplicate ${this.words.noun} could not be ruled out; nothing was sent. Retry shortly with the same Idempotency-Key`,
-      { retryAfterSeconds: corrupt ? undefined : 2, cause: err },
-    );
   }
 
   private fail(failure: ForwardingFailure, message: string, options?: BrokerExceptionOptions) {

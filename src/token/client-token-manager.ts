@@ -4,16 +4,12 @@ import type { HitCell, MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { CredentialsCache, SECRETS_MANAGER_ROTATION_STAGES } from '../secrets/credentials-cache';
-import { FleetRefresh, noteStoreFailure } from './fleet-refresh';
-import {
-  judgeFailure,
-  lifetimeProblem,
-  lifetimeTooShort,
-  refreshFloorHeld,
-  unavailableError,
-} from './refresh-failure';
-import { afterFailure, failureOf, holding, type RefreshPhase, SETTLED } from './refresh-phase';
-import { isDue, MAX_TIMER_MS, MIN_SERVE_MS, neededLifetimeMs, refreshAt } from './refresh-schedule';
+import { FleetRefresh, noteStoreFailure, type RefreshPass } from './fleet-refresh';
+import { lifetimeTooShort } from './refresh-failure';
+import { isDue, MAX_TIMER_MS, MIN_SERVE_MS, refreshAt } from './refresh-schedule';
+import { RefreshAlarm } from './refresh-alarm';
+import { RefreshStanding } from './refresh-standing';
+import { RejectedFingerprints } from './rejected-fingerprints';
 import type { TokenRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
 import { TokenWaiters } from './token-waiters';
@@ -21,12 +17,6 @@ import { TokenErrorCode, TokenException } from './token.exception';
 import { inSpan } from '../tracing/spans';
 
 export { MIN_SERVE_MS };
-
-/**
- * How many rejected fingerprints a manager remembers. A rejected token is gone from the store
- * within a refresh or two; the newest few cover every read that can still be in flight.
- */
-const REMEMBERED_REJECTIONS = 16;
 
 /** Collaborators of one client's manager; shared across clients. */
 export interface ManagerDeps {
@@ -59,7 +49,7 @@ export interface ClientTokenStatus {
   lastError?: string;
   /**
    * Set while the provider's tokens live too short for the broker to serve and refresh them
-   * (see {@link neededLifetimeMs}): names the lifetime and the setting involved.
+   * (see `neededLifetimeMs`): names the lifetime and the setting involved.
    */
   lifetimeError?: string;
   nextAttemptAt?: number;
@@ -74,7 +64,7 @@ export interface ClientTokenStatus {
  * - Refresh: a single loop per process (the single flight), started by the refresh-ahead timer,
  *   by a caller in the mandatory window, by an invalidation, or by a store event. Each pass is a
  *   {@link FleetRefresh} (L2, lock, L2 again, provider, fenced write); between passes the loop
- *   sleeps for the backoff of {@link judgeFailure}, or until a store event wakes it.
+ *   sleeps for the backoff {@link RefreshStanding} sets, or until a store event wakes it.
  * - Callers in the mandatory window wait in {@link TokenWaiters}, bounded by `waitTimeoutMs`.
  * - Failures: capped exponential backoff with full jitter; the current token keeps being
  *   served until it expires.
@@ -85,23 +75,13 @@ export class ClientTokenManager {
   private readonly waiters = new TokenWaiters();
   private readonly refresh: FleetRefresh;
   private refreshTimer?: NodeJS.Timeout;
-  private wake?: () => void;
-  /**
-   * A store event arrived while the loop was inside a pass (not asleep, so {@link wake} could
-   * not reach it): the pass may have read the store before the news, so the loop must look again
-   * at once instead of sleeping on a wake-up it already received.
-   */
-  private wokenDuringPass = false;
-  /** Failures and holds since the last token (see {@link RefreshPhase}). */
-  private phase: RefreshPhase = SETTLED;
-  /** When the loop's next pass is due (a hold's end, or a short wait for another replica). */
-  private nextAttemptAt?: number;
+  /** The loop's sleep between passes, cut short by store events and shutdown. */
+  private readonly alarm = new RefreshAlarm();
+  /** Passes in a row that found the lock held elsewhere: the next short wait doubles. */
+  private holderWaits = 0;
+  /** Failures, holds and the provider's lifetime: what a caller is told while it waits. */
+  private readonly standing: RefreshStanding;
   private everObtained = false;
-  /**
-   * Lifetime of the newest token obtained (ms): what a refresh can offer a caller at most;
-   * `problem` while it is too short to serve and refresh (see {@link noteLifetime}).
-   */
-  private lifetime?: { ms: number; problem?: string };
   /** L1 holds a token the shared store may lack (it was down): push it on recovery. */
   private needsResync = false;
   /**
@@ -109,7 +89,7 @@ export class ClientTokenManager {
    * a store read or a pub/sub message that started before the rejection: so a caller asking
    * after {@link invalidate} gets a different token without polling.
    */
-  private readonly rejected = new Set<string>();
+  private readonly rejected = new RejectedFingerprints();
   private stopped = false;
   /** The fleet's revocation generation as this replica knows it (see `TokenStore.revoke`). */
   private generation = 0;
@@ -124,7 +104,6 @@ export class ClientTokenManager {
   private readonly now: () => number;
   private readonly random: () => number;
   private readonly refreshAheadMs: number;
-  private readonly minRefreshIntervalMs: number;
   private readonly remainingGauge;
   /** Hot-path hit counter (see {@link MetricsService.l1HitCell}). */
   readonly l1Hits: HitCell;
@@ -136,7 +115,6 @@ export class ClientTokenManager {
     this.now = deps.now ?? Date.now;
     this.random = deps.random ?? Math.random;
     this.refreshAheadMs = deps.settings.refreshAheadSeconds * 1000;
-    this.minRefreshIntervalMs = deps.settings.minRefreshIntervalMs;
     this.remainingGauge = deps.metrics.tokenRemaining.labels(client.id);
     this.l1Hits = deps.metrics.l1HitCell(client.id);
     this.refresh = new FleetRefresh(client, {
@@ -151,9 +129,14 @@ export class ClientTokenManager {
       metrics: deps.metrics,
       logger: deps.logger,
       storeGraceMs: deps.storeGraceMs,
-      minRefreshIntervalMs: this.minRefreshIntervalMs,
+      minRefreshIntervalMs: deps.settings.minRefreshIntervalMs,
       now: this.now,
     });
+    this.standing = new RefreshStanding(
+      client,
+      { ...deps, now: this.now, random: this.random },
+      this.waiters,
+    );
   }
 
   /** Starts the lifecycle: load credentials and obtain the first token in the background. */
@@ -170,7 +153,7 @@ export class ClientTokenManager {
     this.stopped = true;
     clearTimeout(this.refreshTimer);
     // A loop sleeping between attempts ends now; one inside an attempt finishes it first.
-    this.wake?.();
+    this.alarm.wakeIfAsleep();
     if (this.loop) {
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
@@ -206,30 +189,12 @@ export class ClientTokenManager {
       if (back) return back;
     }
     if (this.stopped) throw shuttingDown();
-    // Fail fast: an operator must fix this; the loop keeps probing in the background.
-    const permanent = failureOf(this.phase)?.permanent;
-    if (permanent) throw permanent;
-    // Even a brand-new token could not meet this: refuse now instead of fetching one per
-    // such request (a caller looping with a too large min_ttl would hammer the provider).
-    const needMs = Math.max(minRemainingMs, MIN_SERVE_MS);
-    if (this.lifetime !== undefined && needMs >= this.lifetime.ms) {
-      // Without a min_ttl, the next grant may be longer-lived: point at it (or the floor).
-      const retryAfter =
-        minRemainingMs > 0
-          ? undefined
-          : (this.retryAfter() ?? Math.ceil(this.minRefreshIntervalMs / 1000));
-      throw lifetimeTooShort(this.client.id, this.lifetime.ms, minRemainingMs, retryAfter);
-    }
-    // The fleet backs off (or the refresh floor holds) past this caller's wait: no token can
-    // come in time, so say at once when the next attempt is instead of holding the caller.
-    if ('until' in this.phase && this.phase.until - this.now() > waitTimeoutMs) {
-      throw this.unavailable(minRemainingMs);
-    }
-    const needUntil = this.now() + needMs;
+    this.standing.refuseBeforeWaiting(minRemainingMs, waitTimeoutMs);
+    const needUntil = this.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
     const result = this.waiters.wait(
       needUntil,
       waitTimeoutMs,
-      () => this.unavailable(minRemainingMs),
+      () => this.standing.unavailable(minRemainingMs),
       minRemainingMs,
     );
     this.ensureRefreshing('demand');
@@ -243,7 +208,7 @@ export class ClientTokenManager {
    * adopts that token again, so the next {@link get} waits for a different one.
    */
   async invalidate(fingerprint: string): Promise<boolean> {
-    this.remember(fingerprint);
+    this.rejected.add(fingerprint);
     // Its replacement is needed now, whatever the floor (the store lifts the fleet's).
     this.refresh.liftLocalFloor();
     let invalidated = false;
@@ -268,14 +233,14 @@ export class ClientTokenManager {
   /** A message from the shared store (another replica refreshed or invalidated). */
   onStoreEvent(event: TokenStoreEvent): void {
     if (event.type === 'revoked') {
-      if (event.fingerprint !== undefined) this.remember(event.fingerprint);
+      if (event.fingerprint !== undefined) this.rejected.add(event.fingerprint);
       this.refresh.liftLocalFloor();
       this.syncGeneration();
       return;
     }
     if (event.type === 'invalidated') {
       // Another replica saw the provider refuse it: it is no better here.
-      this.remember(event.fingerprint);
+      this.rejected.add(event.fingerprint);
       this.refresh.liftLocalFloor();
       if (this.l1?.fingerprint === event.fingerprint) {
         this.l1 = undefined;
@@ -290,8 +255,7 @@ export class ClientTokenManager {
     if (this.loop) {
       // The loop is waiting for exactly this: let it re-read now instead of at its next poll
       // (asleep: wake it; inside a pass: it looks again once the pass ends).
-      if (this.wake) this.wake();
-      else this.wokenDuringPass = true;
+      this.alarm.ring();
     } else {
       void this.adoptFromStore();
     }
@@ -365,7 +329,7 @@ export class ClientTokenManager {
     refreshing: boolean;
   } {
     const r = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
-    const failure = failureOf(this.phase);
+    const failure = this.standing.failure;
     return {
       fingerprint: r?.fingerprint,
       expiresAt: r?.expiresAt,
@@ -387,7 +351,7 @@ export class ClientTokenManager {
     if (generation <= this.generation) return;
     this.generation = generation;
     for (const r of [this.l1, held]) {
-      if (r !== undefined && (r.generation ?? 0) < generation) this.remember(r.fingerprint);
+      if (r !== undefined && (r.generation ?? 0) < generation) this.rejected.add(r.fingerprint);
     }
     if (this.l1 !== undefined && (this.l1.generation ?? 0) < generation) {
       this.deps.logger.warn(
@@ -405,7 +369,7 @@ export class ClientTokenManager {
 
   status(): ClientTokenStatus {
     const r = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
-    const failure = failureOf(this.phase);
+    const failure = this.standing.failure;
     return {
       client: this.client.id,
       hasToken: r !== undefined,
@@ -415,8 +379,8 @@ export class ClientTokenManager {
         ? { code: failure.permanent.code, message: failure.permanent.operatorDetail }
         : undefined,
       lastError: failure?.lastError.message,
-      lifetimeError: this.lifetime?.problem,
-      nextAttemptAt: this.nextAttemptAt,
+      lifetimeError: this.standing.lifetimeError,
+      nextAttemptAt: this.standing.nextAttemptAt,
       everObtained: this.everObtained,
     };
   }
@@ -429,16 +393,16 @@ export class ClientTokenManager {
     this.loop = this.runLoop().finally(() => {
       this.loop = undefined;
       // A caller may have arrived with a stricter need while the loop was finishing.
-      if (this.waiters.size > 0 && !this.stopped && !failureOf(this.phase)?.permanent)
+      if (this.waiters.size > 0 && !this.stopped && !this.standing.failure?.permanent)
         this.ensureRefreshing('pending');
     });
   }
 
   private async runLoop(): Promise<void> {
-    let waits = 0;
+    this.holderWaits = 0;
     while (!this.stopped) {
-      let delay: number;
-      this.wokenDuringPass = false;
+      let next: number | 'done';
+      this.alarm.passStarted();
       try {
         const pass = await inSpan('token.refresh', { 'token_broker.client': this.client.id }, () =>
           this.refresh.run({
@@ -449,56 +413,66 @@ export class ClientTokenManager {
         );
         // The pass read the store: a revoke it learnt of drops what it must.
         this.syncGeneration();
-        if (pass.kind === 'floor') {
-          // A token was granted less than the floor ago: the callers it does not satisfy (a
-          // min_ttl near the lifetime, or a lifetime too short) wait for the floor's end. Its
-          // lifetime tells this replica what the provider grants, even if it was unusable.
-          if (pass.lifetimeMs !== undefined) this.noteLifetime(pass.lifetimeMs);
-          delay = pass.retryInMs;
-          this.enterBackoff(delay, true);
-          waits = 0;
-        } else if (pass.kind === 'unusable') {
-          // Granted, but too short-lived to hand out: neither stored nor served.
-          this.noteLifetime(pass.lifetimeMs);
-          delay = pass.retryInMs;
-          this.enterBackoff(delay, true);
-          waits = 0;
-        } else if (pass.kind === 'deferred' || pass.kind === 'failed') {
-          delay = pass.retryInMs;
-          this.enterBackoff(delay);
-          // When the deferral ends the replicas race for the lock again: the losers must look
-          // again soon, to learn the next deferral while their callers still wait.
-          waits = 0;
-        } else if (pass.kind === 'token' && (pass.record.generation ?? 0) < this.generation) {
-          // Requested before a revoke that arrived meanwhile: the fence refused it, and it is
-          // not served either. Look again: the next pass asks in the new generation.
-          delay = 0;
-        } else if (pass.kind === 'token' && this.rejected.has(pass.record.fingerprint)) {
-          // Refused by the provider after the pass judged it (the pass still awaited the lock's
-          // release): adopting it would hand the rejected token straight back to the caller
-          // retrying after its 401. Look again: the store no longer offers it.
-          delay = 0;
-        } else if (pass.kind === 'token') {
-          if (pass.unshared) this.needsResync = true;
-          this.adopt(pass.record, pass.fetched);
-          this.lastRefresh = { at: this.now(), outcome: pass.fetched ? 'fetched' : 'adopted' };
-          this.phase = SETTLED;
-          this.nextAttemptAt = undefined;
-          return;
-        } else {
-          // Another replica holds the lock: wait for its pub/sub message, re-read regardless.
-          // The message may already have come during this pass: then re-read now.
-          delay = this.wokenDuringPass ? 0 : Math.min(100 * 2 ** waits++, 1000);
-        }
+        next = this.afterPass(pass);
       } catch (err) {
-        delay = this.onAttemptFailed(err);
-        this.enterBackoff(delay);
+        next = this.onAttemptFailed(err);
+        this.standing.hold(next);
       }
-      // Shutting down: no further attempt (stop() is waiting for this loop to end).
-      if (this.stopped) return;
-      this.nextAttemptAt = this.now() + delay;
-      await this.sleep(delay);
+      // Done, or shutting down: no further attempt (stop() is waiting for this loop to end).
+      if (next === 'done' || this.stopped) return;
+      this.standing.nextAttemptAt = this.now() + next;
+      await this.alarm.sleep(next);
     }
+  }
+
+  /** Acts on one pass: its token adopted (`'done'`), or how long until the next pass. */
+  private afterPass(pass: RefreshPass): number | 'done' {
+    if (pass.kind === 'floor') {
+      // A token was granted less than the floor ago: the callers it does not satisfy (a
+      // min_ttl near the lifetime, or a lifetime too short) wait for the floor's end. Its
+      // lifetime tells this replica what the provider grants, even if it was unusable.
+      if (pass.lifetimeMs !== undefined) this.standing.noteLifetime(pass.lifetimeMs);
+      this.standing.hold(pass.retryInMs, true);
+      this.holderWaits = 0;
+      return pass.retryInMs;
+    }
+    if (pass.kind === 'unusable') {
+      // Granted, but too short-lived to hand out: neither stored nor served.
+      this.standing.noteLifetime(pass.lifetimeMs);
+      this.standing.hold(pass.retryInMs, true);
+      this.holderWaits = 0;
+      return pass.retryInMs;
+    }
+    if (pass.kind === 'wait') {
+      // Another replica holds the lock: wait for its pub/sub message, re-read regardless.
+      // The message may already have come during this pass: then re-read now.
+      return this.alarm.wokenDuringPass ? 0 : Math.min(100 * 2 ** this.holderWaits++, 1000);
+    }
+    if (pass.kind !== 'token') {
+      // Deferred or failed: no provider request before `retryInMs`.
+      this.standing.hold(pass.retryInMs);
+      // When the deferral ends the replicas race for the lock again: the losers must look
+      // again soon, to learn the next deferral while their callers still wait.
+      this.holderWaits = 0;
+      return pass.retryInMs;
+    }
+    return this.takeToken(pass);
+  }
+
+  /** A pass brought a token: adopted (`'done'`), unless it is already outdated or refused. */
+  private takeToken(pass: Extract<RefreshPass, { kind: 'token' }>): number | 'done' {
+    // Requested before a revoke that arrived meanwhile: the fence refused it, and it is not
+    // served either. Look again: the next pass asks in the new generation.
+    if ((pass.record.generation ?? 0) < this.generation) return 0;
+    // Refused by the provider after the pass judged it (the pass still awaited the lock's
+    // release): adopting it would hand the rejected token straight back to the caller
+    // retrying after its 401. Look again: the store no longer offers it.
+    if (this.rejected.has(pass.record.fingerprint)) return 0;
+    if (pass.unshared) this.needsResync = true;
+    this.adopt(pass.record, pass.fetched);
+    this.lastRefresh = { at: this.now(), outcome: pass.fetched ? 'fetched' : 'adopted' };
+    this.standing.settle();
+    return 'done';
   }
 
   /**
@@ -525,7 +499,7 @@ export class ClientTokenManager {
     }
     const held = this.l1!;
     this.everObtained = true;
-    this.noteLifetime(held.expiresAt - held.obtainedAt);
+    this.standing.noteLifetime(held.expiresAt - held.obtainedAt);
     this.remainingGauge.set(Math.max(0, (held.expiresAt - this.now()) / 1000));
     this.deps.metrics.lastRefreshSuccess.labels(this.client.id).set(this.now() / 1000);
     this.schedule(held);
@@ -534,34 +508,10 @@ export class ClientTokenManager {
       held,
       fetched
         ? (requestedMs) =>
-            lifetimeTooShort(this.client.id, lifetimeMs, requestedMs, this.retryAfter())
+            lifetimeTooShort(this.client.id, lifetimeMs, requestedMs, this.standing.retryAfter())
         : undefined,
       this.now() + MIN_SERVE_MS,
     );
-  }
-
-  /**
-   * Records the provider's lifetime; says once per transition (log and readiness) when it
-   * is too short to serve and refresh under the floor, and once when it no longer is.
-   */
-  private noteLifetime(lifetimeMs: number): void {
-    const known = this.lifetime?.problem;
-    const problem =
-      lifetimeMs < neededLifetimeMs(this.minRefreshIntervalMs)
-        ? lifetimeProblem(this.client.id, lifetimeMs, this.minRefreshIntervalMs)
-        : undefined;
-    this.lifetime = { ms: lifetimeMs, problem };
-    if (problem !== undefined && known === undefined) {
-      this.deps.logger.error(
-        { client: this.client.id, lifetimeMs, minRefreshIntervalMs: this.minRefreshIntervalMs },
-        problem,
-      );
-    } else if (problem === undefined && known !== undefined) {
-      this.deps.logger.info(
-        { client: this.client.id, lifetimeMs },
-        "the provider's token lifetime is long enough again",
-      );
-    }
   }
 
   private async adoptFromStore(): Promise<void> {
@@ -594,119 +544,15 @@ export class ClientTokenManager {
     this.refreshTimer.unref();
   }
 
-  /** Records a failed pass and returns how long to wait before the next one. */
+  /** Records a failed pass (see {@link RefreshStanding.failed}); how long to wait. */
   private onAttemptFailed(err: unknown): number {
-    const lastError = err instanceof Error ? err : new Error(String(err));
-    const attempt = (failureOf(this.phase)?.count ?? 0) + 1;
     this.lastRefresh = { at: this.now(), outcome: 'failed' };
     const valid = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
-    const verdict = judgeFailure(err, {
-      client: this.client,
-      attempt,
-      backoffBaseMs: this.deps.settings.backoffBaseMs,
-      backoffMaxMs: this.deps.settings.backoffMaxMs,
-      now: this.now(),
-      servingUntil: valid?.expiresAt,
-      random: this.random,
-    });
-    this.deps.metrics.refreshes.labels(this.client.id, verdict.result).inc();
-    this.phase = afterFailure(this.phase, lastError, verdict.permanent);
-    const logFields = {
-      client: this.client.id,
-      attempt,
-      code: (err as { code?: string }).code,
-      err: lastError.message,
-      servingUntil: valid ? new Date(valid.expiresAt).toISOString() : undefined,
-    };
-    if (verdict.permanent) {
-      this.deps.logger.error(
-        logFields,
-        `token refresh failed permanently: ${verdict.permanent.operatorDetail}`,
-      );
-      this.waiters.rejectAll(verdict.permanent);
-    } else {
-      this.deps.logger.warn(logFields, 'token refresh failed; will retry');
-    }
-    return verdict.delayMs;
-  }
-
-  /**
-   * No provider request for `delayMs`. Callers waiting now whose wait cannot outlast that are
-   * refused at once, with the real time of the next attempt in `Retry-After`.
-   */
-  private enterBackoff(delayMs: number, floor = false): void {
-    this.nextAttemptAt = this.now() + delayMs;
-    this.phase = holding(this.phase, this.nextAttemptAt, floor);
-    if (delayMs > this.deps.settings.waitTimeoutMs) {
-      this.waiters.rejectAll((requestedMs) => this.unavailable(requestedMs));
-    }
-  }
-
-  /** Seconds until the next attempt, for `Retry-After` (undefined: none planned). */
-  private retryAfter(): number | undefined {
-    return this.nextAttemptAt !== undefined && this.nextAttemptAt > this.now()
-      ? Math.max(1, Math.ceil((this.nextAttemptAt - this.now()) / 1000))
-      : undefined;
-  }
-
-  /**
-   * The 503 (or permanent failure) for a caller no token can reach in time (`requestedMs`:
-   * its min_ttl, 0 when it sent none): a lifetime too short to serve, the refresh floor, or
-   * the last failure, whichever holds the token back.
-   */
-  private unavailable(requestedMs = 0): TokenException {
-    const failure = failureOf(this.phase);
-    if (failure?.permanent) return failure.permanent;
-    if (this.lifetime?.problem !== undefined) {
-      return new TokenException(TokenErrorCode.Unavailable, this.lifetime.problem, {
-        retryAfterSeconds: this.retryAfter() ?? 1,
-      });
-    }
-    if (
-      this.phase.kind === 'floor' &&
-      this.nextAttemptAt !== undefined &&
-      this.nextAttemptAt > this.now()
-    ) {
-      return refreshFloorHeld({
-        clientId: this.client.id,
-        requestedMs,
-        minRefreshIntervalMs: this.minRefreshIntervalMs,
-        retryAfterMs: this.nextAttemptAt - this.now(),
-      });
-    }
-    return unavailableError({
-      clientId: this.client.id,
-      permanent: failure?.permanent,
-      lastError: failure?.lastError,
-      nextAttemptAt: this.nextAttemptAt,
-      now: this.now(),
-    });
-  }
-
-  private remember(fingerprint: string): void {
-    this.rejected.delete(fingerprint);
-    this.rejected.add(fingerprint);
-    if (this.rejected.size > REMEMBERED_REJECTIONS) {
-      this.rejected.delete(this.rejected.values().next().value!);
-    }
+    return this.standing.failed(err, valid?.expiresAt);
   }
 
   private noteStoreFailure(err: unknown): void {
     noteStoreFailure(this.deps.logger, this.client.id, err);
-  }
-
-  /** Sleeps for `ms`, or less if a store event or shutdown wakes the loop. */
-  private sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        // Awake: a later event must not be spent on this finished sleep.
-        if (this.wake === done) this.wake = undefined;
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.wake = done;
-    });
   }
 }
 

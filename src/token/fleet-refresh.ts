@@ -2,11 +2,11 @@ import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/config.schema';
 import type { MetricsService, RefreshResult } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
-import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import type { CredentialsCache } from '../secrets/credentials-cache';
 import { isFleetWide } from './refresh-failure';
 import { MIN_SERVE_MS } from './refresh-schedule';
-import { type TokenRecord, toRecord, withGeneration } from './token-record';
+import { fetchFromProvider } from './provider-fetch';
+import type { TokenRecord } from './token-record';
 import type { FleetBus, RefreshLock, TokenRecords } from './token-store';
 import { TokenStoreException } from './token-store.exception';
 import { TokenErrorCode, TokenException } from './token.exception';
@@ -330,60 +330,13 @@ export class FleetRefresh {
     );
   }
 
-  /** Asks the provider; after `invalid_client`, with each other version of the credentials. */
-  private async fetch(): Promise<TokenRecord> {
-    const { grantor, credentials, logger } = this.deps;
-    const current = await credentials.get();
-    const started = this.deps.now();
-    // The generation it is requested in: a revoke arriving meanwhile fences it out.
-    const generation = this.deps.store.generation(this.client.id);
-    try {
-      const grant = await grantor.requestToken(this.client, current);
-      this.observe(started, '2xx');
-      this.countRefresh('fetched');
-      const record = withGeneration(toRecord(grant), generation);
-      logger.info(
-        {
-          client: this.client.id,
-          fingerprint: record.fingerprint,
-          lifetimeSeconds: grant.lifetimeSeconds,
-        },
-        'new token obtained from the provider',
-      );
-      return record;
-    } catch (err) {
-      const status = err instanceof ProviderException ? err.details.status : undefined;
-      this.observe(started, status === undefined ? 'none' : `${Math.floor(status / 100)}xx`);
-      if (err instanceof ProviderException && err.code === ProviderErrorCode.InvalidClient) {
-        // Rotation: the secret may have changed since we read it, or a rotation may be half
-        // done (the server already holds the pending version, or still the previous one).
-        const rotated = await credentials.rotate(
-          current,
-          (fresh) => grantor.requestToken(this.client, fresh),
-          (e): e is ProviderException =>
-            e instanceof ProviderException && e.code === ProviderErrorCode.InvalidClient,
-        );
-        if (rotated) {
-          logger.info(
-            { client: this.client.id, stage: rotated.stage ?? 'current' },
-            'credentials refused; the server accepted another version of them',
-          );
-          this.countRefresh('fetched');
-          return withGeneration(toRecord(rotated.result), generation);
-        }
-      }
-      throw err;
-    }
+  /** Asks the provider (see {@link fetchFromProvider}). */
+  private fetch(): Promise<TokenRecord> {
+    return fetchFromProvider(this.client, this.deps);
   }
 
   private countRefresh(result: RefreshResult): void {
     this.deps.metrics.refreshes.labels(this.client.id, result).inc();
-  }
-
-  private observe(startedAt: number, statusClass: string): void {
-    this.deps.metrics.providerLatency
-      .labels('token', statusClass)
-      .observe((this.deps.now() - startedAt) / 1000);
   }
 }
 
