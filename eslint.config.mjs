@@ -78,6 +78,7 @@ const BOUNDARIES = {
   health: ['config', 'errors', 'logging', 'token', { http: ['listeners'] }],
   // The OpenAPI document: generated from the routes' codes and each domain's status table.
   openapi: [
+    'config',
     'errors',
     'http',
     { admin: ['admin\\.exception'] },

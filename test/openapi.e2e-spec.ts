@@ -230,6 +230,11 @@ describe('OpenAPI description', () => {
   it('the admin routes (on the API port here: no ADMIN_PORT)', async () => {
     const status = await exchange('GET', '/admin/clients', '/admin/clients', { headers: ops() });
     expect(status.status).toBe(200);
+    // Each client says how it asks for its token (the provider's dialect by default).
+    const { clients } = status.body as { clients: Array<{ tokenRequest: unknown }> };
+    for (const client of clients) {
+      expect(client.tokenRequest).toEqual({ grant: 'provider-query', auth: 'client_secret_basic' });
+    }
     expect((await exchange('GET', '/admin/clients', '/admin/clients')).status).toBe(401);
     expect(
       (await exchange('GET', '/admin/clients', '/admin/clients', { headers: checkout() })).status,

@@ -1,3 +1,4 @@
+import { CLIENT_AUTH_METHODS, TOKEN_GRANTS } from '../config/config.schema';
 import { z } from 'zod';
 
 /**
@@ -69,6 +70,14 @@ const AdminStatus = z.looseObject({
   clients: z.array(
     z.looseObject({
       client: z.string(),
+      tokenRequest: z
+        .looseObject({
+          grant: z.enum(TOKEN_GRANTS),
+          auth: z.enum(CLIENT_AUTH_METHODS),
+        })
+        .describe(
+          "How the client asks for its token: the provider's dialect (`provider-query`) or a standard RFC 6749 request, and its client authentication (`clients[].tokenRequest`)",
+        ),
       fingerprint: fingerprint.optional(),
       expiresAt: dateTime.optional(),
       obtainedAt: dateTime.optional(),

@@ -88,7 +88,7 @@ export const OPERATOR_PATHS: Record<string, Record<string, Json>> = {
       operationId: 'adminClients',
       summary: "Every client in the caller's grant, as this replica sees it, and the store",
       answer:
-        "Per client: the token's fingerprint (16 hex of SHA-256, never the token), expiry, when and how this replica last got it (`fetched`, `adopted`, `failed`), the revocation generation, the refresh lock's holder, the last error; and the store's kind, mode, nodes and state.",
+        "Per client: how it asks for its token (`tokenRequest`: `grant` `provider-query` or `rfc6749`, `auth` `client_secret_basic`, `client_secret_post`, `private_key_jwt` or `tls_client_auth`), the token's fingerprint (16 hex of SHA-256, never the token), expiry, when and how this replica last got it (`fetched`, `adopted`, `failed`), the revocation generation, the refresh lock's holder, the last error; and the store's kind, mode, nodes and state.",
       schema: 'AdminStatus',
       codes: GENERIC,
     }),

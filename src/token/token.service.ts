@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import type { Caller } from '../caller-auth/caller';
 import { assertMayUse, CLIENT_ID_SHAPE, mayUse } from '../caller-auth/caller-authorization';
 import { BROKER_CONFIG } from '../config/config.constants';
-import type { BrokerConfig } from '../config/config.schema';
+import type { BrokerConfig, ClientAuthMethod, TokenGrant } from '../config/config.schema';
 import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import { TOKEN_GRANTOR } from '../provider/provider.constants';
@@ -275,6 +275,8 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     clients: Array<
       ReturnType<ClientTokenManager['adminStatus']> & {
         client: string;
+        /** How the client asks for its token (the dialect and client authentication). */
+        tokenRequest: { grant: TokenGrant; auth: ClientAuthMethod };
         lock: LockState | { error: string };
       }
     >;
@@ -285,7 +287,8 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
         const lock = await this.store.lockState(id).catch(() => ({
           error: 'the shared store did not answer',
         }));
-        return { client: id, ...m.adminStatus(), lock };
+        const { grant, auth } = this.config.clients.find((c) => c.id === id)!.tokenRequest;
+        return { client: id, tokenRequest: { grant, auth }, ...m.adminStatus(), lock };
       }),
     );
     return { store: this.store.topology(), clients };
