@@ -29,20 +29,26 @@ function noUserinfo(url: URL): boolean {
   return url.username === '' && url.password === '';
 }
 
-const httpUrl = z
+/**
+ * An absolute http(s) URL kept exactly as written (a token endpoint is matched verbatim).
+ * Undici and the broker's own errors quote the URL they called: a password in it would reach
+ * logs and problem bodies, so credentials have their own settings.
+ */
+const exactHttpUrl = z
   .string()
   .refine((v) => URL.canParse(v) && /^https?:\/\/[^/]/.test(v), {
     message: 'must be an absolute http:// or https:// URL',
   })
-  // Undici and the broker's own errors quote the URL they called: a password in it would
-  // reach logs and problem bodies. Credentials have their own settings.
   .refine((v) => !URL.canParse(v) || noUserinfo(new URL(v)), {
     message:
       'must not hold a user name or password ("user:password@host"); the URL is quoted in errors and logs, credentials belong in their own settings',
-  })
-  // A trailing slash would produce `//api/...` when joined with the provider's paths
-  // (`/api/auth/v1/oauth/token`, `/api/checkout/v1/orders`).
-  .transform(trimTrailingSlashes);
+  });
+
+/**
+ * An absolute http(s) URL without trailing slashes: a trailing slash would produce `//api/...`
+ * when joined with the provider's paths (`/api/auth/v1/oauth/token`, `/api/checkout/v1/orders`).
+ */
+const httpUrl = exactHttpUrl.transform(trimTrailingSlashes);
 
 const path = z
   .string()
@@ -182,17 +188,6 @@ const RESERVED_HEADERS = new Set([
   'host',
   'accept',
 ]);
-
-/** An absolute http(s) URL kept exactly as written (a token endpoint is matched verbatim). */
-const exactHttpUrl = z
-  .string()
-  .refine((v) => URL.canParse(v) && /^https?:\/\/[^/]/.test(v), {
-    message: 'must be an absolute http:// or https:// URL',
-  })
-  .refine((v) => !URL.canParse(v) || noUserinfo(new URL(v)), {
-    message:
-      'must not hold a user name or password ("user:password@host"); the URL is quoted in errors and logs, credentials belong in their own settings',
-  });
 
 /** A JSON object from an environment variable; a file's object passes as it is. */
 function jsonObjectFromEnvironment(value: unknown, ctx: z.core.$RefinementCtx): unknown {
