@@ -181,14 +181,7 @@ async function screened(
   try {
     result = await screenStream(answer.body, tokens, SCREEN_BEFORE_RELAY_BYTES, onLateEcho);
   } catch (cause) {
-    return {
-      kind: 'failed',
-      delivered: 'maybe',
-      error:
-        cause instanceof ProviderException
-          ? cause
-          : translateTransportError(cause, 'reading the provider answer'),
-    };
+    return readFailed(cause);
   }
   return 'echoed' in result ? 'echoed' : { ...answer, body: result.body };
 }
@@ -236,14 +229,7 @@ async function collected(
       chunks.push(chunk as Buffer);
     }
   } catch (cause) {
-    return {
-      kind: 'failed',
-      delivered: 'maybe',
-      error:
-        cause instanceof ProviderException
-          ? cause
-          : translateTransportError(cause, 'reading the provider answer'),
-    };
+    return readFailed(cause);
   }
   const headers = returned(outcome.headers);
   delete headers['content-length'];
@@ -271,4 +257,16 @@ function returned(headers: Record<string, string | string[] | undefined>): Recor
     out[as] = Array.isArray(value) ? value.join(', ') : value;
   }
   return out;
+}
+
+/** An answer whose body failed while being read: it may have been acted on, so never resent. */
+function readFailed(cause: unknown) {
+  return {
+    kind: 'failed',
+    delivered: 'maybe',
+    error:
+      cause instanceof ProviderException
+        ? cause
+        : translateTransportError(cause, 'reading the provider answer'),
+  } as const;
 }
