@@ -15,7 +15,7 @@ import { callerRequestIdFrom, newRequestId } from './http/request-id';
 import { SECURITY_HEADERS } from './http/security-headers';
 import { lazyChildLogger } from './logging/lazy-request-logger';
 import { TokenErrorCode, TokenException } from './token/token.exception';
-import { TokenFastPath } from './token/token-fast-path';
+import { TokenFront } from './token/token-front';
 import { DrainState } from './health/drain-state';
 import { PinoNestLogger } from './logging/logger';
 
@@ -90,7 +90,7 @@ export async function createBrokerApp(
   const adminPort = adminPortOf(config.http);
   const front: {
     fastify?: (req: IncomingMessage, res: ServerResponse) => void;
-    token?: TokenFastPath;
+    token?: TokenFront;
     drain?: DrainState;
   } = {};
   // Every request of both listeners starts here.
@@ -138,9 +138,9 @@ export async function createBrokerApp(
     reply.headers(SECURITY_HEADERS);
     done(null, payload);
   });
-  // The GET /token cache hit is answered before Fastify (see TokenFastPath); what it declines
-  // goes to Fastify's handler.
-  front.token = app.get(TokenFastPath);
+  // GET /token is answered before Fastify (see TokenFront); every other request goes to
+  // Fastify's handler.
+  front.token = app.get(TokenFront);
   front.drain = app.get(DrainState);
   fastify.addHook('preClose', (done) => {
     front.drain?.close();

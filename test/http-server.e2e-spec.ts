@@ -356,7 +356,9 @@ describe('HTTP front: slow clients and the admin port', () => {
     expect(ordered.status).toBe(404);
     expect(provider.stats.orderRequests).toBe(0);
     expect((await get(broker.port, '/token')).status).toBe(200);
-    expect((await get(broker.port, 'http://x/token')).status).toBe(200);
+    // GET /token is the exact path only: other spellings reach the router, which has no such route.
+    expect((await get(broker.port, 'http://x/token')).status).toBe(404);
+    expect((await get(broker.port, '/%74oken')).status).toBe(404);
     for (const port of [broker.port, metricsPort]) {
       expect((await get(port, '/health/live')).status).toBe(200);
       expect((await get(port, '/health/ready')).status).toBe(200);

@@ -279,7 +279,7 @@ describe('OpenAPI description', () => {
     expect(seen.length).toBeGreaterThan(30);
   });
 
-  it('documents every route Fastify registered in the broker, and only those', () => {
+  it("documents every route the broker serves (Fastify's and GET /token's front), and only those", () => {
     const line = set.broker.logs().find((l) => l.includes('routes registered: '));
     expect(line).toBeDefined();
     const msg = (JSON.parse(line!) as { msg: string }).msg;

@@ -19,7 +19,8 @@ export const OPENAPI_PATH = '/openapi.json';
 @Injectable()
 export class OpenApiRoute implements OnModuleInit {
   private readonly body = JSON.stringify(OPENAPI_DOCUMENT);
-  private readonly registered: string[] = [];
+  /** Routes served; `GET /token` is answered before the router (`TokenFront`). */
+  private readonly registered: string[] = ['GET /token'];
   private readonly logger = new Logger('OpenApi');
 
   constructor(private readonly adapterHost: HttpAdapterHost) {

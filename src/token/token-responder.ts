@@ -36,10 +36,8 @@ export interface TokenAnswer {
 
 /**
  * `GET /token`, once: caller admission, `?client=` and `min_ttl`, the L1 read or the bounded
- * wait, the audit line, and the answer (status, headers, body) for a token or a problem. Both
- * fronts use it: {@link TokenFastPath} on Node's request event for the hot path, and
- * {@link TokenRoute} on Fastify for what the fast path leaves (another spelling of the target,
- * an unusual query string). Neither adds anything but the transport.
+ * wait, the audit line, and the answer (status, headers, body) for a token or a problem;
+ * {@link TokenFront} adds nothing but the transport.
  *
  * The answer is synchronous whenever no I/O is needed (a known caller, a token in L1), so the
  * hot path allocates no promise; otherwise a promise of it. It never throws or rejects: every

@@ -6,9 +6,8 @@ import { ProviderModule } from '../provider/provider.module';
 import { SecretsModule } from '../secrets/secrets.module';
 import { OAuthTokenRoute } from './oauth-token.route';
 import { TokenAuditTrail } from './token-audit';
-import { TokenFastPath } from './token-fast-path';
+import { TokenFront } from './token-front';
 import { TokenResponder } from './token-responder';
-import { TokenRoute } from './token.route';
 import { TokenService } from './token.service';
 
 /**
@@ -22,8 +21,7 @@ import { TokenService } from './token.service';
     TokenService,
     TokenResponder,
     TokenAuditTrail,
-    TokenRoute,
-    TokenFastPath,
+    TokenFront,
     OAuthTokenRoute,
     {
       // `?client=` as GET /token resolves it, for caller admission on the other routes.

@@ -6,18 +6,14 @@ import { HttpMetricsHook } from '../metrics/http-metrics.hook';
 import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-responder';
 
 /**
- * `GET /token` answered straight from Node's request event, before Fastify.
- *
- * Measured here, Fastify's request pipeline (routing, hooks, reply, serialisation) cost about a
- * third of the broker's CPU per token served, which kept the hot path far from the bare
- * `node:http` baseline it is held to. What to answer comes from {@link TokenResponder}, as on
- * the Fastify route ({@link TokenRoute}); this front only parses the plain query strings callers
- * send and writes the answer. It declines ("not mine": Fastify serves the request) any target
- * but exactly `/token` with a plain query (see {@link plainQuery}), so that routing and query
- * semantics stay Fastify's.
+ * `GET /token`, its only implementation: answered straight from Node's request event, before
+ * Fastify, whose request pipeline costs about a third of the CPU per token served. What to
+ * answer comes from {@link TokenResponder}; this front parses the query and writes the answer.
+ * It takes the path exactly `/token` and nothing else (see {@link tokenQuery}): any other
+ * spelling of a target is the router's, which has no `/token` route and answers 404.
  */
 @Injectable()
-export class TokenFastPath {
+export class TokenFront {
   /** The last answer written and its headers as a flat list (see {@link headerList}). */
   private lastAnswer?: TokenAnswer;
   private lastList: string[] = [];
@@ -27,11 +23,11 @@ export class TokenFastPath {
     private readonly httpMetrics: HttpMetricsHook,
   ) {}
 
-  /** Serves `req` if it is a plain `GET /token`; returns whether it took the request. */
+  /** Serves `req` if it is `GET` (or `HEAD`) `/token`; returns whether it took the request. */
   tryServe(req: IncomingMessage, res: ServerResponse): boolean {
     const url = req.url;
-    if (req.method !== 'GET' || url === undefined) return false;
-    const query = plainQuery(url);
+    if ((req.method !== 'GET' && req.method !== 'HEAD') || url === undefined) return false;
+    const query = tokenQuery(url);
     if (query === undefined) return false;
     const seen = scanHeaders(req.rawHeaders);
     const ids = { reqId: newRequestId(), callerRequestId: callerRequestIdFrom(seen.requestId) };
@@ -104,24 +100,18 @@ function isName(name: string, lower: string, usual: string): boolean {
 }
 
 /**
- * The query of a request whose target is exactly `/token`, or `/token?` and a query naming
- * `client` and `min_ttl` at most once each, without escapes; `undefined` for anything else,
- * which Fastify then routes and parses. The front reads no other spelling of a target: what the
- * router makes of one (an escape, an absolute form, a dot segment) is the router's alone.
+ * The query of a request whose path is exactly `/token`, decoded as `URLSearchParams` does
+ * (a parameter given twice becomes a list, which the responder refuses as ambiguous);
+ * `undefined` for any other target, which the router then answers.
  */
-function plainQuery(url: string): TokenQuery | undefined {
+function tokenQuery(url: string): TokenQuery | undefined {
   if (url === '/token') return {};
   if (!url.startsWith('/token?')) return undefined;
-  const search = url.slice(7);
-  // Escapes are left to Fastify: its query parser and URLSearchParams decode a malformed one
-  // differently, and no plain client id needs one.
-  if (search.includes('%')) return undefined;
-  let client: string | undefined;
-  let minTtl: string | undefined;
-  for (const [key, value] of new URLSearchParams(search)) {
-    if (key === 'client' && client === undefined) client = value;
-    else if (key === 'min_ttl' && minTtl === undefined) minTtl = value;
-    else return undefined;
+  const query: Record<string, string | string[]> = {};
+  for (const [key, value] of new URLSearchParams(url.slice(7))) {
+    const seen = query[key];
+    if (seen === undefined) query[key] = value;
+    else query[key] = Array.isArray(seen) ? [...seen, value] : [seen, value];
   }
-  return { client, min_ttl: minTtl };
+  return query;
 }

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HttpMetricsHook } from '../metrics/http-metrics.hook';
 import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
-import { TokenFastPath } from './token-fast-path';
+import { TokenFront } from './token-front';
 import type { TokenAnswer, TokenQuery, TokenResponder } from './token-responder';
 import type { RequestIds } from '../http/request-id';
 
@@ -45,18 +45,18 @@ function request(
     method,
     // The front reads the raw header lines only: Node builds `headers` on first access.
     get headers(): never {
-      throw new Error('req.headers read on the fast path');
+      throw new Error('req.headers read on the hot path');
     },
     rawHeaders,
   } as unknown as IncomingMessage;
 }
 
-describe(TokenFastPath.name, () => {
+describe(TokenFront.name, () => {
   let queries: TokenQuery[];
   let seen: Array<{ authorization?: string; ids: RequestIds }>;
   let answer: TokenAnswer | Promise<TokenAnswer>;
   let recorded: unknown[][];
-  let front: TokenFastPath;
+  let front: TokenFront;
 
   beforeEach(() => {
     queries = [];
@@ -73,7 +73,7 @@ describe(TokenFastPath.name, () => {
     const metrics = {
       requests: { record: (...args: unknown[]) => recorded.push(args) },
     } as unknown as HttpMetricsHook;
-    front = new TokenFastPath(responder, metrics);
+    front = new TokenFront(responder, metrics);
   });
 
   it("writes the responder's answer for a plain query and counts it", () => {
@@ -156,20 +156,36 @@ describe(TokenFastPath.name, () => {
   });
 
   it.each([
+    ['an escaped value', '/token?client=ac%6De', { client: 'acme' }],
+    ['an escaped key', '/token?%63lient=acme', { client: 'acme' }],
+    ['a repeated parameter as a list', '/token?client=a&client=b', { client: ['a', 'b'] }],
+    ['an unknown parameter', '/token?scope=x', { scope: 'x' }],
+    ['a + as a space', '/token?client=a+b', { client: 'a b' }],
+    ['an empty query', '/token?', {}],
+  ])('decodes %s as URLSearchParams does', (_what, url, query) => {
+    const { res } = response();
+    expect(front.tryServe(request(url), res)).toBe(true);
+    expect(queries).toEqual([query]);
+  });
+
+  it('answers HEAD as GET (Node leaves the body out)', () => {
+    const { res, written } = response();
+    expect(front.tryServe(request('/token?client=acme', 'HEAD'), res)).toBe(true);
+    expect(written.status).toBe(200);
+  });
+
+  it.each([
     ['another method', '/token', 'POST'],
     ['another path', '/tokens', 'GET'],
     ['a sub-path', '/token/x', 'GET'],
-    ['an escaped value', '/token?client=ac%6De', 'GET'],
-    ['an escaped key', '/token?%63lient=acme', 'GET'],
     ['an escaped path', '/%74oken', 'GET'],
     ['an absolute-form target', 'http://x/token', 'GET'],
     ['a dot segment', '/x/../token', 'GET'],
     ['a trailing slash', '/token/', 'GET'],
     ['a repeated slash', '//token', 'GET'],
     ['a ;parameter', '/token;x', 'GET'],
-    ['a repeated parameter', '/token?client=a&client=b', 'GET'],
-    ['an unknown parameter', '/token?scope=x', 'GET'],
-  ])('leaves %s to Fastify', (_what, url, method) => {
+    ['a #fragment on the path', '/token#x?client=acme', 'GET'],
+  ])('leaves %s to the router', (_what, url, method) => {
     const { res, written } = response();
     expect(front.tryServe(request(url, method), res)).toBe(false);
     expect(queries).toEqual([]);
