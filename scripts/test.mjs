@@ -1,17 +1,21 @@
 // Runs Jest (arguments passed on) on a Node that can load the app inside the Jest process.
+// Given test paths, one Jest run of those; given none, the whole suite (see runInPhases).
 //
 // NestJS 12 ships ES modules only. Jest's CommonJS runtime require()s them natively from Node
 // 24.9 on, with `--experimental-vm-modules`; before that nothing can run the app in-process.
 // On an older Node this script re-runs itself on the Docker image's Node major (the first
 // `FROM node:<major>` of the Dockerfile), installed under .tmp/node-<major> as `.ci/run` does.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
+/** Above this, Jest replaces a worker once its suite ends (`workerIdleMemoryLimit`). */
+const WORKER_MEMORY_LIMIT = '400MB';
+const ALONE = /^\s*\*\s*@alone\b/m;
 
 /** Runs `command` to completion with inherited stdio and exits with its status. */
 function runAndExit(command, argv, env) {
@@ -31,7 +35,15 @@ if (major > 24 || (major === 24 && minor >= 9)) {
     .filter(Boolean)
     .join(' ');
   const jest = createRequire(join(root, 'package.json')).resolve('jest/bin/jest');
-  runAndExit(process.execPath, [jest, ...args], { ...process.env, NODE_OPTIONS: nodeOptions });
+  const env = { ...process.env, NODE_OPTIONS: nodeOptions };
+  if (args.some((a) => !a.startsWith('-'))) runAndExit(process.execPath, [jest, ...args], env);
+  process.exit(
+    runInPhases(
+      (argv) =>
+        spawnSync(process.execPath, [jest, ...argv], { stdio: 'inherit', env, cwd: root }).status ??
+        1,
+    ),
+  );
 }
 
 const dockerfile = readFileSync(join(root, 'Dockerfile'), 'utf8');
@@ -70,3 +82,78 @@ runAndExit(join(bin, 'node'), [fileURLToPath(import.meta.url), ...args], {
   ...process.env,
   PATH: `${bin}${delimiter}${process.env.PATH ?? ''}`,
 });
+
+/**
+ * The whole suite (no test path given): most suites on two workers, then the suites marked
+ * `@alone` one after another (they time brokers under load; a second suite beside them on two
+ * cores would be part of what they measure). Jest replaces a worker that holds more than
+ * WORKER_MEMORY_LIMIT after a suite: in one long-lived heap the collector's pauses grew to
+ * seconds, and the emulator and the load generators run in that process. `--outputFile=<f>`
+ * gets the two runs' JSON results as one.
+ */
+function runInPhases(jest) {
+  const output = args.find((a) => a.startsWith('--outputFile='))?.slice('--outputFile='.length);
+  const rest = args.filter((a) => !a.startsWith('--outputFile='));
+  const alone = aloneSuites();
+  const phases = [
+    [
+      'shared',
+      ['--maxWorkers=2', '--testPathIgnorePatterns', '/node_modules/', ...alone.map(escape)],
+    ],
+    ['alone', ['--maxWorkers=1', '--runTestsByPath', ...alone]],
+  ].filter(([name]) => name === 'shared' || alone.length > 0);
+  const statuses = phases.map(([name, argv]) =>
+    jest([
+      ...argv,
+      `--workerIdleMemoryLimit=${WORKER_MEMORY_LIMIT}`,
+      ...rest,
+      ...(output ? [`--outputFile=${output}.${name}`] : []),
+    ]),
+  );
+  if (output)
+    mergeResults(
+      phases.map(([name]) => `${output}.${name}`),
+      output,
+    );
+  return statuses.every((s) => s === 0) ? 0 : 1;
+}
+
+/** `path` as a regular expression matching itself. */
+function escape(path) {
+  return path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+/** Test files with a line ` * @alone` in a comment. */
+function aloneSuites() {
+  const found = [];
+  const walk = (dir) => {
+    for (const entry of readdirSync(join(root, dir), { withFileTypes: true })) {
+      const path = `${dir}/${entry.name}`;
+      if (entry.isDirectory()) walk(path);
+      else if (
+        entry.name.endsWith('.e2e-spec.ts') &&
+        ALONE.test(readFileSync(join(root, path), 'utf8'))
+      ) {
+        found.push(path);
+      }
+    }
+  };
+  walk('test');
+  return found.sort();
+}
+
+/** Jest's JSON results of several runs as one: counts added, suites listed together. */
+function mergeResults(files, output) {
+  const results = files
+    .filter((f) => existsSync(f))
+    .map((f) => JSON.parse(readFileSync(f, 'utf8')));
+  for (const f of files) rmSync(f, { force: true });
+  // A run that wrote nothing crashed: no file, and the caller counts the run as failed.
+  if (results.length < files.length) return;
+  const merged = { ...results[0], testResults: results.flatMap((r) => r.testResults) };
+  for (const key of Object.keys(merged).filter((k) => k.startsWith('num'))) {
+    merged[key] = results.reduce((n, r) => n + r[key], 0);
+  }
+  merged.success = results.every((r) => r.success);
+  writeFileSync(output, JSON.stringify(merged));
+}

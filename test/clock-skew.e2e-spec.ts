@@ -1,3 +1,6 @@
+/**
+ * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
+ */
 import { fakeClockEnv } from './support/fake-clock';
 import { FLEET_CLIENT } from './support/fleet';
 import { hammer, type HammerResponse } from './support/load';

@@ -1,3 +1,6 @@
+/**
+ * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
+ */
 import { randomBytes } from 'node:crypto';
 import type { ServiceAccountIssuer } from '../emulator/service-account-issuer';
 import { hammer } from './support/load';

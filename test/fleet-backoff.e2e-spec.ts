@@ -1,3 +1,6 @@
+/**
+ * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
+ */
 import { startFaultFleet } from './support/fault-fleet';
 import { type Fleet, FLEET_CLIENT } from './support/fleet';
 import { hammer } from './support/load';

@@ -1,3 +1,6 @@
+/**
+ * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
+ */
 import { hammer } from './support/load';
 import { watchObserverLag } from './support/observer-lag';
 import { FLEET_CLIENT, requestsPerCycle } from './support/fleet';

@@ -1,3 +1,6 @@
+/**
+ * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
+ */
 // The package's source, not `@token-broker/client`: node_modules may link another checkout's.
 import {
   type BrokerClient,

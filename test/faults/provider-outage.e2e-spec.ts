@@ -1,3 +1,6 @@
+/**
+ * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
+ */
 import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
 import type { Fleet } from '../support/fleet';
 import { figures, metricValue, nextRefresh } from '../support/token-watch';

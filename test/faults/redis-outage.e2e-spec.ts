@@ -1,3 +1,6 @@
+/**
+ * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
+ */
 import { Redis } from 'ioredis';
 import { redisKeys } from '../../src/redis/redis.constants';
 import { fingerprintOf } from '../../src/token/token-record';

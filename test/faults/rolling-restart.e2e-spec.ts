@@ -1,3 +1,6 @@
+/**
+ * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
+ */
 import { request } from 'undici';
 import { spawnBroker, type BrokerProcess } from '../support/broker-process';
 import { startFaultFleet } from '../support/fault-fleet';
