@@ -8,9 +8,9 @@ import { brokerConfigSchema } from '../src/config/config.schema';
  * `npm run docs:config`: writes docs/configuration.md from the config schema, so the reference
  * cannot drift from the code. Types, ranges and required-ness come from the zod schema itself
  * (`z.toJSONSchema`); descriptions and written defaults from the JSDoc beside each field in
- * `config.schema.ts`; environment variable names from `ENV_SETTINGS` and `CLIENT_ENV` in
- * `config.loader.ts`. Both files are read as source (the TypeScript compiler API), because
- * comments do not survive into the running schema.
+ * `config.schema.ts` and the schema files it imports; environment variable names from
+ * `ENV_SETTINGS` and `CLIENT_ENV` in `config.loader.ts`. These files are read as source (the
+ * TypeScript compiler API), because comments do not survive into the running schema.
  */
 
 const SCHEMA_FILE = 'src/config/config.schema.ts';
@@ -46,8 +46,7 @@ interface Row {
 
 /** The Markdown of docs/configuration.md for the sources under `root`. */
 export function renderConfigDocs(root: string): string {
-  const schemaSource = parse(join(root, SCHEMA_FILE));
-  const docs = fieldDocs(schemaSource);
+  const docs = fieldDocs(schemaSources(join(root, SCHEMA_FILE)));
   const loaderSource = parse(join(root, LOADER_FILE));
   const envByPath = envVariables(loaderSource);
   const defaultClientId = stringConst(loaderSource, 'DEFAULT_CLIENT_ID');
@@ -194,27 +193,54 @@ function parse(file: string): ts.SourceFile {
   return ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.ES2022, true);
 }
 
+/** `file` and the files of its folder it imports, directly or through one another. */
+function schemaSources(file: string): ts.SourceFile[] {
+  const sources = new Map<string, ts.SourceFile>();
+  const visit = (path: string): void => {
+    if (sources.has(path)) return;
+    const source = parse(path);
+    sources.set(path, source);
+    for (const statement of source.statements) {
+      if (!ts.isImportDeclaration(statement) || !ts.isStringLiteral(statement.moduleSpecifier)) {
+        continue;
+      }
+      const specifier = statement.moduleSpecifier.text;
+      if (specifier.startsWith('./')) visit(join(dirname(path), `${specifier}.ts`));
+    }
+  };
+  visit(file);
+  return [...sources.values()];
+}
+
 /**
  * JSDoc of every field of every `z.object({...})` reachable from `brokerConfigSchema`, keyed
- * by its dotted path (list items add no segment). Fields whose schema is a `const` of the same
- * file are followed to that `const`.
+ * by its dotted path (list items add no segment). Fields whose schema is a `const` of these
+ * files are followed to that `const`.
  */
-function fieldDocs(source: ts.SourceFile): Map<string, FieldDoc> {
+function fieldDocs(sources: ts.SourceFile[]): Map<string, FieldDoc> {
   const consts = new Map<string, ts.Expression>();
-  source.forEachChild((statement) => {
-    if (!ts.isVariableStatement(statement)) return;
-    for (const decl of statement.declarationList.declarations) {
-      if (ts.isIdentifier(decl.name) && decl.initializer) {
-        consts.set(decl.name.text, decl.initializer);
+  for (const source of sources) {
+    source.forEachChild((statement) => {
+      if (!ts.isVariableStatement(statement)) return;
+      for (const decl of statement.declarationList.declarations) {
+        if (ts.isIdentifier(decl.name) && decl.initializer) {
+          if (consts.has(decl.name.text)) {
+            throw new Error(
+              `${source.fileName}: ${decl.name.text} is declared in two schema files`,
+            );
+          }
+          consts.set(decl.name.text, decl.initializer);
+        }
       }
-    }
-  });
+    });
+  }
   const docs = new Map<string, FieldDoc>();
   const visit = (expr: ts.Expression, prefix: string[], seen: Set<string>): void => {
     const literal = objectLiteralOf(expr, consts, seen);
     if (literal === undefined) return;
     for (const prop of literal.properties) {
       if (!ts.isPropertyAssignment(prop)) continue;
+      const source = prop.getSourceFile();
       const name = prop.name.getText(source).replace(/^['"]|['"]$/g, '');
       const path = [...prefix, name];
       const doc = jsDocOf(prop, source);

@@ -1,6 +1,7 @@
 import { loadConfig } from './config/config.loader';
 import { ConfigException } from './config/config.exception';
-import { adminPortOf, redisConfigured } from './config/config.schema';
+import { adminPortOf } from './config/http.schema';
+import { redisConfigured } from './config/redis.schema';
 import { createLogger } from './logging/logger';
 import { startTracing } from './tracing/tracing';
 

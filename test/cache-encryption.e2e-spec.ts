@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { redisSettingsSchema } from '../src/config/config.schema';
+import { redisSettingsSchema } from '../src/config/redis.schema';
 import type { ProviderEmulator } from '../emulator/provider-emulator';
 import { redisKeys } from '../src/redis/redis.constants';
 import { createRedisConnection } from '../src/redis/redis.connection';

@@ -1,5 +1,6 @@
 import pino from 'pino';
-import { forwardSettingsSchema, redisSettingsSchema } from '../src/config/config.schema';
+import { forwardSettingsSchema } from '../src/config/provider.schema';
+import { redisSettingsSchema } from '../src/config/redis.schema';
 import type { ForwardRateLimiter } from '../src/forwarding/forward-rate-limiter';
 import { RedisForwardRateLimiter } from '../src/redis/forward-rate-limiter.redis';
 import { createRedisConnection, type RedisClient } from '../src/redis/redis.connection';

@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Cluster, type Redis } from 'ioredis';
-import { redisSettingsSchema } from '../src/config/config.schema';
+import { redisSettingsSchema } from '../src/config/redis.schema';
 import {
   type IdempotencyClaim,
   type IdempotencyRef,

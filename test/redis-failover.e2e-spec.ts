@@ -1,4 +1,4 @@
-import { redisSettingsSchema } from '../src/config/config.schema';
+import { redisSettingsSchema } from '../src/config/redis.schema';
 import { idempotencyKeyHash } from '../src/forwarding/order-request';
 import { RedisIdempotencyStore } from '../src/redis/idempotency-store.redis';
 import { closeRedisClient, createRedisConnection } from '../src/redis/redis.connection';

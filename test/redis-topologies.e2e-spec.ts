@@ -1,4 +1,5 @@
-import { type RedisSettings, redisSettingsSchema } from '../src/config/config.schema';
+import type { RedisSettings } from '../src/config/config.schema';
+import { redisSettingsSchema } from '../src/config/redis.schema';
 import { RedisIdempotencyStore } from '../src/redis/idempotency-store.redis';
 import {
   closeRedisClient,

@@ -1,13 +1,9 @@
 import pino from 'pino';
 import type { Agent } from 'undici';
-import {
-  clientSchema,
-  providerSettingsSchema,
-  redisSettingsSchema,
-  tokenSettingsSchema,
-  type ClientConfig,
-  type TokenSettings,
-} from '../src/config/config.schema';
+import { clientSchema, type ClientConfig } from '../src/config/client.schema';
+import type { TokenSettings } from '../src/config/config.schema';
+import { providerSettingsSchema, tokenSettingsSchema } from '../src/config/provider.schema';
+import { redisSettingsSchema } from '../src/config/redis.schema';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import { MetricsService } from '../src/metrics/metrics.service';
 import { AuthServerClient } from '../src/provider/auth-server.client';

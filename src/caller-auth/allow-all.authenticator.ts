@@ -1,4 +1,4 @@
-import { CALLER_SCOPES } from '../config/config.schema';
+import { CALLER_SCOPES } from '../config/caller-auth.schema';
 import type { Caller, CallerAuthenticator } from './caller';
 
 const ANONYMOUS: Caller = {

@@ -1,5 +1,5 @@
-import type { ApiKeyGrant, CredentialsSource } from '../config/config.schema';
-import { apiKeyGrantListSchema } from '../config/config.schema';
+import { type ApiKeyGrant, apiKeyGrantListSchema } from '../config/caller-auth.schema';
+import type { CredentialsSource } from '../config/client.schema';
 import type { SecretReader } from '../secrets/secret-reader';
 import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
 

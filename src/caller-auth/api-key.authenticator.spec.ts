@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { ApiKeyGrant } from '../config/config.schema';
+import type { ApiKeyGrant } from '../config/caller-auth.schema';
 import { ConfigException } from '../config/config.exception';
 import { ApiKeyAuthenticator } from './api-key.authenticator';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';

@@ -1,5 +1,5 @@
 import { hash, timingSafeEqual } from 'node:crypto';
-import type { ApiKeyGrant } from '../config/config.schema';
+import type { ApiKeyGrant } from '../config/caller-auth.schema';
 import { ConfigErrorCode, ConfigException } from '../config/config.exception';
 import { bearerCredential, MAX_CREDENTIAL_LENGTH, unauthenticated } from './bearer-credential';
 import type { Caller, CallerAuthenticator } from './caller';

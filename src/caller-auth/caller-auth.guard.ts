@@ -9,7 +9,7 @@ import {
   type ClientResolver,
 } from './caller';
 import { authorizationOf } from './bearer-credential';
-import type { CallerScope } from '../config/config.schema';
+import type { CallerScope } from '../config/caller-auth.schema';
 import { assertMayUse, assertScope } from './caller-authorization';
 
 /** Who is calling, and for which configured client: the outcome of {@link CallerAuthGuard}. */

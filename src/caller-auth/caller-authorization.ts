@@ -1,4 +1,4 @@
-import type { CallerScope } from '../config/config.schema';
+import type { CallerScope } from '../config/caller-auth.schema';
 import type { Caller } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 

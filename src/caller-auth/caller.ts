@@ -1,4 +1,4 @@
-import type { CallerScope } from '../config/config.schema';
+import type { CallerScope } from '../config/caller-auth.schema';
 
 /** An authenticated caller (a merchant service), the clients it may use and what it may do. */
 export interface Caller {

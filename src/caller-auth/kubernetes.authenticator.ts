@@ -4,7 +4,7 @@ import {
   DEFAULT_CALLER_SCOPES,
   SERVICE_ACCOUNT_SUBJECT,
   type SubjectGrant,
-} from '../config/config.schema';
+} from '../config/caller-auth.schema';
 import { bearerCredential, MAX_CREDENTIAL_LENGTH, unauthenticated } from './bearer-credential';
 import type { Caller, CallerAuthenticator } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';

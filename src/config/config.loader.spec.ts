@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigErrorCode, ConfigException } from './config.exception';
 import { DEFAULT_CLIENT_ID, loadConfig } from './config.loader';
-import { adminPortOf, redisConfigured } from './config.schema';
+import { adminPortOf } from './http.schema';
+import { redisConfigured } from './redis.schema';
 
 const BASE = {
   PROVIDER_AUTH_URL: 'https://partner.credify.tech',

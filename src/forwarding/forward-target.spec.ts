@@ -1,4 +1,4 @@
-import { DEFAULT_FORWARD_RULES, forwardRuleSchema } from '../config/config.schema';
+import { DEFAULT_FORWARD_RULES, forwardRuleSchema } from '../config/client.schema';
 import { ForwardErrorCode } from './forward.exception';
 import { allowedBy, parseForwardTarget } from './forward-target';
 

@@ -1,4 +1,4 @@
-import type { ForwardMethod, ForwardRule } from '../config/config.schema';
+import type { ForwardMethod, ForwardRule } from '../config/client.schema';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
 
 /** Where the passthrough lives: `/provider/<client>/<provider path>?<query>`. */

@@ -8,7 +8,8 @@ import {
   partialCallerContext,
 } from '../caller-auth/caller-auth.guard';
 import { BROKER_CONFIG } from '../config/config.constants';
-import { type BrokerConfig, type ClientConfig, FORWARD_METHODS } from '../config/config.schema';
+import { type ClientConfig, FORWARD_METHODS } from '../config/client.schema';
+import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
 import { echoedRequestId, requestIdsOf } from '../http/request-id';
 import { sendProblem } from '../http/problem.reply';

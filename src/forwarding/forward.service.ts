@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
-import type { BrokerConfig, ClientConfig } from '../config/config.schema';
+import type { ClientConfig } from '../config/client.schema';
+import type { BrokerConfig } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
 import { type Exchange, Forwarding, type ForwardingAudit } from './forwarding';
 import type { IdempotencyStore } from './idempotency-store';

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
-import type { BrokerConfig, ClientConfig } from '../config/config.schema';
+import type { ClientConfig } from '../config/client.schema';
+import type { BrokerConfig } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
 import type { CheckoutAnswer, CheckoutGateway } from '../provider/checkout.client';
 import type { TokenService } from '../token/token.service';

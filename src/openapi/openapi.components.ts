@@ -1,4 +1,4 @@
-import { CLIENT_AUTH_METHODS, TOKEN_GRANTS } from '../config/config.schema';
+import { CLIENT_AUTH_METHODS, TOKEN_GRANTS } from '../config/client.schema';
 import { z } from 'zod';
 
 /**

@@ -1,5 +1,6 @@
 import type { Server } from 'node:http';
-import { clientSchema, providerSettingsSchema } from '../config/config.schema';
+import { clientSchema } from '../config/client.schema';
+import { providerSettingsSchema } from '../config/provider.schema';
 import { AuthServerClient } from './auth-server.client';
 import { ProviderErrorCode } from './provider.exception';
 import { createProviderAgent } from './provider-http';

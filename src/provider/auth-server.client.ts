@@ -1,5 +1,6 @@
 import type { Dispatcher } from 'undici';
-import type { ClientConfig, ProviderSettings } from '../config/config.schema';
+import type { ClientConfig } from '../config/client.schema';
+import type { ProviderSettings } from '../config/config.schema';
 import type { ClientCredentials, SecretCredentials } from '../secrets/client-credentials';
 import { postTokenRequest } from './provider-http';
 import type { GrantedToken } from './token-response.parser';

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { clientSchema, ordersSettingsSchema } from '../config/config.schema';
+import { clientSchema } from '../config/client.schema';
+import { ordersSettingsSchema } from '../config/provider.schema';
 import { type CheckoutOutcome, createCheckoutAgent } from './checkout.client';
 import { ProviderApiClient } from './provider-api.client';
 import { ProviderErrorCode } from './provider.exception';

@@ -1,5 +1,6 @@
 import { Agent, errors as undiciErrors } from './undici-agent';
-import type { ClientConfig, OrdersSettings } from '../config/config.schema';
+import type { ClientConfig } from '../config/client.schema';
+import type { OrdersSettings } from '../config/config.schema';
 import type { ProviderException } from './provider.exception';
 
 /** One create-order call as the orders feature hands it over. */

@@ -1,6 +1,7 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
-import { clientSchema, ordersSettingsSchema } from '../config/config.schema';
+import { clientSchema } from '../config/client.schema';
+import { ordersSettingsSchema } from '../config/provider.schema';
 import { createCheckoutAgent } from './checkout.client';
 import { type ApiOutcome, ProviderApiClient } from './provider-api.client';
 import { ProviderErrorCode } from './provider.exception';

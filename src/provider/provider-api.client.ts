@@ -1,12 +1,9 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import {
-  type ClientConfig,
-  ordersCallDeadlineMs,
-  type OrdersSettings,
-  trimTrailingSlashes,
-} from '../config/config.schema';
+import type { ClientConfig } from '../config/client.schema';
+import { ordersCallDeadlineMs, type OrdersSettings } from '../config/config.schema';
+import { trimTrailingSlashes } from '../config/schema-parts';
 import {
   type CheckoutFailure,
   type CheckoutGateway,

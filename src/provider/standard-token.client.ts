@@ -4,8 +4,8 @@ import {
   assertionSettingsSchema,
   type ClientAuthMethod,
   type ClientConfig,
-  type ProviderSettings,
-} from '../config/config.schema';
+} from '../config/client.schema';
+import type { ProviderSettings } from '../config/config.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import type { TokenGrantor } from './auth-server.client';
 import { ProviderErrorCode, ProviderException } from './provider.exception';

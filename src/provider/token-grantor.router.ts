@@ -1,4 +1,4 @@
-import type { ClientConfig } from '../config/config.schema';
+import type { ClientConfig } from '../config/client.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import type { AuthServerClient, TokenGrantor } from './auth-server.client';
 import { ProviderErrorCode, ProviderException } from './provider.exception';

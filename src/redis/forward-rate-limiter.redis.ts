@@ -5,7 +5,7 @@ import {
   RateLimiterRedis,
   RateLimiterRes,
 } from 'rate-limiter-flexible';
-import type { ForwardSettings } from '../config/config.schema';
+import type { ForwardSettings } from '../config/provider.schema';
 import type {
   ForwardRateLimiter,
   RateLimitScope,

@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ClusterOptions, RedisOptions } from 'ioredis';
-import { redisSettingsSchema } from '../config/config.schema';
+import { redisSettingsSchema } from '../config/redis.schema';
 import {
   connectionPlan,
   isReadOnlyError,

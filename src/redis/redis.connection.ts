@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
-import type { CredentialsSource, RedisSettings } from '../config/config.schema';
+import type { CredentialsSource } from '../config/client.schema';
+import type { RedisSettings } from '../config/config.schema';
 import type { SecretReader } from '../secrets/secret-reader';
 import { explainRedisError, type RedisProblem, tlsMismatch } from './redis-problem';
 import { speaksOtherProtocol } from './redis-tls.probe';

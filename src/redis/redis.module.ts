@@ -1,7 +1,8 @@
 import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { BROKER_CONFIG } from '../config/config.constants';
-import { type BrokerConfig, redisConfigured } from '../config/config.schema';
+import type { BrokerConfig } from '../config/config.schema';
+import { redisConfigured } from '../config/redis.schema';
 import { LOGGER } from '../logging/logger';
 import type { IdempotencyStore } from '../forwarding/idempotency-store';
 import { MemoryIdempotencyStore } from '../forwarding/idempotency-store.memory';

@@ -1,4 +1,4 @@
-import type { CredentialsSource } from '../config/config.schema';
+import type { CredentialsSource } from '../config/client.schema';
 import type { SecretReader } from './secret-reader';
 import { SecretsErrorCode, SecretsException } from './secrets.exception';
 

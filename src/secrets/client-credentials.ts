@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { ClientAuthMethod, ClientCredentialsSource } from '../config/config.schema';
+import type { ClientAuthMethod, ClientCredentialsSource } from '../config/client.schema';
 import type { SecretReader } from './secret-reader';
 import { SecretsErrorCode, SecretsException } from './secrets.exception';
 

@@ -1,6 +1,6 @@
 import pino from 'pino';
 import { Counter, Histogram, Registry } from 'prom-client';
-import { clientSchema } from '../config/config.schema';
+import { clientSchema } from '../config/client.schema';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import type { GrantedToken } from '../provider/token-response.parser';

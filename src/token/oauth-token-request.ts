@@ -1,5 +1,5 @@
 import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
-import type { CallerAuthMode } from '../config/config.schema';
+import type { CallerAuthMode } from '../config/caller-auth.schema';
 import { OAuthErrorCode, OAuthException } from './oauth.exception';
 
 /** RFC 7523 §2.2: the one client assertion type accepted. */

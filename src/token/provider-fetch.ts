@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { ClientConfig } from '../config/config.schema';
+import type { ClientConfig } from '../config/client.schema';
 import type { MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';

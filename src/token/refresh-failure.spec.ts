@@ -1,4 +1,4 @@
-import { clientSchema } from '../config/config.schema';
+import { clientSchema } from '../config/client.schema';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
 import {

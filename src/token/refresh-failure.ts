@@ -3,7 +3,7 @@
  * counted, how long to wait before the next attempt, and what a caller still waiting is told.
  * The state machine ({@link ClientTokenManager}) only records the verdict.
  */
-import type { ClientConfig } from '../config/config.schema';
+import type { ClientConfig } from '../config/client.schema';
 import type { RefreshResult } from '../metrics/metrics.service';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { SecretsException } from '../secrets/secrets.exception';

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
-import type { ClientConfig, TokenSettings } from '../config/config.schema';
+import type { ClientConfig } from '../config/client.schema';
+import type { TokenSettings } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
 import {
   judgeFailure,

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
-import { type BrokerConfig, redisConfigured } from '../config/config.schema';
+import type { BrokerConfig } from '../config/config.schema';
+import { redisConfigured } from '../config/redis.schema';
 import { loadCacheKeys } from '../secrets/cache-encryption-keys';
 import type { SecretReader } from '../secrets/secret-reader';
 import { AesGcmTokenCipher } from './aes-gcm-token.cipher';

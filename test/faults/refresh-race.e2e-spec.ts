@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { redisSettingsSchema } from '../../src/config/config.schema';
+import { redisSettingsSchema } from '../../src/config/redis.schema';
 import { redisKeys } from '../../src/redis/redis.constants';
 import { createRedisConnection } from '../../src/redis/redis.connection';
 import { RedisTokenStore } from '../../src/redis/token-store.redis';

@@ -1,0 +1,198 @@
+import { z } from 'zod';
+import { CLIENT_ID_PATTERN, credentialsSourceSchema } from './client.schema';
+import { flag, httpUrl, seconds } from './schema-parts';
+
+/** Client ids a caller may use; `"*"` grants every configured client. */
+const clientGrantSchema = z
+  .array(
+    z.string().refine((v) => v === '*' || CLIENT_ID_PATTERN.test(v), {
+      message: 'must be a client id or "*"',
+    }),
+  )
+  .min(1, { message: 'grant at least one client (or "*" for all)' });
+
+/**
+ * What a caller may do besides choosing clients:
+ * - `token`: read the provider token (`GET /token`, `POST /oauth2/token`);
+ * - `forward`: have the broker call the provider for it (`POST /orders`, the provider
+ *   passthrough) without ever seeing the token;
+ * - `admin`: the admin routes on the admin listener.
+ */
+export const CALLER_SCOPES = ['token', 'forward', 'admin'] as const;
+export type CallerScope = (typeof CALLER_SCOPES)[number];
+/** What a grant without `scopes` allows: everything a merchant service did before scopes. */
+export const DEFAULT_CALLER_SCOPES: readonly CallerScope[] = ['token', 'forward'];
+
+const callerScopesSchema = z
+  .array(z.enum(CALLER_SCOPES, { message: 'must be "token", "forward" or "admin"' }))
+  .min(1, { message: 'grant at least one scope ("token", "forward", "admin")' })
+  .transform((scopes) => [...new Set(scopes)]);
+
+/** One API key, stored only as its SHA-256: the broker never holds the key itself. */
+export const apiKeyGrantSchema = z
+  .object({
+    /** The caller's name in audit lines and 403 messages, e.g. the service's name. */
+    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/, {
+      message: 'must be 1-128 letters, digits or "._:@/-"',
+    }),
+    /** Hex SHA-256 of the key exactly as callers send it: `printf %s "$KEY" | sha256sum`. */
+    sha256: z
+      .string()
+      .regex(/^[0-9a-fA-F]{64}$/, {
+        message: "must be the 64 hex digits of the key's SHA-256, never the key itself",
+      })
+      .transform((v) => v.toLowerCase()),
+    /** Client ids this key may use; `"*"` for every client. */
+    clients: clientGrantSchema,
+    /** What this key may do with those clients; a proxy-only caller has `["forward"]`. @default ["token", "forward"] */
+    scopes: callerScopesSchema.default([...DEFAULT_CALLER_SCOPES]),
+  })
+  .strict();
+export type ApiKeyGrant = z.infer<typeof apiKeyGrantSchema>;
+
+/** A list of API key grants (inline in the config file, or the JSON of a secret). */
+export const apiKeyGrantListSchema = z.array(apiKeyGrantSchema).superRefine((keys, ctx) => {
+  const seen = new Set<string>();
+  keys.forEach((k, i) => {
+    if (seen.has(k.sha256)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: [i, 'sha256'],
+        message: 'the same key is listed twice',
+      });
+    }
+    seen.add(k.sha256);
+  });
+});
+
+/** `system:serviceaccount:<namespace>:<name>`, as Kubernetes writes a projected token's `sub`. */
+export const SERVICE_ACCOUNT_SUBJECT =
+  /^system:serviceaccount:[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
+
+/**
+ * `CALLER_AUTH_SUBJECTS` holds the same JSON object as the file's `subjects`. A comma list of
+ * subjects is refused rather than read: it names no clients, and a grant is never widened to
+ * every client implicitly.
+ */
+function subjectsFromEnvironment(value: unknown, ctx: z.core.$RefinementCtx): unknown {
+  if (typeof value !== 'string') return value;
+  const example =
+    '{"system:serviceaccount:<namespace>:<name>": {"clients": ["<client id>"], "scopes": ["token"]}}';
+  if (!value.trim().startsWith('{')) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `must be a JSON object granting each service account its clients, e.g. ${example} (a list of subjects alone names no clients)`,
+    });
+    return z.NEVER;
+  }
+  try {
+    return JSON.parse(value) as unknown;
+  } catch {
+    ctx.addIssue({ code: 'custom', message: `must be valid JSON, e.g. ${example}` });
+    return z.NEVER;
+  }
+}
+
+/**
+ * A service account's grant: the clients it may use (a list, with the default scopes) or
+ * `{"clients": [...], "scopes": [...]}`; always the object form once parsed.
+ */
+const subjectGrantSchema = z.preprocess(
+  (v) => (Array.isArray(v) ? { clients: v } : v),
+  z
+    .object({
+      clients: clientGrantSchema,
+      scopes: callerScopesSchema.default([...DEFAULT_CALLER_SCOPES]),
+    })
+    .strict(),
+);
+export type SubjectGrant = z.infer<typeof subjectGrantSchema>;
+
+export const kubernetesCallerAuthSchema = z
+  .object({
+    /**
+     * JWKS URL of the cluster's service-account token issuer: the issuer's public discovery
+     * endpoint (EKS/GKE/AKS publish one), or `https://kubernetes.default.svc/openid/v1/jwks`
+     * in-cluster. Keys are cached and refetched (rate limited) when a token names an unknown
+     * `kid`. Required in mode `kubernetes`.
+     */
+    jwksUrl: httpUrl.optional(),
+    /** The `iss` every token must carry (the API server's `--service-account-issuer`). Required in mode `kubernetes`. */
+    issuer: z.string().min(1).optional(),
+    /** The `aud` every token must carry: the `audience` of the callers' projected token volume. @default 'token-broker' */
+    audience: z.string().min(1).default('token-broker'),
+    /**
+     * Service-account subject to the clients it may use, e.g. `{"system:serviceaccount:shop:checkout": ["acme-prod"]}`,
+     * or to `{"clients": [...], "scopes": [...]}` to choose its scopes (see `CALLER_SCOPES`).
+     * `CALLER_AUTH_SUBJECTS` takes the same object as JSON. @default {}
+     */
+    subjects: z
+      .preprocess(
+        subjectsFromEnvironment,
+        z.record(z.string(), subjectGrantSchema).superRefine((subjects, ctx) => {
+          for (const subject of Object.keys(subjects)) {
+            if (!SERVICE_ACCOUNT_SUBJECT.test(subject)) {
+              ctx.addIssue({
+                code: 'custom',
+                path: [subject],
+                message: 'must be system:serviceaccount:<namespace>:<name>',
+              });
+            }
+          }
+        }),
+      )
+      .default({}),
+    /** Verified tokens are cached by their SHA-256 until they expire; at most this many. @default 10000 */
+    cacheSize: z.coerce.number().int().min(1).max(1_000_000).default(10_000),
+    /** Leeway for `exp`/`nbf` against clock skew. @default 5 */
+    clockToleranceSeconds: seconds(0, 300).default(5),
+    /**
+     * Longest lifetime (`exp` - `iat`) of a token accepted; tokens without `iat` are refused.
+     * A verified token is trusted until it expires, so a year-long token (a legacy Secret
+     * token, or a stolen one) must not be. Projected volumes ask for an hour by default.
+     * @default 172800 (48 h)
+     */
+    maxTokenLifetimeSeconds: seconds(60, 31_536_000).default(172_800),
+  })
+  .strict();
+
+/** The ways a caller can authenticate. `none` is for local development only. */
+export const CALLER_AUTH_MODES = ['api-key', 'kubernetes', 'none'] as const;
+export type CallerAuthMode = (typeof CALLER_AUTH_MODES)[number];
+
+export const callerAuthSettingsSchema = z
+  .object({
+    /**
+     * How callers authenticate on every route but health and metrics. No default: a broker
+     * hands out credentials that spend the merchant's money, so the operator must choose.
+     */
+    mode: z
+      // Absent becomes '' so the check below reports it without aborting the other checks:
+      // one run of the broker should list every bad setting, not one at a time.
+      .preprocess((v) => v ?? '', z.string())
+      .superRefine((v, ctx) => {
+        if ((CALLER_AUTH_MODES as readonly string[]).includes(v)) return;
+        ctx.addIssue({
+          code: 'custom',
+          message:
+            v === ''
+              ? 'required: choose "api-key", "kubernetes", or "none" (local development only)'
+              : 'must be "api-key", "kubernetes" or "none"',
+        });
+      })
+      .transform((v) => v as CallerAuthMode),
+    /**
+     * Must be `true` for mode `none`, which is refused outright in production (any `NODE_ENV`
+     * but `development` or `test`) and on any `HOST` but loopback. @default false
+     */
+    allowNone: flag.default(false),
+    /** Mode `api-key`: grants listed in the config file (hashes only). */
+    apiKeys: apiKeyGrantListSchema.optional(),
+    /** Mode `api-key`: a secret (or file) holding the same JSON list; merged with `apiKeys`. */
+    apiKeysSource: credentialsSourceSchema.optional(),
+    /** Re-read `apiKeysSource` this often so grants and revocations need no restart; 0 turns it off. @default 300 */
+    apiKeysReloadSeconds: seconds(0, 86_400).default(300),
+    kubernetes: kubernetesCallerAuthSchema.prefault({}),
+  })
+  .strict();
+export type CallerAuthSettings = z.infer<typeof callerAuthSettingsSchema>;

@@ -1,0 +1,331 @@
+import { z } from 'zod';
+import { commaList, exactHttpUrl, httpUrl } from './schema-parts';
+
+export const CLIENT_ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+const path = z
+  .string()
+  .regex(/^\/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*$/, { message: 'must be an absolute URL path' });
+
+/** Where a client's `{"client_id","client_secret"}` JSON is read from: exactly one source. */
+export const credentialsSourceSchema = z
+  .object({
+    /** AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env. */
+    secretId: z.string().min(1).optional(),
+    /** A file holding the same JSON (local development, or a Secrets Store CSI mount). */
+    file: z.string().min(1).optional(),
+  })
+  .strict()
+  .refine((c) => (c.secretId === undefined) !== (c.file === undefined), {
+    message: 'set exactly one of secretId or file',
+  });
+export type CredentialsSource = z.infer<typeof credentialsSourceSchema>;
+
+/**
+ * Where a client's credentials are read from: the JSON from Secrets Manager or a file, or, for
+ * the key-based methods, PEM files as a Kubernetes TLS Secret holds them (`tls.crt`, `tls.key`).
+ */
+export const clientCredentialsSourceSchema = z
+  .object({
+    /** AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env. */
+    secretId: z.string().min(1).optional(),
+    /** A file holding the same JSON (local development, or a Secrets Store CSI mount). */
+    file: z.string().min(1).optional(),
+    /** The client id, with `privateKeyFile` (the files hold only key material). */
+    clientId: z.string().min(1).optional(),
+    /** PEM client certificate (chain) file for `tls_client_auth`, e.g. a mounted `tls.crt`. */
+    certificateFile: z.string().min(1).optional(),
+    /** PEM (or JWK) private key file for `private_key_jwt` and `tls_client_auth`, e.g. `tls.key`. */
+    privateKeyFile: z.string().min(1).optional(),
+  })
+  .strict()
+  .superRefine((c, ctx) => {
+    const issue = (path: string, message: string) =>
+      ctx.addIssue({ code: 'custom', path: [path], message });
+    const kinds = [c.secretId, c.file, c.privateKeyFile].filter((v) => v !== undefined).length;
+    if (kinds !== 1 && c.privateKeyFile !== undefined) {
+      issue(
+        'privateKeyFile',
+        'key files replace the JSON: set privateKeyFile, secretId or file, one only',
+      );
+    } else if (kinds !== 1) {
+      ctx.addIssue({ code: 'custom', path: [], message: 'set exactly one of secretId or file' });
+    }
+    if (c.privateKeyFile !== undefined && c.clientId === undefined) {
+      issue('clientId', 'required with privateKeyFile: the key files do not hold the client id');
+    }
+    for (const field of ['clientId', 'certificateFile'] as const) {
+      if (c[field] !== undefined && c.privateKeyFile === undefined) {
+        issue(field, 'only with privateKeyFile; a secretId or file holds the client id and keys');
+      }
+    }
+  });
+export type ClientCredentialsSource = z.infer<typeof clientCredentialsSourceSchema>;
+
+// --- Provider passthrough (issue #15) ---
+/** The methods the provider passthrough forwards. */
+export const FORWARD_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+export type ForwardMethod = (typeof FORWARD_METHODS)[number];
+
+/** One allow-list rule: these methods under this path prefix. */
+export const forwardRuleSchema = z
+  .object({
+    /** Methods allowed under `prefix`. @default all six */
+    methods: z
+      .array(z.enum(FORWARD_METHODS))
+      .min(1)
+      .default([...FORWARD_METHODS]),
+    /**
+     * A provider path prefix ending in `/`, e.g. `/api/marketing/v1/`. Matched against the
+     * request path after it was checked for tricks (`..`, `;`, encoded slashes, `//`): no
+     * prefix can be escaped, and a prefix holding `;` could never match.
+     */
+    prefix: z.string().regex(/^\/(?:[A-Za-z0-9_~!$&'()*+,=:@-][A-Za-z0-9._~!$&'()*+,=:@-]*\/)*$/, {
+      message:
+        'must be an absolute path of plain segments ending in "/" (no "." or ".." segments, no "//", no ";", no percent-encoding), e.g. /api/marketing/v1/',
+    }),
+  })
+  .strict();
+export type ForwardRule = z.infer<typeof forwardRuleSchema>;
+
+/** The default allow-list: every method under the checkout and marketing `v1` APIs. */
+export const DEFAULT_FORWARD_RULES: readonly ForwardRule[] = [
+  { methods: [...FORWARD_METHODS], prefix: '/api/checkout/v1/' },
+  { methods: [...FORWARD_METHODS], prefix: '/api/marketing/v1/' },
+];
+
+/** What `/provider/<client>/...` may forward for one client. */
+export const clientForwardSchema = z
+  .object({
+    /** Rules; a request passes if one rule allows its method and path. @default checkout and marketing v1, all methods */
+    allow: z.array(forwardRuleSchema).default(() => DEFAULT_FORWARD_RULES.map((r) => ({ ...r }))),
+  })
+  .strict();
+// --- end provider passthrough ---
+
+/** How a client's token request is shaped on the wire. */
+export const TOKEN_GRANTS = ['provider-query', 'rfc6749'] as const;
+export type TokenGrant = (typeof TOKEN_GRANTS)[number];
+
+/** How a client authenticates to the token endpoint (RFC 6749 §2.3, RFC 7523, RFC 8705). */
+export const CLIENT_AUTH_METHODS = [
+  'client_secret_basic',
+  'client_secret_post',
+  'private_key_jwt',
+  'tls_client_auth',
+] as const;
+export type ClientAuthMethod = (typeof CLIENT_AUTH_METHODS)[number];
+
+/** Signature algorithms for `private_key_jwt` client assertions. */
+export const ASSERTION_ALGS = ['RS256', 'ES256', 'PS256', 'EdDSA'] as const;
+export type AssertionAlg = (typeof ASSERTION_ALGS)[number];
+
+/** Form parameters the broker sets itself: extra `params` may not override them. */
+const RESERVED_PARAMS = new Set([
+  'grant_type',
+  'client_id',
+  'client_secret',
+  'client_assertion',
+  'client_assertion_type',
+  'scope',
+  'audience',
+  'resource',
+]);
+/** Headers the broker sets itself (or that frame the request): extra `headers` may not. */
+const RESERVED_HEADERS = new Set([
+  'authorization',
+  'content-type',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'host',
+  'accept',
+]);
+
+/** A JSON object from an environment variable; a file's object passes as it is. */
+function jsonObjectFromEnvironment(value: unknown, ctx: z.core.$RefinementCtx): unknown {
+  if (typeof value !== 'string') return value;
+  try {
+    return JSON.parse(value) as unknown;
+  } catch {
+    ctx.addIssue({ code: 'custom', message: 'must be a JSON object, e.g. {"name": "value"}' });
+    return z.NEVER;
+  }
+}
+
+/** How `private_key_jwt` client assertions are signed. */
+export const assertionSettingsSchema = z
+  .object({
+    /** Signature algorithm; must match the key. @default 'RS256' */
+    alg: z.enum(ASSERTION_ALGS).default('RS256'),
+    /** `kid` header, when the server holds several keys for the client. @default the JWK's own `kid`, if any */
+    kid: z.string().min(1).max(256).optional(),
+    /** Assertion lifetime. @default 60 */
+    lifetimeSeconds: z.coerce.number().int().min(5).max(300).default(60),
+  })
+  .strict();
+
+/**
+ * A client's token request: the provider's own dialect (the default), or a standard RFC 6749
+ * client-credentials grant for any other API, with its client authentication method.
+ */
+export const tokenRequestSchema = z
+  .object({
+    /**
+     * `provider-query`: the provider's dialect (`POST {authUrl}/api/auth/v1/oauth/token?grant_type=client_credentials`,
+     * HTTP Basic, no body). `rfc6749`: a form-encoded body posted to `url`. @default 'provider-query'
+     */
+    grant: z.enum(TOKEN_GRANTS).default('provider-query'),
+    /** The token endpoint, exactly as the authorization server publishes it. Required with grant `rfc6749`. */
+    url: exactHttpUrl.optional(),
+    /**
+     * Client authentication: `client_secret_basic` or `client_secret_post` (credentials hold
+     * `client_secret`), `private_key_jwt` (credentials hold `private_key`, PEM or JWK), or
+     * `tls_client_auth` (credentials hold `certificate` and `private_key`, PEM). Only
+     * `client_secret_basic` with grant `provider-query`. @default 'client_secret_basic'
+     */
+    auth: z.enum(CLIENT_AUTH_METHODS).default('client_secret_basic'),
+    /** `scope` to request (space-separated). Grant `rfc6749` only. */
+    scope: z.string().min(1).optional(),
+    /** `audience` to request (Auth0, Okta and others). Grant `rfc6749` only. */
+    audience: z.string().min(1).optional(),
+    /**
+     * RFC 8707 resource indicators (absolute URIs); a comma list in the environment. Grant
+     * `rfc6749` only.
+     */
+    resource: z
+      .preprocess(
+        commaList,
+        z
+          .array(
+            z.string().refine((v) => URL.canParse(v) && !v.includes('#'), {
+              message: 'must be an absolute URI without a fragment (RFC 8707)',
+            }),
+          )
+          .min(1),
+      )
+      .optional(),
+    /**
+     * Extra form parameters, e.g. `{"tenant": "acme"}`; JSON in the environment. Not for
+     * secrets (those live in the credentials). Grant `rfc6749` only.
+     */
+    params: z
+      .preprocess(
+        jsonObjectFromEnvironment,
+        z.record(z.string().regex(/^[A-Za-z0-9._~-]{1,64}$/), z.string().max(2048)),
+      )
+      .optional(),
+    /**
+     * Extra request headers, e.g. `{"X-Tenant": "acme"}`; JSON in the environment. Not for
+     * secrets. Grant `rfc6749` only.
+     */
+    headers: z
+      .preprocess(
+        jsonObjectFromEnvironment,
+        z.record(
+          z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$/),
+          z.string().regex(/^[\t\x20-\x7e]{0,2048}$/, {
+            message: 'must be printable ASCII, at most 2048 characters',
+          }),
+        ),
+      )
+      .optional(),
+    /** The `private_key_jwt` client assertion. Auth `private_key_jwt` only. @default RS256, 60 s */
+    assertion: assertionSettingsSchema.optional(),
+  })
+  .strict()
+  .superRefine((r, ctx) => {
+    const issue = (path: string[], message: string) =>
+      ctx.addIssue({ code: 'custom', path, message });
+    if (r.grant === 'provider-query') {
+      for (const field of ['url', 'scope', 'audience', 'resource', 'params', 'headers'] as const) {
+        if (r[field] !== undefined) {
+          issue(
+            [field],
+            'only with grant "rfc6749": the provider\'s dialect ("provider-query") has a fixed request; set grant to "rfc6749" for a standard token endpoint',
+          );
+        }
+      }
+      if (r.auth !== 'client_secret_basic') {
+        issue(
+          ['auth'],
+          'grant "provider-query" authenticates with client_secret_basic only; set grant to "rfc6749" for other methods',
+        );
+      }
+    } else if (r.url === undefined) {
+      issue(['url'], 'required with grant "rfc6749": the token endpoint URL');
+    }
+    if (r.assertion !== undefined && r.auth !== 'private_key_jwt') {
+      issue(['assertion'], 'only with auth "private_key_jwt"');
+    }
+    if (r.auth === 'tls_client_auth' && r.url !== undefined && !r.url.startsWith('https:')) {
+      issue(
+        ['url'],
+        'must be https:// with auth "tls_client_auth": the client certificate is presented in the TLS handshake',
+      );
+    }
+    for (const name of Object.keys(r.params ?? {})) {
+      if (RESERVED_PARAMS.has(name)) {
+        issue(
+          ['params', name],
+          'is set by the broker; use tokenRequest.scope, audience or resource, and the credentials for client authentication',
+        );
+      }
+    }
+    for (const name of Object.keys(r.headers ?? {})) {
+      if (RESERVED_HEADERS.has(name.toLowerCase())) {
+        issue(['headers', name], 'is set by the broker and cannot be overridden');
+      }
+    }
+  });
+export type TokenRequestSettings = z.infer<typeof tokenRequestSchema>;
+
+/** One set of provider credentials: one merchant in one environment (e.g. `acme-preprod`). */
+export const clientSchema = z
+  .object({
+    /** Client id used in `?client=`, cache keys, locks and metric labels. */
+    id: z.string().regex(CLIENT_ID_PATTERN, {
+      message: 'must be 1-63 lowercase letters, digits, ".", "_" or "-"',
+    }),
+    /** The provider's `{auth_url}`; the token is requested at `{authUrl}/api/auth/v1/oauth/token`. */
+    authUrl: httpUrl,
+    /** The provider's `{base_url}` for the checkout API. */
+    baseUrl: httpUrl,
+    /** @default '/api/checkout/v1/orders' (the documented path; the plugin uses `/api/flexpay/v1/orders`) */
+    ordersPath: path.default('/api/checkout/v1/orders'),
+    /**
+     * The client's credentials JSON: `{"client_id","client_secret"}`, `{"client_id","private_key"}`
+     * (private_key_jwt; PEM or JWK) or `{"client_id","certificate","private_key"}`
+     * (tls_client_auth; PEM). When the server refuses them, a Secrets Manager secret is re-read
+     * at AWSCURRENT, then AWSPENDING, then AWSPREVIOUS, and the first version it accepts is used;
+     * a file is re-read. Key-based methods may instead name PEM files (`clientId`,
+     * `privateKeyFile` and, for tls_client_auth, `certificateFile`), re-read likewise.
+     */
+    credentials: clientCredentialsSourceSchema,
+    /** The token request's shape and client authentication. @default the provider's dialect */
+    tokenRequest: tokenRequestSchema.default(() => tokenRequestSchema.parse({})),
+    /** The provider passthrough's allow-list for this client. @default checkout and marketing v1 */
+    forward: clientForwardSchema.default(() => clientForwardSchema.parse({})),
+  })
+  .strict()
+  .superRefine((c, ctx) => {
+    // Key files carry no shared secret: they fit the key-based methods only, and mTLS needs both.
+    const { auth } = c.tokenRequest;
+    const issue = (field: string, message: string) =>
+      ctx.addIssue({ code: 'custom', path: ['credentials', field], message });
+    if (c.credentials.privateKeyFile === undefined) return;
+    if (auth !== 'private_key_jwt' && auth !== 'tls_client_auth') {
+      issue(
+        'privateKeyFile',
+        `only with auth "private_key_jwt" or "tls_client_auth"; auth "${auth}" needs a client_secret from secretId or file`,
+      );
+    } else if (auth === 'tls_client_auth' && c.credentials.certificateFile === undefined) {
+      issue('certificateFile', 'required with auth "tls_client_auth" and privateKeyFile');
+    } else if (auth === 'private_key_jwt' && c.credentials.certificateFile !== undefined) {
+      issue(
+        'certificateFile',
+        'only with auth "tls_client_auth"; private_key_jwt signs with the key alone',
+      );
+    }
+  });
+export type ClientConfig = z.infer<typeof clientSchema>;

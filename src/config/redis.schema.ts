@@ -1,0 +1,160 @@
+import { z } from 'zod';
+import { credentialsSourceSchema } from './client.schema';
+import { flag, millis } from './schema-parts';
+
+/** The Redis topologies the broker speaks, each through ioredis's own support. */
+export const REDIS_MODES = ['standalone', 'sentinel', 'cluster'] as const;
+export type RedisMode = (typeof REDIS_MODES)[number];
+
+/** `host:port`, with an IPv6 host in brackets (`[::1]:6379`). */
+const hostPort = z
+  .string()
+  .trim()
+  .regex(/^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):\d{1,5}$/, {
+    message: 'must be host:port (an IPv6 host in brackets)',
+  })
+  // Only judged once the shape is right, so a bad entry gets one message, not two.
+  .refine((v) => !/:\d+$/.test(v) || Number(v.slice(v.lastIndexOf(':') + 1)) <= 65_535, {
+    message: 'port must be 1-65535',
+  });
+
+/** A list of `host:port`, also accepted comma-separated (the environment variable form). */
+const hostPortList = z.preprocess(
+  (v) =>
+    typeof v === 'string'
+      ? v
+          .split(',')
+          .map((s) => s.trim())
+          .filter((s) => s !== '')
+      : v,
+  z.array(hostPort).min(1, { message: 'list at least one host:port' }),
+);
+
+export const redisSentinelSchema = z
+  .object({
+    /** Sentinel addresses (`host:port`, port usually 26379). Required in mode `sentinel`. */
+    nodes: hostPortList.optional(),
+    /** The master group name the sentinels monitor (`sentinel monitor <name> ...`). Required in mode `sentinel`. */
+    masterName: z.string().min(1).optional(),
+    /** ACL user for the sentinels themselves (`SENTINEL` ACL). @default undefined (no user) */
+    username: z.string().min(1).optional(),
+    /** Password for the sentinels (`requirepass` of the sentinel processes). @default undefined (none) */
+    password: credentialsSourceSchema.optional(),
+  })
+  .strict();
+
+export const redisClusterSchema = z
+  .object({
+    /**
+     * Seed nodes (`host:port`), or the one configuration endpoint of a managed cluster
+     * (ElastiCache cluster mode, MemoryDB): ioredis discovers every node from `CLUSTER SLOTS`.
+     * Required in mode `cluster`.
+     */
+    nodes: hostPortList.optional(),
+  })
+  .strict();
+
+export const redisTlsSchema = z
+  .object({
+    /** TLS to Redis (and to the sentinels in mode `sentinel`). A `rediss://` URL turns it on. @default false */
+    enabled: flag.default(false),
+    /** PEM bundle of the CA(s) that signed the server certificate. @default undefined (the system trust store) */
+    caFile: z.string().min(1).optional(),
+    /** PEM client certificate for mutual TLS; needs `keyFile`. @default undefined */
+    certFile: z.string().min(1).optional(),
+    /** PEM private key of `certFile`. @default undefined */
+    keyFile: z.string().min(1).optional(),
+    /** Hostname the server certificate must name (and SNI) when it differs from the address dialled. @default undefined (the host dialled) */
+    serverName: z.string().min(1).optional(),
+  })
+  .strict();
+
+export const redisSettingsSchema = z
+  .object({
+    /** Which topology `url`, `sentinel` or `cluster` describes. @default 'standalone' */
+    mode: z.enum(REDIS_MODES).default('standalone'),
+    /**
+     * `redis://` or `rediss://` URL, mode `standalone` only (e.g. an ElastiCache primary
+     * endpoint). Unset in mode `standalone`: in-memory store, single replica only.
+     * @default undefined
+     */
+    url: z
+      .string()
+      .regex(/^rediss?:\/\/[^\s]+$/, { message: 'must be a redis:// or rediss:// URL' })
+      .optional(),
+    sentinel: redisSentinelSchema.prefault({}),
+    cluster: redisClusterSchema.prefault({}),
+    /** ACL user for the data nodes. @default undefined (the `default` user) */
+    username: z.string().min(1).optional(),
+    /** Password of `username` (or `requirepass`), read at start-up. @default undefined (none) */
+    password: credentialsSourceSchema.optional(),
+    tls: redisTlsSchema.prefault({}),
+    /** Every Redis command fails after this long, so no request queues behind a dead link. @default 500 */
+    commandTimeoutMs: millis(20, 30_000).default(500),
+    /** @default 2000 */
+    connectTimeoutMs: millis(50, 60_000).default(2000),
+    /** Health ping interval; also how soon a returning Redis is noticed. @default 1000 */
+    pingIntervalMs: millis(50, 60_000).default(1000),
+  })
+  .strict()
+  .superRefine((r, ctx) => {
+    const issue = (path: (string | number)[], message: string) =>
+      ctx.addIssue({ code: 'custom', path, message });
+    if (r.mode !== 'standalone' && r.url !== undefined) {
+      issue(['url'], `only in mode "standalone"; mode "${r.mode}" finds its nodes itself`);
+    }
+    if (r.mode === 'sentinel') {
+      if (r.sentinel.nodes === undefined)
+        issue(['sentinel', 'nodes'], 'required in mode "sentinel"');
+      if (r.sentinel.masterName === undefined) {
+        issue(['sentinel', 'masterName'], 'required in mode "sentinel"');
+      }
+    } else {
+      // A sentinel list with the mode left at standalone would silently use memory instead.
+      for (const field of ['nodes', 'masterName', 'username', 'password'] as const) {
+        if (r.sentinel[field] !== undefined) {
+          issue(['sentinel', field], 'only in mode "sentinel"; set the mode to "sentinel"');
+        }
+      }
+    }
+    if (r.mode === 'cluster') {
+      if (r.cluster.nodes === undefined) issue(['cluster', 'nodes'], 'required in mode "cluster"');
+    } else if (r.cluster.nodes !== undefined) {
+      issue(['cluster', 'nodes'], 'only in mode "cluster"; set the mode to "cluster"');
+    }
+    if (!redisConfigured(r)) {
+      for (const field of ['username', 'password'] as const) {
+        if (r[field] !== undefined)
+          issue([field], 'set only with a Redis (url, sentinel or cluster)');
+      }
+    }
+    if ((r.tls.certFile === undefined) !== (r.tls.keyFile === undefined)) {
+      issue(
+        ['tls', r.tls.certFile === undefined ? 'certFile' : 'keyFile'],
+        'set the client certificate and its key together (certFile and keyFile)',
+      );
+    }
+    const tlsOn = r.tls.enabled || r.url?.startsWith('rediss://') === true;
+    if (!tlsOn) {
+      for (const field of ['caFile', 'certFile', 'keyFile', 'serverName'] as const) {
+        if (r.tls[field] !== undefined) {
+          issue(
+            ['tls', field],
+            'has no effect without TLS: turn tls.enabled on (or use rediss://)',
+          );
+        }
+      }
+    }
+  })
+  // `rediss://` means TLS: one flag for the connection factory to read.
+  .transform((r) =>
+    r.url?.startsWith('rediss://') ? { ...r, tls: { ...r.tls, enabled: true } } : r,
+  );
+
+/**
+ * Whether the broker uses Redis at all: any Sentinel or Cluster, or a standalone URL. Without
+ * one the stores live in process memory (single replica only).
+ */
+export function redisConfigured(settings: { mode: RedisMode; url?: string | undefined }): boolean {
+  return settings.mode !== 'standalone' || settings.url !== undefined;
+}
