@@ -5,11 +5,11 @@ import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { CredentialsCache, SECRETS_MANAGER_ROTATION_STAGES } from '../secrets/credentials-cache';
 import { FleetRefresh, noteStoreFailure, type RefreshPass } from './fleet-refresh';
+import { HeldToken, type LastRefresh } from './held-token';
 import { lifetimeTooShort } from './refresh-failure';
 import { isDue, MAX_TIMER_MS, MIN_SERVE_MS, refreshAt } from './refresh-schedule';
 import { RefreshAlarm } from './refresh-alarm';
 import { RefreshStanding } from './refresh-standing';
-import { RejectedFingerprints } from './rejected-fingerprints';
 import type { TokenRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
 import { TokenWaiters } from './token-waiters';
@@ -70,7 +70,8 @@ export interface ClientTokenStatus {
  *   served until it expires.
  */
 export class ClientTokenManager {
-  private l1?: TokenRecord;
+  /** L1: the token this replica serves, and what it may hold. */
+  private readonly held: HeldToken;
   private loop?: Promise<void>;
   private readonly waiters = new TokenWaiters();
   private readonly refresh: FleetRefresh;
@@ -81,30 +82,16 @@ export class ClientTokenManager {
   private holderWaits = 0;
   /** Failures, holds and the provider's lifetime: what a caller is told while it waits. */
   private readonly standing: RefreshStanding;
-  private everObtained = false;
-  /** L1 holds a token the shared store may lack (it was down): push it on recovery. */
-  private needsResync = false;
-  /**
-   * Fingerprints the provider refused (oldest first). Never adopted again, whether from a pass,
-   * a store read or a pub/sub message that started before the rejection: so a caller asking
-   * after {@link invalidate} gets a different token without polling.
-   */
-  private readonly rejected = new RejectedFingerprints();
   private stopped = false;
-  /** The fleet's revocation generation as this replica knows it (see `TokenStore.revoke`). */
-  private generation = 0;
   /**
    * Set while {@link resync} runs: L1 is set aside until the generation is read, and callers
    * missing it wait for this (a few Redis round trips) rather than start a refresh of their own,
    * which could ask the provider for a token the set-aside one is about to cover.
    */
   private resyncing?: Promise<void>;
-  /** When this replica last adopted or obtained a token, and how (admin status). */
-  private lastRefresh?: { at: number; outcome: 'fetched' | 'adopted' | 'failed' };
   private readonly now: () => number;
   private readonly random: () => number;
   private readonly refreshAheadMs: number;
-  private readonly remainingGauge;
   /** Hot-path hit counter (see {@link MetricsService.l1HitCell}). */
   readonly l1Hits: HitCell;
 
@@ -115,7 +102,7 @@ export class ClientTokenManager {
     this.now = deps.now ?? Date.now;
     this.random = deps.random ?? Math.random;
     this.refreshAheadMs = deps.settings.refreshAheadSeconds * 1000;
-    this.remainingGauge = deps.metrics.tokenRemaining.labels(client.id);
+    this.held = new HeldToken(client.id, { metrics: deps.metrics, now: this.now });
     this.l1Hits = deps.metrics.l1HitCell(client.id);
     this.refresh = new FleetRefresh(client, {
       store: deps.store,
@@ -167,10 +154,7 @@ export class ClientTokenManager {
 
   /** Hot path: the L1 token if it has at least `minRemainingMs` left. No I/O, no promise. */
   peek(minRemainingMs: number): TokenRecord | undefined {
-    const r = this.l1;
-    return r !== undefined && r.expiresAt - this.now() >= Math.max(minRemainingMs, MIN_SERVE_MS)
-      ? r
-      : undefined;
+    return this.held.servable(minRemainingMs);
   }
 
   /**
@@ -208,13 +192,11 @@ export class ClientTokenManager {
    * adopts that token again, so the next {@link get} waits for a different one.
    */
   async invalidate(fingerprint: string): Promise<boolean> {
-    this.rejected.add(fingerprint);
+    const dropped = this.held.reject(fingerprint);
     // Its replacement is needed now, whatever the floor (the store lifts the fleet's).
     this.refresh.liftLocalFloor();
     let invalidated = false;
-    if (this.l1?.fingerprint === fingerprint) {
-      this.l1 = undefined;
-      this.remainingGauge.set(0);
+    if (dropped) {
       invalidated = true;
       this.deps.logger.warn(
         { client: this.client.id, fingerprint },
@@ -233,25 +215,22 @@ export class ClientTokenManager {
   /** A message from the shared store (another replica refreshed or invalidated). */
   onStoreEvent(event: TokenStoreEvent): void {
     if (event.type === 'revoked') {
-      if (event.fingerprint !== undefined) this.rejected.add(event.fingerprint);
+      if (event.fingerprint !== undefined) this.held.refuse(event.fingerprint);
       this.refresh.liftLocalFloor();
       this.syncGeneration();
       return;
     }
     if (event.type === 'invalidated') {
       // Another replica saw the provider refuse it: it is no better here.
-      this.rejected.add(event.fingerprint);
+      const dropped = this.held.reject(event.fingerprint);
       this.refresh.liftLocalFloor();
-      if (this.l1?.fingerprint === event.fingerprint) {
-        this.l1 = undefined;
-        this.remainingGauge.set(0);
-        this.ensureRefreshing('invalidated');
-      }
+      if (dropped) this.ensureRefreshing('invalidated');
       return;
     }
     // Our own token (we wrote it, or already adopted it): nothing to re-read. Anything else
     // is re-read, and the adoption keeps whichever of the two expires later.
-    if (this.l1 !== undefined && event.fingerprint === this.l1.fingerprint) return;
+    const cur = this.held.current;
+    if (cur !== undefined && event.fingerprint === cur.fingerprint) return;
     if (this.loop) {
       // The loop is waiting for exactly this: let it re-read now instead of at its next poll
       // (asleep: wake it; inside a pass: it looks again once the pass ends).
@@ -272,27 +251,25 @@ export class ClientTokenManager {
   }
 
   private async resyncOnce(): Promise<void> {
-    const held = this.l1;
-    if (!this.needsResync && held === undefined) return;
+    const held = this.held.current;
+    if (!this.held.needsResync && held === undefined) return;
     // An operator may have revoked the token while this replica could not hear it: it is not
     // served again (this runs in the very tick the store is seen back) before this replica has
     // read the fleet's generation.
-    this.l1 = undefined;
+    this.held.setAside();
     try {
       await this.refresh.readShared();
       this.syncGeneration(held);
-      if (held && (held.generation ?? 0) >= this.generation && held.expiresAt > this.now()) {
-        if (this.l1 === undefined) this.adopt(held);
+      if (held && this.held.ofGeneration(held) && held.expiresAt > this.now()) {
+        if (this.held.current === undefined) this.adopt(held);
         await this.deps.store.writeFenced(this.client.id, held);
       }
-      this.needsResync = false;
+      this.held.needsResync = false;
       await this.adoptFromStore();
       this.deps.logger.info({ client: this.client.id }, 'shared store back; token resynchronised');
     } catch (err) {
       // Down again: back to serving what this replica holds, as during any outage.
-      if (this.l1 === undefined && held && (held.generation ?? 0) >= this.generation) {
-        this.l1 = held;
-      }
+      this.held.restore(held);
       this.noteStoreFailure(err);
     }
   }
@@ -306,10 +283,7 @@ export class ClientTokenManager {
   ): Promise<{ record: TokenRecord; fetched: boolean; written: boolean }> {
     const result = await this.refresh.forced(askedAt, this.deps.settings.waitTimeoutMs);
     this.syncGeneration();
-    if ((result.record.generation ?? 0) >= this.generation) {
-      this.l1 = result.record;
-      this.adopt(result.record, result.fetched);
-    }
+    if (this.held.ofGeneration(result.record)) this.adopt(result.record, result.fetched, true);
     return result;
   }
 
@@ -324,18 +298,18 @@ export class ClientTokenManager {
     expiresAt?: number;
     obtainedAt?: number;
     generation: number;
-    lastRefresh?: { at: number; outcome: 'fetched' | 'adopted' | 'failed' };
+    lastRefresh?: LastRefresh;
     lastError?: string;
     refreshing: boolean;
   } {
-    const r = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
+    const r = this.held.valid();
     const failure = this.standing.failure;
     return {
       fingerprint: r?.fingerprint,
       expiresAt: r?.expiresAt,
       obtainedAt: r?.obtainedAt,
-      generation: this.generation,
-      lastRefresh: this.lastRefresh,
+      generation: this.held.generation,
+      lastRefresh: this.held.lastRefresh,
       lastError: failure?.permanent?.operatorDetail ?? failure?.lastError.message,
       refreshing: this.loop !== undefined,
     };
@@ -348,27 +322,22 @@ export class ClientTokenManager {
    */
   private syncGeneration(held?: TokenRecord): void {
     const generation = this.deps.store.generation(this.client.id);
-    if (generation <= this.generation) return;
-    this.generation = generation;
-    for (const r of [this.l1, held]) {
-      if (r !== undefined && (r.generation ?? 0) < generation) this.rejected.add(r.fingerprint);
-    }
-    if (this.l1 !== undefined && (this.l1.generation ?? 0) < generation) {
+    if (generation <= this.held.generation) return;
+    const dropped = this.held.revoke(generation, held);
+    if (dropped !== undefined) {
       this.deps.logger.warn(
-        { client: this.client.id, fingerprint: this.l1.fingerprint, generation },
+        { client: this.client.id, fingerprint: dropped.fingerprint, generation },
         'token revoked fleet-wide; dropped and refreshing',
       );
-      this.l1 = undefined;
-      this.remainingGauge.set(0);
     }
     this.deps.store
       .acknowledgeRevocation(this.client.id, generation)
       .catch((err: unknown) => this.noteStoreFailure(err));
-    if (this.l1 === undefined) this.ensureRefreshing('revoked');
+    if (this.held.current === undefined) this.ensureRefreshing('revoked');
   }
 
   status(): ClientTokenStatus {
-    const r = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
+    const r = this.held.valid();
     const failure = this.standing.failure;
     return {
       client: this.client.id,
@@ -381,7 +350,7 @@ export class ClientTokenManager {
       lastError: failure?.lastError.message,
       lifetimeError: this.standing.lifetimeError,
       nextAttemptAt: this.standing.nextAttemptAt,
-      everObtained: this.everObtained,
+      everObtained: this.held.everObtained,
     };
   }
 
@@ -406,7 +375,7 @@ export class ClientTokenManager {
       try {
         const pass = await inSpan('token.refresh', { 'token_broker.client': this.client.id }, () =>
           this.refresh.run({
-            held: () => this.l1,
+            held: () => this.held.current,
             goodEnough: (r) => this.isGoodEnough(r),
             failed: (err) => this.onAttemptFailed(err),
           }),
@@ -463,14 +432,14 @@ export class ClientTokenManager {
   private takeToken(pass: Extract<RefreshPass, { kind: 'token' }>): number | 'done' {
     // Requested before a revoke that arrived meanwhile: the fence refused it, and it is not
     // served either. Look again: the next pass asks in the new generation.
-    if ((pass.record.generation ?? 0) < this.generation) return 0;
+    if (!this.held.ofGeneration(pass.record)) return 0;
     // Refused by the provider after the pass judged it (the pass still awaited the lock's
     // release): adopting it would hand the rejected token straight back to the caller
     // retrying after its 401. Look again: the store no longer offers it.
-    if (this.rejected.has(pass.record.fingerprint)) return 0;
-    if (pass.unshared) this.needsResync = true;
+    if (this.held.isRejected(pass.record.fingerprint)) return 0;
+    if (pass.unshared) this.held.needsResync = true;
     this.adopt(pass.record, pass.fetched);
-    this.lastRefresh = { at: this.now(), outcome: pass.fetched ? 'fetched' : 'adopted' };
+    this.held.noteRefresh(pass.fetched ? 'fetched' : 'adopted');
     this.standing.settle();
     return 'done';
   }
@@ -482,7 +451,7 @@ export class ClientTokenManager {
    * pass must then stop instead of fetching one more.
    */
   private isGoodEnough(r: TokenRecord): boolean {
-    if (this.rejected.has(r.fingerprint)) return false;
+    if (this.held.isRejected(r.fingerprint)) return false;
     if (isDue(this.refreshAheadMs, r.obtainedAt, r.expiresAt, this.now())) return false;
     return this.waiters.allMetBy(r, this.now() + MIN_SERVE_MS);
   }
@@ -492,16 +461,9 @@ export class ClientTokenManager {
    * waiters. After a fresh fetch, a waiter the new token still cannot satisfy (it asked for
    * more than the provider's lifetime) is refused rather than made to trigger another fetch.
    */
-  private adopt(record: TokenRecord, fetched = false): void {
-    const cur = this.l1;
-    if (!cur || record.expiresAt > cur.expiresAt || record.fingerprint !== cur.fingerprint) {
-      if (!cur || record.expiresAt >= cur.expiresAt) this.l1 = record;
-    }
-    const held = this.l1!;
-    this.everObtained = true;
+  private adopt(record: TokenRecord, fetched = false, forced = false): void {
+    const held = this.held.keep(record, forced);
     this.standing.noteLifetime(held.expiresAt - held.obtainedAt);
-    this.remainingGauge.set(Math.max(0, (held.expiresAt - this.now()) / 1000));
-    this.deps.metrics.lastRefreshSuccess.labels(this.client.id).set(this.now() / 1000);
     this.schedule(held);
     const lifetimeMs = held.expiresAt - held.obtainedAt;
     this.waiters.offer(
@@ -518,14 +480,9 @@ export class ClientTokenManager {
     try {
       const r = await this.refresh.readShared();
       this.syncGeneration();
-      if (
-        r &&
-        !this.rejected.has(r.fingerprint) &&
-        (r.generation ?? 0) >= this.generation &&
-        (!this.l1 || r.expiresAt > this.l1.expiresAt)
-      ) {
+      if (r && this.held.mayHold(r) && this.held.outlastedBy(r)) {
         this.adopt(r);
-        this.lastRefresh = { at: this.now(), outcome: 'adopted' };
+        this.held.noteRefresh('adopted');
       }
     } catch (err) {
       this.noteStoreFailure(err);
@@ -546,9 +503,8 @@ export class ClientTokenManager {
 
   /** Records a failed pass (see {@link RefreshStanding.failed}); how long to wait. */
   private onAttemptFailed(err: unknown): number {
-    this.lastRefresh = { at: this.now(), outcome: 'failed' };
-    const valid = this.l1 && this.l1.expiresAt > this.now() ? this.l1 : undefined;
-    return this.standing.failed(err, valid?.expiresAt);
+    this.held.noteRefresh('failed');
+    return this.standing.failed(err, this.held.valid()?.expiresAt);
   }
 
   private noteStoreFailure(err: unknown): void {
