@@ -4,17 +4,16 @@ import type { HitCell, MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { CredentialsCache, SECRETS_MANAGER_ROTATION_STAGES } from '../secrets/credentials-cache';
-import { FleetRefresh, noteStoreFailure, type RefreshPass } from './fleet-refresh';
+import { FleetRefresh, noteStoreFailure } from './fleet-refresh';
 import { HeldToken, type LastRefresh } from './held-token';
 import { lifetimeTooShort } from './refresh-failure';
-import { isDue, MAX_TIMER_MS, MIN_SERVE_MS, refreshAt } from './refresh-schedule';
-import { RefreshAlarm } from './refresh-alarm';
+import { RefreshLoop } from './refresh-loop';
+import { MIN_SERVE_MS } from './refresh-schedule';
 import { RefreshStanding } from './refresh-standing';
 import type { TokenRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
 import { TokenWaiters } from './token-waiters';
 import { TokenErrorCode, TokenException } from './token.exception';
-import { inSpan } from '../tracing/spans';
 
 export { MIN_SERVE_MS };
 
@@ -57,14 +56,15 @@ export interface ClientTokenStatus {
 }
 
 /**
- * One client's token lifecycle, as a state machine: L1 (this object), L2 (the shared store),
- * source (the provider).
+ * One client's token lifecycle, as a state machine: L1 (a {@link HeldToken}), L2 (the shared
+ * store), source (the provider).
  *
  * - Hot path: {@link peek} reads L1 synchronously; no I/O.
- * - Refresh: a single loop per process (the single flight), started by the refresh-ahead timer,
- *   by a caller in the mandatory window, by an invalidation, or by a store event. Each pass is a
- *   {@link FleetRefresh} (L2, lock, L2 again, provider, fenced write); between passes the loop
- *   sleeps for the backoff {@link RefreshStanding} sets, or until a store event wakes it.
+ * - Refresh: a single loop per process (the single flight, a {@link RefreshLoop}), started by
+ *   the refresh-ahead timer, by a caller in the mandatory window, by an invalidation, or by a
+ *   store event. Each pass is a {@link FleetRefresh} (L2, lock, L2 again, provider, fenced
+ *   write); between passes the loop sleeps for the backoff {@link RefreshStanding} sets, or
+ *   until a store event wakes it.
  * - Callers in the mandatory window wait in {@link TokenWaiters}, bounded by `waitTimeoutMs`.
  * - Failures: capped exponential backoff with full jitter; the current token keeps being
  *   served until it expires.
@@ -72,17 +72,12 @@ export interface ClientTokenStatus {
 export class ClientTokenManager {
   /** L1: the token this replica serves, and what it may hold. */
   private readonly held: HeldToken;
-  private loop?: Promise<void>;
+  /** The single flight: the refresh loop, its timer and its sleeps. */
+  private readonly loop: RefreshLoop;
   private readonly waiters = new TokenWaiters();
   private readonly refresh: FleetRefresh;
-  private refreshTimer?: NodeJS.Timeout;
-  /** The loop's sleep between passes, cut short by store events and shutdown. */
-  private readonly alarm = new RefreshAlarm();
-  /** Passes in a row that found the lock held elsewhere: the next short wait doubles. */
-  private holderWaits = 0;
   /** Failures, holds and the provider's lifetime: what a caller is told while it waits. */
   private readonly standing: RefreshStanding;
-  private stopped = false;
   /**
    * Set while {@link resync} runs: L1 is set aside until the generation is read, and callers
    * missing it wait for this (a few Redis round trips) rather than start a refresh of their own,
@@ -91,7 +86,6 @@ export class ClientTokenManager {
   private resyncing?: Promise<void>;
   private readonly now: () => number;
   private readonly random: () => number;
-  private readonly refreshAheadMs: number;
   /** Hot-path hit counter (see {@link MetricsService.l1HitCell}). */
   readonly l1Hits: HitCell;
 
@@ -101,7 +95,6 @@ export class ClientTokenManager {
   ) {
     this.now = deps.now ?? Date.now;
     this.random = deps.random ?? Math.random;
-    this.refreshAheadMs = deps.settings.refreshAheadSeconds * 1000;
     this.held = new HeldToken(client.id, { metrics: deps.metrics, now: this.now });
     this.l1Hits = deps.metrics.l1HitCell(client.id);
     this.refresh = new FleetRefresh(client, {
@@ -124,11 +117,23 @@ export class ClientTokenManager {
       { ...deps, now: this.now, random: this.random },
       this.waiters,
     );
+    this.loop = new RefreshLoop(client, {
+      refresh: this.refresh,
+      held: this.held,
+      standing: this.standing,
+      waiters: this.waiters,
+      logger: deps.logger,
+      refreshAheadMs: deps.settings.refreshAheadSeconds * 1000,
+      now: this.now,
+      random: this.random,
+      syncGeneration: () => this.syncGeneration(),
+      adopt: (record, fetched) => this.adopt(record, fetched),
+    });
   }
 
   /** Starts the lifecycle: load credentials and obtain the first token in the background. */
   start(): void {
-    this.ensureRefreshing('start');
+    this.loop.ensureRefreshing('start');
   }
 
   /**
@@ -137,18 +142,7 @@ export class ClientTokenManager {
    * for the refresh this replica is doing (SIGTERM mid-refresh) get its token instead of a 503.
    */
   async stop(timeoutMs = 5000): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.refreshTimer);
-    // A loop sleeping between attempts ends now; one inside an attempt finishes it first.
-    this.alarm.wakeIfAsleep();
-    if (this.loop) {
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        this.loop,
-        new Promise((resolve) => (timer = setTimeout(resolve, timeoutMs))),
-      ]);
-      clearTimeout(timer);
-    }
+    await this.loop.stop(timeoutMs);
     this.waiters.rejectAll(shuttingDown());
   }
 
@@ -172,7 +166,7 @@ export class ClientTokenManager {
       const back = this.peek(minRemainingMs);
       if (back) return back;
     }
-    if (this.stopped) throw shuttingDown();
+    if (this.loop.stopped) throw shuttingDown();
     this.standing.refuseBeforeWaiting(minRemainingMs, waitTimeoutMs);
     const needUntil = this.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
     const result = this.waiters.wait(
@@ -181,7 +175,7 @@ export class ClientTokenManager {
       () => this.standing.unavailable(minRemainingMs),
       minRemainingMs,
     );
-    this.ensureRefreshing('demand');
+    this.loop.ensureRefreshing('demand');
     return result;
   }
 
@@ -208,7 +202,7 @@ export class ClientTokenManager {
     } catch (err) {
       this.noteStoreFailure(err);
     }
-    if (invalidated) this.ensureRefreshing('invalidated');
+    if (invalidated) this.loop.ensureRefreshing('invalidated');
     return invalidated;
   }
 
@@ -224,17 +218,17 @@ export class ClientTokenManager {
       // Another replica saw the provider refuse it: it is no better here.
       const dropped = this.held.reject(event.fingerprint);
       this.refresh.liftLocalFloor();
-      if (dropped) this.ensureRefreshing('invalidated');
+      if (dropped) this.loop.ensureRefreshing('invalidated');
       return;
     }
     // Our own token (we wrote it, or already adopted it): nothing to re-read. Anything else
     // is re-read, and the adoption keeps whichever of the two expires later.
     const cur = this.held.current;
     if (cur !== undefined && event.fingerprint === cur.fingerprint) return;
-    if (this.loop) {
+    if (this.loop.running) {
       // The loop is waiting for exactly this: let it re-read now instead of at its next poll
       // (asleep: wake it; inside a pass: it looks again once the pass ends).
-      this.alarm.ring();
+      this.loop.ring();
     } else {
       void this.adoptFromStore();
     }
@@ -311,7 +305,7 @@ export class ClientTokenManager {
       generation: this.held.generation,
       lastRefresh: this.held.lastRefresh,
       lastError: failure?.permanent?.operatorDetail ?? failure?.lastError.message,
-      refreshing: this.loop !== undefined,
+      refreshing: this.loop.running,
     };
   }
 
@@ -333,7 +327,7 @@ export class ClientTokenManager {
     this.deps.store
       .acknowledgeRevocation(this.client.id, generation)
       .catch((err: unknown) => this.noteStoreFailure(err));
-    if (this.held.current === undefined) this.ensureRefreshing('revoked');
+    if (this.held.current === undefined) this.loop.ensureRefreshing('revoked');
   }
 
   status(): ClientTokenStatus {
@@ -343,7 +337,7 @@ export class ClientTokenManager {
       client: this.client.id,
       hasToken: r !== undefined,
       expiresAt: r?.expiresAt,
-      refreshing: this.loop !== undefined,
+      refreshing: this.loop.running,
       permanentError: failure?.permanent
         ? { code: failure.permanent.code, message: failure.permanent.operatorDetail }
         : undefined,
@@ -356,106 +350,6 @@ export class ClientTokenManager {
 
   // ---------------------------------------------------------------------------------------
 
-  private ensureRefreshing(reason: string): void {
-    if (this.loop || this.stopped) return;
-    this.deps.logger.debug({ client: this.client.id, reason }, 'token refresh started');
-    this.loop = this.runLoop().finally(() => {
-      this.loop = undefined;
-      // A caller may have arrived with a stricter need while the loop was finishing.
-      if (this.waiters.size > 0 && !this.stopped && !this.standing.failure?.permanent)
-        this.ensureRefreshing('pending');
-    });
-  }
-
-  private async runLoop(): Promise<void> {
-    this.holderWaits = 0;
-    while (!this.stopped) {
-      let next: number | 'done';
-      this.alarm.passStarted();
-      try {
-        const pass = await inSpan('token.refresh', { 'token_broker.client': this.client.id }, () =>
-          this.refresh.run({
-            held: () => this.held.current,
-            goodEnough: (r) => this.isGoodEnough(r),
-            failed: (err) => this.onAttemptFailed(err),
-          }),
-        );
-        // The pass read the store: a revoke it learnt of drops what it must.
-        this.syncGeneration();
-        next = this.afterPass(pass);
-      } catch (err) {
-        next = this.onAttemptFailed(err);
-        this.standing.hold(next);
-      }
-      // Done, or shutting down: no further attempt (stop() is waiting for this loop to end).
-      if (next === 'done' || this.stopped) return;
-      this.standing.nextAttemptAt = this.now() + next;
-      await this.alarm.sleep(next);
-    }
-  }
-
-  /** Acts on one pass: its token adopted (`'done'`), or how long until the next pass. */
-  private afterPass(pass: RefreshPass): number | 'done' {
-    if (pass.kind === 'floor') {
-      // A token was granted less than the floor ago: the callers it does not satisfy (a
-      // min_ttl near the lifetime, or a lifetime too short) wait for the floor's end. Its
-      // lifetime tells this replica what the provider grants, even if it was unusable.
-      if (pass.lifetimeMs !== undefined) this.standing.noteLifetime(pass.lifetimeMs);
-      this.standing.hold(pass.retryInMs, true);
-      this.holderWaits = 0;
-      return pass.retryInMs;
-    }
-    if (pass.kind === 'unusable') {
-      // Granted, but too short-lived to hand out: neither stored nor served.
-      this.standing.noteLifetime(pass.lifetimeMs);
-      this.standing.hold(pass.retryInMs, true);
-      this.holderWaits = 0;
-      return pass.retryInMs;
-    }
-    if (pass.kind === 'wait') {
-      // Another replica holds the lock: wait for its pub/sub message, re-read regardless.
-      // The message may already have come during this pass: then re-read now.
-      return this.alarm.wokenDuringPass ? 0 : Math.min(100 * 2 ** this.holderWaits++, 1000);
-    }
-    if (pass.kind !== 'token') {
-      // Deferred or failed: no provider request before `retryInMs`.
-      this.standing.hold(pass.retryInMs);
-      // When the deferral ends the replicas race for the lock again: the losers must look
-      // again soon, to learn the next deferral while their callers still wait.
-      this.holderWaits = 0;
-      return pass.retryInMs;
-    }
-    return this.takeToken(pass);
-  }
-
-  /** A pass brought a token: adopted (`'done'`), unless it is already outdated or refused. */
-  private takeToken(pass: Extract<RefreshPass, { kind: 'token' }>): number | 'done' {
-    // Requested before a revoke that arrived meanwhile: the fence refused it, and it is not
-    // served either. Look again: the next pass asks in the new generation.
-    if (!this.held.ofGeneration(pass.record)) return 0;
-    // Refused by the provider after the pass judged it (the pass still awaited the lock's
-    // release): adopting it would hand the rejected token straight back to the caller
-    // retrying after its 401. Look again: the store no longer offers it.
-    if (this.held.isRejected(pass.record.fingerprint)) return 0;
-    if (pass.unshared) this.held.needsResync = true;
-    this.adopt(pass.record, pass.fetched);
-    this.held.noteRefresh(pass.fetched ? 'fetched' : 'adopted');
-    this.standing.settle();
-    return 'done';
-  }
-
-  /**
-   * Whether `r` ends the refresh: outside its refresh window and enough for every waiter.
-   * Judged by the token alone, not by "is it the one we hold": another path (a pub/sub wake-up,
-   * a resync) may have adopted the fleet's new token while this pass was in flight, and the
-   * pass must then stop instead of fetching one more.
-   */
-  private isGoodEnough(r: TokenRecord): boolean {
-    if (this.held.isRejected(r.fingerprint)) return false;
-    if (isDue(this.refreshAheadMs, r.obtainedAt, r.expiresAt, this.now())) return false;
-    return this.waiters.allMetBy(r, this.now() + MIN_SERVE_MS);
-  }
-
   /**
    * Makes `record` the L1 token (unless ours is newer), re-arms the refresh timer and answers
    * waiters. After a fresh fetch, a waiter the new token still cannot satisfy (it asked for
@@ -464,7 +358,7 @@ export class ClientTokenManager {
   private adopt(record: TokenRecord, fetched = false, forced = false): void {
     const held = this.held.keep(record, forced);
     this.standing.noteLifetime(held.expiresAt - held.obtainedAt);
-    this.schedule(held);
+    this.loop.schedule(held);
     const lifetimeMs = held.expiresAt - held.obtainedAt;
     this.waiters.offer(
       held,
@@ -487,24 +381,6 @@ export class ClientTokenManager {
     } catch (err) {
       this.noteStoreFailure(err);
     }
-  }
-
-  private schedule(record: TokenRecord): void {
-    clearTimeout(this.refreshTimer);
-    const at = refreshAt(this.refreshAheadMs, record.obtainedAt, record.expiresAt, this.random);
-    // Lifetimes are capped at a day, far below the timer's limit; clamp anyway, since a longer
-    // delay would make setTimeout fire at once (a refresh loop).
-    this.refreshTimer = setTimeout(
-      () => this.ensureRefreshing('scheduled'),
-      Math.min(MAX_TIMER_MS, Math.max(0, at - this.now())),
-    );
-    this.refreshTimer.unref();
-  }
-
-  /** Records a failed pass (see {@link RefreshStanding.failed}); how long to wait. */
-  private onAttemptFailed(err: unknown): number {
-    this.held.noteRefresh('failed');
-    return this.standing.failed(err, this.held.valid()?.expiresAt);
   }
 
   private noteStoreFailure(err: unknown): void {
