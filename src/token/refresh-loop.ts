@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { ClientConfig } from '../config/config.schema';
+import type { ClientConfig } from '../config/client.schema';
 import { inSpan } from '../tracing/spans';
 import type { FleetRefresh, RefreshPass } from './fleet-refresh';
 import type { HeldToken } from './held-token';
