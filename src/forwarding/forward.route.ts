@@ -13,7 +13,6 @@ import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
 import { echoedRequestId, requestIdsOf } from '../http/request-id';
 import { sendProblem } from '../http/problem.reply';
-import { AuditLineWriter } from '../logging/audit-line.writer';
 import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import type { ForwardingAudit } from './forwarding';
@@ -192,16 +191,11 @@ export class ForwardRoute implements OnModuleInit, OnApplicationShutdown {
     audit: ForwardingAudit,
     outcome: { status: number; result: string; err?: unknown },
   ): void {
-    const field = AuditLineWriter.field;
     const path = TARGETS.get(req)?.path;
-    writeForwardingAudit(
-      this.trail,
-      req,
-      reply,
-      audit,
-      outcome,
-      field('method', req.method) + (path !== undefined ? field('path', path.slice(0, 256)) : ''),
-    );
+    writeForwardingAudit(this.trail, req, reply, audit, outcome, {
+      method: req.method,
+      path: path?.slice(0, 256),
+    });
   }
 
   private translate(err: unknown): unknown {

@@ -3,13 +3,12 @@ import type { Logger } from 'pino';
 import type { Caller } from '../caller-auth/caller';
 import { CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { partialCallerContext } from '../caller-auth/caller-auth.guard';
-import { AuditLineWriter } from '../logging/audit-line.writer';
 import { AuditRateLimit } from '../logging/audit-rate-limit';
 import type { ForwardingAudit } from './forwarding';
 import { requestIdsOf } from '../http/request-id';
 
 /**
- * A forwarding route's audit trail (`"audit":"orders"`, `"audit":"forward"`): its line writer,
+ * A forwarding route's audit trail (`"audit":"orders"`, `"audit":"forward"`): its logger,
  * and the budget its refusals share, as token refusals do (`audit.refusalsPerSecond`, per kind:
  * see {@link AuditRateLimit}). Only refusals are budgeted: a request that reached the provider
  * (`attempts` > 0) may have created something there, and is always written. The rest are
@@ -17,16 +16,14 @@ import { requestIdsOf } from '../http/request-id';
  * `audit.intervalSeconds` and at shutdown.
  */
 export class ForwardingAuditTrail {
-  readonly line: AuditLineWriter;
   private readonly refusals: AuditRateLimit;
   private readonly timer: NodeJS.Timeout;
 
   constructor(
-    private readonly logger: Logger,
-    private readonly msg: string,
+    readonly logger: Logger,
+    readonly msg: string,
     settings: { refusalsPerSecond: number; intervalSeconds: number },
   ) {
-    this.line = new AuditLineWriter(logger, msg);
     this.refusals = new AuditRateLimit(settings.refusalsPerSecond);
     this.timer = setInterval(() => this.reportSuppressed(), settings.intervalSeconds * 1000);
     this.timer.unref();
@@ -51,7 +48,7 @@ export class ForwardingAuditTrail {
   /** Writes the count of refusals left out, if any. */
   reportSuppressed(): void {
     const left = this.refusals.takeSuppressed();
-    if (left === undefined || !this.line.enabled) return;
+    if (left === undefined || !this.enabled) return;
     this.logger.info(
       {
         suppressed: left.suppressed,
@@ -65,6 +62,11 @@ export class ForwardingAuditTrail {
     );
   }
 
+  /** Whether lines are written at all (the logger's level). */
+  get enabled(): boolean {
+    return this.logger.isLevelEnabled('info');
+  }
+
   /** At shutdown: stops the timer and reports what is left. */
   close(): void {
     clearInterval(this.timer);
@@ -74,12 +76,11 @@ export class ForwardingAuditTrail {
 
 /**
  * The audit line of a forwarded request (`POST /orders`, the passthrough): caller, client,
- * token fingerprint (never the token), idempotency key hash, attempts, outcome. Every field is
- * one the broker computed or validated, so the line is written directly in pino's format (see
- * {@link AuditLineWriter}); fields not known (yet) are left out, as pino leaves out `undefined`.
+ * token fingerprint (never the token), idempotency key hash, attempts, outcome; fields not known
+ * (yet) are left out, as pino leaves out `undefined`.
  *
  * @param err The refusal, if any: a caller-auth refusal adds what the caller was not told.
- * @param extra Fields of the route's own, written after the client (already formatted).
+ * @param extra Fields of the route's own, written after the client.
  */
 export function writeForwardingAudit(
   trail: ForwardingAuditTrail,
@@ -87,15 +88,15 @@ export function writeForwardingAudit(
   reply: FastifyReply,
   audit: ForwardingAudit,
   outcome: { status: number; result: string; err?: unknown },
-  extra = '',
+  extra: Record<string, string | undefined> = {},
 ): void {
-  if (!trail.line.enabled) return;
+  if (!trail.enabled) return;
   const seen = partialCallerContext(req);
   const hidden = outcome.err instanceof CallerAuthException ? outcome.err.audit : {};
   const party = { caller: seen.caller, client: seen.clientId ?? hidden.client };
   if (!trail.admit(party, audit, outcome)) return;
   writeForwardingAuditLine(
-    trail.line,
+    trail,
     { ...requestIdsOf(req), ...seen, durationMs: reply.elapsedTime },
     audit,
     outcome,
@@ -117,33 +118,29 @@ export interface ForwardedRequest {
 
 /** {@link writeForwardingAudit}'s line from what is known of the request. */
 export function writeForwardingAuditLine(
-  line: AuditLineWriter,
+  trail: { readonly logger: Logger; readonly msg: string; readonly enabled: boolean },
   request: ForwardedRequest,
   audit: ForwardingAudit,
   outcome: { status: number; result: string; err?: unknown },
-  extra = '',
+  extra: Record<string, string | undefined> = {},
 ): void {
-  if (!line.enabled) return;
+  if (!trail.enabled) return;
   const hidden = outcome.err instanceof CallerAuthException ? outcome.err.audit : {};
-  const caller = request.caller;
-  const clientId = request.clientId ?? hidden.client;
-  const field = AuditLineWriter.field;
-  line.write(
-    field('reqId', request.reqId) +
-      (request.callerRequestId !== undefined
-        ? field('callerRequestId', request.callerRequestId)
-        : '') +
-      (caller ? field('caller', caller.name) : '') +
-      (clientId !== undefined ? field('client', clientId) : '') +
-      extra +
-      (audit.tokenFingerprint !== undefined ? field('fp', audit.tokenFingerprint) : '') +
-      (audit.idempotencyKeyHash !== undefined
-        ? field('idemKeyHash', audit.idempotencyKeyHash)
-        : '') +
-      field('attempts', audit.attempts) +
-      field('status', outcome.status) +
-      field('result', outcome.result) +
-      (hidden.reason !== undefined ? field('reason', hidden.reason) : '') +
-      field('durationMs', Math.round(request.durationMs * 10) / 10),
+  trail.logger.info(
+    {
+      reqId: request.reqId,
+      callerRequestId: request.callerRequestId,
+      caller: request.caller?.name,
+      client: request.clientId ?? hidden.client,
+      ...extra,
+      fp: audit.tokenFingerprint,
+      idemKeyHash: audit.idempotencyKeyHash,
+      attempts: audit.attempts,
+      status: outcome.status,
+      result: outcome.result,
+      reason: hidden.reason,
+      durationMs: Math.round(request.durationMs * 10) / 10,
+    },
+    trail.msg,
   );
 }

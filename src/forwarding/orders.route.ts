@@ -7,7 +7,6 @@ import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
-import { AuditLineWriter } from '../logging/audit-line.writer';
 import { LOGGER } from '../logging/logger';
 import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
 import { ForwardingAuditTrail, writeForwardingAudit } from './forwarding-audit';
@@ -27,12 +26,9 @@ import { echoedRequestId, requestIdsOf } from '../http/request-id';
 @Injectable()
 export class OrdersRoute implements OnModuleInit, OnApplicationShutdown {
   /**
-   * One line per order: caller, client, token fingerprint (never the token), outcome. Every
-   * field is one the broker computed or validated, so the line is written directly in pino's
-   * format (see {@link AuditLineWriter}) rather than through pino's generic serialiser.
+   * One line per order (caller, client, token fingerprint, never the token, outcome), and the
+   * refusals' budget.
    */
-  readonly line: AuditLineWriter;
-  /** The audit trail: {@link line} and the refusals' budget. */
   private readonly trail: ForwardingAuditTrail;
 
   constructor(
@@ -43,7 +39,6 @@ export class OrdersRoute implements OnModuleInit, OnApplicationShutdown {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.trail = new ForwardingAuditTrail(logger.child({ audit: 'orders' }), 'order', config.audit);
-    this.line = this.trail.line;
   }
 
   onApplicationShutdown(): void {

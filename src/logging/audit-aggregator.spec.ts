@@ -1,6 +1,5 @@
 import { Writable } from 'node:stream';
 import { AUDIT_SAMPLE_IDS, AuditAggregator } from './audit-aggregator';
-import { AuditLineWriter } from './audit-line.writer';
 import { createLogger } from './logger';
 
 describe(AuditAggregator.name, () => {
@@ -14,14 +13,10 @@ describe(AuditAggregator.name, () => {
         done();
       },
     });
-    const writer = new AuditLineWriter(
-      createLogger('info', sink).child({ audit: 'token' }),
-      'token issued',
-    );
-    return { lines, agg: new AuditAggregator(writer, { perRequest }) };
+    const logger = createLogger('info', sink).child({ audit: 'token' });
+    return { lines, agg: new AuditAggregator(logger, 'token issued', { perRequest }) };
   }
-  const fields = (caller: string, fp: string) =>
-    AuditLineWriter.field('caller', caller) + AuditLineWriter.field('fp', fp);
+  const fields = (caller: string, fp: string) => ({ caller, fp });
   const T0 = Date.UTC(2026, 10, 23, 18, 0, 0);
 
   it('writes one line per set of fields per flush, with count, first, last and the first request ids', () => {

@@ -1,4 +1,4 @@
-import { AuditLineWriter } from './audit-line.writer';
+import type { Logger } from 'pino';
 
 /** Request ids kept per aggregate line: enough to find a few of the requests in other logs. */
 export const AUDIT_SAMPLE_IDS = 3;
@@ -15,8 +15,16 @@ export class AuditAggregate {
   /** Whether {@link AuditAggregator} still finds this handle by its fields. */
   indexed = true;
 
-  constructor(readonly fields: string) {}
+  constructor(
+    /** The fields every line of this aggregate starts with (caller, client, fingerprint...). */
+    readonly fields: AuditFields,
+    /** {@link fields} as one string: how {@link AuditAggregator} finds this handle again. */
+    readonly key: string,
+  ) {}
 }
+
+/** Fixed fields of an audit line. */
+export type AuditFields = Readonly<Record<string, string | number>>;
 
 export interface AuditAggregatorOptions {
   /** One line per event (each with its `reqId`) instead of one per interval. */
@@ -44,22 +52,25 @@ export class AuditAggregator {
   private pending: AuditAggregate[] = [];
   private closed = false;
 
+  /** Lines are written to `logger` at `info`, with this message. */
   constructor(
-    private readonly writer: AuditLineWriter,
+    private readonly logger: Logger,
+    private readonly msg: string,
     private readonly options: AuditAggregatorOptions,
   ) {}
 
   /** Whether lines are written at all (the logger's level). */
   get enabled(): boolean {
-    return this.writer.enabled;
+    return this.logger.isLevelEnabled('info');
   }
 
-  /** The handle for events with these fixed `fields` (`,"name":<json>` repeated). */
-  aggregate(fields: string): AuditAggregate {
-    let entry = this.byFields.get(fields);
+  /** The handle for events with these fixed `fields`. */
+  aggregate(fields: AuditFields): AuditAggregate {
+    const key = JSON.stringify(fields);
+    let entry = this.byFields.get(key);
     if (entry === undefined) {
-      entry = new AuditAggregate(fields);
-      this.byFields.set(fields, entry);
+      entry = new AuditAggregate(fields, key);
+      this.byFields.set(key, entry);
     }
     return entry;
   }
@@ -75,13 +86,7 @@ export class AuditAggregator {
   ): void {
     const reqId = ids.reqId;
     if (this.options.perRequest || this.closed) {
-      this.writer.write(
-        AuditLineWriter.field('reqId', reqId) +
-          (ids.callerRequestId !== undefined
-            ? AuditLineWriter.field('callerRequestId', ids.callerRequestId)
-            : '') +
-          entry.fields,
-      );
+      this.logger.info({ reqId, callerRequestId: ids.callerRequestId, ...entry.fields }, this.msg);
       return;
     }
     if (entry.count === 0) {
@@ -90,7 +95,7 @@ export class AuditAggregator {
       // A handle dropped as idle and used again: found by its fields again.
       if (!entry.indexed) {
         entry.indexed = true;
-        if (!this.byFields.has(entry.fields)) this.byFields.set(entry.fields, entry);
+        if (!this.byFields.has(entry.key)) this.byFields.set(entry.key, entry);
       }
     }
     entry.count++;
@@ -105,16 +110,19 @@ export class AuditAggregator {
     for (const entry of this.byFields.values()) {
       if (entry.count === 0) {
         entry.indexed = false;
-        this.byFields.delete(entry.fields);
+        this.byFields.delete(entry.key);
       }
     }
     for (const entry of pending) {
-      this.writer.write(
-        entry.fields +
-          AuditLineWriter.field('count', entry.count) +
-          AuditLineWriter.field('first', new Date(entry.first).toISOString()) +
-          AuditLineWriter.field('last', new Date(entry.last).toISOString()) +
-          `,"reqIds":${JSON.stringify(entry.reqIds)}`,
+      this.logger.info(
+        {
+          ...entry.fields,
+          count: entry.count,
+          first: new Date(entry.first).toISOString(),
+          last: new Date(entry.last).toISOString(),
+          reqIds: entry.reqIds,
+        },
+        this.msg,
       );
       entry.count = 0;
       entry.reqIds = [];

@@ -4,9 +4,8 @@ import type { Caller } from '../caller-auth/caller';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { type AuditAggregate, AuditAggregator } from '../logging/audit-aggregator';
-import { AuditLineWriter } from '../logging/audit-line.writer';
 import { AuditRateLimit } from '../logging/audit-rate-limit';
-import { FLAT_REDACT_PATHS, LOGGER } from '../logging/logger';
+import { FLAT_REDACT_PATHS, flushLoggerSync, LOGGER } from '../logging/logger';
 import type { RequestIds } from '../http/request-id';
 import type { TokenRecord } from './token-record';
 
@@ -56,9 +55,8 @@ export class TokenAuditTrail implements OnApplicationShutdown {
   private readonly timer?: NodeJS.Timeout;
   private readonly onExit = (): void => {
     this.flush();
-    this.issuedWriter.flushSync();
+    flushLoggerSync(this.audit);
   };
-  private readonly issuedWriter: AuditLineWriter;
   private closed = false;
 
   constructor(@Inject(BROKER_CONFIG) config: BrokerConfig, @Inject(LOGGER) logger: Logger) {
@@ -67,8 +65,7 @@ export class TokenAuditTrail implements OnApplicationShutdown {
       { audit: 'token' },
       { redact: { paths: FLAT_REDACT_PATHS, censor: '[redacted]' } },
     );
-    this.issuedWriter = new AuditLineWriter(this.audit, 'token issued');
-    this.issuedLines = new AuditAggregator(this.issuedWriter, {
+    this.issuedLines = new AuditAggregator(this.audit, 'token issued', {
       perRequest: config.audit.perRequest,
     });
     this.refusals = new AuditRateLimit(config.audit.refusalsPerSecond);
@@ -101,12 +98,12 @@ export class TokenAuditTrail implements OnApplicationShutdown {
     if (slot === undefined || slot.record !== record) {
       slot = {
         record,
-        aggregate: this.issuedLines.aggregate(
-          AuditLineWriter.field('caller', caller.name) +
-            AuditLineWriter.field('client', clientId) +
-            AuditLineWriter.field('fp', record.fingerprint) +
-            AuditLineWriter.field('result', 'issued'),
-        ),
+        aggregate: this.issuedLines.aggregate({
+          caller: caller.name,
+          client: clientId,
+          fp: record.fingerprint,
+          result: 'issued',
+        }),
       };
       byClient.set(clientId, slot);
     }
