@@ -62,7 +62,7 @@ export const clientCredentialsSourceSchema = z
   });
 export type ClientCredentialsSource = z.infer<typeof clientCredentialsSourceSchema>;
 
-// --- Provider passthrough (issue #15) ---
+// --- Provider passthrough ---
 /** The methods the provider passthrough forwards. */
 export const FORWARD_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 export type ForwardMethod = (typeof FORWARD_METHODS)[number];

@@ -61,7 +61,7 @@ export const ordersSettingsSchema = z
   })
   .strict();
 
-// --- Provider passthrough (issue #15) ---
+// --- Provider passthrough ---
 /** `/provider/<client>/...`: limits of the passthrough. Timeouts and the pool are the orders ones. */
 export const forwardSettingsSchema = z
   .object({

@@ -82,7 +82,7 @@ export class MetricsService {
     labelNames: ['client', 'call'] as const,
     registers: [this.registry],
   });
-  // --- Provider passthrough (issue #15) ---
+  // --- Provider passthrough ---
   /** Callers are configured names (api-key `name`, service-account subjects): bounded. */
   readonly forwardRequests = new Counter({
     name: 'token_broker_forward_requests_total',

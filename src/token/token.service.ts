@@ -200,7 +200,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     };
   }
 
-  // ---- Admin (issue #16): forced refresh, revoke, reload, status -----------------------------
+  // ---- Admin: forced refresh, revoke, reload, status -----------------------------
 
   /**
    * Forces a new token for `clientId`, fleet-wide (see `FleetRefresh.forced`): one provider
