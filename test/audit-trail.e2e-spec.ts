@@ -152,6 +152,45 @@ describe('token audit trail', () => {
     );
   });
 
+  it('order refusals have the same budget: counted by kind, a caller’s refusal kept', async () => {
+    const url = set.apiKeyBroker.url;
+    const orderLines = () =>
+      set.apiKeyBroker
+        .logs()
+        .filter((l) => l.includes('"audit":"orders"'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const post = async (key: string, client = 'acme-prod') => {
+      const res = await fetch(`${url}/orders?client=${client}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: '{}',
+      });
+      await res.arrayBuffer();
+      return res.status;
+    };
+    const before = orderLines().length;
+    // Three times the second's budget of unauthenticated refusals, then a real caller's 403.
+    const flood = await Promise.all(Array.from({ length: 60 }, () => post(newKey())));
+    expect(new Set(flood)).toEqual(new Set([401]));
+    expect(await post(set.keys.checkout, 'globex-prod')).toBe(403);
+    // Another caller's refusal brings the summary of what was left out.
+    expect(await post(set.keys.ops, 'nobody')).toBe(404);
+    const summary = await waitFor(
+      () => orderLines().find((l) => l.msg === 'order refusals suppressed'),
+      { timeoutMs: 5000, what: 'the summary line' },
+    );
+    const lines = orderLines().slice(before);
+    const unauthenticated = lines.filter(
+      (l) => l.msg === 'order' && l.result === 'unauthenticated',
+    );
+    // At most two one-second windows of 20 (a busy machine may straddle one).
+    expect(unauthenticated.length).toBeLessThanOrEqual(40);
+    expect(summary).toMatchObject({ results: { unauthenticated: 60 - unauthenticated.length } });
+    expect(lines).toContainEqual(
+      expect.objectContaining({ msg: 'order', caller: 'checkout', client: 'globex-prod' }),
+    );
+  });
+
   it('logs the broker’s own request id as reqId, the caller’s beside it', async () => {
     const url = set.apiKeyBroker.url;
     const forged = 'forged-request-id';

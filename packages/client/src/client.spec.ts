@@ -267,6 +267,24 @@ describe('createBrokerClient', () => {
       expect(() => createBrokerClient({ baseUrl: 'token-broker', apiKey: 'k' })).toThrow(
         'baseUrl must be an absolute http(s) URL',
       );
+      for (const baseUrl of ['http://ops:s3cret@token-broker', 'http://s3cret@token-broker']) {
+        let message = '';
+        try {
+          createBrokerClient({ baseUrl, apiKey: 'k' });
+        } catch (err) {
+          message = (err as Error).message;
+        }
+        expect(message).toContain('baseUrl must not contain a user name or password');
+        expect(message).not.toContain('s3cret');
+      }
+      let unparsable = '';
+      try {
+        createBrokerClient({ baseUrl: 'http://ops:s3cret@[bad', apiKey: 'k' });
+      } catch (err) {
+        unparsable = (err as Error).message;
+      }
+      expect(unparsable).toContain('baseUrl must be an absolute http(s) URL');
+      expect(unparsable).not.toContain('s3cret');
       expect(() => createBrokerClient({ baseUrl: broker.url, apiKey: ' ' })).toThrow(
         'apiKey must be a non-empty string',
       );

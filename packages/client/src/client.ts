@@ -112,12 +112,18 @@ class Client implements BrokerClient {
     try {
       url = new URL(options.baseUrl);
     } catch {
-      throw new TypeError(
-        `baseUrl must be an absolute http(s) URL, got ${String(options.baseUrl)}`,
-      );
+      // The value is not echoed: a mistyped URL may still hold a password.
+      throw new TypeError('baseUrl must be an absolute http(s) URL, such as http://token-broker');
     }
     if (url.protocol !== 'http:' && url.protocol !== 'https:') {
       throw new TypeError(`baseUrl must be http: or https:, got ${url.protocol}`);
+    }
+    // A user name or password in baseUrl would end up in every error message naming it; the
+    // broker authenticates callers by apiKey or service-account token, never by URL userinfo.
+    if (url.username !== '' || url.password !== '') {
+      throw new TypeError(
+        'baseUrl must not contain a user name or password: give the API key as apiKey',
+      );
     }
     this.baseUrl = trimTrailingSlashes(url.href);
     if ('apiKey' in options && 'serviceAccountTokenFile' in options) {
