@@ -250,6 +250,7 @@ const VALUE_SETS: Record<string, string[]> = {
   'single replica': ['required', 'single-replica'],
   'CSI on': ['required', 'csi'],
   'monitoring on': ['required', 'monitoring'],
+  'standard token requests': ['required', 'token-request'],
 };
 
 describe('Helm chart helm/token-broker', () => {
@@ -567,6 +568,40 @@ describe('Helm chart helm/token-broker', () => {
           ),
         ).toContain('secretMounts[0].mountPath');
       }
+    });
+
+    it("passes each client's tokenRequest to the broker as given, and mounts an mTLS client's file", () => {
+      const objects = render(VALUE_SETS['standard token requests']);
+      const clients = loadRenderedConfig(objects).clients;
+      const byId = new Map(clients.map((c) => [c.id, c]));
+      // A client without tokenRequest keeps the provider's own dialect.
+      expect(byId.get('acme-prod')?.tokenRequest).toEqual({
+        grant: 'provider-query',
+        auth: 'client_secret_basic',
+      });
+      expect(byId.get('shipping-prod')?.tokenRequest).toEqual(
+        expect.objectContaining({
+          grant: 'rfc6749',
+          url: 'https://auth.shipping.example/oauth2/token',
+          auth: 'private_key_jwt',
+          scope: 'shipments:write',
+          audience: 'https://api.shipping.example',
+          assertion: expect.objectContaining({ alg: 'ES256', lifetimeSeconds: 60 }),
+        }),
+      );
+      const mtls = byId.get('ship-mtls');
+      expect(mtls?.tokenRequest).toEqual(
+        expect.objectContaining({
+          auth: 'tls_client_auth',
+          resource: ['https://api.shipping.example'],
+        }),
+      );
+      // The client's credentials file lies in a folder the chart mounts from its Secret.
+      const mounts = (broker(objects).volumeMounts as K8sObject[]).map(
+        (m) => m.mountPath as string,
+      );
+      const file = (mtls?.credentials as { file?: string }).file ?? '';
+      expect(mounts.some((m) => file.startsWith(`${m}/`))).toBe(true);
     });
 
     it('changes checksum/config when, and only when, the config changes', () => {
