@@ -118,11 +118,7 @@ export class ForwardRoute implements OnModuleInit, OnApplicationShutdown {
       const context = callerContext(req);
       const target = TARGETS.get(req);
       if (!context || !target) throw new Error('passthrough reached its handler unadmitted');
-      const passed: Record<string, string> = {};
-      for (const name of PASSED_HEADERS) {
-        const value = req.headers[name];
-        if (typeof value === 'string') passed[name] = value;
-      }
+      const passed = passedHeaders(req.headers);
       const body = req.body as Buffer | undefined;
       const headers = readOrderHeaders(
         req.headers,
@@ -210,4 +206,14 @@ export class ForwardRoute implements OnModuleInit, OnApplicationShutdown {
         return err;
     }
   }
+}
+
+/** Those of the {@link PASSED_HEADERS} the caller sent. */
+function passedHeaders(headers: FastifyRequest['headers']): Record<string, string> {
+  const passed: Record<string, string> = {};
+  for (const name of PASSED_HEADERS) {
+    const value = headers[name];
+    if (typeof value === 'string') passed[name] = value;
+  }
+  return passed;
 }

@@ -12,6 +12,7 @@ import type { CheckoutFailure } from '../provider/checkout.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { translateTransportError } from '../provider/provider-http';
 import { echoesToken, screenStream } from './token-echo.screen';
+import type { TokenRecord } from '../token/token-record';
 import type { TokenService } from '../token/token.service';
 import type { ForwardTarget } from './forward-target';
 
@@ -108,7 +109,6 @@ export class ForwardService {
     const { client, method, target } = call;
     const key = KEYED_METHODS.has(method) ? call.headers.idempotencyKey : undefined;
     const withKey = key !== undefined;
-    const limits = this.config.forward;
     const exchange: Exchange<PassAnswer> = {
       clientId: client.id,
       idempotency: withKey
@@ -121,24 +121,7 @@ export class ForwardService {
               .digest('hex'),
           }
         : undefined,
-      send: async (token) => {
-        const send = () =>
-          this.api.call({
-            client,
-            accessToken: token.accessToken,
-            method,
-            target: `${target.path}${target.query}`,
-            headers: { ...call.passed, ...call.headers.forward },
-            body: call.body,
-            maxResponseBytes: limits.maxResponseBytes,
-          });
-        let outcome = await send();
-        // Refused before a byte was written: a GET or HEAD may go once more (never a POST).
-        if (outcome.kind === 'failed' && outcome.delivered === 'no' && SAFE_METHODS.has(method)) {
-          outcome = await send();
-        }
-        return withKey ? collected(outcome, limits.maxStoredResponseBytes) : passed(outcome);
-      },
+      send: (token) => this.callProvider(call, token, withKey),
       discard: (answer) => {
         if (!Buffer.isBuffer(answer.body)) answer.body.resume();
       },
@@ -160,6 +143,32 @@ export class ForwardService {
       };
     }
     return { ...result.answer, replayed: false };
+  }
+
+  /** Sends `call` with `token`, and once more if a GET or HEAD was refused before sending. */
+  private async callProvider(
+    call: ForwardCall,
+    token: TokenRecord,
+    withKey: boolean,
+  ): Promise<PassAnswer | CheckoutFailure> {
+    const { client, method, target } = call;
+    const limits = this.config.forward;
+    const send = () =>
+      this.api.call({
+        client,
+        accessToken: token.accessToken,
+        method,
+        target: `${target.path}${target.query}`,
+        headers: { ...call.passed, ...call.headers.forward },
+        body: call.body,
+        maxResponseBytes: limits.maxResponseBytes,
+      });
+    let outcome = await send();
+    // Refused before a byte was written: a GET or HEAD may go once more (never a POST).
+    if (outcome.kind === 'failed' && outcome.delivered === 'no' && SAFE_METHODS.has(method)) {
+      outcome = await send();
+    }
+    return withKey ? collected(outcome, limits.maxStoredResponseBytes) : passed(outcome);
   }
 }
 

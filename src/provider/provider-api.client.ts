@@ -138,42 +138,8 @@ export class ProviderApiClient implements ProviderApiGateway, CheckoutGateway {
   private exchange(request: Exchange): Promise<ApiOutcome> {
     const base = this.baseOf(request.client);
     const what = `${request.method} request for client "${request.client.id}"`;
-    const limit = request.maxResponseBytes;
     return new Promise((settle) => {
-      let status = 0;
-      let headers: IncomingHttpHeaders = {};
-      let chunks: Buffer[] = [];
-      let size = 0;
-      let tooLarge: ProviderException | undefined;
-      let stream: Readable | undefined;
-      let inFlight: Dispatcher.DispatchController | undefined;
-      let expired: Error | undefined;
-      const resolve = (outcome: ApiOutcome) => {
-        if (!stream) clearTimeout(deadline);
-        settle(outcome);
-      };
-      // The one deadline of the whole call, body included: undici's body timeout is an idle
-      // timer, which a provider sending a byte now and then never trips.
-      const deadline = setTimeout(() => {
-        const message = `${what}: the provider did not answer in full within ${this.deadlineMs} ms`;
-        // A stream fails as `AbortSignal.timeout` would fail it; a collected answer is a failure.
-        expired = stream
-          ? new DOMException(message, 'TimeoutError')
-          : new ProviderException(ProviderErrorCode.Timeout, message);
-        if (inFlight) {
-          inFlight.abort(expired);
-          return;
-        }
-        // Still queued for a connection: nothing was written, and nothing will be.
-        resolve({
-          kind: 'failed',
-          delivered: 'no',
-          error: new ProviderException(
-            ProviderErrorCode.Timeout,
-            `${what}: no connection to the provider came free within ${this.deadlineMs} ms`,
-          ),
-        });
-      }, this.deadlineMs);
+      const handler = new ExchangeHandler(request, what, this.deadlineMs, settle);
       this.dispatcher.dispatch(
         {
           origin: base.origin,
@@ -189,77 +155,7 @@ export class ProviderApiClient implements ProviderApiGateway, CheckoutGateway {
           headersTimeout: this.settings.headersTimeoutMs,
           bodyTimeout: this.settings.bodyTimeoutMs,
         },
-        {
-          // Its presence tells undici this handler speaks the current (controller) interface.
-          // Called before the first byte is written, so aborting here sends nothing.
-          onRequestStart: (started) => {
-            inFlight = started;
-            if (expired) started.abort(expired);
-          },
-          onResponseStart: (controller, statusCode, responseHeaders) => {
-            // Called again after a 1xx: only the final answer counts.
-            status = statusCode;
-            headers = responseHeaders;
-            chunks = [];
-            size = 0;
-            const announced = Number(firstHeader(responseHeaders['content-length']));
-            if (request.whole || announced <= Math.min(SMALL_ANSWER_BYTES, limit)) return;
-            stream = new Readable({
-              read: () => controller.resume(),
-              // The consumer gone (or done with it): stop the transfer.
-              destroy: (err, done) => {
-                clearTimeout(deadline);
-                if (!controller.aborted) controller.abort(err ?? new Error('answer not read'));
-                done(err);
-              },
-            });
-            resolve({ kind: 'answered', status, headers, body: stream });
-          },
-          onResponseData: (controller, chunk) => {
-            size += chunk.length;
-            if (size > limit) {
-              tooLarge = new ProviderException(
-                ProviderErrorCode.MalformedResponse,
-                `${what}: the provider answered HTTP ${status} with a body over ${limit} bytes (${request.limitSetting})`,
-                { status },
-              );
-              chunks = [];
-              controller.abort(tooLarge);
-              return;
-            }
-            if (!stream) chunks.push(chunk);
-            else if (!stream.push(chunk)) controller.pause();
-          },
-          onResponseEnd: () => {
-            if (stream) {
-              clearTimeout(deadline);
-              stream.push(null);
-              return;
-            }
-            resolve({
-              kind: 'answered',
-              status,
-              headers,
-              body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size),
-            });
-          },
-          onResponseError: (_controller, cause) => {
-            if (stream) {
-              clearTimeout(deadline);
-              stream.destroy(
-                tooLarge ??
-                  (cause instanceof DOMException ? cause : translateTransportError(cause, what)),
-              );
-              return;
-            }
-            resolve({
-              kind: 'failed',
-              // Once an answer started, the request certainly reached the provider.
-              delivered: status === 0 && wasNeverSent(cause) ? 'no' : 'maybe',
-              error: tooLarge ?? translateTransportError(cause, what),
-            });
-          },
-        },
+        handler,
       );
     });
   }
@@ -273,6 +169,145 @@ export class ProviderApiClient implements ProviderApiGateway, CheckoutGateway {
       this.origins.set(client.id, base);
     }
     return base;
+  }
+}
+
+/**
+ * One call in flight, as undici's handler: the answer collected whole or streamed, and the
+ * call's one deadline.
+ */
+class ExchangeHandler implements Dispatcher.DispatchHandler {
+  private status = 0;
+  private headers: IncomingHttpHeaders = {};
+  private chunks: Buffer[] = [];
+  private size = 0;
+  private tooLarge: ProviderException | undefined;
+  private stream: Readable | undefined;
+  private inFlight: Dispatcher.DispatchController | undefined;
+  private expired: Error | undefined;
+  private readonly limit: number;
+  private readonly deadline: ReturnType<typeof setTimeout>;
+
+  constructor(
+    private readonly request: Exchange,
+    private readonly what: string,
+    private readonly deadlineMs: number,
+    private readonly settle: (outcome: ApiOutcome) => void,
+  ) {
+    this.limit = request.maxResponseBytes;
+    // The one deadline of the whole call, body included: undici's body timeout is an idle
+    // timer, which a provider sending a byte now and then never trips.
+    this.deadline = setTimeout(() => this.expire(), deadlineMs);
+  }
+
+  // Its presence tells undici this handler speaks the current (controller) interface.
+  // Called before the first byte is written, so aborting here sends nothing.
+  onRequestStart(started: Dispatcher.DispatchController): void {
+    this.inFlight = started;
+    if (this.expired) started.abort(this.expired);
+  }
+
+  onResponseStart(
+    controller: Dispatcher.DispatchController,
+    statusCode: number,
+    responseHeaders: IncomingHttpHeaders,
+  ): void {
+    // Called again after a 1xx: only the final answer counts.
+    this.status = statusCode;
+    this.headers = responseHeaders;
+    this.chunks = [];
+    this.size = 0;
+    const announced = Number(firstHeader(responseHeaders['content-length']));
+    if (this.request.whole || announced <= Math.min(SMALL_ANSWER_BYTES, this.limit)) return;
+    this.stream = new Readable({
+      read: () => controller.resume(),
+      // The consumer gone (or done with it): stop the transfer.
+      destroy: (err, done) => {
+        clearTimeout(this.deadline);
+        if (!controller.aborted) controller.abort(err ?? new Error('answer not read'));
+        done(err);
+      },
+    });
+    this.resolve({
+      kind: 'answered',
+      status: this.status,
+      headers: this.headers,
+      body: this.stream,
+    });
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.size += chunk.length;
+    if (this.size > this.limit) {
+      this.tooLarge = new ProviderException(
+        ProviderErrorCode.MalformedResponse,
+        `${this.what}: the provider answered HTTP ${this.status} with a body over ${this.limit} bytes (${this.request.limitSetting})`,
+        { status: this.status },
+      );
+      this.chunks = [];
+      controller.abort(this.tooLarge);
+      return;
+    }
+    if (!this.stream) this.chunks.push(chunk);
+    else if (!this.stream.push(chunk)) controller.pause();
+  }
+
+  onResponseEnd(): void {
+    if (this.stream) {
+      clearTimeout(this.deadline);
+      this.stream.push(null);
+      return;
+    }
+    this.resolve({
+      kind: 'answered',
+      status: this.status,
+      headers: this.headers,
+      body: this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks, this.size),
+    });
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, cause: Error): void {
+    if (this.stream) {
+      clearTimeout(this.deadline);
+      this.stream.destroy(
+        this.tooLarge ??
+          (cause instanceof DOMException ? cause : translateTransportError(cause, this.what)),
+      );
+      return;
+    }
+    this.resolve({
+      kind: 'failed',
+      // Once an answer started, the request certainly reached the provider.
+      delivered: this.status === 0 && wasNeverSent(cause) ? 'no' : 'maybe',
+      error: this.tooLarge ?? translateTransportError(cause, this.what),
+    });
+  }
+
+  /** The deadline passed: abort the call in flight, or fail it while still queued. */
+  private expire(): void {
+    const message = `${this.what}: the provider did not answer in full within ${this.deadlineMs} ms`;
+    // A stream fails as `AbortSignal.timeout` would fail it; a collected answer is a failure.
+    this.expired = this.stream
+      ? new DOMException(message, 'TimeoutError')
+      : new ProviderException(ProviderErrorCode.Timeout, message);
+    if (this.inFlight) {
+      this.inFlight.abort(this.expired);
+      return;
+    }
+    // Still queued for a connection: nothing was written, and nothing will be.
+    this.resolve({
+      kind: 'failed',
+      delivered: 'no',
+      error: new ProviderException(
+        ProviderErrorCode.Timeout,
+        `${this.what}: no connection to the provider came free within ${this.deadlineMs} ms`,
+      ),
+    });
+  }
+
+  private resolve(outcome: ApiOutcome): void {
+    if (!this.stream) clearTimeout(this.deadline);
+    this.settle(outcome);
   }
 }
 

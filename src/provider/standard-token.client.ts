@@ -59,8 +59,34 @@ export class StandardTokenClient implements TokenGrantor {
       accept: 'application/json',
     };
 
+    const dispatcher = await this.authenticate(client, credentials, form, headers, what);
+    return postTokenRequest({
+      dispatcher,
+      url,
+      headers,
+      body: form.toString(),
+      settings: this.settings,
+      defaultLifetimeSeconds: this.defaultLifetimeSeconds,
+      // Expiry counts from *before* the request: the server's clock started no earlier.
+      sentAt: this.now(),
+      what,
+      check: INVALID_CLIENT_CHECKS[profile.auth],
+    });
+  }
+
+  /**
+   * Adds the client authentication of `tokenRequest.auth` to the form or headers, and returns
+   * the pool to send on (the client's own for `tls_client_auth`).
+   */
+  private async authenticate(
+    client: ClientConfig,
+    credentials: ClientCredentials,
+    form: URLSearchParams,
+    headers: Record<string, string>,
+    what: string,
+  ): Promise<Dispatcher> {
     let dispatcher = this.dispatcher;
-    switch (profile.auth) {
+    switch (client.tokenRequest.auth) {
       case 'client_secret_basic': {
         // RFC 6749 §2.3.1: id and secret are form-urlencoded before Basic encoding.
         const basic = Buffer.from(
@@ -83,19 +109,7 @@ export class StandardTokenClient implements TokenGrantor {
         dispatcher = this.tlsAgent(client.id, credentials, what);
         break;
     }
-
-    return postTokenRequest({
-      dispatcher,
-      url,
-      headers,
-      body: form.toString(),
-      settings: this.settings,
-      defaultLifetimeSeconds: this.defaultLifetimeSeconds,
-      // Expiry counts from *before* the request: the server's clock started no earlier.
-      sentAt: this.now(),
-      what,
-      check: INVALID_CLIENT_CHECKS[profile.auth],
-    });
+    return dispatcher;
   }
 
   /** Closes the mutual-TLS pools (the shared pool belongs to the module). */

@@ -103,24 +103,9 @@ function clientAuthentication(
   if (Number(header) + Number(post) + Number(assertion) > 1) {
     throw invalid('use exactly one client authentication method (RFC 6749 §2.3)');
   }
-  const basic = header && /^basic /i.test(authorization);
-  const unsupported = (method: string) =>
-    new OAuthException(
-      OAuthErrorCode.InvalidClient,
-      `${method} is not accepted here; this broker authenticates callers with ${methodsFor(mode).join(' or ') || 'nothing'}`,
-      { basicChallenge: basic },
-    );
-  if (header) {
-    if (!basic) throw unsupported('this Authorization scheme');
-    if (mode === 'kubernetes') throw unsupported('client_secret_basic');
-    const [id, secret] = basicCredentials(authorization);
-    if (p.client_id !== undefined && p.client_id !== id) {
-      throw invalid('"client_id" differs from the client id in the Authorization header');
-    }
-    return { method: 'client_secret_basic', authorization: `Bearer ${secret}`, clientId: id };
-  }
+  if (header) return basicAuthentication(p, authorization, mode);
   if (post) {
-    if (mode === 'kubernetes') throw unsupported('client_secret_post');
+    if (mode === 'kubernetes') throw unsupported('client_secret_post', mode, false);
     if (p.client_id === undefined) throw invalid('client_secret_post needs "client_id"');
     return {
       method: 'client_secret_post',
@@ -133,7 +118,7 @@ function clientAuthentication(
       throw invalid(`"client_assertion_type" must be ${JWT_BEARER_ASSERTION}`);
     }
     if (p.client_assertion === undefined) throw invalid('"client_assertion" is required');
-    if (mode === 'api-key') throw unsupported('a client assertion');
+    if (mode === 'api-key') throw unsupported('a client assertion', mode, false);
     return {
       method: 'client_assertion',
       authorization: `Bearer ${p.client_assertion}`,
@@ -141,6 +126,31 @@ function clientAuthentication(
     };
   }
   return { method: 'none', authorization: undefined, clientId: p.client_id };
+}
+
+/** `client_secret_basic`: the one Authorization scheme accepted. */
+function basicAuthentication(
+  p: Partial<Record<Known, string>>,
+  authorization: string,
+  mode: CallerAuthMode,
+): Pick<OAuthTokenRequest, 'method' | 'authorization' | 'clientId'> {
+  const basic = /^basic /i.test(authorization);
+  if (!basic) throw unsupported('this Authorization scheme', mode, basic);
+  if (mode === 'kubernetes') throw unsupported('client_secret_basic', mode, basic);
+  const [id, secret] = basicCredentials(authorization);
+  if (p.client_id !== undefined && p.client_id !== id) {
+    throw invalid('"client_id" differs from the client id in the Authorization header');
+  }
+  return { method: 'client_secret_basic', authorization: `Bearer ${secret}`, clientId: id };
+}
+
+/** A method the caller-auth mode does not take; the Basic challenge answers a Basic header. */
+function unsupported(method: string, mode: CallerAuthMode, basicChallenge: boolean) {
+  return new OAuthException(
+    OAuthErrorCode.InvalidClient,
+    `${method} is not accepted here; this broker authenticates callers with ${methodsFor(mode).join(' or ') || 'nothing'}`,
+    { basicChallenge },
+  );
 }
 
 /** RFC 6749 §2.3.1: base64 of `id:secret`, each form-urlencoded first. */
