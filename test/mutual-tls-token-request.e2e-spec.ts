@@ -9,6 +9,10 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import {
+  SecretsManagerEmulator,
+  secretsManagerClientEnv,
+} from '../emulator/secrets-manager-emulator';
 import { type AuthServer, introspect, startAuthServer } from './support/auth-server';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
 import { makeTestCertificates, type TestCertificates } from './support/test-certificates';
@@ -122,6 +126,48 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
       ['shop-mtls', 'broker-client'],
       ['shop-post', null],
     ]);
+  });
+
+  it('reads the certificate and key from Secrets Manager through the AWS SDK', async () => {
+    const secrets = await SecretsManagerEmulator.start({
+      secrets: {
+        'token-broker/mtls': JSON.stringify({
+          client_id: 'shop-mtls',
+          certificate: readFileSync(certs.clientCert, 'utf8'),
+          private_key: readFileSync(certs.clientKey, 'utf8'),
+        }),
+      },
+    });
+    const fromSecret = await spawnBroker({
+      name: 'broker-mtls-secrets-manager',
+      env: {
+        ...env(
+          write('sm-broker.json', {
+            clients: [
+              {
+                ...client('mtls', '', { auth: 'tls_client_auth' }),
+                credentials: { secretId: 'token-broker/mtls' },
+              },
+            ],
+          }),
+        ),
+        ...secretsManagerClientEnv(secrets.url),
+      },
+    });
+    try {
+      await fromSecret.waitReady(20_000);
+      const res = await fetch(`${fromSecret.url}/token?client=mtls`);
+      expect(res.status).toBe(200);
+      const { access_token } = (await res.json()) as { access_token: string };
+      await expect(introspect(as, access_token, INTROSPECTOR, certs.ca)).resolves.toMatchObject({
+        active: true,
+        client_id: 'shop-mtls',
+      });
+      expect(secrets.stats.bySecret['token-broker/mtls']).toBeGreaterThanOrEqual(1);
+    } finally {
+      await fromSecret.stop();
+      await secrets.close();
+    }
   });
 
   it('is refused, and says so, with a certificate the server does not hold for the client', async () => {

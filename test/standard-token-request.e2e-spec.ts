@@ -5,6 +5,10 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRemoteJWKSet, jwtVerify } from 'jose';
+import {
+  SecretsManagerEmulator,
+  secretsManagerClientEnv,
+} from '../emulator/secrets-manager-emulator';
 import { type AuthServer, introspect, RESOURCE, startAuthServer } from './support/auth-server';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
 
@@ -39,9 +43,11 @@ describe('standard client-credentials profiles against oidc-provider', () => {
   let as: AuthServer;
   let broker: BrokerProcess;
   let dir: string;
-  /** A resource API behind the passthrough: it answers what introspection says of its bearer. */
+  /** A resource API behind the passthrough: it answers which client its bearer was issued to. */
   let api: Server;
   let apiUrl: string;
+  /** Holds the key of the `jwt-sm` client, read through the real AWS SDK. */
+  let secrets: SecretsManagerEmulator;
 
   beforeAll(async () => {
     as = await startAuthServer({
@@ -76,6 +82,12 @@ describe('standard client-credentials profiles against oidc-provider', () => {
           jwks: { keys: [publicJwk(rsa.publicKey, 'rsa-1', 'PS256')] },
         },
         {
+          client_id: 'shop-jwt-sm',
+          token_endpoint_auth_method: 'private_key_jwt',
+          token_endpoint_auth_signing_alg: 'ES256',
+          jwks: { keys: [publicJwk(es256.publicKey, 'es-1', 'ES256')] },
+        },
+        {
           client_id: INTROSPECTOR.id,
           client_secret: INTROSPECTOR.secret,
           token_endpoint_auth_method: 'client_secret_basic',
@@ -85,12 +97,10 @@ describe('standard client-credentials profiles against oidc-provider', () => {
     api = createServer((req, res) => {
       const token = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '';
       req.resume();
-      void introspect(as, token, INTROSPECTOR).then(
-        (answer) => {
+      void issuedTo(token).then(
+        (clientId) => {
           res.writeHead(200, { 'content-type': 'application/json' });
-          res.end(
-            JSON.stringify({ path: req.url, active: answer.active, client_id: answer.client_id }),
-          );
+          res.end(JSON.stringify({ path: req.url, client_id: clientId }));
         },
         () => res.writeHead(502).end(),
       );
@@ -109,6 +119,14 @@ describe('standard client-credentials profiles against oidc-provider', () => {
       baseUrl: apiUrl,
       credentials: credentials(id, creds),
       tokenRequest: { grant: 'rfc6749', url: as.tokenUrl, ...tokenRequest },
+    });
+    secrets = await SecretsManagerEmulator.start({
+      secrets: {
+        'token-broker/jwt-sm': JSON.stringify({
+          client_id: 'shop-jwt-sm',
+          private_key: es256.privateKey.export({ type: 'pkcs8', format: 'pem' }),
+        }),
+      },
     });
     const configFile = join(dir, 'broker.json');
     writeFileSync(
@@ -154,6 +172,14 @@ describe('standard client-credentials profiles against oidc-provider', () => {
             },
             { auth: 'private_key_jwt', assertion: { alg: 'PS256', kid: 'rsa-1' } },
           ),
+          {
+            ...client(
+              'jwt-sm',
+              {},
+              { auth: 'private_key_jwt', assertion: { alg: 'ES256', kid: 'es-1' } },
+            ),
+            credentials: { secretId: 'token-broker/jwt-sm' },
+          },
         ],
       }),
     );
@@ -166,6 +192,7 @@ describe('standard client-credentials profiles against oidc-provider', () => {
         HOST: '127.0.0.1',
         LOG_LEVEL: 'warn',
         TOKEN_REFRESH_AHEAD_SECONDS: '10',
+        ...secretsManagerClientEnv(secrets.url),
       },
     });
     await broker.waitReady(20_000);
@@ -190,6 +217,7 @@ describe('standard client-credentials profiles against oidc-provider', () => {
   afterAll(async () => {
     await broker?.stop();
     await as?.stop();
+    await secrets?.close();
     api?.closeAllConnections();
     await new Promise((resolve) => api?.close(resolve));
   });
@@ -217,37 +245,48 @@ describe('standard client-credentials profiles against oidc-provider', () => {
     ['jwt-es256', 'shop-jwt-es256', 'ES256 with a PEM key and a configured kid'],
     ['jwt-eddsa', 'shop-jwt-eddsa', "EdDSA with a JWK and the JWK's own kid"],
     ['jwt-ps256', 'shop-jwt-ps256', 'PS256 with a PKCS#1 PEM key'],
+    ['jwt-sm', 'shop-jwt-sm', 'the key read from Secrets Manager through the AWS SDK'],
   ])('private_key_jwt (%s): %s, %s', async (client, clientId) => {
     const answer = await brokerToken(broker, client);
     await expect(issuedTo(answer.access_token)).resolves.toBe(clientId);
   });
 
-  it('POST /oauth2/token serves the token the server issued, as GET /token does', async () => {
-    const res = await fetch(`${broker.url}/oauth2/token`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      // The scope names the broker's client (mode none has no caller to imply it).
-      body: new URLSearchParams({ grant_type: 'client_credentials', scope: 'post' }).toString(),
-    });
-    expect(res.status).toBe(200);
-    const answer = (await res.json()) as TokenAnswer;
-    expect(answer.token_type).toBe('Bearer');
-    expect(answer.access_token).toBe((await brokerToken(broker, 'post')).access_token);
-    await expect(introspect(as, answer.access_token, INTROSPECTOR)).resolves.toMatchObject({
-      active: true,
-      client_id: 'shop-post',
-    });
-  });
+  /** Every profile: the broker's client and the server's client it authenticates as. */
+  const PROFILES = [
+    ['basic', 'shop-basic'],
+    ['post', 'shop-post'],
+    ['jwt-es256', 'shop-jwt-es256'],
+    ['jwt-sm', 'shop-jwt-sm'],
+  ];
 
-  it('the passthrough calls the API with the token the server issued for that client', async () => {
-    const res = await fetch(`${broker.url}/provider/post/api/marketing/v1/offers?x=1`);
-    expect(res.status).toBe(200);
-    await expect(res.json()).resolves.toEqual({
-      path: '/api/marketing/v1/offers?x=1',
-      active: true,
-      client_id: 'shop-post',
-    });
-  });
+  it.each(PROFILES)(
+    'POST /oauth2/token serves the token the server issued, as GET /token does (%s)',
+    async (client, clientId) => {
+      const res = await fetch(`${broker.url}/oauth2/token`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        // The scope names the broker's client (mode none has no caller to imply it).
+        body: new URLSearchParams({ grant_type: 'client_credentials', scope: client }).toString(),
+      });
+      expect(res.status).toBe(200);
+      const answer = (await res.json()) as TokenAnswer;
+      expect(answer.token_type).toBe('Bearer');
+      expect(answer.access_token).toBe((await brokerToken(broker, client)).access_token);
+      await expect(issuedTo(answer.access_token)).resolves.toBe(clientId);
+    },
+  );
+
+  it.each(PROFILES)(
+    'the passthrough calls the API with the token the server issued for that client (%s)',
+    async (client, clientId) => {
+      const res = await fetch(`${broker.url}/provider/${client}/api/marketing/v1/offers?x=1`);
+      expect(res.status).toBe(200);
+      await expect(res.json()).resolves.toEqual({
+        path: '/api/marketing/v1/offers?x=1',
+        client_id: clientId,
+      });
+    },
+  );
 
   it('made one token request per client, each accepted', () => {
     const grants = as.grants();
@@ -260,6 +299,7 @@ describe('standard client-credentials profiles against oidc-provider', () => {
       'shop-jwt-es256': 1,
       'shop-jwt-eddsa': 1,
       'shop-jwt-ps256': 1,
+      'shop-jwt-sm': 1,
     });
   });
 });
