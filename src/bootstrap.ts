@@ -1,7 +1,13 @@
 import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
-import { type FastifyError, type FastifyReply, type FastifyRequest, LogController } from 'fastify';
+import {
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from 'fastify';
 import type { Logger } from 'pino';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -80,6 +86,13 @@ function createListener(
   return server;
 }
 
+/** Where each request goes, filled in as the app is built. */
+interface Front {
+  fastify?: (req: IncomingMessage, res: ServerResponse) => void;
+  token?: TokenFront;
+  drain?: DrainState;
+}
+
 /**
  * Builds the Nest application on Fastify, without listening. Shared by `main.ts`, the sandbox
  * and the tests, so all of them run exactly the production wiring.
@@ -89,13 +102,35 @@ export async function createBrokerApp(
   logger: Logger,
 ): Promise<NestFastifyApplication> {
   const adminPort = adminPortOf(config.http);
-  const front: {
-    fastify?: (req: IncomingMessage, res: ServerResponse) => void;
-    token?: TokenFront;
-    drain?: DrainState;
-  } = {};
-  // Every request of both listeners starts here.
-  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+  const front: Front = {};
+  const onRequest = frontHandler(front);
+  const adapter = createAdapter(config, logger, front, onRequest);
+  const app = await NestFactory.create<NestFastifyApplication>(
+    AppModule.forRoot(config, logger),
+    adapter,
+    { logger: new PinoNestLogger(logger), bufferLogs: false },
+  );
+  const fastify = app.getHttpAdapter().getInstance();
+  fastify.addHook('onSend', (req, reply, payload, done) => {
+    reply.header('x-request-id', callerRequestIdFrom(req.headers['x-request-id']) ?? req.id);
+    reply.headers(SECURITY_HEADERS);
+    done(null, payload);
+  });
+  // GET /token is answered before Fastify (see TokenFront); every other request goes to
+  // Fastify's handler.
+  front.token = app.get(TokenFront);
+  front.drain = app.get(DrainState);
+  fastify.addHook('preClose', (done) => {
+    front.drain?.close();
+    done();
+  });
+  if (adminPort !== undefined) addAdminListener(fastify, config.http, adminPort, onRequest);
+  return app;
+}
+
+/** Every request of both listeners starts here. */
+function frontHandler(front: Front): (req: IncomingMessage, res: ServerResponse) => void {
+  return (req: IncomingMessage, res: ServerResponse): void => {
     // Draining: still answered, but the caller's keep-alive connection ends with this answer,
     // so its next request opens a connection the Service sends elsewhere.
     if (front.drain?.draining === true) res.shouldKeepAlive = false;
@@ -104,7 +139,16 @@ export async function createBrokerApp(
       front.fastify!(req, res);
     }
   };
-  const adapter = new FastifyAdapter({
+}
+
+/** The Fastify adapter: the broker's listener, logger, request ids and early errors. */
+function createAdapter(
+  config: BrokerConfig,
+  logger: Logger,
+  front: Front,
+  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+): FastifyAdapter {
+  return new FastifyAdapter({
     // maxHeaderSize bounds the query string too: an oversized request line is refused early.
     serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) => {
       front.fastify = handler;
@@ -128,56 +172,44 @@ export async function createBrokerApp(
     return503OnClosing: false,
     forceCloseConnections: 'idle',
   });
-  const app = await NestFactory.create<NestFastifyApplication>(
-    AppModule.forRoot(config, logger),
-    adapter,
-    { logger: new PinoNestLogger(logger), bufferLogs: false },
-  );
-  const fastify = app.getHttpAdapter().getInstance();
-  fastify.addHook('onSend', (req, reply, payload, done) => {
-    reply.header('x-request-id', callerRequestIdFrom(req.headers['x-request-id']) ?? req.id);
-    reply.headers(SECURITY_HEADERS);
-    done(null, payload);
+}
+
+/**
+ * The admin listener (see `http.adminPort`): `/metrics`, `/health/*` and `/admin/*`, through
+ * the same Fastify app, so a NetworkPolicy can admit operators and Prometheus here only.
+ */
+function addAdminListener(
+  fastify: FastifyInstance,
+  http: BrokerConfig['http'],
+  adminPort: number,
+  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+): void {
+  const adminServer = createListener(http, onRequest);
+  adminServer.on('connection', markAdminConnection);
+  // Keyed on the route Fastify matched, after it decoded the target: every spelling that
+  // reaches an admin route is refused on the callers' listener, and the reverse.
+  fastify.addHook('onRequest', (req, reply, done) => {
+    const served = listenersOf(req.routeOptions.url);
+    const on = arrivedOnAdminListener(req.raw.socket) ? 'admin' : 'api';
+    if (served === 'both' || served === on) return done();
+    void sendProblem(reply, notFound(), req.id);
   });
-  // GET /token is answered before Fastify (see TokenFront); every other request goes to
-  // Fastify's handler.
-  front.token = app.get(TokenFront);
-  front.drain = app.get(DrainState);
+  fastify.addHook('onListen', (done) => {
+    adminServer.once('error', done);
+    adminServer.listen(adminPort, http.host, () => done());
+  });
+  // Closed as Fastify closes its own listener (`forceCloseConnections: 'idle'`), at the same
+  // time: no new connections, idle ones closed, requests in flight finished; the app's close
+  // waits for both.
+  let adminClosed = Promise.resolve();
   fastify.addHook('preClose', (done) => {
-    front.drain?.close();
+    adminClosed = new Promise((resolve) => adminServer.close(() => resolve()));
+    adminServer.closeIdleConnections();
     done();
   });
-  if (adminPort !== undefined) {
-    // The admin listener (see `http.adminPort`): `/metrics`, `/health/*` and `/admin/*`, through
-    // the same Fastify app, so a NetworkPolicy can admit operators and Prometheus here only.
-    const adminServer = createListener(config.http, onRequest);
-    adminServer.on('connection', markAdminConnection);
-    // Keyed on the route Fastify matched, after it decoded the target: every spelling that
-    // reaches an admin route is refused on the callers' listener, and the reverse.
-    fastify.addHook('onRequest', (req, reply, done) => {
-      const served = listenersOf(req.routeOptions.url);
-      const on = arrivedOnAdminListener(req.raw.socket) ? 'admin' : 'api';
-      if (served === 'both' || served === on) return done();
-      void sendProblem(reply, notFound(), req.id);
-    });
-    fastify.addHook('onListen', (done) => {
-      adminServer.once('error', done);
-      adminServer.listen(adminPort, config.http.host, () => done());
-    });
-    // Closed as Fastify closes its own listener (`forceCloseConnections: 'idle'`), at the same
-    // time: no new connections, idle ones closed, requests in flight finished; the app's close
-    // waits for both.
-    let adminClosed = Promise.resolve();
-    fastify.addHook('preClose', (done) => {
-      adminClosed = new Promise((resolve) => adminServer.close(() => resolve()));
-      adminServer.closeIdleConnections();
-      done();
-    });
-    fastify.addHook('onClose', (_instance, done) => {
-      void adminClosed.then(() => done());
-    });
-  }
-  return app;
+  fastify.addHook('onClose', (_instance, done) => {
+    void adminClosed.then(() => done());
+  });
 }
 
 /**

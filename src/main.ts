@@ -1,9 +1,14 @@
+import type { NestFastifyApplication } from '@nestjs/platform-fastify';
+import type { BrokerConfig } from './config/config.schema';
 import { loadConfig } from './config/config.loader';
 import { ConfigException } from './config/config.exception';
 import { adminPortOf } from './config/http.schema';
 import { redisConfigured } from './config/redis.schema';
 import { createLogger } from './logging/logger';
 import { startTracing } from './tracing/tracing';
+import type { DrainState } from './health/drain-state';
+
+type Logger = ReturnType<typeof createLogger>;
 
 /**
  * Bootstraps the broker: config, logger, app, listen, and graceful shutdown. On SIGTERM the
@@ -13,16 +18,7 @@ import { startTracing } from './tracing/tracing';
  * finish, the refresh lock is released, and the process exits 0 within the grace period.
  */
 async function main(): Promise<void> {
-  let config;
-  try {
-    config = loadConfig(process.env);
-  } catch (err) {
-    if (err instanceof ConfigException) {
-      process.stderr.write(`${err.message}\n`);
-      process.exit(78); // EX_CONFIG
-    }
-    throw err;
-  }
+  const config = loadConfigOrExit();
   const logger = createLogger(config.log.level);
   startupLogger = logger;
   // Tracing first: its instrumentations hook ioredis, undici and the AWS SDK as they load, so
@@ -42,6 +38,27 @@ async function main(): Promise<void> {
   const { DrainState } = await import('./health/drain-state');
   const app = await createBrokerApp(config, logger);
   await app.listen({ port: config.http.port, host: config.http.host });
+  logListening(config, logger);
+  const shutdown = shutdownHandler(app, DrainState, config, logger, stopTracing);
+  process.once('SIGTERM', shutdown);
+  process.once('SIGINT', shutdown);
+}
+
+/** The configuration, or exit 78 (EX_CONFIG) with its errors on stderr. */
+function loadConfigOrExit(): BrokerConfig {
+  try {
+    return loadConfig(process.env);
+  } catch (err) {
+    if (err instanceof ConfigException) {
+      process.stderr.write(`${err.message}\n`);
+      process.exit(78); // EX_CONFIG
+    }
+    throw err;
+  }
+}
+
+/** The lines once the listeners are up: a deprecated setting, then where the broker listens. */
+function logListening(config: BrokerConfig, logger: Logger): void {
   if (config.http.metricsPort !== undefined && config.http.adminPort === undefined) {
     logger.warn(
       { metricsPort: config.http.metricsPort },
@@ -57,10 +74,19 @@ async function main(): Promise<void> {
     },
     'token broker listening',
   );
+}
 
+/** The SIGTERM and SIGINT handler: drain, close, flush the last spans, exit (see {@link main}). */
+function shutdownHandler(
+  app: NestFastifyApplication,
+  drainState: typeof DrainState,
+  config: BrokerConfig,
+  logger: Logger,
+  stopTracing: Awaited<ReturnType<typeof startTracing>>,
+): (signal: NodeJS.Signals) => void {
   const { shutdownDrainDelayMs: drainMs, shutdownGraceMs: graceMs } = config.http;
-  const shutdown = (signal: NodeJS.Signals): void => {
-    app.get(DrainState).begin();
+  return (signal: NodeJS.Signals): void => {
+    app.get(drainState).begin();
     logger.info({ signal, drainMs, graceMs }, 'shutting down');
     // The grace period starts when the listener stops, after the drain.
     setTimeout(() => {
@@ -88,8 +114,6 @@ async function main(): Promise<void> {
         },
       );
   };
-  process.once('SIGTERM', shutdown);
-  process.once('SIGINT', shutdown);
 }
 
 /** The logger once the configuration is read: a start-up failure after that is a JSON line. */

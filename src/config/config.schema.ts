@@ -110,69 +110,93 @@ export function isLoopbackHost(host: string): boolean {
   return family !== 0 && LOOPBACK.check(host, family === 4 ? 'ipv4' : 'ipv6');
 }
 
+/** The settings the security checks read. */
+interface SecuritySettings {
+  nodeEnv: string;
+  http: { host: string };
+  clients: readonly { id: string }[];
+  redis: { mode: RedisMode; url?: string };
+  callerAuth: CallerAuthSettings;
+  cacheEncryption: { key?: unknown };
+}
+
+/** Reports a custom issue at a config path. */
+type AddIssue = (path: (string | number)[], message: string) => void;
+
 /** Cross-field checks of caller authentication and cache encryption. */
-function refineSecurity(
-  cfg: {
-    nodeEnv: string;
-    http: { host: string };
-    clients: readonly { id: string }[];
-    redis: { mode: RedisMode; url?: string };
-    callerAuth: CallerAuthSettings;
-    cacheEncryption: { key?: unknown };
-  },
-  ctx: z.RefinementCtx,
-): void {
-  const issue = (path: (string | number)[], message: string) =>
-    ctx.addIssue({ code: 'custom', path, message });
+function refineSecurity(cfg: SecuritySettings, ctx: z.RefinementCtx): void {
+  const issue: AddIssue = (path, message) => ctx.addIssue({ code: 'custom', path, message });
   const production = !isDevelopmentEnv(cfg.nodeEnv);
   const auth = cfg.callerAuth;
   switch (auth.mode) {
     case 'none':
-      if (production) {
-        issue(
-          ['callerAuth', 'mode'],
-          '"none" is refused unless NODE_ENV is "development" or "test"; use "api-key" or "kubernetes"',
-        );
-        break;
-      }
-      // Decided by where the broker listens, not by NODE_ENV alone: anyone who can connect
-      // could take the merchants' tokens.
-      if (!isLoopbackHost(cfg.http.host)) {
-        issue(
-          ['callerAuth', 'mode'],
-          '"none" listens on loopback only: set HOST (http.host) to 127.0.0.1, ::1 or localhost, or use "api-key" or "kubernetes"',
-        );
-      }
-      if (!auth.allowNone) {
-        issue(
-          ['callerAuth', 'allowNone'],
-          'must be true to turn caller authentication off (mode "none", local development only)',
-        );
-      }
+      checkNoCallerAuth(cfg, production, issue);
       break;
     case 'api-key':
-      if (auth.apiKeys === undefined && auth.apiKeysSource === undefined) {
-        issue(
-          ['callerAuth', 'apiKeysSource'],
-          'required in mode "api-key" (or list callerAuth.apiKeys in the config file)',
-        );
-      }
+      checkApiKeyCallerAuth(auth, issue);
       break;
     case 'kubernetes':
-      if (auth.kubernetes.jwksUrl === undefined) {
-        issue(['callerAuth', 'kubernetes', 'jwksUrl'], 'required in mode "kubernetes"');
-      }
-      if (auth.kubernetes.issuer === undefined) {
-        issue(['callerAuth', 'kubernetes', 'issuer'], 'required in mode "kubernetes"');
-      }
-      if (Object.keys(auth.kubernetes.subjects).length === 0) {
-        issue(
-          ['callerAuth', 'kubernetes', 'subjects'],
-          'grant at least one service account in mode "kubernetes"',
-        );
-      }
+      checkKubernetesCallerAuth(auth, issue);
       break;
   }
+  checkGrants(cfg, issue);
+  checkCacheEncryption(cfg, production, issue);
+}
+
+/** Mode `none`: development only, on loopback, and turned off explicitly. */
+function checkNoCallerAuth(cfg: SecuritySettings, production: boolean, issue: AddIssue): void {
+  if (production) {
+    issue(
+      ['callerAuth', 'mode'],
+      '"none" is refused unless NODE_ENV is "development" or "test"; use "api-key" or "kubernetes"',
+    );
+    return;
+  }
+  // Decided by where the broker listens, not by NODE_ENV alone: anyone who can connect
+  // could take the merchants' tokens.
+  if (!isLoopbackHost(cfg.http.host)) {
+    issue(
+      ['callerAuth', 'mode'],
+      '"none" listens on loopback only: set HOST (http.host) to 127.0.0.1, ::1 or localhost, or use "api-key" or "kubernetes"',
+    );
+  }
+  if (!cfg.callerAuth.allowNone) {
+    issue(
+      ['callerAuth', 'allowNone'],
+      'must be true to turn caller authentication off (mode "none", local development only)',
+    );
+  }
+}
+
+/** Mode `api-key`: the keys are listed or come from a secret. */
+function checkApiKeyCallerAuth(auth: CallerAuthSettings, issue: AddIssue): void {
+  if (auth.apiKeys === undefined && auth.apiKeysSource === undefined) {
+    issue(
+      ['callerAuth', 'apiKeysSource'],
+      'required in mode "api-key" (or list callerAuth.apiKeys in the config file)',
+    );
+  }
+}
+
+/** Mode `kubernetes`: where to check tokens, and at least one service account granted. */
+function checkKubernetesCallerAuth(auth: CallerAuthSettings, issue: AddIssue): void {
+  if (auth.kubernetes.jwksUrl === undefined) {
+    issue(['callerAuth', 'kubernetes', 'jwksUrl'], 'required in mode "kubernetes"');
+  }
+  if (auth.kubernetes.issuer === undefined) {
+    issue(['callerAuth', 'kubernetes', 'issuer'], 'required in mode "kubernetes"');
+  }
+  if (Object.keys(auth.kubernetes.subjects).length === 0) {
+    issue(
+      ['callerAuth', 'kubernetes', 'subjects'],
+      'grant at least one service account in mode "kubernetes"',
+    );
+  }
+}
+
+/** Every caller's grant names configured clients. */
+function checkGrants(cfg: SecuritySettings, issue: AddIssue): void {
+  const auth = cfg.callerAuth;
   // A grant naming an unconfigured client is a typo that would surface as a puzzling 403.
   const ids = new Set(cfg.clients.map((c) => c.id));
   const checkGrant = (clients: readonly string[], path: (string | number)[]) =>
@@ -183,6 +207,10 @@ function refineSecurity(
   for (const [subject, grant] of Object.entries(auth.kubernetes.subjects)) {
     checkGrant(grant.clients, ['callerAuth', 'kubernetes', 'subjects', subject]);
   }
+}
+
+/** In production, a token kept in Redis is encrypted. */
+function checkCacheEncryption(cfg: SecuritySettings, production: boolean, issue: AddIssue): void {
   if (production && redisConfigured(cfg.redis) && cfg.cacheEncryption.key === undefined) {
     issue(
       ['cacheEncryption', 'key'],
@@ -190,6 +218,7 @@ function refineSecurity(
     );
   }
 }
+
 export type TokenSettings = BrokerConfig['token'];
 export type ProviderSettings = BrokerConfig['provider'];
 export type RedisSettings = BrokerConfig['redis'];

@@ -62,39 +62,17 @@ export class RedisTokenRecords implements TokenRecords {
     }
     // Expired in Redis time (the key outlived it by less than its own expiry granularity).
     if (expRedis <= redisNow) return { status: 'absent' };
-    let accessToken: string;
-    try {
-      // The clear fields are authenticated with the value: an edited fingerprint, lifetime or
-      // writer's expiry (to pin an old token's expiry, say) fails to open. So is the highest
-      // revocation generation this replica has seen: a value put back after a revoke fails
-      // too, even with the generation key reset as well.
-      accessToken = this.cipher.open(
-        clientId,
-        val,
-        recordContext(fp, expRedis - obtRedis, writerExp ?? ''),
-        generation,
-      );
-    } catch {
-      return this.corrupt(clientId, val);
-    }
-    // The fingerprint is in clear for the fence; it must be this token's.
-    if (fingerprintOf(accessToken) !== fp) return this.corrupt(clientId, val);
+    const lifetimeMs = expRedis - obtRedis;
+    const accessToken = this.openValue(clientId, val, fp, lifetimeMs, writerExp, generation);
+    if (accessToken === undefined) return this.corrupt(clientId, val);
     const offset = this.health.clock.observe(sentAt, arrivedAt, redisNow);
-    const writerExpiresAt = Number(writerExp);
-    // Redis's `exp` is not authenticated (Redis computes it); the writer's expiry is. A stored
-    // `exp` moved later than the writer's expiry plus any believable clock skew is refused.
-    if (
-      Number.isFinite(writerExpiresAt) &&
-      localExpiry(expRedis, offset, writerExpiresAt) > writerExpiresAt + MAX_WRITER_SKEW_MS
-    ) {
-      return this.corrupt(clientId, val);
-    }
-    const expiresAt = localExpiry(expRedis, offset, writerExpiresAt);
+    const expiresAt = checkedExpiry(expRedis, offset, writerExp);
+    if (expiresAt === undefined) return this.corrupt(clientId, val);
     const record = withGeneration(
       {
         accessToken,
         expiresAt,
-        obtainedAt: expiresAt - (expRedis - obtRedis),
+        obtainedAt: expiresAt - lifetimeMs,
         fingerprint: fp,
       },
       generation,
@@ -159,6 +137,35 @@ export class RedisTokenRecords implements TokenRecords {
     this.lastCorrupt.delete(clientId);
   }
 
+  /** The access token in a stored value; undefined when it fails to open or is another's. */
+  private openValue(
+    clientId: string,
+    val: string,
+    fp: string,
+    lifetimeMs: number,
+    writerExp: string | null | undefined,
+    generation: number,
+  ): string | undefined {
+    let accessToken: string;
+    try {
+      // The clear fields are authenticated with the value: an edited fingerprint, lifetime or
+      // writer's expiry (to pin an old token's expiry, say) fails to open. So is the highest
+      // revocation generation this replica has seen: a value put back after a revoke fails
+      // too, even with the generation key reset as well.
+      accessToken = this.cipher.open(
+        clientId,
+        val,
+        recordContext(fp, lifetimeMs, writerExp ?? ''),
+        generation,
+      );
+    } catch {
+      return undefined;
+    }
+    // The fingerprint is in clear for the fence; it must be this token's.
+    if (fingerprintOf(accessToken) !== fp) return undefined;
+    return accessToken;
+  }
+
   private corrupt(clientId: string, val: string): StoredToken {
     this.lastCorrupt.set(clientId, val);
     return { status: 'corrupt' };
@@ -192,6 +199,27 @@ export class RedisTokenRecords implements TokenRecords {
  * to tolerate (replicas 30 s off are tested), far less than a token's lifetime.
  */
 const MAX_WRITER_SKEW_MS = 5 * 60_000;
+
+/**
+ * A stored token's expiry in this replica's clock (see {@link localExpiry}); undefined when
+ * Redis's `exp` lies too far beyond the writer's own expiry.
+ */
+function checkedExpiry(
+  expRedis: number,
+  offset: { upper: number; lower: number },
+  writerExp: string | null | undefined,
+): number | undefined {
+  const writerExpiresAt = Number(writerExp);
+  // Redis's `exp` is not authenticated (Redis computes it); the writer's expiry is. A stored
+  // `exp` moved later than the writer's expiry plus any believable clock skew is refused.
+  if (
+    Number.isFinite(writerExpiresAt) &&
+    localExpiry(expRedis, offset, writerExpiresAt) > writerExpiresAt + MAX_WRITER_SKEW_MS
+  ) {
+    return undefined;
+  }
+  return localExpiry(expRedis, offset, writerExpiresAt);
+}
 
 /** What a sealed value authenticates besides the client id: the fields kept in clear. */
 function recordContext(fingerprint: string, lifetimeMs: number, writerExpiresAt: string): string {

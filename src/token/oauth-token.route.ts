@@ -261,47 +261,75 @@ export class OAuthTokenRoute implements OnModuleInit {
           (method === 'client_secret_basic' || (method === 'none' && mode === 'api-key')),
       });
     if (err instanceof CallerAuthException) {
-      switch (err.code) {
-        case CallerAuthErrorCode.Unauthenticated:
-          return as(
-            OAuthErrorCode.InvalidClient,
-            method === 'none'
-              ? `authenticate with ${methodsFor(mode).join(' or ')}`
-              : 'client authentication failed',
-          );
-        case CallerAuthErrorCode.Forbidden:
-          return as(OAuthErrorCode.UnauthorizedClient, err.message);
-        case CallerAuthErrorCode.Unavailable:
-          return as(OAuthErrorCode.TemporarilyUnavailable, err.message, 2);
-      }
+      const oauth = callerAuthError(err, as, method, mode);
+      if (oauth !== undefined) return oauth;
     }
     if (err instanceof TokenException) {
-      switch (err.code) {
-        case TokenErrorCode.UnknownClient:
-          return as(
-            progress.request?.target?.param === 'scope'
-              ? OAuthErrorCode.InvalidScope
-              : OAuthErrorCode.InvalidTarget,
-            err.message,
-          );
-        case TokenErrorCode.ClientRequired:
-          return as(
-            OAuthErrorCode.InvalidRequest,
-            'several clients are possible: name one with resource=<client id>',
-          );
-        case TokenErrorCode.Unavailable:
-        case TokenErrorCode.CredentialsRejected:
-        case TokenErrorCode.CredentialsUnavailable:
-        case TokenErrorCode.ShuttingDown: {
-          const retry = toProblem(err).headers['retry-after'];
-          return as(OAuthErrorCode.TemporarilyUnavailable, err.message, Number(retry ?? 1));
-        }
-      }
+      const oauth = tokenError(err, as, progress);
+      if (oauth !== undefined) return oauth;
     }
     if (err instanceof RequestException) return as(OAuthErrorCode.InvalidRequest, err.message);
     return as(
       OAuthErrorCode.ServerError,
       `unexpected error; quote the request's x-request-id when reporting it`,
     );
+  }
+}
+
+/** Builds the OAuth error for a failure (see `translate`). */
+type OAuthErrorOf = (
+  code: OAuthErrorCode,
+  message: string,
+  retryAfterSeconds?: number,
+) => OAuthException;
+
+/** A caller-authentication failure as its OAuth error. */
+function callerAuthError(
+  err: CallerAuthException,
+  as: OAuthErrorOf,
+  method: OAuthTokenRequest['method'] | undefined,
+  mode: BrokerConfig['callerAuth']['mode'],
+): OAuthException | undefined {
+  switch (err.code) {
+    case CallerAuthErrorCode.Unauthenticated:
+      return as(
+        OAuthErrorCode.InvalidClient,
+        method === 'none'
+          ? `authenticate with ${methodsFor(mode).join(' or ')}`
+          : 'client authentication failed',
+      );
+    case CallerAuthErrorCode.Forbidden:
+      return as(OAuthErrorCode.UnauthorizedClient, err.message);
+    case CallerAuthErrorCode.Unavailable:
+      return as(OAuthErrorCode.TemporarilyUnavailable, err.message, 2);
+  }
+}
+
+/** A token failure as its OAuth error. */
+function tokenError(
+  err: TokenException,
+  as: OAuthErrorOf,
+  progress: Progress,
+): OAuthException | undefined {
+  switch (err.code) {
+    case TokenErrorCode.UnknownClient:
+      return as(
+        progress.request?.target?.param === 'scope'
+          ? OAuthErrorCode.InvalidScope
+          : OAuthErrorCode.InvalidTarget,
+        err.message,
+      );
+    case TokenErrorCode.ClientRequired:
+      return as(
+        OAuthErrorCode.InvalidRequest,
+        'several clients are possible: name one with resource=<client id>',
+      );
+    case TokenErrorCode.Unavailable:
+    case TokenErrorCode.CredentialsRejected:
+    case TokenErrorCode.CredentialsUnavailable:
+    case TokenErrorCode.ShuttingDown: {
+      const retry = toProblem(err).headers['retry-after'];
+      return as(OAuthErrorCode.TemporarilyUnavailable, err.message, Number(retry ?? 1));
+    }
   }
 }

@@ -1,3 +1,4 @@
+import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
 import { outgoingUrlAttributes, redisStatement } from './span-attributes';
 import { enableSpans } from './spans';
 
@@ -73,12 +74,7 @@ export async function startTracing(
     import('@opentelemetry/instrumentation-ioredis'),
     import('@opentelemetry/instrumentation-aws-sdk'),
   ]);
-  const exporter =
-    kind === 'console'
-      ? new ConsoleSpanExporter()
-      : kind === 'otlp-json'
-        ? new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter()
-        : new (await import('@opentelemetry/exporter-trace-otlp-proto')).OTLPTraceExporter();
+  const exporter = await spanExporter(kind, ConsoleSpanExporter);
   const resource = resourceFromAttributes({ 'service.name': 'token-broker' }).merge(
     detectResources({ detectors: [envDetector] }),
   );
@@ -102,4 +98,16 @@ export async function startTracing(
   });
   await enableSpans();
   return () => provider.shutdown();
+}
+
+/** The span exporter of that kind; each OTLP package is loaded only when it is chosen. */
+async function spanExporter(
+  kind: ExporterKind,
+  ConsoleSpanExporter: new () => SpanExporter,
+): Promise<SpanExporter> {
+  return kind === 'console'
+    ? new ConsoleSpanExporter()
+    : kind === 'otlp-json'
+      ? new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter()
+      : new (await import('@opentelemetry/exporter-trace-otlp-proto')).OTLPTraceExporter();
 }
