@@ -98,14 +98,10 @@ describe('fleet of 3 brokers on one oidc-provider client per profile', () => {
       })),
     });
     // The fleet harness's emulator stays idle: every broker asks the authorization server, for
-    // the clients of the config file (empty values unset the harness's single client).
+    // the clients of this config file (in place of the harness's own).
     fleet = await startFleet({
       size: 3,
       env: {
-        CLIENT_ID: '',
-        PROVIDER_AUTH_URL: '',
-        PROVIDER_BASE_URL: '',
-        CREDENTIALS_FILE: '',
         BROKER_CONFIG_FILE: configFile,
         NODE_EXTRA_CA_CERTS: certs.ca,
         TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),

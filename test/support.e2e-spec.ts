@@ -718,6 +718,7 @@ describe(startStack.name, () => {
       clients: ['acme-prod', 'globex-prod'],
       redis: 'standalone',
       callerAuth: { mode: 'api-key', callers: { checkout: { clients: ['acme-prod'] } } },
+      admin: true,
     });
     try {
       const inProcess = await stack.addBroker({ inProcess: true });
@@ -738,6 +739,11 @@ describe(startStack.name, () => {
         403,
       );
       for (const b of stack.brokers) expect(b.logs().join('\n')).toContain('"level":"debug"');
+      // Each, process or in-process, has an admin listener of its own.
+      for (const b of stack.brokers) {
+        expect(b.adminUrl).not.toBe(b.url);
+        expect((await fetch(`${b.adminUrl!}/metrics`)).status).toBe(200);
+      }
       expect(readFileSync(stack.configFile, 'utf8')).not.toContain(
         stack.credentials['acme-prod'].client_secret,
       );
@@ -745,7 +751,7 @@ describe(startStack.name, () => {
       await stack.close();
     }
     expect(() => readFileSync(stack.configFile)).toThrow(/ENOENT/);
-    for (const url of [stack.provider.url, ...stack.brokers.map((b) => b.url)]) {
+    for (const url of [stack.provider.url, ...stack.brokers.flatMap((b) => [b.url, b.adminUrl!])]) {
       expect(await refused(url)).toBe(true);
     }
     expect(await refused(stack.redis!.url!)).toBe(true);

@@ -1,15 +1,13 @@
-import {
-  SecretsManagerEmulator,
-  secretsManagerClientEnv,
-} from '../../emulator/secrets-manager-emulator';
+import type { SecretsManagerEmulator } from '../../emulator/secrets-manager-emulator';
 import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
-import { type Fleet, FLEET_CREDENTIALS } from '../support/fleet';
+import { type Fleet, FLEET_CLIENT, FLEET_CREDENTIALS } from '../support/fleet';
 import { figures, httpGet } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
 const LIFETIME_S = 4;
 const AHEAD_S = 2;
-const SECRET_ID = 'token-broker/fleet-test';
+/** Where the fleet's Secrets Manager emulator keeps the client's credentials. */
+const SECRET_ID = `token-broker/${FLEET_CLIENT}`;
 const ROTATED = { client_id: FLEET_CREDENTIALS.client_id, client_secret: 'rotated-secret-two' };
 const UNKNOWN = { client_id: FLEET_CREDENTIALS.client_id, client_secret: 'secret-nobody-has' };
 
@@ -32,27 +30,22 @@ describe('credential rotation through Secrets Manager', () => {
   let fleet: Fleet;
 
   beforeAll(async () => {
-    secrets = await SecretsManagerEmulator.start({
-      secrets: { [SECRET_ID]: JSON.stringify(FLEET_CREDENTIALS) },
-    });
     fleet = await startFaultFleet({
       admin: true,
+      secrets: 'secrets-manager',
       lifetimeS: LIFETIME_S,
       aheadS: AHEAD_S,
       env: {
-        CREDENTIALS_FILE: '',
-        CREDENTIALS_SECRET_ID: SECRET_ID,
-        ...secretsManagerClientEnv(secrets.url),
         TOKEN_BACKOFF_BASE_MS: '100',
         TOKEN_BACKOFF_MAX_MS: '1000',
         TOKEN_WAIT_TIMEOUT_MS: '500',
       },
     });
+    secrets = fleet.secrets!;
   }, 30_000);
 
   afterAll(async () => {
     await fleet?.stop();
-    await secrets?.close();
   }, 30_000);
 
   /** The readiness report of the broker at `url`, from its admin listener. */

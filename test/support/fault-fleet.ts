@@ -28,6 +28,8 @@ export interface FaultFleetOptions<R extends TestRedis | RedisTopology = TestRed
   redis?: R;
   /** Every broker also has an admin listener, where readiness answers its full report. */
   admin?: boolean;
+  /** Where the brokers read the client's credentials (see {@link startFleet}). */
+  secrets?: 'file' | 'secrets-manager';
 }
 
 /**
@@ -46,6 +48,7 @@ export async function startFaultFleet<R extends TestRedis | RedisTopology = Test
     size: FAULT_FLEET_SIZE,
     redis: opts.redis,
     admin: opts.admin,
+    secrets: opts.secrets,
     knobs: { tokenLifetimeSeconds: opts.lifetimeS },
     env: {
       TOKEN_REFRESH_AHEAD_SECONDS: String(opts.aheadS),

@@ -1,10 +1,9 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { ProviderEmulator, type ProviderKnobs } from '../../emulator/provider-emulator';
-import { type BrokerProcess, spawnBroker } from './broker-process';
+import type { ProviderEmulator, ProviderKnobs } from '../../emulator/provider-emulator';
+import type { SecretsManagerEmulator } from '../../emulator/secrets-manager-emulator';
+import type { BrokerProcess } from './broker-process';
 import { startRedis, type TestRedis } from './redis-server';
 import type { RedisTopology } from './redis-topology';
+import { type Stack, type StackOptions, startStack } from './stack';
 
 /** A client id and credentials the fleet helpers use everywhere. */
 export const FLEET_CLIENT = 'fleet-test';
@@ -18,16 +17,22 @@ export const FLEET_CREDENTIALS = { client_id: 'fleet-client', client_secret: 'fl
 export interface Fleet<R extends TestRedis | RedisTopology = TestRedis> {
   redis: R;
   emulator: ProviderEmulator;
+  /**
+   * With `secrets: 'secrets-manager'` only: where the brokers read {@link FLEET_CLIENT}'s
+   * credentials (secret `token-broker/fleet-test`).
+   */
+  secrets: SecretsManagerEmulator | undefined;
+  /** The stack's broker processes; {@link Fleet.stop} also stops any a scenario added here. */
   brokers: BrokerProcess[];
-  credentialsFile: string;
   /** Env every broker of this fleet was started with (to start more alike). */
   env: Record<string, string>;
   stop(): Promise<void>;
 }
 
 /**
- * Starts `size` real broker processes sharing one Redis and one provider emulator, and waits
- * until every one is ready. `env` adds to (or overrides) the common settings.
+ * {@link startStack} as the fleet scenarios use it: `size` real broker processes for the one
+ * client {@link FLEET_CLIENT} (known to the provider emulator by {@link FLEET_CREDENTIALS}),
+ * sharing one Redis, and awaited ready. `env` adds to (or overrides) the common settings.
  */
 export async function startFleet<R extends TestRedis | RedisTopology = TestRedis>(opts: {
   size: number;
@@ -35,63 +40,46 @@ export async function startFleet<R extends TestRedis | RedisTopology = TestRedis
   env?: Record<string, string>;
   /** A Redis the caller stops itself; without it the fleet starts (and stops) its own. */
   redis?: R;
-  /** Every broker also has an admin listener (see `SpawnBrokerOptions.admin`). */
+  /** Every broker also has an admin listener (see `StackOptions.admin`). */
   admin?: boolean;
+  /** Where the brokers read the client's credentials (see `StackOptions.secrets`). */
+  secrets?: StackOptions['secrets'];
 }): Promise<Fleet<R>> {
-  const redis = opts.redis ?? ((await startRedis()) as R);
-  const emulator = await ProviderEmulator.start({
-    credentials: { [FLEET_CREDENTIALS.client_id]: FLEET_CREDENTIALS.client_secret },
-    knobs: opts.knobs,
-  });
-  const dir = mkdtempSync(join(tmpdir(), 'tb-fleet-'));
-  const credentialsFile = join(dir, 'credentials.json');
-  writeFileSync(credentialsFile, JSON.stringify(FLEET_CREDENTIALS), { mode: 0o600 });
-  const env: Record<string, string> = {
-    CLIENT_ID: FLEET_CLIENT,
-    ...redisEnv(redis),
-    PROVIDER_AUTH_URL: emulator.url,
-    PROVIDER_BASE_URL: emulator.url,
-    CREDENTIALS_FILE: credentialsFile,
-    CALLER_AUTH_MODE: 'none',
-    CALLER_AUTH_ALLOW_NONE: 'true',
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'warn',
-    // The scenarios use lifetimes of seconds, far below production's; the default floor
-    // between two grants (5 s) would make those too short to serve. Scenarios about the floor
-    // set their own.
-    TOKEN_MIN_REFRESH_INTERVAL_MS: '500',
-    ...opts.env,
-  };
-  const brokers = await Promise.all(
-    Array.from({ length: opts.size }, (_, i) =>
-      spawnBroker({ env, name: `broker-${i}`, admin: opts.admin }),
-    ),
-  );
+  // A standalone Redis of the fleet's own, for the scenarios that kill or restart it.
+  const ownRedis = opts.redis === undefined ? await startRedis() : undefined;
+  const redis = opts.redis ?? (ownRedis as R);
+  let stack: Stack;
   try {
-    await Promise.all(brokers.map((b) => b.waitReady(15_000)));
+    stack = await startStack({
+      name: 'fleet',
+      clients: [{ id: FLEET_CLIENT, credentials: FLEET_CREDENTIALS }],
+      secrets: opts.secrets,
+      redis,
+      replicas: opts.size,
+      admin: opts.admin,
+      knobs: opts.knobs,
+      // The stack's other settings (no caller authentication, a 500 ms floor between two
+      // grants for the scenarios' lifetimes of seconds) are the fleet's too.
+      env: { LOG_LEVEL: 'warn', ...opts.env },
+    });
   } catch (err) {
-    await Promise.all(brokers.map((b) => b.stop()));
-    await emulator.close();
-    if (!opts.redis) await redis.stop();
+    await ownRedis?.stop();
     throw err;
   }
+  // Processes (the stack's default): every broker has one.
+  const brokers = stack.brokers.map((b) => b.process as BrokerProcess);
   return {
     redis,
-    emulator,
+    emulator: stack.provider,
+    secrets: stack.secrets,
     brokers,
-    credentialsFile,
-    env,
+    env: stack.env,
     async stop() {
       await Promise.all(brokers.map((b) => b.stop()));
-      await emulator.close();
-      if (!opts.redis) await redis.stop();
+      await stack.close();
+      await ownRedis?.stop();
     },
   };
-}
-
-/** The broker settings that point at `redis`. */
-function redisEnv(redis: TestRedis | RedisTopology): Record<string, string> {
-  return 'env' in redis ? redis.env() : { REDIS_URL: redis.url };
 }
 
 /**

@@ -30,6 +30,11 @@ export interface StackClient {
    * @default false
    */
   refused?: boolean;
+  /**
+   * The merchant credentials the provider knows and the broker is given.
+   * @default a generated `<merchant>-merchant` id and secret
+   */
+  credentials?: { client_id: string; client_secret: string };
   /** More of the client's config entry (`ordersPath`, `forward`), or overrides (`baseUrl`). */
   config?: Record<string, unknown>;
 }
@@ -102,6 +107,12 @@ export interface StackOptions {
    * @default false
    */
   inProcess?: boolean;
+  /**
+   * Every broker also has an admin listener (`ADMIN_PORT`, a free port) at
+   * {@link StackBroker.adminUrl}, where readiness answers its full report.
+   * @default false
+   */
+  admin?: boolean;
   /** Added to (or overriding) every broker's environment. */
   env?: Record<string, string>;
   /** Provider emulator behaviour. */
@@ -114,6 +125,8 @@ export interface StackBroker {
   /** `http://127.0.0.1:<port>`. */
   readonly url: string;
   readonly port: number;
+  /** `http://127.0.0.1:<admin port>` with {@link StackOptions.admin}; `undefined` otherwise. */
+  readonly adminUrl: string | undefined;
   /** Its log lines (JSON), oldest first. */
   logs(): string[];
   /** The child process; `undefined` in-process. */
@@ -187,11 +200,11 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   );
   const useSecretsManager = opts.secrets === 'secrets-manager';
   const credentials = Object.fromEntries(
-    clients.map(({ id }) => {
+    clients.map(({ id, credentials: given }) => {
       const merchant = id.replace(/-prod$/, '');
       return [
         id,
-        {
+        given ?? {
           client_id: `${merchant}-merchant`,
           client_secret: `${merchant}-${randomBytes(12).toString('hex')}`,
         },
@@ -342,11 +355,12 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     /** Starts a broker on the stack's config (plus `add.env`), without waiting for it. */
     async function launch(label: string, add: AddBrokerOptions): Promise<StackBroker> {
       const brokerEnv = { ...env, ...add.env };
+      const admin = opts.admin ?? false;
       if (add.inProcess ?? opts.inProcess ?? false) {
         useAwsEnv(brokerEnv, teardown);
-        return startInProcess(label, brokerEnv);
+        return startInProcess(label, brokerEnv, admin);
       }
-      return startProcess(label, brokerEnv);
+      return startProcess(label, brokerEnv, admin);
     }
     const serving = (broker: StackBroker, add: AddBrokerOptions) =>
       waitServing(broker, add.wait === 'listening' ? 'listening' : 'ready', {
@@ -374,12 +388,14 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
 async function startProcess(
   name: string,
   env: Record<string, string | undefined>,
+  admin: boolean,
 ): Promise<StackBroker> {
-  const proc = await spawnBroker({ name, env });
+  const proc = await spawnBroker({ name, env, admin });
   return {
     name,
     url: proc.url,
     port: proc.port,
+    adminUrl: proc.adminUrl,
     logs: () => proc.logs(),
     process: proc,
     app: undefined,
@@ -417,6 +433,7 @@ function useAwsEnv(
 async function startInProcess(
   name: string,
   env: Record<string, string | undefined>,
+  admin: boolean,
 ): Promise<StackBroker> {
   // Imported here: the app's modules (NestJS is ES modules only) load only for suites that run
   // it in-process, on a Node that can (see scripts/test.mjs).
@@ -430,10 +447,15 @@ async function startInProcess(
   const { createLogger } = await import('../../src/logging/logger');
   const { createBrokerApp } = await import('../../src/bootstrap');
   const port = env.PORT !== undefined ? Number(env.PORT) : await freePort();
+  const adminPort = admin ? await freePort() : undefined;
   const lines: string[] = [];
   let app: NestFastifyApplication;
   try {
-    const config = loadConfig({ ...env, PORT: String(port) });
+    const config = loadConfig({
+      ...env,
+      PORT: String(port),
+      ...(adminPort !== undefined && { ADMIN_PORT: String(adminPort) }),
+    });
     const logger = createLogger(config.log.level, {
       write(chunk: string) {
         for (const line of chunk.split('\n')) if (line !== '') lines.push(line);
@@ -457,6 +479,7 @@ async function startInProcess(
     name,
     url: `http://127.0.0.1:${port}`,
     port,
+    adminUrl: adminPort !== undefined ? `http://127.0.0.1:${adminPort}` : undefined,
     logs: () => lines,
     process: undefined,
     app,
