@@ -1,6 +1,8 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
 import { CONFIG_DOCS_FILE, renderConfigDocs } from '../scripts/config-docs';
+import { clientSchema } from '../src/config/client.schema';
 import { repoRoot } from './support/repo-root';
 
 const root = repoRoot();
@@ -25,6 +27,33 @@ describe('docs/configuration.md', () => {
     const names = [...loader.matchAll(/\benv: '([A-Z0-9_]+)'/g)].map((m) => m[1]);
     expect(names.length).toBeGreaterThan(50);
     expect(names.filter((name) => !docs.includes(`\`${name}\``))).toEqual([]);
+  });
+});
+
+describe("README.md's client examples", () => {
+  /** Each `yaml` block of the README that is a whole `clients:` list. */
+  const blocks = [
+    ...readFileSync(join(root, 'README.md'), 'utf8').matchAll(/```yaml\n([\s\S]*?)```/g),
+  ]
+    .map((m) => m[1])
+    .filter((block) => block.startsWith('clients:'));
+
+  it('load as the broker reads clients, one example per token request profile', () => {
+    const clients = blocks.flatMap((b) => (parseYaml(b) as { clients: unknown[] }).clients);
+    const profiles = new Set<string>();
+    for (const client of clients) {
+      const parsed = clientSchema.safeParse(client);
+      expect({ client, issues: parsed.error?.issues ?? [] }).toEqual({ client, issues: [] });
+      const request = parsed.data?.tokenRequest;
+      if (request) profiles.add(`${request.grant} ${request.auth}`);
+    }
+    expect([...profiles].sort()).toEqual([
+      'provider-query client_secret_basic',
+      'rfc6749 client_secret_basic',
+      'rfc6749 client_secret_post',
+      'rfc6749 private_key_jwt',
+      'rfc6749 tls_client_auth',
+    ]);
   });
 });
 
