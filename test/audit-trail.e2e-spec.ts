@@ -116,79 +116,64 @@ describe('token audit trail', () => {
     });
   });
 
-  it('passthrough refusals have the same budget: counted by kind, a caller’s refusal kept', async () => {
-    const url = set.apiKeyBroker.url;
-    const path = '/provider/acme-prod/api/marketing/v1/offers';
-    const forwardLines = () =>
+  /**
+   * Three times a second's budget (20) of unauthenticated refusals, then a real caller's 403 and
+   * another caller's 404: at most two windows of the flood are written, the rest are counted in
+   * `<msg> refusals suppressed`, and the caller's own refusal is kept.
+   */
+  async function expectRefusalsBudgeted(
+    audit: string,
+    msg: string,
+    send: (key: string, client: string) => Promise<number>,
+  ): Promise<void> {
+    const auditLinesOf = () =>
       set.apiKeyBroker
         .logs()
-        .filter((l) => l.includes('"audit":"forward"'))
+        .filter((l) => l.includes(`"audit":"${audit}"`))
         .map((l) => JSON.parse(l) as Record<string, unknown>);
-    const get = async (key: string, target = path) => {
-      const res = await fetch(`${url}${target}`, { headers: { authorization: `Bearer ${key}` } });
-      await res.arrayBuffer();
-      return res.status;
-    };
-    const before = forwardLines().length;
-    // Three times the second's budget of unauthenticated refusals, then a real caller's 403.
-    const flood = await Promise.all(Array.from({ length: 60 }, () => get(newKey())));
+    const before = auditLinesOf().length;
+    const flood = await Promise.all(Array.from({ length: 60 }, () => send(newKey(), 'acme-prod')));
     expect(new Set(flood)).toEqual(new Set([401]));
-    expect(await get(set.keys.checkout, '/provider/globex-prod/api/marketing/v1/offers')).toBe(403);
+    expect(await send(set.keys.checkout, 'globex-prod')).toBe(403);
     // Another caller's refusal brings the summary of what was left out.
-    expect(await get(set.keys.ops, '/provider/nobody/api/marketing/v1/offers')).toBe(404);
+    expect(await send(set.keys.ops, 'nobody')).toBe(404);
     const summary = await waitFor(
-      () => forwardLines().find((l) => l.msg === 'forward refusals suppressed'),
+      () => auditLinesOf().find((l) => l.msg === `${msg} refusals suppressed`),
       { timeoutMs: 5000, what: 'the summary line' },
     );
-    const lines = forwardLines().slice(before);
-    const unauthenticated = lines.filter(
-      (l) => l.msg === 'forward' && l.result === 'unauthenticated',
-    );
+    const lines = auditLinesOf().slice(before);
+    const unauthenticated = lines.filter((l) => l.msg === msg && l.result === 'unauthenticated');
     // At most two one-second windows of 20 (a busy machine may straddle one).
     expect(unauthenticated.length).toBeLessThanOrEqual(40);
     expect(summary).toMatchObject({ results: { unauthenticated: 60 - unauthenticated.length } });
     expect(lines).toContainEqual(
-      expect.objectContaining({ msg: 'forward', caller: 'checkout', client: 'globex-prod' }),
+      expect.objectContaining({ msg, caller: 'checkout', client: 'globex-prod' }),
     );
+  }
+
+  it('passthrough refusals have the same budget: counted by kind, a caller’s refusal kept', async () => {
+    await expectRefusalsBudgeted('forward', 'forward', async (key, client) => {
+      const res = await fetch(
+        `${set.apiKeyBroker.url}/provider/${client}/api/marketing/v1/offers`,
+        {
+          headers: { authorization: `Bearer ${key}` },
+        },
+      );
+      await res.arrayBuffer();
+      return res.status;
+    });
   });
 
   it('order refusals have the same budget: counted by kind, a caller’s refusal kept', async () => {
-    const url = set.apiKeyBroker.url;
-    const orderLines = () =>
-      set.apiKeyBroker
-        .logs()
-        .filter((l) => l.includes('"audit":"orders"'))
-        .map((l) => JSON.parse(l) as Record<string, unknown>);
-    const post = async (key: string, client = 'acme-prod') => {
-      const res = await fetch(`${url}/orders?client=${client}`, {
+    await expectRefusalsBudgeted('orders', 'order', async (key, client) => {
+      const res = await fetch(`${set.apiKeyBroker.url}/orders?client=${client}`, {
         method: 'POST',
         headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
         body: '{}',
       });
       await res.arrayBuffer();
       return res.status;
-    };
-    const before = orderLines().length;
-    // Three times the second's budget of unauthenticated refusals, then a real caller's 403.
-    const flood = await Promise.all(Array.from({ length: 60 }, () => post(newKey())));
-    expect(new Set(flood)).toEqual(new Set([401]));
-    expect(await post(set.keys.checkout, 'globex-prod')).toBe(403);
-    // Another caller's refusal brings the summary of what was left out.
-    expect(await post(set.keys.ops, 'nobody')).toBe(404);
-    const summary = await waitFor(
-      () => orderLines().find((l) => l.msg === 'order refusals suppressed'),
-      { timeoutMs: 5000, what: 'the summary line' },
-    );
-    const lines = orderLines().slice(before);
-    const unauthenticated = lines.filter(
-      (l) => l.msg === 'order' && l.result === 'unauthenticated',
-    );
-    // At most two one-second windows of 20 (a busy machine may straddle one).
-    expect(unauthenticated.length).toBeLessThanOrEqual(40);
-    expect(summary).toMatchObject({ results: { unauthenticated: 60 - unauthenticated.length } });
-    expect(lines).toContainEqual(
-      expect.objectContaining({ msg: 'order', caller: 'checkout', client: 'globex-prod' }),
-    );
+    });
   });
 
   it('logs the broker’s own request id as reqId, the caller’s beside it', async () => {
