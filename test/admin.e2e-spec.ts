@@ -1,20 +1,20 @@
 import { createHash } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Redis from 'ioredis';
-import { ProviderEmulator } from '../emulator/provider-emulator';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import type Redis from 'ioredis';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
 import { FaultProxy } from './support/fault-proxy';
 import { FLEET_CLIENT, FLEET_CREDENTIALS } from './support/fleet';
-import { freePort } from './support/ports';
-import { startRedis, type TestRedis } from './support/redis-server';
+import type { RedisTopology } from './support/redis-topology';
+import { type Stack, type StackBroker, startStack } from './support/stack';
 import { delay, waitFor } from './support/wait';
 
 /**
  * The admin listener and routes (issue #16) on three real broker processes, each reaching Redis
  * through a fault proxy of its own so that one can be cut off: scopes and audit lines, a forced
- * refresh fleet-wide, and a revoke while one replica is partitioned from Redis.
+ * refresh fleet-wide, and a revoke while one replica is partitioned from Redis. Processes, not
+ * in-process brokers: a replica is known to the fleet by host and pid (REPLICA_ID), whom a
+ * revoke is acknowledged by and whose reload requests the others act on.
  */
 const ADMIN_KEY = 'admin-key-0123456789abcdef0123456789abcdef';
 const CALLER_KEY = 'caller-key-0123456789abcdef0123456789abcdef';
@@ -34,7 +34,7 @@ const GRANTS = [
 ];
 
 interface Replica {
-  broker: BrokerProcess;
+  broker: StackBroker;
   adminUrl: string;
   proxy: FaultProxy;
 }
@@ -48,57 +48,50 @@ interface Served {
 }
 
 describe('admin routes (3 replicas)', () => {
-  let redis: TestRedis;
+  let set: Stack;
   let emulator: ProviderEmulator;
   let replicas: Replica[];
   let inspect: Redis;
+  const proxies: FaultProxy[] = [];
   let files: { credentials: string; keys: string };
 
   beforeAll(async () => {
-    redis = await startRedis();
-    emulator = await ProviderEmulator.start({
-      credentials: { [FLEET_CREDENTIALS.client_id]: FLEET_CREDENTIALS.client_secret },
+    // Caller grants in a file of their own (CALLER_API_KEYS_FILE), not inline in the config:
+    // `POST /admin/reload` re-reads that file.
+    set = await startStack({
+      name: 'admin',
+      admin: true,
+      replicas: 0,
+      redis: 'standalone',
+      clients: [{ id: FLEET_CLIENT, credentials: FLEET_CREDENTIALS }],
+      callerAuth: { mode: 'api-key' },
+      env: { LOG_LEVEL: 'info', REDIS_PING_INTERVAL_MS: '200', REDIS_COMMAND_TIMEOUT_MS: '300' },
     });
-    const dir = mkdtempSync(join(tmpdir(), 'tb-admin-'));
-    files = { credentials: join(dir, 'credentials.json'), keys: join(dir, 'keys.json') };
-    writeFileSync(files.credentials, JSON.stringify(FLEET_CREDENTIALS), { mode: 0o600 });
+    emulator = set.provider;
+    const config = JSON.parse(readFileSync(set.configFile, 'utf8')) as {
+      clients: Array<{ credentials: { file: string } }>;
+    };
+    files = { credentials: config.clients[0].credentials.file, keys: join(set.dir, 'keys.json') };
     writeFileSync(files.keys, JSON.stringify(GRANTS));
+    const redis = set.redis as RedisTopology;
+    const [host, port] = redis.nodes[0].split(':');
     replicas = await Promise.all(
       [0, 1, 2].map(async (i) => {
-        const proxy = await FaultProxy.start({ target: { host: redis.host, port: redis.port } });
-        const adminPort = await freePort();
-        const broker = await spawnBroker({
+        const proxy = await FaultProxy.start({ target: { host, port: Number(port) } });
+        proxies.push(proxy);
+        const broker = await set.addBroker({
           name: `broker-${i}`,
-          env: {
-            CLIENT_ID: FLEET_CLIENT,
-            REDIS_URL: proxy.url('redis'),
-            PROVIDER_AUTH_URL: emulator.url,
-            PROVIDER_BASE_URL: emulator.url,
-            CREDENTIALS_FILE: files.credentials,
-            CALLER_AUTH_MODE: 'api-key',
-            CALLER_API_KEYS_FILE: files.keys,
-            HOST: '127.0.0.1',
-            ADMIN_PORT: String(adminPort),
-            LOG_LEVEL: 'info',
-            REDIS_PING_INTERVAL_MS: '200',
-            REDIS_COMMAND_TIMEOUT_MS: '300',
-            TOKEN_MIN_REFRESH_INTERVAL_MS: '500',
-          },
+          env: { REDIS_URL: proxy.url('redis'), CALLER_API_KEYS_FILE: files.keys },
         });
-        return { broker, proxy, adminUrl: `http://127.0.0.1:${adminPort}` };
+        return { broker, proxy, adminUrl: broker.adminUrl! };
       }),
     );
-    await Promise.all(replicas.map((r) => r.broker.waitReady(20_000)));
-    inspect = new Redis(redis.url, { lazyConnect: true });
-    await inspect.connect();
+    inspect = redis.client() as Redis;
   });
 
   afterAll(async () => {
-    inspect?.disconnect();
-    await Promise.all((replicas ?? []).map((r) => r.broker.stop()));
-    await Promise.all((replicas ?? []).map((r) => r.proxy.close()));
-    await emulator?.close();
-    await redis?.stop();
+    await set?.close();
+    await Promise.all(proxies.map((p) => p.close()));
   });
 
   const admin = (r: Replica, path: string, method = 'GET', key = ADMIN_KEY) =>

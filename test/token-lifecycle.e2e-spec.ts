@@ -4,7 +4,7 @@ import { clientSchema, type ClientConfig } from '../src/config/client.schema';
 import type { TokenSettings } from '../src/config/config.schema';
 import { providerSettingsSchema, tokenSettingsSchema } from '../src/config/provider.schema';
 import { redisSettingsSchema } from '../src/config/redis.schema';
-import { ProviderEmulator } from '../emulator/provider-emulator';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
 import { MetricsService } from '../src/metrics/metrics.service';
 import { AuthServerClient } from '../src/provider/auth-server.client';
 import { createProviderAgent } from '../src/provider/provider-http';
@@ -16,6 +16,7 @@ import { PlainTokenCipher } from '../src/token/plain-token.cipher';
 import { toRecord } from '../src/token/token-record';
 import { TokenErrorCode, TokenException } from '../src/token/token.exception';
 import { startRedis, type TestRedis } from './support/redis-server';
+import { type Stack, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 
 // Nest 12 ships ES modules only, which Jest's CommonJS runtime cannot load; MetricsService only
@@ -62,9 +63,12 @@ interface Replica {
  * process, each on its own Redis connections (one replica each), the real Redis token store,
  * the provider emulator over HTTP with the real auth-server client, a controllable clock and
  * seeded randomness. Assertions are on what the provider saw and which token each replica holds.
+ * The stack is the provider emulator and that Redis, with no broker: the managers are the
+ * replicas.
  */
 describe(`${ClientTokenManager.name} lifecycle`, () => {
   let redis: TestRedis;
+  let set: Stack;
   let emulator: ProviderEmulator;
   let agent: Agent;
   let client: ClientConfig;
@@ -142,10 +146,20 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
   };
 
   beforeAll(async () => {
+    // A local redis-server, which the tests kill and restart: started here, given to the stack.
     redis = await startRedis({ forceLocal: true });
-    emulator = await ProviderEmulator.start({
-      credentials: { [CREDENTIALS.clientId]: CREDENTIALS.clientSecret },
+    set = await startStack({
+      name: 'lifecycle',
+      replicas: 0,
+      redis,
+      clients: [
+        {
+          id: CLIENT_ID,
+          credentials: { client_id: CREDENTIALS.clientId, client_secret: CREDENTIALS.clientSecret },
+        },
+      ],
     });
+    emulator = set.provider;
     agent = createProviderAgent(providerSettingsSchema.parse({}));
     client = clientSchema.parse({
       id: CLIENT_ID,
@@ -172,9 +186,9 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
   });
 
   afterAll(async () => {
-    await agent.close();
-    await emulator.close();
-    await redis.stop();
+    await agent?.close();
+    await set?.close();
+    await redis?.stop();
   });
 
   it('single flight: concurrent gets on one replica cost one provider request', async () => {

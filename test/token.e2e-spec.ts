@@ -1,12 +1,11 @@
-import { ProviderEmulator } from '../emulator/provider-emulator';
-import {
-  SecretsManagerEmulator,
-  secretsManagerClientEnv,
-} from '../emulator/secrets-manager-emulator';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
+import type { SecretsManagerEmulator } from '../emulator/secrets-manager-emulator';
+import { type AddBrokerOptions, type Stack, type StackBroker, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 
-const SECRET_ID = 'token-broker/acme-preprod';
+const CLIENT = 'acme-preprod';
+/** Where the stack's Secrets Manager keeps the client's credentials. */
+const SECRET_ID = `token-broker/${CLIENT}`;
 const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
 
 interface TokenBody {
@@ -16,52 +15,50 @@ interface TokenBody {
   expires_at: string;
 }
 
-/** One broker process, credentials from the real AWS SDK against a local Secrets Manager. */
+/**
+ * One broker in the Jest process per test, credentials from the real AWS SDK against a local
+ * Secrets Manager. The last test is about the process (its exit code): a child process there.
+ */
 describe('GET /token (single broker, Secrets Manager credentials)', () => {
+  let set: Stack;
   let provider: ProviderEmulator;
   let secrets: SecretsManagerEmulator;
-  const brokers: BrokerProcess[] = [];
 
-  async function broker(env: Record<string, string> = {}): Promise<BrokerProcess> {
-    const b = await spawnBroker({
-      env: {
-        CLIENT_ID: 'acme-preprod',
-        PROVIDER_AUTH_URL: provider.url,
-        PROVIDER_BASE_URL: provider.url,
-        CREDENTIALS_SECRET_ID: SECRET_ID,
-        CALLER_AUTH_MODE: 'none',
-        CALLER_AUTH_ALLOW_NONE: 'true',
-        HOST: '127.0.0.1',
-        LOG_LEVEL: 'warn',
-        TOKEN_BACKOFF_BASE_MS: '50',
-        TOKEN_BACKOFF_MAX_MS: '500',
-        ...secretsManagerClientEnv(secrets.url),
-        ...env,
-      },
-    });
-    brokers.push(b);
-    return b;
-  }
+  /** A broker on this test's stack; readiness awaited unless `add.wait` says otherwise. */
+  const broker = (
+    env: Record<string, string | undefined> = {},
+    add: AddBrokerOptions = {},
+  ): Promise<StackBroker> => set.addBroker({ ...add, env });
+
+  /** Until the broker's readiness answers 200. */
+  const waitReady = (b: StackBroker) =>
+    waitFor(
+      async () =>
+        (await fetch(`${b.url}/health/ready`).catch(() => ({ status: 0 }))).status === 200 ||
+        undefined,
+      { timeoutMs: 10_000, what: `${b.name} to be ready` },
+    );
 
   beforeEach(async () => {
-    provider = await ProviderEmulator.start({
-      credentials: { [CREDS.client_id]: CREDS.client_secret },
+    set = await startStack({
+      name: 'token',
+      inProcess: true,
+      replicas: 0,
+      clients: [{ id: CLIENT, credentials: CREDS }],
+      secrets: 'secrets-manager',
       knobs: { tokenLifetimeSeconds: 60 },
+      env: { LOG_LEVEL: 'warn', TOKEN_BACKOFF_BASE_MS: '50', TOKEN_BACKOFF_MAX_MS: '500' },
     });
-    secrets = await SecretsManagerEmulator.start({
-      secrets: { [SECRET_ID]: JSON.stringify(CREDS) },
-    });
+    provider = set.provider;
+    secrets = set.secrets!;
   });
 
   afterEach(async () => {
-    await Promise.all(brokers.splice(0).map((b) => b.stop()));
-    await provider.close();
-    await secrets.close();
+    await set?.close();
   });
 
   it('serves an RFC 6749-shaped token with no-store, and one provider request for many calls', async () => {
     const b = await broker();
-    await b.waitReady(10_000);
     const first = await fetch(`${b.url}/token`);
     expect(first.status).toBe(200);
     expect(first.headers.get('cache-control')).toBe('no-store');
@@ -106,7 +103,6 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
 
   it('echoes a sane X-Request-Id on a cache hit and replaces an unsafe one', async () => {
     const b = await broker();
-    await b.waitReady(10_000);
     const kept = await fetch(`${b.url}/token`, { headers: { 'x-request-id': 'caller-req-7' } });
     expect(kept.status).toBe(200);
     expect(kept.headers.get('x-request-id')).toBe('caller-req-7');
@@ -117,7 +113,6 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
 
   it('refreshes when a caller needs more lifetime than the token has left (mandatory window)', async () => {
     const b = await broker();
-    await b.waitReady(10_000);
     const first = (await (await fetch(`${b.url}/token`)).json()) as TokenBody;
     await waitFor(() => Date.now() > Date.parse(first.expires_at) - 58_500, {
       timeoutMs: 3000,
@@ -140,7 +135,6 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
     ['/nothing-here', 404, 'not_found'],
   ])('answers %s with %i problem+json %s', async (path, status, code) => {
     const b = await broker();
-    await b.waitReady(10_000);
     const res = await fetch(`${b.url}${path}`);
     expect(res.status).toBe(status);
     expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
@@ -152,7 +146,7 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
 
   it('answers 503 with Retry-After while the provider is down at start, then recovers', async () => {
     provider.setKnobs({ tokenFailure: { kind: 'status', status: 503 } });
-    const b = await broker({ TOKEN_WAIT_TIMEOUT_MS: '300' });
+    const b = await broker({ TOKEN_WAIT_TIMEOUT_MS: '300' }, { wait: 'none' });
     await waitFor(() => provider.stats.tokenRequests >= 2, { timeoutMs: 10_000, what: 'retries' });
     const ready = await fetch(`${b.url}/health/ready`);
     expect(ready.status).toBe(503);
@@ -162,13 +156,13 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
     expect(((await res.json()) as { code: string }).code).toBe('token_unavailable');
 
     provider.setKnobs({ tokenFailure: null });
-    await b.waitReady(10_000);
+    await waitReady(b);
     expect((await fetch(`${b.url}/token`)).status).toBe(200);
   });
 
   it('tells operators which secret to check when the credentials cannot be read, callers its code only', async () => {
     secrets.deleteSecret(SECRET_ID);
-    const b = await broker();
+    const b = await broker({}, { wait: 'none' });
     await waitFor(() => secrets.stats.requests >= 1, {
       timeoutMs: 10_000,
       what: 'a Secrets Manager read',
@@ -204,7 +198,6 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
       TOKEN_REFRESH_AHEAD_SECONDS: '2',
       TOKEN_MIN_REFRESH_INTERVAL_MS: '1000',
     });
-    await b.waitReady(10_000);
     const first = (await (await fetch(`${b.url}/token`)).json()) as TokenBody;
     const rotated = { client_id: CREDS.client_id, client_secret: 'rotated-secret-2' };
     secrets.setSecret(SECRET_ID, JSON.stringify(rotated));
@@ -224,8 +217,19 @@ describe('GET /token (single broker, Secrets Manager credentials)', () => {
   });
 
   it('refuses to start on a bad setting, naming it and not its value', async () => {
-    const b = await broker({ PORT: 'not-a-port-SECRETISH', PROVIDER_AUTH_URL: 'nope' });
-    const exit = await b.exited;
+    // Exit code 78 is main.ts's: a child process, its client set by variables, not the file.
+    const b = await broker(
+      {
+        BROKER_CONFIG_FILE: undefined,
+        CLIENT_ID: CLIENT,
+        PROVIDER_BASE_URL: provider.url,
+        CREDENTIALS_SECRET_ID: SECRET_ID,
+        PORT: 'not-a-port-SECRETISH',
+        PROVIDER_AUTH_URL: 'nope',
+      },
+      { inProcess: false, wait: 'none' },
+    );
+    const exit = await b.process!.exited;
     expect(exit.code).toBe(78);
     const out = b.logs().join('\n');
     expect(out).toContain('PORT');

@@ -2,17 +2,11 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
-import { ProviderEmulator } from '../emulator/provider-emulator';
-import {
-  SecretsManagerEmulator,
-  secretsManagerClientEnv,
-} from '../emulator/secrets-manager-emulator';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
-import { startRedis, type TestRedis } from './support/redis-server';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
+import { type Stack, type StackBroker, startStack } from './support/stack';
 import { delay, waitFor } from './support/wait';
 
 const CREDS = { client_id: 'trace-merchant', client_secret: randomBytes(12).toString('hex') };
-const SECRET_ID = 'token-broker/trace-credentials';
 const CLIENT = 'traced';
 
 /** One span as OTLP/HTTP JSON carries it (ids in hex). */
@@ -101,35 +95,26 @@ function childrenOf(spans: OtlpSpan[], parent: OtlpSpan): OtlpSpan[] {
  * child's context); the refresh pass has its lock, provider request and fenced write as child
  * spans, with the Redis commands and the HTTP call below them; Secrets Manager reads are
  * spans; an L1 hit creates none.
+ *
+ * The broker is a child process: tracing starts in main.ts, from the OTEL_* variables, before
+ * the app and the libraries it instruments (ioredis, undici, the AWS SDK) are loaded, and its
+ * tracer provider is global to the process.
  */
 describe('OpenTelemetry traces (real broker, OTLP/HTTP receiver)', () => {
   let receiver: OtlpReceiver;
+  let set: Stack;
   let provider: ProviderEmulator;
-  let secrets: SecretsManagerEmulator;
-  let redis: TestRedis;
-  let broker: BrokerProcess;
+  let broker: StackBroker;
 
   beforeAll(async () => {
-    [receiver, provider, secrets, redis] = await Promise.all([
-      OtlpReceiver.start(),
-      ProviderEmulator.start({ credentials: { [CREDS.client_id]: CREDS.client_secret } }),
-      SecretsManagerEmulator.start({ secrets: { [SECRET_ID]: JSON.stringify(CREDS) } }),
-      startRedis(),
-    ]);
-    // No token at start-up: the first request fails, so the first caller has to wait.
-    provider.failNextTokenRequests(2, { kind: 'status', status: 503 });
-    broker = await spawnBroker({
-      name: 'traced-broker',
+    receiver = await OtlpReceiver.start();
+    set = await startStack({
+      name: 'traced',
+      replicas: 0,
+      redis: 'standalone',
+      clients: [{ id: CLIENT, credentials: CREDS }],
+      secrets: 'secrets-manager',
       env: {
-        CLIENT_ID: CLIENT,
-        REDIS_URL: redis.url,
-        PROVIDER_AUTH_URL: provider.url,
-        PROVIDER_BASE_URL: provider.url,
-        CREDENTIALS_SECRET_ID: SECRET_ID,
-        ...secretsManagerClientEnv(secrets.url),
-        CALLER_AUTH_MODE: 'none',
-        CALLER_AUTH_ALLOW_NONE: 'true',
-        HOST: '127.0.0.1',
         LOG_LEVEL: 'warn',
         TOKEN_BACKOFF_BASE_MS: '300',
         TOKEN_BACKOFF_MAX_MS: '600',
@@ -140,11 +125,15 @@ describe('OpenTelemetry traces (real broker, OTLP/HTTP receiver)', () => {
         OTEL_SERVICE_NAME: 'token-broker-under-test',
       },
     });
+    provider = set.provider;
+    // No token at start-up: the first request fails, so the first caller has to wait.
+    provider.failNextTokenRequests(2, { kind: 'status', status: 503 });
+    broker = await set.addBroker({ name: 'traced-broker', wait: 'none' });
   }, 30_000);
 
   afterAll(async () => {
-    await broker?.stop();
-    await Promise.all([receiver?.close(), provider?.close(), secrets?.close(), redis?.stop()]);
+    await set?.close();
+    await receiver?.close();
   });
 
   const waiting = traceparent();
