@@ -1,12 +1,5 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import {
-  SecretsManagerEmulator,
-  secretsManagerClientEnv,
-} from '../emulator/secrets-manager-emulator';
 import { type AuthServer, startAuthServer } from './support/auth-server';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { type Stack, type StackBroker, startStack } from './support/stack';
 
 const secret = (client_id: string, client_secret: string) =>
   JSON.stringify({ client_id, client_secret });
@@ -16,12 +9,12 @@ const secret = (client_id: string, client_secret: string) =>
  * current version of a Secrets Manager secret, the broker tries AWSPENDING (a rotation in
  * progress: the server already has the new secret) and then AWSPREVIOUS (the server still has
  * the old one), uses the first the server accepts and logs its stage. Secrets Manager is the
- * real SDK against the project's emulator.
+ * real SDK against the project's emulator; the broker runs in the Jest process.
  */
 describe('credentials rotation across Secrets Manager staging labels', () => {
   let as: AuthServer;
-  let secrets: SecretsManagerEmulator;
-  let broker: BrokerProcess;
+  let stack: Stack;
+  let broker: StackBroker;
 
   beforeAll(async () => {
     as = await startAuthServer({
@@ -38,58 +31,53 @@ describe('credentials rotation across Secrets Manager staging labels', () => {
         },
       ],
     });
-    secrets = await SecretsManagerEmulator.start({
-      secrets: {
-        'tb/pending': secret('shop-pending', 'pending-old-secret-0123456789abcdef'),
-        'tb/previous': secret('shop-previous', 'previous-new-secret-0123456789abcdef'),
+    // The current versions are the ones the stack keeps; the other stages are set before the
+    // broker first reads them.
+    const client = (id: string, client_id: string, client_secret: string, auth: string) => ({
+      id,
+      credentials: { client_id, client_secret },
+      config: {
+        authUrl: as.url,
+        baseUrl: as.url,
+        tokenRequest: { grant: 'rfc6749', url: as.tokenUrl, auth },
       },
     });
-    secrets.setSecretStage(
-      'tb/pending',
+    stack = await startStack({
+      name: 'stages',
+      clients: [
+        client(
+          'pending',
+          'shop-pending',
+          'pending-old-secret-0123456789abcdef',
+          'client_secret_basic',
+        ),
+        client(
+          'previous',
+          'shop-previous',
+          'previous-new-secret-0123456789abcdef',
+          'client_secret_post',
+        ),
+      ],
+      secrets: 'secrets-manager',
+      inProcess: true,
+      replicas: 0,
+      env: { LOG_LEVEL: 'info', TOKEN_REFRESH_AHEAD_SECONDS: '10' },
+    });
+    stack.secrets!.setSecretStage(
+      'token-broker/pending',
       'AWSPENDING',
       secret('shop-pending', 'pending-new-secret-0123456789abcdef'),
     );
-    secrets.setSecretStage(
-      'tb/previous',
+    stack.secrets!.setSecretStage(
+      'token-broker/previous',
       'AWSPREVIOUS',
       secret('shop-previous', 'previous-old-secret-0123456789abcdef'),
     );
-    const dir = mkdtempSync(join(tmpdir(), 'tb-stages-'));
-    const configFile = join(dir, 'broker.json');
-    const client = (id: string, secretId: string, auth: string) => ({
-      id,
-      authUrl: as.url,
-      baseUrl: as.url,
-      credentials: { secretId },
-      tokenRequest: { grant: 'rfc6749', url: as.tokenUrl, auth },
-    });
-    writeFileSync(
-      configFile,
-      JSON.stringify({
-        clients: [
-          client('pending', 'tb/pending', 'client_secret_basic'),
-          client('previous', 'tb/previous', 'client_secret_post'),
-        ],
-      }),
-    );
-    broker = await spawnBroker({
-      name: 'broker-stages',
-      env: {
-        BROKER_CONFIG_FILE: configFile,
-        ...secretsManagerClientEnv(secrets.url),
-        CALLER_AUTH_MODE: 'none',
-        CALLER_AUTH_ALLOW_NONE: 'true',
-        HOST: '127.0.0.1',
-        LOG_LEVEL: 'info',
-        TOKEN_REFRESH_AHEAD_SECONDS: '10',
-      },
-    });
-    await broker.waitReady(20_000);
+    broker = await stack.addBroker({ name: 'broker-stages' });
   });
 
   afterAll(async () => {
-    await broker?.stop();
-    await secrets?.close();
+    await stack?.close();
     await as?.stop();
   });
 

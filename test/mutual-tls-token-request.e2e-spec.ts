@@ -5,16 +5,18 @@ import {
   readFileSync,
   renameSync,
   symlinkSync,
-  writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  SecretsManagerEmulator,
-  secretsManagerClientEnv,
-} from '../emulator/secrets-manager-emulator';
 import { type AuthServer, introspect, startAuthServer } from './support/auth-server';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import {
+  type Stack,
+  type StackBroker,
+  type StackClient,
+  type StackCredentials,
+  type StackOptions,
+  startStack,
+} from './support/stack';
 import { makeTestCertificates, type TestCertificates } from './support/test-certificates';
 import { waitFor } from './support/wait';
 
@@ -24,12 +26,14 @@ const INTROSPECTOR = { id: 'introspector', secret: 'introspector-secret-01234567
  * tls_client_auth (RFC 8705) against oidc-provider behind an https server that asks for a
  * client certificate: the broker presents the client's certificate to that client's token
  * endpoint only. Certificates are made with openssl in the test's temporary directory; the
- * broker trusts the test CA through NODE_EXTRA_CA_CERTS.
+ * broker trusts the test CA through NODE_EXTRA_CA_CERTS, as an operator makes it trust a private
+ * CA: Node reads it when the process starts, so the brokers are processes.
  */
 describe('tls_client_auth against oidc-provider over mutual TLS', () => {
   let certs: TestCertificates;
   let as: AuthServer;
-  let broker: BrokerProcess;
+  let stack: Stack;
+  let broker: StackBroker;
   let dir: string;
 
   beforeAll(async () => {
@@ -55,55 +59,55 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
         },
       ],
     });
-    const configFile = write('broker.json', {
-      clients: [
-        client(
-          'mtls',
-          write('mtls.json', {
-            client_id: 'shop-mtls',
-            certificate: readFileSync(certs.clientCert, 'utf8'),
-            private_key: readFileSync(certs.clientKey, 'utf8'),
-          }),
-          { auth: 'tls_client_auth' },
-        ),
-        client(
-          'post',
-          write('post.json', {
-            client_id: 'shop-post',
-            client_secret: 'post-secret-0123456789abcdef01234',
-          }),
-          { auth: 'client_secret_post' },
-        ),
-      ],
-    });
-    broker = await spawnBroker({ name: 'broker-mtls', env: env(configFile) });
-    await broker.waitReady(20_000);
+    stack = await stackOf('broker-mtls', [
+      client('mtls', pair(certs.clientCert, certs.clientKey), 'tls_client_auth'),
+      client(
+        'post',
+        { client_id: 'shop-post', client_secret: 'post-secret-0123456789abcdef01234' },
+        'client_secret_post',
+      ),
+    ]);
+    broker = stack.broker;
   });
 
-  const write = (name: string, value: object) => {
-    const file = join(dir, name);
-    writeFileSync(file, JSON.stringify(value), { mode: 0o600 });
-    return file;
-  };
-  const client = (id: string, credentials: string, tokenRequest: object) => ({
+  /** The credentials of the `shop-mtls` client with this certificate and key (PEM files). */
+  const pair = (cert: string, key: string): StackCredentials => ({
+    client_id: 'shop-mtls',
+    certificate: readFileSync(cert, 'utf8'),
+    private_key: readFileSync(key, 'utf8'),
+  });
+  /** A client of the authorization server, authenticating with `auth`. */
+  const client = (
+    id: string,
+    credentials: StackCredentials,
+    auth: string,
+    config: Record<string, unknown> = {},
+  ): StackClient => ({
     id,
-    authUrl: as.url,
-    baseUrl: as.url,
-    credentials: { file: credentials },
-    tokenRequest: { grant: 'rfc6749', url: as.tokenUrl, ...tokenRequest },
+    credentials,
+    config: {
+      authUrl: as.url,
+      baseUrl: as.url,
+      tokenRequest: { grant: 'rfc6749', url: as.tokenUrl, auth },
+      ...config,
+    },
   });
-  const env = (configFile: string) => ({
-    BROKER_CONFIG_FILE: configFile,
-    NODE_EXTRA_CA_CERTS: certs.ca,
-    CALLER_AUTH_MODE: 'none',
-    CALLER_AUTH_ALLOW_NONE: 'true',
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'warn',
-    TOKEN_REFRESH_AHEAD_SECONDS: '10',
-  });
+  /** A stack of broker processes on these clients, trusting the test CA. */
+  const stackOf = (name: string, clients: StackClient[], opts: StackOptions = {}) =>
+    startStack({
+      name,
+      clients,
+      ...opts,
+      env: {
+        NODE_EXTRA_CA_CERTS: certs.ca,
+        LOG_LEVEL: 'warn',
+        TOKEN_REFRESH_AHEAD_SECONDS: '10',
+        ...opts.env,
+      },
+    });
 
   afterAll(async () => {
-    await broker?.stop();
+    await stack?.close();
     await as?.stop();
   });
 
@@ -129,66 +133,34 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
   });
 
   it('reads the certificate and key from Secrets Manager through the AWS SDK', async () => {
-    const secrets = await SecretsManagerEmulator.start({
-      secrets: {
-        'token-broker/mtls': JSON.stringify({
-          client_id: 'shop-mtls',
-          certificate: readFileSync(certs.clientCert, 'utf8'),
-          private_key: readFileSync(certs.clientKey, 'utf8'),
-        }),
-      },
-    });
-    const fromSecret = await spawnBroker({
-      name: 'broker-mtls-secrets-manager',
-      env: {
-        ...env(
-          write('sm-broker.json', {
-            clients: [
-              {
-                ...client('mtls', '', { auth: 'tls_client_auth' }),
-                credentials: { secretId: 'token-broker/mtls' },
-              },
-            ],
-          }),
-        ),
-        ...secretsManagerClientEnv(secrets.url),
-      },
-    });
+    // The stack keeps the pair in its Secrets Manager emulator, as `token-broker/mtls`.
+    const fromSecret = await stackOf(
+      'broker-mtls-secrets-manager',
+      [client('mtls', pair(certs.clientCert, certs.clientKey), 'tls_client_auth')],
+      { secrets: 'secrets-manager' },
+    );
     try {
-      await fromSecret.waitReady(20_000);
-      const res = await fetch(`${fromSecret.url}/token?client=mtls`);
+      const res = await fetch(`${fromSecret.broker.url}/token?client=mtls`);
       expect(res.status).toBe(200);
       const { access_token } = (await res.json()) as { access_token: string };
       await expect(introspect(as, access_token, INTROSPECTOR, certs.ca)).resolves.toMatchObject({
         active: true,
         client_id: 'shop-mtls',
       });
-      expect(secrets.stats.bySecret['token-broker/mtls']).toBeGreaterThanOrEqual(1);
+      expect(fromSecret.secrets!.stats.bySecret['token-broker/mtls']).toBeGreaterThanOrEqual(1);
     } finally {
-      await fromSecret.stop();
-      await secrets.close();
+      await fromSecret.close();
     }
   });
 
   it('is refused, and says so, with a certificate the server does not hold for the client', async () => {
-    const intruder = await spawnBroker({
-      name: 'broker-mtls-other-certificate',
-      env: env(
-        write('other-broker.json', {
-          clients: [
-            client(
-              'mtls',
-              write('other.json', {
-                client_id: 'shop-mtls',
-                certificate: readFileSync(certs.otherCert, 'utf8'),
-                private_key: readFileSync(certs.otherKey, 'utf8'),
-              }),
-              { auth: 'tls_client_auth' },
-            ),
-          ],
-        }),
-      ),
-    });
+    // Never ready: awaited listening only.
+    const other = await stackOf(
+      'broker-mtls-other-certificate',
+      [client('mtls', pair(certs.otherCert, certs.otherKey), 'tls_client_auth')],
+      { replicas: 0 },
+    );
+    const intruder = await other.addBroker({ wait: 'listening' });
     try {
       const answer = await waitFor(
         async () => {
@@ -204,7 +176,7 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
         ['shop-mtls', 'invalid_client', 'another-client'],
       ]);
     } finally {
-      await intruder.stop();
+      await other.close();
     }
   });
 
@@ -226,27 +198,22 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
     symlinkSync('..data/tls.crt', join(mount, 'tls.crt'));
     symlinkSync('..data/tls.key', join(mount, 'tls.key'));
     const since = as.grants().length;
-    const files = await spawnBroker({
-      name: 'broker-mtls-files',
-      env: {
-        ...env(
-          write('files-broker.json', {
-            clients: [
-              {
-                ...client('mtls', '', { auth: 'tls_client_auth' }),
-                credentials: {
-                  clientId: 'shop-mtls',
-                  certificateFile: join(mount, 'tls.crt'),
-                  privateKeyFile: join(mount, 'tls.key'),
-                },
-              },
-            ],
-          }),
-        ),
-        // The background probe after a permanent failure comes this often.
-        TOKEN_BACKOFF_MAX_MS: '300',
-      },
-    });
+    // The config names the mounted files in place of the credentials the stack would write.
+    const mounted = await stackOf(
+      'broker-mtls-files',
+      [
+        client('mtls', { client_id: 'shop-mtls' }, 'tls_client_auth', {
+          credentials: {
+            clientId: 'shop-mtls',
+            certificateFile: join(mount, 'tls.crt'),
+            privateKeyFile: join(mount, 'tls.key'),
+          },
+        }),
+      ],
+      // The background probe after a permanent failure comes this often.
+      { replicas: 0, env: { TOKEN_BACKOFF_MAX_MS: '300' } },
+    );
+    const files = await mounted.addBroker({ wait: 'listening' });
     try {
       const tokenAnswer = async () => {
         const res = await fetch(`${files.url}/token?client=mtls`);
@@ -277,7 +244,7 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
       expect(seen.at(-2)).toEqual(['grant_error', 'another-client']);
       expect(seen.filter(([, cert]) => cert === 'broker-client')).toHaveLength(1);
     } finally {
-      await files.stop();
+      await mounted.close();
     }
   });
 });

@@ -1,10 +1,8 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ProviderEmulator } from '../emulator/provider-emulator';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
 import { RedisNode } from './support/redis-node';
+import { type Stack, type StackBroker, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 
 const CREDS = { client_id: 'acme-merchant', client_secret: 'acme-very-secret' };
@@ -19,16 +17,16 @@ interface Readiness {
 /**
  * Redis refusing the broker (credentials, ACL, TLS trust) is a configuration error: readiness
  * fails naming the cause, and the broker logs it once, not once per command or reconnection.
- * An outage stays "degraded but ready". Real redis-server processes, real broker processes.
+ * An outage stays "degraded but ready". Real redis-server processes; the brokers run in the Jest
+ * process (the subject is what the app reports, not the process), but for TLS (see there).
  */
 describe('Redis configuration errors', () => {
-  let provider: ProviderEmulator;
-  let dir: string;
-  const brokers: BrokerProcess[] = [];
+  let stack: Stack;
+  const brokers: StackBroker[] = [];
   const nodes: RedisNode[] = [];
 
   function file(name: string, content: string): string {
-    const path = join(dir, name);
+    const path = join(stack.dir, name);
     writeFileSync(path, content, { mode: 0o600 });
     return path;
   }
@@ -39,33 +37,23 @@ describe('Redis configuration errors', () => {
     return node;
   }
 
-  async function broker(env: Record<string, string>): Promise<BrokerProcess> {
-    const b = await spawnBroker({
-      admin: true,
-      env: {
-        CLIENT_ID: 'acme-preprod',
-        PROVIDER_AUTH_URL: provider.url,
-        PROVIDER_BASE_URL: provider.url,
-        CREDENTIALS_FILE: file('creds.json', JSON.stringify(CREDS)),
-        CALLER_AUTH_MODE: 'none',
-        CALLER_AUTH_ALLOW_NONE: 'true',
-        HOST: '127.0.0.1',
-        LOG_LEVEL: 'info',
-        REDIS_PING_INTERVAL_MS: '100',
-        ...env,
-      },
-    });
+  /**
+   * A broker on the stack's config and `env`, in this process unless `inProcess` is false,
+   * awaited listening only: not all become ready.
+   */
+  async function broker(env: Record<string, string>, inProcess = true): Promise<StackBroker> {
+    const b = await stack.addBroker({ env, inProcess, wait: 'listening' });
     brokers.push(b);
     return b;
   }
 
-  async function readiness(b: BrokerProcess): Promise<Readiness> {
+  async function readiness(b: StackBroker): Promise<Readiness> {
     const res = await fetch(`${b.adminUrl!}/health/ready`);
     return { status: res.status, body: await res.text() };
   }
 
   /** Polls readiness until it answers `status` with a body containing `text`. */
-  async function readinessBecomes(b: BrokerProcess, status: number, text: string) {
+  async function readinessBecomes(b: StackBroker, status: number, text: string) {
     return waitFor(
       async () => {
         const r = await readiness(b);
@@ -76,12 +64,12 @@ describe('Redis configuration errors', () => {
   }
 
   /** Log lines of the store's transitions to `state`. */
-  function transitions(b: BrokerProcess, state: 'up' | 'down' | 'misconfigured'): string[] {
+  function transitions(b: StackBroker, state: 'up' | 'down' | 'misconfigured'): string[] {
     return b.logs().filter((l) => l.includes(`"to":"${state}"`));
   }
 
   /** Waits for the `count`th transition to `state` to be logged (logs are written in batches). */
-  async function logged(b: BrokerProcess, state: 'up' | 'down' | 'misconfigured', count = 1) {
+  async function logged(b: StackBroker, state: 'up' | 'down' | 'misconfigured', count = 1) {
     await waitFor(() => transitions(b, state).length >= count, {
       timeoutMs: 5000,
       what: `log line ${count} of a transition to ${state}`,
@@ -113,10 +101,14 @@ describe('Redis configuration errors', () => {
   }
 
   beforeAll(async () => {
-    provider = await ProviderEmulator.start({
-      credentials: { [CREDS.client_id]: CREDS.client_secret },
+    stack = await startStack({
+      name: 'redis-errors',
+      clients: [{ id: 'acme-preprod', credentials: CREDS }],
+      inProcess: true,
+      admin: true,
+      replicas: 0,
+      env: { LOG_LEVEL: 'info', REDIS_PING_INTERVAL_MS: '100' },
     });
-    dir = mkdtempSync(join(tmpdir(), 'tb-redis-errors-'));
   });
 
   afterEach(async () => {
@@ -125,13 +117,12 @@ describe('Redis configuration errors', () => {
   });
 
   afterAll(async () => {
-    await provider.close();
-    rmSync(dir, { recursive: true, force: true });
+    await stack?.close();
   });
 
   /** Checks shared by every configuration error: 503 naming it, one log line, no secret. */
   async function expectConfigurationError(
-    b: BrokerProcess,
+    b: StackBroker,
     node: RedisNode,
     cause: string,
     cliAuth: string[] = [],
@@ -211,11 +202,17 @@ describe('Redis configuration errors', () => {
     expect(b.logs().join('\n')).not.toContain(PASSWORD);
   }, 40_000);
 
+  /**
+   * Broker processes: Node's TLS errors are made outside Jest's sandbox, where `instanceof
+   * Error` does not hold for them (jestjs/jest#2549), so the app in this process could not tell
+   * them from an outage as it does in production.
+   */
   describe('TLS', () => {
     let certs: { ca: string; otherCa: string; cert: string; key: string };
+    const tlsBroker = (env: Record<string, string>) => broker(env, false);
 
     beforeAll(() => {
-      certs = makeCertificates(dir);
+      certs = makeCertificates(stack.dir);
     });
 
     async function tlsRedis(): Promise<RedisNode> {
@@ -238,7 +235,7 @@ describe('Redis configuration errors', () => {
 
     it('a trusted CA connects and is ready (the positive control)', async () => {
       const node = await tlsRedis();
-      const b = await broker({
+      const b = await tlsBroker({
         REDIS_URL: `rediss://${node.address}`,
         REDIS_TLS_CA_FILE: certs.ca,
       });
@@ -249,7 +246,7 @@ describe('Redis configuration errors', () => {
 
     it('an untrusted CA: 503 naming the certificate error, logged once', async () => {
       const node = await tlsRedis();
-      const b = await broker({
+      const b = await tlsBroker({
         REDIS_URL: `rediss://${node.address}`,
         REDIS_TLS_CA_FILE: certs.otherCa,
       });
@@ -265,7 +262,7 @@ describe('Redis configuration errors', () => {
      * A TLS mismatch only ever shows as a dropped connection; the broker must still say it is
      * a setting (REDIS_TLS, the URL's scheme), not an outage, and say it once.
      */
-    async function expectTlsMismatch(b: BrokerProcess, node: RedisNode, cliAuth: string[]) {
+    async function expectTlsMismatch(b: StackBroker, node: RedisNode, cliAuth: string[]) {
       const ready = await readinessBecomes(b, 503, 'REDIS_TLS');
       expect(ready.body).toContain('redis_misconfigured');
       await logged(b, 'misconfigured');
@@ -281,7 +278,7 @@ describe('Redis configuration errors', () => {
 
     it('redis:// against a TLS-only port: 503 naming REDIS_TLS and rediss://, not "unreachable"', async () => {
       const node = await tlsRedis();
-      const b = await broker({ REDIS_URL: `redis://${node.address}` });
+      const b = await tlsBroker({ REDIS_URL: `redis://${node.address}` });
       await expectTlsMismatch(b, node, tlsCli());
       expect(transitions(b, 'misconfigured')[0]).toContain(
         'the Redis port speaks TLS only but the broker connects in clear (a redis:// REDIS_URL and REDIS_TLS off); use a rediss:// URL or set REDIS_TLS=true',
@@ -290,7 +287,7 @@ describe('Redis configuration errors', () => {
 
     it('rediss:// against a plain port: 503 naming REDIS_TLS and redis://', async () => {
       const node = await redis();
-      const b = await broker({ REDIS_URL: `rediss://${node.address}` });
+      const b = await tlsBroker({ REDIS_URL: `rediss://${node.address}` });
       await expectTlsMismatch(b, node, []);
       expect(transitions(b, 'misconfigured')[0]).toContain(
         'the Redis port does not speak TLS but the broker connects with TLS (a rediss:// REDIS_URL or REDIS_TLS=true); use a redis:// URL with REDIS_TLS off, or the TLS port',
@@ -299,7 +296,7 @@ describe('Redis configuration errors', () => {
 
     it('a server name the certificate does not carry: 503 naming the mismatch', async () => {
       const node = await tlsRedis();
-      const b = await broker({
+      const b = await tlsBroker({
         REDIS_URL: `rediss://${node.address}`,
         REDIS_TLS_CA_FILE: certs.ca,
         REDIS_TLS_SERVER_NAME: 'cache.elsewhere.example',

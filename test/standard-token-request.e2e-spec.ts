@@ -1,16 +1,15 @@
 import { generateKeyPairSync, type KeyObject } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { createRemoteJWKSet, jwtVerify } from 'jose';
-import {
-  SecretsManagerEmulator,
-  secretsManagerClientEnv,
-} from '../emulator/secrets-manager-emulator';
 import { type AuthServer, introspect, RESOURCE, startAuthServer } from './support/auth-server';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import {
+  type Stack,
+  type StackBroker,
+  type StackClient,
+  type StackCredentials,
+  startStack,
+} from './support/stack';
 
 const INTROSPECTOR = { id: 'introspector', secret: 'introspector-secret-0123456789abcdef' };
 
@@ -20,7 +19,7 @@ interface TokenAnswer {
   expires_in: number;
 }
 
-async function brokerToken(broker: BrokerProcess, client: string): Promise<TokenAnswer> {
+async function brokerToken(broker: StackBroker, client: string): Promise<TokenAnswer> {
   const res = await fetch(`${broker.url}/token?client=${client}`);
   const text = await res.text();
   if (res.status !== 200) throw new Error(`GET /token?client=${client}: ${res.status} ${text}`);
@@ -34,20 +33,18 @@ function publicJwk(key: KeyObject, kid: string, alg: string): Record<string, unk
 /**
  * The standard token request profiles (tokenRequest.grant rfc6749) against a real
  * authorization server nobody here wrote: panva's oidc-provider, in its own process. One
- * broker process (`node dist/main.js`, run `npm run build` first) serves a client per profile.
+ * broker, in the Jest process, serves a client per profile.
  */
 describe('standard client-credentials profiles against oidc-provider', () => {
   const es256 = generateKeyPairSync('ec', { namedCurve: 'P-256' });
   const ed25519 = generateKeyPairSync('ed25519');
   const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 });
   let as: AuthServer;
-  let broker: BrokerProcess;
-  let dir: string;
+  let stack: Stack;
+  let broker: StackBroker;
   /** A resource API behind the passthrough: it answers which client its bearer was issued to. */
   let api: Server;
   let apiUrl: string;
-  /** Holds the key of the `jwt-sm` client, read through the real AWS SDK. */
-  let secrets: SecretsManagerEmulator;
 
   beforeAll(async () => {
     as = await startAuthServer({
@@ -107,95 +104,79 @@ describe('standard client-credentials profiles against oidc-provider', () => {
     });
     await new Promise<void>((resolve) => api.listen(0, '127.0.0.1', resolve));
     apiUrl = `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
-    dir = mkdtempSync(join(tmpdir(), 'tb-standard-'));
-    const credentials = (name: string, value: Record<string, unknown>) => {
-      const file = join(dir, `${name}.json`);
-      writeFileSync(file, JSON.stringify(value), { mode: 0o600 });
-      return { file };
-    };
-    const client = (id: string, creds: Record<string, unknown>, tokenRequest: object) => ({
+    const client = (
+      id: string,
+      credentials: StackCredentials,
+      tokenRequest: object,
+      more: Partial<StackClient> = {},
+    ): StackClient => ({
       id,
-      authUrl: as.url,
-      baseUrl: apiUrl,
-      credentials: credentials(id, creds),
-      tokenRequest: { grant: 'rfc6749', url: as.tokenUrl, ...tokenRequest },
-    });
-    secrets = await SecretsManagerEmulator.start({
-      secrets: {
-        'token-broker/jwt-sm': JSON.stringify({
-          client_id: 'shop-jwt-sm',
-          private_key: es256.privateKey.export({ type: 'pkcs8', format: 'pem' }),
-        }),
+      credentials,
+      config: {
+        authUrl: as.url,
+        baseUrl: apiUrl,
+        tokenRequest: { grant: 'rfc6749', url: as.tokenUrl, ...tokenRequest },
       },
+      ...more,
     });
-    const configFile = join(dir, 'broker.json');
-    writeFileSync(
-      configFile,
-      JSON.stringify({
-        clients: [
-          client(
-            'basic',
-            { client_id: 'shop-basic', client_secret: 'basic-secret-0123456789abcdef0123' },
-            { auth: 'client_secret_basic', scope: 'orders', resource: [RESOURCE] },
-          ),
-          client(
-            'post',
-            { client_id: 'shop-post', client_secret: 'post-secret-0123456789abcdef01234' },
-            { auth: 'client_secret_post' },
-          ),
-          client(
-            'jwt-es256',
-            {
-              client_id: 'shop-jwt-es256',
-              private_key: es256.privateKey.export({ type: 'pkcs8', format: 'pem' }),
-            },
-            {
-              auth: 'private_key_jwt',
-              assertion: { alg: 'ES256', kid: 'es-1' },
-              resource: [RESOURCE],
-            },
-          ),
-          client(
-            'jwt-eddsa',
-            // A JWK object in the secret, with its kid.
-            {
-              client_id: 'shop-jwt-eddsa',
-              private_key: { ...ed25519.privateKey.export({ format: 'jwk' }), kid: 'ed-1' },
-            },
-            { auth: 'private_key_jwt', assertion: { alg: 'EdDSA' } },
-          ),
-          client(
-            'jwt-ps256',
-            {
-              client_id: 'shop-jwt-ps256',
-              private_key: rsa.privateKey.export({ type: 'pkcs1', format: 'pem' }),
-            },
-            { auth: 'private_key_jwt', assertion: { alg: 'PS256', kid: 'rsa-1' } },
-          ),
+    stack = await startStack({
+      name: 'standard',
+      clients: [
+        client(
+          'basic',
+          { client_id: 'shop-basic', client_secret: 'basic-secret-0123456789abcdef0123' },
+          { auth: 'client_secret_basic', scope: 'orders', resource: [RESOURCE] },
+        ),
+        client(
+          'post',
+          { client_id: 'shop-post', client_secret: 'post-secret-0123456789abcdef01234' },
+          { auth: 'client_secret_post' },
+        ),
+        client(
+          'jwt-es256',
           {
-            ...client(
-              'jwt-sm',
-              {},
-              { auth: 'private_key_jwt', assertion: { alg: 'ES256', kid: 'es-1' } },
-            ),
-            credentials: { secretId: 'token-broker/jwt-sm' },
+            client_id: 'shop-jwt-es256',
+            private_key: es256.privateKey.export({ type: 'pkcs8', format: 'pem' }),
           },
-        ],
-      }),
-    );
-    broker = await spawnBroker({
-      name: 'broker-standard',
-      env: {
-        BROKER_CONFIG_FILE: configFile,
-        CALLER_AUTH_MODE: 'none',
-        CALLER_AUTH_ALLOW_NONE: 'true',
-        HOST: '127.0.0.1',
-        LOG_LEVEL: 'warn',
-        TOKEN_REFRESH_AHEAD_SECONDS: '10',
-        ...secretsManagerClientEnv(secrets.url),
-      },
+          {
+            auth: 'private_key_jwt',
+            assertion: { alg: 'ES256', kid: 'es-1' },
+            resource: [RESOURCE],
+          },
+        ),
+        client(
+          'jwt-eddsa',
+          // A JWK object in the secret, with its kid.
+          {
+            client_id: 'shop-jwt-eddsa',
+            private_key: { ...ed25519.privateKey.export({ format: 'jwk' }), kid: 'ed-1' },
+          },
+          { auth: 'private_key_jwt', assertion: { alg: 'EdDSA' } },
+        ),
+        client(
+          'jwt-ps256',
+          {
+            client_id: 'shop-jwt-ps256',
+            private_key: rsa.privateKey.export({ type: 'pkcs1', format: 'pem' }),
+          },
+          { auth: 'private_key_jwt', assertion: { alg: 'PS256', kid: 'rsa-1' } },
+        ),
+        // Its key in the stack's Secrets Manager emulator (`token-broker/jwt-sm`), read through
+        // the real AWS SDK; the others' in files.
+        client(
+          'jwt-sm',
+          {
+            client_id: 'shop-jwt-sm',
+            private_key: es256.privateKey.export({ type: 'pkcs8', format: 'pem' }),
+          },
+          { auth: 'private_key_jwt', assertion: { alg: 'ES256', kid: 'es-1' } },
+          { secrets: 'secrets-manager' },
+        ),
+      ],
+      inProcess: true,
+      env: { LOG_LEVEL: 'warn', TOKEN_REFRESH_AHEAD_SECONDS: '10' },
     });
-    await broker.waitReady(20_000);
+    broker = stack.broker;
   });
 
   /**
@@ -215,9 +196,8 @@ describe('standard client-credentials profiles against oidc-provider', () => {
   }
 
   afterAll(async () => {
-    await broker?.stop();
+    await stack?.close();
     await as?.stop();
-    await secrets?.close();
     api?.closeAllConnections();
     await new Promise((resolve) => api?.close(resolve));
   });

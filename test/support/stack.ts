@@ -21,6 +21,16 @@ export const newKey = (): string => randomBytes(32).toString('base64url');
 /** Hex SHA-256, as the broker stores API keys. */
 export const sha256 = (text: string): string => createHash('sha256').update(text).digest('hex');
 
+/**
+ * A client's credentials document, as the broker reads it from its file or secret: a client
+ * secret, or the key (`private_key_jwt`) or certificate and key (`tls_client_auth`) of a client
+ * whose `tokenRequest` says so.
+ */
+export type StackCredentials = { client_id: string; client_secret?: string } & Record<
+  string,
+  unknown
+>;
+
 /** A provider client of the stack. */
 export interface StackClient {
   id: string;
@@ -31,11 +41,21 @@ export interface StackClient {
    */
   refused?: boolean;
   /**
-   * The merchant credentials the provider knows and the broker is given.
+   * The merchant credentials the provider knows (with a `client_secret`) and the broker is
+   * given; for a client of another authorization server (`config.tokenRequest`), whatever that
+   * server expects.
    * @default a generated `<merchant>-merchant` id and secret
    */
-  credentials?: { client_id: string; client_secret: string };
-  /** More of the client's config entry (`ordersPath`, `forward`), or overrides (`baseUrl`). */
+  credentials?: StackCredentials;
+  /**
+   * Where this client's credentials are kept, when not where the stack keeps the others'.
+   * @default the stack's {@link StackOptions.secrets}
+   */
+  secrets?: 'file' | 'secrets-manager';
+  /**
+   * More of the client's config entry (`ordersPath`, `forward`), or overrides (`baseUrl`, or
+   * `authUrl` and `tokenRequest` for another authorization server).
+   */
   config?: Record<string, unknown>;
 }
 
@@ -76,7 +96,8 @@ export interface StackOptions {
   /**
    * Where the client secrets and the callers' key hashes are kept: files the config names
    * (`credentials.file`, `callerAuth.apiKeys`), or a Secrets Manager emulator the brokers read
-   * through the real AWS SDK (`credentials.secretId`, `CALLER_API_KEYS_SECRET_ID`).
+   * through the real AWS SDK (`credentials.secretId`, `CALLER_API_KEYS_SECRET_ID`). A client's
+   * own {@link StackClient.secrets} overrides it for that client.
    * @default 'file'
    */
   secrets?: 'file' | 'secrets-manager';
@@ -171,7 +192,10 @@ export interface Stack {
   broker: StackBroker;
   /** The API key of each caller in `callerAuth.callers`, given or generated. */
   keys: Record<string, string>;
-  /** Each client's `{client_id, client_secret}` as the broker was given them. */
+  /**
+   * Each client's `{client_id, client_secret}` as the broker was given them; a client given no
+   * `client_secret` (a key, a certificate) is not here.
+   */
   credentials: Record<string, { client_id: string; client_secret: string }>;
   /** Every secret the set-up made (provider secrets, API keys): none may leak. */
   secretValues: string[];
@@ -199,7 +223,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     Object.entries(callers).map(([caller, grant]) => [caller, grant.key ?? newKey()]),
   );
   const useSecretsManager = opts.secrets === 'secrets-manager';
-  const credentials = Object.fromEntries(
+  const credentials: Record<string, StackCredentials> = Object.fromEntries(
     clients.map(({ id, credentials: given }) => {
       const merchant = id.replace(/-prod$/, '');
       return [
@@ -210,6 +234,14 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         },
       ];
     }),
+  );
+  const inSecretsManager = (client: StackClient) =>
+    (client.secrets ?? opts.secrets) === 'secrets-manager';
+  // The clients the provider emulator knows: those of another server may have no secret.
+  const withSecret = Object.fromEntries(
+    Object.entries(credentials).flatMap(([id, { client_id, client_secret }]) =>
+      client_secret === undefined ? [] : [[id, { client_id, client_secret }]],
+    ),
   );
   const teardown: (() => Promise<void>)[] = [];
   const brokers: StackBroker[] = [];
@@ -224,11 +256,13 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   try {
     const provider = await ProviderEmulator.start({
       credentials: Object.fromEntries(
-        clients.map(({ id, refused }) => [
-          credentials[id].client_id,
-          // A refused client's broker holds a secret other than the one the provider knows.
-          refused ? `the-real-${credentials[id].client_secret}` : credentials[id].client_secret,
-        ]),
+        clients
+          .filter(({ id }) => id in withSecret)
+          .map(({ id, refused }) => {
+            const { client_id, client_secret } = withSecret[id];
+            // A refused client's broker holds a secret other than the one the provider knows.
+            return [client_id, refused ? `the-real-${client_secret}` : client_secret];
+          }),
       ),
       knobs: opts.knobs,
     });
@@ -244,13 +278,17 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     }));
     const secretId = (what: string) => `token-broker/${what}`;
     let secrets: SecretsManagerEmulator | undefined;
-    if (useSecretsManager) {
+    if (useSecretsManager || clients.some(inSecretsManager)) {
       secrets = await SecretsManagerEmulator.start({
         secrets: {
           ...Object.fromEntries(
-            clients.map(({ id }) => [secretId(id), JSON.stringify(credentials[id])]),
+            clients
+              .filter(inSecretsManager)
+              .map(({ id }) => [secretId(id), JSON.stringify(credentials[id])]),
           ),
-          [secretId('caller-api-keys')]: JSON.stringify(apiKeyGrants),
+          ...(useSecretsManager && {
+            [secretId('caller-api-keys')]: JSON.stringify(apiKeyGrants),
+          }),
         },
       });
       const started = secrets;
@@ -272,9 +310,10 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     writeFileSync(
       configFile,
       JSON.stringify({
-        clients: clients.map(({ id, config }) => {
+        clients: clients.map((client) => {
+          const { id, config } = client;
           let source: { secretId: string } | { file: string };
-          if (useSecretsManager) {
+          if (inSecretsManager(client)) {
             source = { secretId: secretId(id) };
           } else {
             const file = join(dir, `${id}.credentials.json`);
@@ -315,7 +354,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(callerAuth.mode === 'none' && { CALLER_AUTH_ALLOW_NONE: 'true' }),
       ...(secrets && {
         ...secretsManagerClientEnv(secrets.url),
-        ...(apiKeyGrants.length > 0 && { CALLER_API_KEYS_SECRET_ID: secretId('caller-api-keys') }),
+        ...(useSecretsManager &&
+          apiKeyGrants.length > 0 && { CALLER_API_KEYS_SECRET_ID: secretId('caller-api-keys') }),
       }),
       ...(redis && ('env' in redis ? redis.env() : { REDIS_URL: redis.url })),
       ...(opts.cacheKey !== undefined &&
@@ -339,9 +379,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       brokers,
       broker: undefined as unknown as StackBroker,
       keys,
-      credentials,
+      credentials: withSecret,
       secretValues: [
-        ...clients.map(({ id }) => credentials[id].client_secret),
+        ...Object.values(withSecret).map((c) => c.client_secret),
         ...Object.values(keys),
       ],
       async addBroker(add: AddBrokerOptions = {}): Promise<StackBroker> {
