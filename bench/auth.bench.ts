@@ -1,11 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ProviderEmulator } from '../emulator/provider-emulator';
 import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
+import { freePort } from '../test/support/ports';
 import { brokerMain } from './paths';
 
 /** One configuration to load: a running broker, the URL and the caller's credential. */
@@ -155,7 +155,8 @@ async function startBroker(env: Record<string, string>): Promise<BenchBroker> {
   const port = await freePort();
   // Output goes to a file, as a container runtime's log driver would take it: reading it
   // through a pipe here would spend the load generator's CPU and skew the figures.
-  const logFile = join(mkdtempSync(join(tmpdir(), 'tb-bench-log-')), 'broker.log');
+  const logDir = mkdtempSync(join(tmpdir(), 'tb-bench-log-'));
+  const logFile = join(logDir, 'broker.log');
   const fd = openSync(logFile, 'w');
   const child: ChildProcess = spawn(process.execPath, [brokerMain()], {
     env: { PATH: process.env.PATH ?? '', ...env, PORT: String(port) },
@@ -172,10 +173,17 @@ async function startBroker(env: Record<string, string>): Promise<BenchBroker> {
     },
   };
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  /** Waits for the process to end, then removes its log, quoting its end first if asked. */
+  const finish = async (why?: string): Promise<void> => {
+    const end = why === undefined ? '' : tail.join();
+    await exited;
+    rmSync(logDir, { recursive: true, force: true });
+    if (why !== undefined) throw new Error(`${why}:\n${end}`);
+  };
   const url = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 15_000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`broker exited at start:\n${tail.join()}`);
+    if (child.exitCode !== null) await finish('broker exited at start');
     const ready = await fetch(`${url}/health/ready`).then(
       (r) => r.status === 200,
       () => false,
@@ -183,7 +191,7 @@ async function startBroker(env: Record<string, string>): Promise<BenchBroker> {
     if (ready) break;
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
-      throw new Error(`broker not ready after 15 s:\n${tail.join()}`);
+      await finish('broker not ready after 15 s');
     }
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -191,18 +199,7 @@ async function startBroker(env: Record<string, string>): Promise<BenchBroker> {
     url,
     stop: async () => {
       if (child.exitCode === null) child.kill('SIGTERM');
-      await exited;
+      await finish();
     },
   };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }

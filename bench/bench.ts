@@ -73,8 +73,8 @@ function roundRatios(broker: Row[], baseline: Row[]): { reqPerSec: number; p99: 
   };
 }
 
-/** Issue #17's targets for `GET /token` with caller authentication. */
-const AUTH_TARGETS = { reqPerSec: 0.9, p99: 1.5 } as const;
+/** The floor for `GET /token` with caller authentication, against a bare server. */
+const AUTH_TARGETS = { reqPerSec: 0.72, p99: 1.5 } as const;
 
 function mean(rows: Row[], name: string): Row {
   const avg = (f: (r: Row) => number) => rows.reduce((s, r) => s + f(r), 0) / rows.length;
@@ -223,7 +223,7 @@ async function benchToken(withAuth: boolean): Promise<void> {
             `; ${headerless.reqPerSec.toFixed(3)}x the header-less baseline`,
         );
       }
-      // Issue #16: the L1 hit creates no span, so tracing on leaves the hot path as it was.
+      // The L1 hit creates no span, so tracing on leaves the hot path as it was.
       const traced = authPairs.find((p) => p.broker.name === TRACED_TARGET);
       const untraced = authPairs.find((p) => p.broker.name === 'GET /token, api-key caller');
       if (traced && untraced) {
@@ -368,7 +368,7 @@ async function benchOrdersSection(): Promise<void> {
       `the bare forwarder's p50 / p99 overhead ${((seqFloor.p50Us - seqDirect.p50Us) / 1000).toFixed(3)} / ${((seqFloor.p99Us - seqDirect.p99Us) / 1000).toFixed(3)} ms, ` +
       `so the broker's own ${((seqBroker.p50Us - seqFloor.p50Us) / 1000).toFixed(3)} / ${((seqBroker.p99Us - seqFloor.p99Us) / 1000).toFixed(3)} ms`,
   );
-  // --- Provider passthrough (issue #15) ---
+  // --- Provider passthrough ---
   const [getDirect, getFloor, getBroker] = report.forwarded;
   printRows(
     `Forwarded GET /provider/<client>/api/marketing/v1/offers, emulator answering at once (${connections} connections)`,
@@ -386,7 +386,7 @@ async function benchOrdersSection(): Promise<void> {
     report.delayed,
   );
   console.log(
-    `  broker ${(delayedBroker.reqPerSec / delayedDirect.reqPerSec).toFixed(3)}x the direct req/s (target >= 0.7: ${verdict(delayedBroker.reqPerSec / delayedDirect.reqPerSec >= 0.7)}), ` +
+    `  broker ${(delayedBroker.reqPerSec / delayedDirect.reqPerSec).toFixed(3)}x the direct req/s (target >= 0.85: ${verdict(delayedBroker.reqPerSec / delayedDirect.reqPerSec >= 0.85)}), ` +
       `p50 overhead ${(delayedBroker.p50Ms - delayedDirect.p50Ms).toFixed(2)} ms (target <= 1: ${verdict(delayedBroker.p50Ms - delayedDirect.p50Ms <= 1)}; autocannon rounds to whole ms); ` +
       `the bare forwarder ${(delayedFloor.reqPerSec / delayedDirect.reqPerSec).toFixed(3)}x, p50 overhead ${(delayedFloor.p50Ms - delayedDirect.p50Ms).toFixed(2)} ms`,
   );
