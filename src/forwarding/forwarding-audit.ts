@@ -95,43 +95,13 @@ export function writeForwardingAudit(
   const hidden = outcome.err instanceof CallerAuthException ? outcome.err.audit : {};
   const party = { caller: seen.caller, client: seen.clientId ?? hidden.client };
   if (!trail.admit(party, audit, outcome)) return;
-  writeForwardingAuditLine(
-    trail,
-    { ...requestIdsOf(req), ...seen, durationMs: reply.elapsedTime },
-    audit,
-    outcome,
-    extra,
-  );
-}
-
-/** Who made a forwarded request and how long it took, as far as the broker got. */
-export interface ForwardedRequest {
-  /** The broker's id of the request. */
-  readonly reqId: string;
-  /** The caller's own `X-Request-Id`, when it sent a sane one. */
-  readonly callerRequestId?: string | undefined;
-  readonly caller?: Caller;
-  readonly clientId?: string;
-  /** From the request's arrival to its answer. */
-  readonly durationMs: number;
-}
-
-/** {@link writeForwardingAudit}'s line from what is known of the request. */
-export function writeForwardingAuditLine(
-  trail: { readonly logger: Logger; readonly msg: string; readonly enabled: boolean },
-  request: ForwardedRequest,
-  audit: ForwardingAudit,
-  outcome: { status: number; result: string; err?: unknown },
-  extra: Record<string, string | undefined> = {},
-): void {
-  if (!trail.enabled) return;
-  const hidden = outcome.err instanceof CallerAuthException ? outcome.err.audit : {};
+  const ids = requestIdsOf(req);
   trail.logger.info(
     {
-      reqId: request.reqId,
-      callerRequestId: request.callerRequestId,
-      caller: request.caller?.name,
-      client: request.clientId ?? hidden.client,
+      reqId: ids.reqId,
+      callerRequestId: ids.callerRequestId,
+      caller: seen.caller?.name,
+      client: party.client,
       ...extra,
       fp: audit.tokenFingerprint,
       idemKeyHash: audit.idempotencyKeyHash,
@@ -139,7 +109,7 @@ export function writeForwardingAuditLine(
       status: outcome.status,
       result: outcome.result,
       reason: hidden.reason,
-      durationMs: Math.round(request.durationMs * 10) / 10,
+      durationMs: Math.round(reply.elapsedTime * 10) / 10,
     },
     trail.msg,
   );
