@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import pino from 'pino';
 import { Counter, Histogram, Registry } from 'prom-client';
 import { brokerConfigSchema } from '../config/config.schema';
+import { testConfig } from '../../test/support/test-config';
 import { MemoryIdempotencyStore } from './idempotency-store.memory';
 import { readOrderHeaders } from './order-request';
 import type { ApiOutcome, ApiRequest, ProviderApiGateway } from '../provider/provider-api.client';
@@ -12,17 +13,7 @@ import { ForwardErrorCode, ForwardException } from './forward.exception';
 import { type ForwardCall, ForwardService } from './forward.service';
 import { parseForwardTarget } from './forward-target';
 
-const config = brokerConfigSchema.parse({
-  clients: [
-    {
-      id: 'acme',
-      authUrl: 'http://auth.invalid',
-      baseUrl: 'http://api.invalid',
-      credentials: { file: '/dev/null' },
-    },
-  ],
-  callerAuth: { mode: 'none', allowNone: true },
-  http: { host: '127.0.0.1' },
+const config = testConfig({
   token: { waitTimeoutMs: 500 },
   forward: { maxStoredResponseBytes: 1024 },
 });

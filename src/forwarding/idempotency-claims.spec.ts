@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { brokerConfigSchema } from '../config/config.schema';
+import { testConfig } from '../../test/support/test-config';
 import type { IdempotencyClaim, IdempotencyRef } from './idempotency-store';
 import { MemoryIdempotencyStore } from './idempotency-store.memory';
 import { IdempotencyClaims } from './idempotency-claims';
@@ -14,20 +14,7 @@ class RecordingStore extends MemoryIdempotencyStore {
 }
 
 function claimsWith(orders: Record<string, number>, waitTimeoutMs: number) {
-  const config = brokerConfigSchema.parse({
-    clients: [
-      {
-        id: 'acme',
-        authUrl: 'http://auth.invalid',
-        baseUrl: 'http://api.invalid',
-        credentials: { file: '/dev/null' },
-      },
-    ],
-    callerAuth: { mode: 'none', allowNone: true },
-    http: { host: '127.0.0.1' },
-    token: { waitTimeoutMs },
-    orders,
-  });
+  const config = testConfig({ token: { waitTimeoutMs }, orders });
   const store = new RecordingStore();
   const claims = new IdempotencyClaims(
     store,

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { brokerConfigSchema } from '../config/config.schema';
+import { TEST_CLIENT, testConfig } from '../../test/support/test-config';
 import { Counter, Histogram, Registry } from 'prom-client';
 import type {
   CheckoutGateway,
@@ -16,20 +16,8 @@ import { bodyFingerprint, idempotencyKeyHash, readOrderHeaders } from './order-r
 import { OrdersErrorCode, OrdersException } from './orders.exception';
 import { type OrderAudit, type OrderRequest, OrdersService } from './orders.service';
 
-const CLIENT = 'acme';
-const config = brokerConfigSchema.parse({
-  clients: [
-    {
-      id: CLIENT,
-      authUrl: 'http://auth.invalid',
-      baseUrl: 'http://api.invalid',
-      credentials: { file: '/dev/null' },
-    },
-  ],
-  callerAuth: { mode: 'none', allowNone: true },
-  http: { host: '127.0.0.1' },
-  token: { waitTimeoutMs: 500 },
-});
+const CLIENT = TEST_CLIENT.id;
+const config = testConfig({ token: { waitTimeoutMs: 500 } });
 
 function token(name: string): TokenRecord {
   const now = Date.now();

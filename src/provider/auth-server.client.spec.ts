@@ -1,5 +1,5 @@
 import type { Server } from 'node:http';
-import { clientSchema } from '../config/client.schema';
+import { testClient } from '../../test/support/test-config';
 import { providerSettingsSchema } from '../config/provider.schema';
 import { AuthServerClient } from './auth-server.client';
 import { ProviderErrorCode } from './provider.exception';
@@ -28,8 +28,7 @@ describe(AuthServerClient.name, () => {
       await new Promise((resolve) => server.close(resolve));
     }
   });
-  const client = (url: string) =>
-    clientSchema.parse({ id: 'acme', authUrl: url, baseUrl: url, credentials: { file: '/a' } });
+  const client = (url: string) => testClient({ authUrl: url, baseUrl: url });
 
   it('ends a token answer that drips a byte every 100 ms at its one deadline: timeout', async () => {
     const provider = await serve((req, res) => {

@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { clientSchema } from '../config/client.schema';
+import { testClient } from '../../test/support/test-config';
 import { ordersSettingsSchema } from '../config/provider.schema';
 import { type CheckoutOutcome, createCheckoutAgent } from './checkout.client';
 import { ProviderApiClient } from './provider-api.client';
@@ -45,13 +45,7 @@ describe(`${ProviderApiClient.name}.createOrder`, () => {
 
   const order = (base = baseUrl, body = Buffer.from('{"price":100}')): Promise<CheckoutOutcome> =>
     checkout.createOrder({
-      client: clientSchema.parse({
-        id: 'acme',
-        authUrl: base,
-        baseUrl: base,
-        ordersPath: '/api/flexpay/v1/orders',
-        credentials: { file: '/dev/null' },
-      }),
+      client: testClient({ authUrl: base, baseUrl: base, ordersPath: '/api/flexpay/v1/orders' }),
       accessToken: 'provider-token',
       body,
       headers: { 'idempotency-key': 'k-1', 'x-request-id': 'r-1' },

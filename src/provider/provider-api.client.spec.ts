@@ -1,6 +1,6 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
-import { clientSchema } from '../config/client.schema';
+import { testClient } from '../../test/support/test-config';
 import { ordersSettingsSchema } from '../config/provider.schema';
 import { createCheckoutAgent } from './checkout.client';
 import { type ApiOutcome, ProviderApiClient } from './provider-api.client';
@@ -53,12 +53,7 @@ describe(ProviderApiClient.name, () => {
   });
   const call = (url: string, method = 'GET'): Promise<ApiOutcome> =>
     api.call({
-      client: clientSchema.parse({
-        id: 'a',
-        authUrl: url,
-        baseUrl: url,
-        credentials: { file: '/a' },
-      }),
+      client: testClient({ id: 'a', authUrl: url, baseUrl: url }),
       accessToken: 'provider-token',
       method,
       target: '/api/marketing/v1/offers',

@@ -2,7 +2,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { decodeProtectedHeader, jwtVerify } from 'jose';
-import { clientSchema } from '../config/client.schema';
+import { testClient } from '../../test/support/test-config';
 import { providerSettingsSchema } from '../config/provider.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode } from './provider.exception';
@@ -53,11 +53,10 @@ describe(StandardTokenClient.name, () => {
   });
 
   const client = (tokenRequest: Record<string, unknown>) =>
-    clientSchema.parse({
+    testClient({
       id: 'shipping',
       authUrl: url,
       baseUrl: url,
-      credentials: { file: '/a' },
       tokenRequest: { grant: 'rfc6749', url: `${url}/oauth2/token?tenant=acme`, ...tokenRequest },
     });
 

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { brokerConfigSchema } from '../config/config.schema';
+import { TEST_CLIENT as CLIENT, testConfig } from '../../test/support/test-config';
 import { MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { GrantedToken } from '../provider/token-response.parser';
@@ -12,13 +12,6 @@ import { TokenErrorCode, TokenException } from './token.exception';
 // Nest 12 ships ES modules only, which Jest's CommonJS runtime cannot load; the metrics service
 // only needs its decorator from it, which does nothing outside a Nest container anyway.
 jest.mock('@nestjs/common', () => ({ Injectable: () => () => undefined }));
-
-const CLIENT = {
-  id: 'acme',
-  authUrl: 'http://auth.invalid',
-  baseUrl: 'http://api.invalid',
-  credentials: { file: '/run/acme.json' },
-};
 
 /** A provider that issues `fresh-<n>` for an hour and counts requests. */
 class Grantor implements TokenGrantor {
@@ -60,12 +53,7 @@ function manager(
   /** Whether it hears the store's events (false: a replica cut off from Redis). */
   listening = true,
 ): ClientTokenManager {
-  const config = brokerConfigSchema.parse({
-    clients: [CLIENT],
-    callerAuth: { mode: 'none', allowNone: true },
-    http: { host: '127.0.0.1' },
-    token,
-  });
+  const config = testConfig({ token });
   const m = new ClientTokenManager(config.clients[0], {
     store,
     grantor,

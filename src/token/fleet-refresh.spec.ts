@@ -1,6 +1,6 @@
 import pino from 'pino';
 import { Counter, Histogram, Registry } from 'prom-client';
-import { clientSchema } from '../config/client.schema';
+import { testClient } from '../../test/support/test-config';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import type { GrantedToken } from '../provider/token-response.parser';
@@ -13,12 +13,7 @@ import { TokenStoreErrorCode, TokenStoreException } from './token-store.exceptio
 import { MemoryTokenStore } from './token-store.memory';
 
 const CLIENT = 'acme';
-const client = clientSchema.parse({
-  id: CLIENT,
-  authUrl: 'http://auth.invalid',
-  baseUrl: 'http://api.invalid',
-  credentials: { secretId: 'token-broker/acme' },
-});
+const client = testClient({ id: CLIENT, credentials: { secretId: 'token-broker/acme' } });
 const FIRST = { clientId: 'acme', clientSecret: 'one' };
 const SECOND = { clientId: 'acme', clientSecret: 'two' };
 const HOUR = 3_600_000;

@@ -1,4 +1,4 @@
-import { clientSchema } from '../config/client.schema';
+import { testClient } from '../../test/support/test-config';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
 import {
@@ -11,12 +11,7 @@ import {
 } from './refresh-failure';
 import { TokenErrorCode, TokenException } from './token.exception';
 
-const client = clientSchema.parse({
-  id: 'acme-preprod',
-  authUrl: 'http://auth.invalid',
-  baseUrl: 'http://api.invalid',
-  credentials: { secretId: 'token-broker/acme' },
-});
+const client = testClient({ id: 'acme-preprod', credentials: { secretId: 'token-broker/acme' } });
 const base = {
   client,
   attempt: 1,

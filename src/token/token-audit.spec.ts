@@ -2,25 +2,54 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { buildSync } from 'esbuild';
+
+const ROOT = join(__dirname, '..', '..');
 
 /**
- * {@link TokenAuditTrail} in a plain node process (the compiled module: `npm test` builds first;
- * Nest 12 is ES modules only, which Jest's CommonJS runtime cannot load), writing through the
- * broker's own logger and pino's asynchronous destination to a file.
+ * {@link TokenAuditTrail} in a plain node process (its subject is the last line written at
+ * process exit; Nest 12 is ES modules only, which Jest's CommonJS runtime cannot load), writing
+ * through the broker's own logger and pino's asynchronous destination to a file. The process
+ * runs the two modules from `src/`, bundled by esbuild into the suite's own temporary folder,
+ * their dependencies required from `node_modules`: no prior build needed.
  */
 describe('TokenAuditTrail', () => {
+  let build: string;
+  let bundle: string;
+  beforeAll(() => {
+    build = mkdtempSync(join(tmpdir(), 'tb-token-audit-build-'));
+    bundle = join(build, 'token-audit.js');
+    buildSync({
+      stdin: {
+        contents: [
+          "export { createLogger } from './logging/logger';",
+          "export { TokenAuditTrail } from './token/token-audit';",
+        ].join('\n'),
+        resolveDir: join(ROOT, 'src'),
+        sourcefile: 'token-audit.entry.ts',
+        loader: 'ts',
+      },
+      tsconfig: join(ROOT, 'tsconfig.json'),
+      bundle: true,
+      packages: 'external',
+      platform: 'node',
+      format: 'cjs',
+      target: 'node20',
+      outfile: bundle,
+      logLevel: 'error',
+    });
+  });
+  afterAll(() => rmSync(build, { recursive: true, force: true }));
+
   let dir: string;
   beforeEach(() => (dir = mkdtempSync(join(tmpdir(), 'tb-token-audit-'))));
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
   function run(body: string): Array<Record<string, unknown>> {
     const file = join(dir, 'out.log');
-    // The tsc output (`npm run build` bundles it into dist/main.js).
-    const dist = join(__dirname, '..', '..', 'dist-tsc');
     const script = `
       const pino = require(${JSON.stringify(require.resolve('pino'))});
-      const { createLogger } = require(${JSON.stringify(join(dist, 'logging', 'logger.js'))});
-      const { TokenAuditTrail } = require(${JSON.stringify(join(dist, 'token', 'token-audit.js'))});
+      const { createLogger, TokenAuditTrail } = require(${JSON.stringify(bundle)});
       const sink = pino.destination({ dest: ${JSON.stringify(file)}, sync: false, minLength: 4096 });
       const logger = createLogger('info', sink);
       const trail = new TokenAuditTrail(
@@ -29,7 +58,11 @@ describe('TokenAuditTrail', () => {
       const record = { fingerprint: '0123456789abcdef' };
       ${body}
     `;
-    const { status, stderr } = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8' });
+    const { status, stderr } = spawnSync(process.execPath, ['-e', script], {
+      encoding: 'utf8',
+      // The bundle's dependencies (pino, Nest), from the repository's node_modules.
+      env: { ...process.env, NODE_PATH: join(ROOT, 'node_modules') },
+    });
     expect(stderr).toBe('');
     expect(status).toBe(1);
     return readFileSync(file, 'utf8')

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { brokerConfigSchema } from '../config/config.schema';
+import { TEST_CLIENT, testConfig } from '../../test/support/test-config';
 import { MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { GrantedToken } from '../provider/token-response.parser';
@@ -15,13 +15,6 @@ jest.mock('@nestjs/common', () => ({
   Inject: () => () => undefined,
   Injectable: () => () => undefined,
 }));
-
-const client = (id: string) => ({
-  id,
-  authUrl: 'http://auth.invalid',
-  baseUrl: 'http://api.invalid',
-  credentials: { file: `/run/${id}.json` },
-});
 
 /** A provider that issues `token-<n>` for an hour and counts requests. */
 class Grantor implements TokenGrantor {
@@ -45,11 +38,7 @@ describe(TokenService.name, () => {
   const services: TokenService[] = [];
 
   function service(ids: string[], grantor = new Grantor(), store = new MemoryTokenStore()) {
-    const config = brokerConfigSchema.parse({
-      clients: ids.map(client),
-      callerAuth: { mode: 'none', allowNone: true },
-      http: { host: '127.0.0.1' },
-    });
+    const config = testConfig({ clients: ids.map((id) => ({ ...TEST_CLIENT, id })) });
     const metrics = new MetricsService();
     const s = new TokenService(config, store, grantor, secrets, pino({ level: 'silent' }), metrics);
     services.push(s);
