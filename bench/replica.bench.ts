@@ -13,7 +13,7 @@ import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
 import { ManagedProcess, minimalEnv } from '../test/support/managed-process';
 import { freePort } from '../test/support/ports';
 import { repoRoot } from '../test/support/repo-root';
-import { startRedis } from '../test/support/redis-server';
+import { startRedis } from '../test/support/redis/standalone';
 
 /** The targets for one replica: ready within a second, idle RSS at most 100 MB once settled. */
 export const REPLICA_TARGETS = { readyMs: 1000, idleRssMb: 100 } as const;

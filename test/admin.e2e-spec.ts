@@ -5,7 +5,7 @@ import type Redis from 'ioredis';
 import type { ProviderEmulator } from '../emulator/provider-emulator';
 import { FaultProxy } from './support/fault-proxy';
 import { FLEET_CLIENT, FLEET_CREDENTIALS } from './support/fleet';
-import type { RedisTopology } from './support/redis-topology';
+import type { RedisTopology } from './support/redis/topology';
 import { type Stack, type StackBroker, startStack } from './support/stack';
 import { delay, waitFor } from './support/wait';
 

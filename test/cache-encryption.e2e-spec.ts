@@ -9,7 +9,7 @@ import { createRedisConnection } from '../src/redis/redis.connection';
 import { RedisTokenStore } from '../src/redis/token-store.redis';
 import { AesGcmTokenCipher } from '../src/token/aes-gcm-token.cipher';
 import { toRecord } from '../src/token/token-record';
-import { startRedis, type TestRedis } from './support/redis-server';
+import { startRedis, type TestRedis } from './support/redis/standalone';
 import { type Stack, type StackBroker, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 

@@ -4,7 +4,7 @@
 import { hammer } from './support/load';
 import { watchObserverLag } from './support/observer-lag';
 import { FLEET_CLIENT, requestsPerCycle } from './support/fleet';
-import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis-topology';
+import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis/topology';
 import { type Stack, startStack } from './support/stack';
 
 /**

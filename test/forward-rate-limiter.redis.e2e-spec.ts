@@ -4,12 +4,8 @@ import { redisSettingsSchema } from '../src/config/redis.schema';
 import type { ForwardRateLimiter } from '../src/forwarding/forward-rate-limiter';
 import { RedisForwardRateLimiter } from '../src/redis/forward-rate-limiter.redis';
 import { createRedisConnection, type RedisClient } from '../src/redis/redis.connection';
-import {
-  type RedisTopology,
-  StandaloneRedis,
-  startTopology,
-  TOPOLOGY_KINDS,
-} from './support/redis-topology';
+import { StandaloneRedis } from './support/redis/standalone';
+import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis/topology';
 import { waitFor } from './support/wait';
 
 jest.setTimeout(120_000);

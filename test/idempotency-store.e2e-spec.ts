@@ -15,7 +15,7 @@ import { createRedisConnection, type RedisClient } from '../src/redis/redis.conn
 import { redisKeys } from '../src/redis/redis.constants';
 import { AesGcmTokenCipher } from '../src/token/aes-gcm-token.cipher';
 import { freePort } from './support/ports';
-import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis-topology';
+import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis/topology';
 import { waitFor } from './support/wait';
 
 const CLIENT = 'acme-preprod';

@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { redisKeys } from '../src/redis/redis.constants';
 import type { ProviderEmulator } from '../emulator/provider-emulator';
 import { freePort } from './support/ports';
-import { startRedis, type TestRedis } from './support/redis-server';
+import { startRedis, type TestRedis } from './support/redis/standalone';
 import { type Stack, type StackBroker, startStack } from './support/stack';
 import { metricValue } from './support/token-watch';
 import { waitFor } from './support/wait';

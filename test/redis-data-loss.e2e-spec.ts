@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { redisKeys } from '../src/redis/redis.constants';
 import { FLEET_CLIENT } from './support/fleet';
-import { startRedis, type TestRedis } from './support/redis-server';
+import { startRedis, type TestRedis } from './support/redis/standalone';
 import { type Stack, startStack } from './support/stack';
 import { metricValue } from './support/token-watch';
 import { waitFor } from './support/wait';

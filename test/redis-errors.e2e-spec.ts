@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { RedisNode } from './support/redis-node';
+import { RedisNode } from './support/redis/node';
 import { type Stack, type StackBroker, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 

@@ -6,14 +6,11 @@ import type { StateLogger } from '../src/redis/redis-state';
 import { RedisTokenStore } from '../src/redis/token-store.redis';
 import { PlainTokenCipher } from '../src/token/plain-token.cipher';
 import { toRecord } from '../src/token/token-record';
-import { FaultProxy } from './support/fault-proxy';
-import {
-  RedisNode,
-  type RedisClusterNodes,
-  type SentinelGroup,
-  startCluster,
-  startSentinelGroup,
-} from './support/redis-node';
+import type { FaultProxy } from './support/fault-proxy';
+import { type RedisCluster, startRedisCluster } from './support/redis/cluster';
+import type { RedisNode } from './support/redis/node';
+import { type SentinelGroup, startSentinelGroup } from './support/redis/sentinel';
+import { type FixedEndpointPair, startFixedEndpointPair } from './support/redis/standalone';
 import { waitFor } from './support/wait';
 
 const CLIENT = 'acme-preprod';
@@ -34,27 +31,19 @@ function recordingLogger(): StateLogger & { lines: Array<{ to: string; msg: stri
  * same endpoint, and write again within seconds, without a restart.
  */
 describe('Redis failover behind a fixed endpoint (READONLY)', () => {
+  let pair: FixedEndpointPair;
   let a: RedisNode;
   let b: RedisNode;
   let endpoint: FaultProxy;
 
   beforeAll(async () => {
-    a = await RedisNode.start();
-    b = await RedisNode.start();
-    await b.cli('REPLICAOF', '127.0.0.1', String(a.port));
-    await waitFor(
-      async () => (await b.cli('INFO', 'replication')).includes('master_link_status:up'),
-      {
-        timeoutMs: 10_000,
-        what: 'B to replicate A',
-      },
-    );
-    endpoint = await FaultProxy.start({ target: { host: '127.0.0.1', port: a.port } });
+    pair = await startFixedEndpointPair();
+    [a, b] = pair.servers;
+    endpoint = pair.proxy;
   });
 
   afterAll(async () => {
-    await endpoint?.close();
-    await Promise.allSettled([a?.stop(), b?.stop()]);
+    await pair?.stop();
   });
 
   it('lands on the new master within seconds, logging one down/up transition', async () => {
@@ -196,42 +185,38 @@ describe('Redis failover through Sentinel', () => {
 
   it('follows the new master within seconds of a Sentinel failover', async () => {
     const logger = recordingLogger();
-    const store = topologyStore(
-      {
-        mode: 'sentinel',
-        sentinel: { nodes: [group.sentinel.address], masterName: group.masterName },
-      },
-      [CLIENT],
-      logger,
-    );
+    const store = topologyStore(group.settings(), [CLIENT], logger);
     try {
       expect(await store.waitUntilReady(5000)).toBe(true);
       await timeUntilWritable(store, CLIENT);
+      const replicas = group.servers.slice(1);
       await waitFor(
-        async () =>
-          (await group.replica.cli('INFO', 'replication')).includes('master_link_status:up'),
-        { timeoutMs: 10_000, what: 'the replica to be in sync' },
+        async () => {
+          const infos = await Promise.all(replicas.map((r) => r.cli('INFO', 'replication')));
+          return infos.every((i) => i.includes('master_link_status:up'));
+        },
+        { timeoutMs: 10_000, what: 'the replicas to be in sync' },
       );
       const failoverStarted = Date.now();
-      await group.sentinel.cli('SENTINEL', 'FAILOVER', group.masterName);
-      await waitFor(async () => (await group.replica.cli('ROLE')).startsWith('master'), {
-        timeoutMs: 15_000,
-        what: 'the replica to be promoted',
-      });
-      const promoted = Date.now();
+      await group.sentinels[0].cli('SENTINEL', 'FAILOVER', group.masterName);
+      const promoted = await waitFor(
+        async () => {
+          const roles = await Promise.all(replicas.map((r) => r.cli('ROLE')));
+          return replicas.find((_, i) => roles[i].startsWith('master'));
+        },
+        { timeoutMs: 15_000, what: 'a replica to be promoted' },
+      );
+      const promotedAt = Date.now();
       const ms = await timeUntilWritable(store, CLIENT);
       process.stdout.write(
-        `Sentinel failover: token writes back ${Date.now() - promoted} ms after the promotion, ${Date.now() - failoverStarted} ms after SENTINEL FAILOVER\n`,
+        `Sentinel failover: token writes back ${Date.now() - promotedAt} ms after the promotion, ${Date.now() - failoverStarted} ms after SENTINEL FAILOVER\n`,
       );
       expect(ms).toBeLessThan(10_000);
       // The write landed on the new master.
-      await waitFor(
-        async () => (await group.replica.cli('EXISTS', `tb:{${CLIENT}}:token`)) === '1',
-        {
-          timeoutMs: 2000,
-          what: 'the token on the new master',
-        },
-      );
+      await waitFor(async () => (await promoted.cli('EXISTS', `tb:{${CLIENT}}:token`)) === '1', {
+        timeoutMs: 2000,
+        what: 'the token on the new master',
+      });
     } finally {
       await store.close();
     }
@@ -239,10 +224,10 @@ describe('Redis failover through Sentinel', () => {
 });
 
 describe('Redis Cluster master failover', () => {
-  let cluster: RedisClusterNodes;
+  let cluster: RedisCluster;
 
   beforeAll(async () => {
-    cluster = await startCluster(3, 1);
+    cluster = await startRedisCluster();
   }, 60_000);
 
   afterAll(async () => {
@@ -252,18 +237,14 @@ describe('Redis Cluster master failover', () => {
   it('follows the promoted replica within seconds of a master crash', async () => {
     const clients = ['acme-a', 'acme-b', 'acme-c', 'acme-d'];
     const logger = recordingLogger();
-    const store = topologyStore(
-      { mode: 'cluster', cluster: { nodes: [cluster.nodes[0].address] } },
-      clients,
-      logger,
-    );
+    const store = topologyStore(cluster.settings(), clients, logger);
     try {
       expect(await store.waitUntilReady(5000)).toBe(true);
       for (const c of clients) await timeUntilWritable(store, c);
       // The master that owns the first client's slot, found by asking every node.
-      const slot = await cluster.nodes[0].cli('CLUSTER', 'KEYSLOT', `tb:{${clients[0]}}:token`);
+      const slot = await cluster.servers[0].cli('CLUSTER', 'KEYSLOT', `tb:{${clients[0]}}:token`);
       let victim: RedisNode | undefined;
-      for (const node of cluster.nodes) {
+      for (const node of cluster.servers) {
         const role = await node.cli('ROLE');
         if (!role.startsWith('master')) continue;
         if ((await node.cli('CLUSTER', 'COUNTKEYSINSLOT', slot)) !== '0') victim = node;
@@ -271,7 +252,7 @@ describe('Redis Cluster master failover', () => {
       expect(victim).toBeDefined();
       await victim!.stop();
       const crashed = Date.now();
-      const survivor = cluster.nodes.find((n) => n !== victim)!;
+      const survivor = cluster.servers.find((n) => n !== victim)!;
       // Promoted: the victim is marked failed and the cluster serves every slot again.
       await waitFor(
         async () =>

@@ -11,13 +11,9 @@ import { idempotencyKeyHash } from '../src/forwarding/order-request';
 import { PlainTokenCipher } from '../src/token/plain-token.cipher';
 import { toRecord } from '../src/token/token-record';
 import type { TokenStoreEvent } from '../src/token/token-store';
-import {
-  RedisNode,
-  type RedisClusterNodes,
-  type SentinelGroup,
-  startCluster,
-  startSentinelGroup,
-} from './support/redis-node';
+import { type RedisCluster, startRedisCluster } from './support/redis/cluster';
+import { type SentinelGroup, startSentinelGroup } from './support/redis/sentinel';
+import { startTopology, type RedisTopology } from './support/redis/topology';
 import { holdRefreshLock } from './support/refresh-lock';
 import { waitFor } from './support/wait';
 
@@ -30,16 +26,16 @@ const CLIENTS = ['acme-a', 'acme-b', 'acme-c', 'acme-d'];
  * hash slot each), redlock, and pub/sub between replicas.
  */
 describe('Redis topologies', () => {
-  let standalone: RedisNode;
+  let standalone: RedisTopology;
   let sentinel: SentinelGroup;
-  let cluster: RedisClusterNodes;
+  let cluster: RedisCluster;
   const closers: Array<() => Promise<unknown>> = [];
 
   beforeAll(async () => {
     [standalone, sentinel, cluster] = await Promise.all([
-      RedisNode.start(),
+      startTopology('standalone'),
       startSentinelGroup(),
-      startCluster(3),
+      startRedisCluster(),
     ]);
   }, 60_000);
 
@@ -52,19 +48,9 @@ describe('Redis topologies', () => {
   });
 
   const topologies: Array<[string, () => RedisSettings]> = [
-    ['standalone', () => settingsFor({ url: `redis://${standalone.address}` })],
-    [
-      'sentinel',
-      () =>
-        settingsFor({
-          mode: 'sentinel',
-          sentinel: { nodes: [sentinel.sentinel.address], masterName: sentinel.masterName },
-        }),
-    ],
-    [
-      'cluster',
-      () => settingsFor({ mode: 'cluster', cluster: { nodes: [cluster.nodes[0].address] } }),
-    ],
+    ['standalone', () => settingsFor(standalone.settings())],
+    ['sentinel', () => settingsFor(sentinel.settings())],
+    ['cluster', () => settingsFor(cluster.settings())],
   ];
 
   function newStore(settings: RedisSettings): RedisTokenStore {
@@ -138,10 +124,10 @@ describe('Redis topologies', () => {
 
   it('cluster: the clients really are spread over several masters', async () => {
     const slots = await Promise.all(
-      CLIENTS.map((c) => cluster.nodes[0].cli('CLUSTER', 'KEYSLOT', `tb:{${c}}:token`)),
+      CLIENTS.map((c) => cluster.servers[0].cli('CLUSTER', 'KEYSLOT', `tb:{${c}}:token`)),
     );
     const owners = new Set<string>();
-    const shards = await cluster.nodes[0].cli('CLUSTER', 'SLOTS');
+    const shards = await cluster.servers[0].cli('CLUSTER', 'SLOTS');
     // `CLUSTER SLOTS` lines: start, end, ip, port, id, ... per range.
     const lines = shards.split('\n');
     for (const slot of slots.map(Number)) {

@@ -1,20 +1,17 @@
 import { Redis } from 'ioredis';
-import { ping } from './support/redis-server';
-import {
-  FixedEndpointPair,
-  RedisCluster,
-  SentinelGroup,
-  startFixedEndpointPair,
-  startRedisCluster,
-  startSentinelGroup,
-  startTopology,
-} from './support/redis-topology';
+import { RedisCluster, startRedisCluster } from './support/redis/cluster';
+import { adminCommand } from './support/redis/node';
+import { SentinelGroup, startSentinelGroup } from './support/redis/sentinel';
+import { FixedEndpointPair, startFixedEndpointPair } from './support/redis/standalone';
+import { startTopology } from './support/redis/topology';
 import { waitFor } from './support/wait';
 
 /** Whether anything still answers PING at `host:port`. */
 async function answers(address: string): Promise<boolean> {
-  const [host, port] = address.split(':');
-  return ping(host, Number(port));
+  return adminCommand(address, 'PING').then(
+    (reply) => reply === 'PONG',
+    () => false,
+  );
 }
 
 function hostPort(address: string): { host: string; port: number } {

@@ -1,6 +1,6 @@
 import type { BrokerProcess } from './support/broker-process';
 import { freePort } from './support/ports';
-import { RedisNode } from './support/redis-node';
+import { RedisNode } from './support/redis/node';
 import { type Stack, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 

@@ -10,7 +10,7 @@ import { type BrokerProcess, spawnBroker } from './support/broker-process';
 import { FaultProxy } from './support/fault-proxy';
 import { hammer } from './support/load';
 import { freePort } from './support/ports';
-import { startRedis, type TestRedis } from './support/redis-server';
+import { startRedis, type TestRedis } from './support/redis/standalone';
 import { startStack } from './support/stack';
 import { delay, waitFor } from './support/wait';
 
@@ -214,7 +214,9 @@ describe('startRedis', () => {
     // Redis: only the exit hook can stop that redis-server.
     const dir = mkdtempSync(join(tmpdir(), 'tb-support-'));
     try {
-      for (const file of ['managed-process', 'ports', 'wait', 'redis-server']) {
+      mkdirSync(join(dir, 'redis'));
+      const modules = ['managed-process', 'ports', 'wait', 'fault-proxy', 'redis/node'];
+      for (const file of [...modules, 'redis/standalone']) {
         const source = readFileSync(resolve(__dirname, 'support', `${file}.ts`), 'utf8');
         const { outputText } = ts.transpileModule(source, {
           compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022 },
@@ -225,7 +227,7 @@ describe('startRedis', () => {
         process.execPath,
         [
           '-e',
-          "require('./redis-server').startRedis({ forceLocal: true })" +
+          "require('./redis/standalone').startRedis({ forceLocal: true })" +
             '.then((r) => { console.log(r.port); process.exit(0); })',
         ],
         {

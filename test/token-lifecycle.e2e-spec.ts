@@ -15,7 +15,7 @@ import { ClientTokenManager } from '../src/token/client-token-manager';
 import { PlainTokenCipher } from '../src/token/plain-token.cipher';
 import { toRecord } from '../src/token/token-record';
 import { TokenErrorCode, TokenException } from '../src/token/token.exception';
-import { startRedis, type TestRedis } from './support/redis-server';
+import { startRedis, type TestRedis } from './support/redis/standalone';
 import { type Stack, startStack } from './support/stack';
 import { waitFor } from './support/wait';
 

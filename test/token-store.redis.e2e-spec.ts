@@ -8,12 +8,8 @@ import { PlainTokenCipher } from '../src/token/plain-token.cipher';
 import { type TokenRecord, toRecord } from '../src/token/token-record';
 import type { TokenStoreEvent } from '../src/token/token-store';
 import { TokenStoreException } from '../src/token/token-store.exception';
-import {
-  type RedisTopology,
-  StandaloneRedis,
-  startTopology,
-  TOPOLOGY_KINDS,
-} from './support/redis-topology';
+import { StandaloneRedis } from './support/redis/standalone';
+import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis/topology';
 import { holdRefreshLock } from './support/refresh-lock';
 import { waitFor } from './support/wait';
 

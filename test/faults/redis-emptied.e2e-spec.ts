@@ -3,7 +3,7 @@ import { redisKeys } from '../../src/redis/redis.constants';
 import { fingerprintOf } from '../../src/token/token-record';
 import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
 import { type Fleet, FLEET_CLIENT, requestsPerCycle } from '../support/fleet';
-import { startRedis, type TestRedis } from '../support/redis-server';
+import { startRedis, type TestRedis } from '../support/redis/standalone';
 import { figures, nextRefresh, type TokenWatch } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 

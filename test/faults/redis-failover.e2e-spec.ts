@@ -6,16 +6,10 @@ import { redisKeys } from '../../src/redis/redis.constants';
 import { fingerprintOf } from '../../src/token/token-record';
 import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
 import { type Fleet, FLEET_CLIENT, requestsPerCycle } from '../support/fleet';
-import {
-  type FixedEndpointPair,
-  type RedisCluster,
-  type RedisTopology,
-  type SentinelGroup,
-  type Switch,
-  startFixedEndpointPair,
-  startRedisCluster,
-  startSentinelGroup,
-} from '../support/redis-topology';
+import { type RedisCluster, startRedisCluster } from '../support/redis/cluster';
+import { type SentinelGroup, startSentinelGroup } from '../support/redis/sentinel';
+import { type FixedEndpointPair, startFixedEndpointPair } from '../support/redis/standalone';
+import type { RedisTopology, Switch } from '../support/redis/topology';
 import { currentToken, figures, nextRefresh } from '../support/token-watch';
 import { maxOf } from '../support/stats';
 import { delay, waitFor } from '../support/wait';

@@ -7,7 +7,7 @@ import { fingerprintOf } from '../../src/token/token-record';
 import { FaultProxy } from '../support/fault-proxy';
 import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
 import { type Fleet, FLEET_CLIENT, requestsPerCycle } from '../support/fleet';
-import { startRedis, type TestRedis } from '../support/redis-server';
+import { startRedis, type TestRedis } from '../support/redis/standalone';
 import { currentToken, figures, httpGet, metricValue } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 

@@ -1,7 +1,7 @@
 import { type Fleet, FLEET_CLIENT, startFleet } from './fleet';
 import { hammer, type HammerResponse, type HammerResult } from './load';
-import type { TestRedis } from './redis-server';
-import type { RedisTopology } from './redis-topology';
+import type { TestRedis } from './redis/standalone';
+import type { RedisTopology } from './redis/topology';
 import { TokenWatch } from './token-watch';
 
 /**

@@ -1,8 +1,8 @@
 import type { ProviderEmulator, ProviderKnobs } from '../../emulator/provider-emulator';
 import type { SecretsManagerEmulator } from '../../emulator/secrets-manager-emulator';
 import type { BrokerProcess } from './broker-process';
-import { startRedis, type TestRedis } from './redis-server';
-import type { RedisTopology } from './redis-topology';
+import { startRedis, type TestRedis } from './redis/standalone';
+import type { RedisTopology } from './redis/topology';
 import { type Stack, type StackOptions, startStack } from './stack';
 
 /** A client id and credentials the fleet helpers use everywhere. */

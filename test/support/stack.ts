@@ -12,8 +12,8 @@ import {
 import { ServiceAccountIssuer } from '../../emulator/service-account-issuer';
 import { type BrokerProcess, spawnBroker } from './broker-process';
 import { freePort } from './ports';
-import type { TestRedis } from './redis-server';
-import { type RedisTopology, startTopology, type TopologyKind } from './redis-topology';
+import type { TestRedis } from './redis/standalone';
+import { type RedisTopology, startTopology, type TopologyKind } from './redis/topology';
 import { waitFor } from './wait';
 
 /** A fresh API key. */
