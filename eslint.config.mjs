@@ -64,7 +64,7 @@ const BOUNDARIES = {
   http: ['errors'],
   // Not redis: it implements their ports, so the app module hands it to them (`withStore`).
   token: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'secrets'],
-  // `POST /orders` and the provider passthrough: one forwarding core, two routes.
+  // `POST /orders` and the provider passthrough: one route, two profiles.
   forwarding: [
     'caller-auth',
     'config',

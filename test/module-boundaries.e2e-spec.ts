@@ -71,24 +71,24 @@ const PROBES: Probe[] = [
       '../redis/idempotency-store.redis',
       '../redis/redis.module',
       '../token/token.service',
-      '../provider/checkout.client',
+      '../provider/provider-api.client',
     ],
     refused: ['../redis/idempotency-store.redis', '../redis/redis.module'],
   },
   {
     as: 'src/token/token-record.ts',
-    imports: ['../redis/redis.module', '../forwarding/orders.service', '../caller-auth/caller'],
-    refused: ['../redis/redis.module', '../forwarding/orders.service'],
+    imports: ['../redis/redis.module', '../forwarding/forwarding.service', '../caller-auth/caller'],
+    refused: ['../redis/redis.module', '../forwarding/forwarding.service'],
   },
   {
     as: 'src/redis/redis.constants.ts',
     imports: [
       '../token/token.service',
       '../token/token-store',
-      '../forwarding/orders.service',
+      '../forwarding/forwarding.service',
       '../forwarding/idempotency-store',
     ],
-    refused: ['../token/token.service', '../forwarding/orders.service'],
+    refused: ['../token/token.service', '../forwarding/forwarding.service'],
   },
   {
     as: 'src/http/request-id.ts',
@@ -103,11 +103,11 @@ const PROBES: Probe[] = [
   {
     as: 'src/provider/provider.constants.ts',
     imports: [
-      '../forwarding/orders.service',
+      '../forwarding/forwarding.service',
       '../token/token.exception',
       '../secrets/secret-reader',
     ],
-    refused: ['../forwarding/orders.service', '../token/token.exception'],
+    refused: ['../forwarding/forwarding.service', '../token/token.exception'],
   },
   {
     as: 'src/config/config.constants.ts',

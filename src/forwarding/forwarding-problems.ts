@@ -10,6 +10,7 @@ export type ForwardingFailure =
   | 'tokenRejected'
   | 'unreachable'
   | 'badResponse'
+  | 'bodyTooLarge'
   | 'timeout'
   | 'storeUnavailable'
   | 'tampered'
@@ -43,6 +44,7 @@ export const FAILURE_CODES: Record<ForwardingFailure, Record<ForwardingProfile, 
     orders: OrdersErrorCode.ProviderBadResponse,
     forward: ForwardErrorCode.ProviderBadResponse,
   },
+  bodyTooLarge: { orders: OrdersErrorCode.BodyTooLarge, forward: ForwardErrorCode.BodyTooLarge },
   timeout: { orders: OrdersErrorCode.ProviderTimeout, forward: ForwardErrorCode.ProviderTimeout },
   echoedToken: {
     orders: OrdersErrorCode.UpstreamEchoedToken,

@@ -11,32 +11,13 @@ import type { ProviderApiClient } from '../provider/provider-api.client';
 import { PROVIDER_API_GATEWAY } from '../provider/provider.constants';
 import { ProviderModule } from '../provider/provider.module';
 import { TokenService } from '../token/token.service';
-import { ForwardRoute } from './forward.route';
-import { ForwardService } from './forward.service';
 import { IDEMPOTENCY_STORE } from './forwarding.constants';
+import { ForwardingRoute } from './forwarding.route';
+import { ForwardingService } from './forwarding.service';
 import type { IdempotencyStore } from './idempotency-store';
-import { OrdersRoute } from './orders.route';
-import { OrdersService } from './orders.service';
-
-const SERVICE_PORTS = [
-  TokenService,
-  PROVIDER_API_GATEWAY,
-  IDEMPOTENCY_STORE,
-  BROKER_CONFIG,
-  MetricsService,
-  LOGGER,
-];
-type ServicePorts = [
-  TokenService,
-  ProviderApiClient,
-  IdempotencyStore,
-  BrokerConfig,
-  MetricsService,
-  Logger,
-];
 
 /**
- * `POST /orders` and `/provider/<client>/...`: the two routes of the forwarding core. Its ports
+ * `POST /orders` and `/provider/<client>/...`: one forwarding route and service. Its ports
  * come from the adapters: the provider API client, and from the shared-store module the
  * idempotency store and the rate limiter (`FORWARD_RATE_LIMITER`). Build it with
  * {@link ForwardingModule.with}.
@@ -45,17 +26,27 @@ type ServicePorts = [
   imports: [CallerAuthModule, MetricsModule, ProviderModule],
   providers: [
     CallerAuthGuard,
-    OrdersRoute,
-    ForwardRoute,
+    ForwardingRoute,
     {
-      provide: OrdersService,
-      inject: SERVICE_PORTS,
-      useFactory: (...ports: ServicePorts) => new OrdersService(...ports),
-    },
-    {
-      provide: ForwardService,
-      inject: SERVICE_PORTS,
-      useFactory: (...ports: ServicePorts) => new ForwardService(...ports),
+      provide: ForwardingService,
+      inject: [
+        TokenService,
+        PROVIDER_API_GATEWAY,
+        IDEMPOTENCY_STORE,
+        BROKER_CONFIG,
+        MetricsService,
+        LOGGER,
+      ],
+      useFactory: (
+        ...ports: [
+          TokenService,
+          ProviderApiClient,
+          IdempotencyStore,
+          BrokerConfig,
+          MetricsService,
+          Logger,
+        ]
+      ) => new ForwardingService(...ports),
     },
   ],
 })

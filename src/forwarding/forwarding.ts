@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { BrokerConfig } from '../config/config.schema';
 import type { BrokerExceptionOptions } from '../errors/broker.exception';
 import type { MetricsService } from '../metrics/metrics.service';
-import type { CheckoutFailure } from '../provider/checkout.client';
+import type { ApiFailure } from '../provider/provider-api.client';
 import { ProviderErrorCode } from '../provider/provider.exception';
 import type { TokenRecord } from '../token/token-record';
 import { TokenException } from '../token/token.exception';
@@ -44,7 +44,7 @@ export interface Exchange<A extends ForwardedAnswer> {
     readonly bodyHash: string;
   };
   /** Sends the request once with `token`. Never throws for a transport failure. */
-  send(token: TokenRecord): Promise<A | CheckoutFailure>;
+  send(token: TokenRecord): Promise<A | ApiFailure>;
   /** Lets go of a 401 answer that will not be relayed (drains a streamed body). */
   discard(answer: A): void;
   /**
@@ -57,7 +57,7 @@ export interface Exchange<A extends ForwardedAnswer> {
     answer: A,
     tokens: readonly string[],
     onLateEcho: () => void,
-  ): Promise<A | CheckoutFailure | 'echoed'>;
+  ): Promise<A | ApiFailure | 'echoed'>;
   /** What to record for replays; only called for an exchange with `idempotency`. */
   stored(answer: A): StoredResponse;
 }
@@ -112,10 +112,7 @@ export class Forwarding {
     >,
     private readonly logger: Logger,
     private readonly profile: ForwardingProfile,
-    policy: IdempotencyPolicy = {
-      ttlSeconds: config.orders.idempotencyTtlSeconds,
-      maxRecordsPerCaller: 0,
-    },
+    policy: IdempotencyPolicy,
   ) {
     this.words = PROFILES[profile];
     this.claims = new IdempotencyClaims(store, config, policy, metrics, logger, profile);
@@ -139,7 +136,7 @@ export class Forwarding {
       if ('replay' in claim) return { kind: 'replayed', response: claim.replay };
       ledger = claim.ledger;
     }
-    let outcome: A | CheckoutFailure;
+    let outcome: A | ApiFailure;
     const sent: string[] = [];
     try {
       outcome = await this.send(exchange, audit, sent);
@@ -193,7 +190,7 @@ export class Forwarding {
     exchange: Exchange<A>,
     audit: ForwardingAudit,
     sent: string[],
-  ): Promise<A | CheckoutFailure> {
+  ): Promise<A | ApiFailure> {
     const { clientId } = exchange;
     const first = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
     sent.push(first.accessToken);
@@ -223,7 +220,7 @@ export class Forwarding {
     exchange: Exchange<A>,
     token: TokenRecord,
     audit: ForwardingAudit,
-  ): Promise<A | CheckoutFailure> {
+  ): Promise<A | ApiFailure> {
     audit.attempts++;
     audit.tokenFingerprint = token.fingerprint;
     const started = performance.now();
@@ -239,7 +236,7 @@ export class Forwarding {
   /** Records the outcome and turns it into the caller's answer. */
   private async conclude<A extends ForwardedAnswer>(
     exchange: Exchange<A>,
-    outcome: A | CheckoutFailure,
+    outcome: A | ApiFailure,
     ledger: Ledger,
     withKey: boolean,
   ): Promise<ForwardingResult<A>> {
@@ -290,6 +287,6 @@ class TokenRejected extends Error {
   }
 }
 
-function isUnauthorized<A extends ForwardedAnswer>(outcome: A | CheckoutFailure): outcome is A {
+function isUnauthorized<A extends ForwardedAnswer>(outcome: A | ApiFailure): outcome is A {
   return outcome.kind === 'answered' && outcome.status === 401;
 }

@@ -12,7 +12,7 @@ import { OrdersErrorCode, OrdersException } from './orders.exception';
 export interface OrderHeaders {
   /** The caller's `Idempotency-Key`, validated; the broker deduplicates on it either way. */
   readonly idempotencyKey?: string;
-  /** Lowercased names to values, ready to hand to the checkout adapter. */
+  /** Lowercased names to values, ready to hand to the provider API client. */
   readonly forward: Readonly<Record<string, string>>;
 }
 

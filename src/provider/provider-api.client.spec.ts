@@ -2,8 +2,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import { testClient } from '../../test/support/test-config';
 import { ordersSettingsSchema } from '../config/provider.schema';
-import { createCheckoutAgent } from './checkout.client';
-import { type ApiOutcome, ProviderApiClient } from './provider-api.client';
+import { type ApiOutcome, createCheckoutAgent, ProviderApiClient } from './provider-api.client';
 import { ProviderErrorCode } from './provider.exception';
 import type { Agent } from './undici-agent';
 import { serveLoopback as serve } from '../../test/support/loopback-server';
@@ -59,6 +58,7 @@ describe(ProviderApiClient.name, () => {
       target: '/api/marketing/v1/offers',
       headers: {},
       maxResponseBytes: 1024 * 1024,
+      limitSetting: 'FORWARD_MAX_RESPONSE_BYTES',
     });
 
   it('ends a small answer that drips at its one deadline: timeout, maybe delivered', async () => {

@@ -4,22 +4,16 @@ import type { Dispatcher } from 'undici';
 import type { ClientConfig } from '../config/client.schema';
 import { ordersCallDeadlineMs, type OrdersSettings } from '../config/config.schema';
 import { trimTrailingSlashes } from '../config/schema-parts';
-import {
-  type CheckoutFailure,
-  type CheckoutGateway,
-  type CheckoutOutcome,
-  type CheckoutRequest,
-  wasNeverSent,
-} from './checkout.client';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { translateTransportError } from './provider-http';
+import { Agent, errors as undiciErrors } from './undici-agent';
 
-/** One provider call as the passthrough hands it over. */
+/** One provider call, as `POST /orders` or the passthrough hands it over. */
 export interface ApiRequest {
   readonly client: ClientConfig;
   readonly accessToken: string;
   readonly method: string;
-  /** Path and query below `{base_url}`, checked and exactly as the caller sent them. */
+  /** Path and query below `{base_url}`: the client's orders path, or the caller's, checked. */
   readonly target: string;
   /** Headers to pass on, names lowercased; the adapter adds `Accept`, the bearer token and its user agent. */
   readonly headers: Readonly<Record<string, string>>;
@@ -27,6 +21,10 @@ export interface ApiRequest {
   readonly body?: Buffer;
   /** The answer's body is cut off (the stream errors) past this many bytes. */
   readonly maxResponseBytes: number;
+  /** The setting named when the answer is over `maxResponseBytes`. */
+  readonly limitSetting: string;
+  /** Collect the answer whole, whatever its size, rather than stream a large one. */
+  readonly whole?: boolean;
 }
 
 /**
@@ -49,32 +47,69 @@ export interface ApiAnswer {
   readonly body: Buffer | Readable;
 }
 
-export type ApiOutcome = ApiAnswer | CheckoutFailure;
+/**
+ * The call failed. `delivered` is what decides whether the request may have been acted on:
+ * `no` only when no byte can have reached the provider (no connection was made); otherwise
+ * `maybe`.
+ */
+export interface ApiFailure {
+  readonly kind: 'failed';
+  readonly delivered: 'no' | 'maybe';
+  readonly error: ProviderException;
+}
 
-/** The provider's APIs (checkout and marketing) for the passthrough. */
+export type ApiOutcome = ApiAnswer | ApiFailure;
+
+/** The provider's APIs under `{base_url}`, for `POST /orders` and the passthrough. */
 export interface ProviderApiGateway {
-  /** Sends once. Never throws for a transport failure: see {@link CheckoutFailure}. */
+  /** Sends once. Never throws for a transport failure: see {@link ApiFailure}. */
   call(request: ApiRequest): Promise<ApiOutcome>;
 }
 
-/** How one call is sent and its answer collected. */
-interface Exchange extends ApiRequest {
-  /** Collect the answer whole, whatever its size (orders), rather than stream a large one. */
-  readonly whole: boolean;
-  /** The setting named when the answer is over `maxResponseBytes`. */
-  readonly limitSetting: string;
+/**
+ * Errors raised while connecting: the request was never written, so it cannot have been acted
+ * on. Anything later (reset, timeout, a socket closed mid-exchange) may have.
+ */
+const CONNECT_ERROR_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
+
+/**
+ * The keep-alive pool for the provider's APIs. Its own pool, not the token endpoint's: the auth
+ * server usually shares the host, and a slow API holding every connection must never delay a
+ * token refresh. Its own connect timeout too (`orders.connectTimeoutMs`).
+ */
+export function createCheckoutAgent(settings: OrdersSettings): Agent {
+  return new Agent({
+    connect: { timeout: settings.connectTimeoutMs },
+    headersTimeout: settings.headersTimeoutMs,
+    bodyTimeout: settings.bodyTimeoutMs,
+    keepAliveTimeout: 30_000,
+    keepAliveMaxTimeout: 60_000,
+    connections: 128,
+  });
+}
+
+/** Whether `cause` certainly happened before any byte of the request was written. */
+function wasNeverSent(cause: unknown): boolean {
+  if (cause instanceof undiciErrors.ConnectTimeoutError) return true;
+  const code = (cause as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && CONNECT_ERROR_CODES.has(code);
 }
 
 /**
- * The one HTTP client of the provider's APIs under `{base_url}`: the create-order call of
- * `POST /orders` ({@link createOrder}) and any passthrough call ({@link call}), on the checkout
- * pool and timeouts (`ORDERS_*`). Its own pool, not the token endpoint's: a slow API holding
- * every connection must never delay a token refresh.
+ * The one HTTP client of the provider's APIs under `{base_url}`, for `POST /orders` and the
+ * passthrough alike, on the checkout pool and timeouts (`ORDERS_*`).
  *
  * It never retries: a request that may have reached the provider must not be sent twice, and
  * the one safe retry (after a 401, which the provider refused) is the caller's decision.
  */
-export class ProviderApiClient implements ProviderApiGateway, CheckoutGateway {
+export class ProviderApiClient implements ProviderApiGateway {
   private readonly origins = new Map<string, { origin: string; base: string }>();
 
   private readonly deadlineMs: number;
@@ -88,54 +123,11 @@ export class ProviderApiClient implements ProviderApiGateway, CheckoutGateway {
   }
 
   /**
-   * The provider's create-order call: `POST {base_url}{ordersPath}` with
-   * `Content-Type: application/json`, `Accept: application/json` and the bearer token; the
-   * body is passed through untouched and the answer collected whole.
-   */
-  async createOrder(request: CheckoutRequest): Promise<CheckoutOutcome> {
-    const outcome = await this.exchange({
-      client: request.client,
-      accessToken: request.accessToken,
-      method: 'POST',
-      target: request.client.ordersPath,
-      headers: {
-        ...request.headers,
-        'content-type': 'application/json',
-        accept: 'application/json',
-      },
-      body: request.body,
-      maxResponseBytes: this.settings.maxResponseBytes,
-      whole: true,
-      limitSetting: 'ORDERS_MAX_RESPONSE_BYTES',
-    });
-    if (outcome.kind === 'failed') return outcome;
-    return {
-      kind: 'answered',
-      status: outcome.status,
-      contentType: firstHeader(outcome.headers['content-type']),
-      retryAfter: firstHeader(outcome.headers['retry-after']),
-      body: outcome.body as Buffer,
-    };
-  }
-
-  call(request: ApiRequest): Promise<ApiOutcome> {
-    return this.exchange({
-      ...request,
-      whole: false,
-      limitSetting: 'FORWARD_MAX_RESPONSE_BYTES',
-    });
-  }
-
-  async close(): Promise<void> {
-    await this.dispatcher.close();
-  }
-
-  /**
    * Undici's `dispatch` with a handler rather than `request`: a small answer is collected into
    * one buffer as it arrives, with no body stream and no promise per chunk, and the handler
-   * knows whether the request was ever written (see {@link CheckoutFailure}).
+   * knows whether the request was ever written (see {@link ApiFailure}).
    */
-  private exchange(request: Exchange): Promise<ApiOutcome> {
+  call(request: ApiRequest): Promise<ApiOutcome> {
     const base = this.baseOf(request.client);
     const what = `${request.method} request for client "${request.client.id}"`;
     return new Promise((settle) => {
@@ -158,6 +150,10 @@ export class ProviderApiClient implements ProviderApiGateway, CheckoutGateway {
         handler,
       );
     });
+  }
+
+  async close(): Promise<void> {
+    await this.dispatcher.close();
   }
 
   /** `{base_url}` split into origin and base path (a base URL may carry a path), once per client. */
@@ -189,7 +185,7 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
   private readonly deadline: ReturnType<typeof setTimeout>;
 
   constructor(
-    private readonly request: Exchange,
+    private readonly request: ApiRequest,
     private readonly what: string,
     private readonly deadlineMs: number,
     private readonly settle: (outcome: ApiOutcome) => void,

@@ -3,7 +3,6 @@ import type { Agent } from 'undici';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { AuthServerClient } from './auth-server.client';
-import { createCheckoutAgent } from './checkout.client';
 import {
   CHECKOUT_AGENT,
   PROVIDER_AGENT,
@@ -11,7 +10,7 @@ import {
   PROVIDER_API_GATEWAY,
   TOKEN_GRANTOR,
 } from './provider.constants';
-import { ProviderApiClient } from './provider-api.client';
+import { createCheckoutAgent, ProviderApiClient } from './provider-api.client';
 import { StandardTokenClient } from './standard-token.client';
 import { TokenGrantorRouter } from './token-grantor.router';
 import { createProviderAgent } from './provider-http';

@@ -1,20 +1,22 @@
 import pino from 'pino';
 import { TEST_CLIENT, testConfig } from '../../test/support/test-config';
 import { Counter, Histogram, Registry } from 'prom-client';
-import type {
-  CheckoutGateway,
-  CheckoutOutcome,
-  CheckoutRequest,
-} from '../provider/checkout.client';
+import type { ApiOutcome, ApiRequest, ProviderApiGateway } from '../provider/provider-api.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { type TokenRecord, toRecord } from '../token/token-record';
 import { TokenErrorCode, TokenException } from '../token/token.exception';
 import type { TokenService } from '../token/token.service';
 import { IdempotencyStoreErrorCode, IdempotencyStoreException } from './idempotency-store';
 import { MemoryIdempotencyStore } from './idempotency-store.memory';
-import { bodyFingerprint, idempotencyKeyHash, readOrderHeaders } from './order-request';
+import {
+  bodyFingerprint,
+  idempotencyKeyHash,
+  type OrderHeaders,
+  readOrderHeaders,
+} from './order-request';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
-import { type OrderAudit, type OrderRequest, OrdersService } from './orders.service';
+import type { ForwardingAudit } from './forwarding';
+import { type ForwardCall, type ForwardReply, ForwardingService } from './forwarding.service';
 
 const CLIENT = TEST_CLIENT.id;
 const config = testConfig({ token: { waitTimeoutMs: 500 } });
@@ -25,7 +27,7 @@ function token(name: string): TokenRecord {
 }
 
 /**
- * The token side as the orders service sees it (the {@link TokenService} facade): a current
+ * The token side as the forwarding service sees it (the {@link TokenService} facade): a current
  * token that `replaceRejected` replaces, like the real manager's refresh would, with a counter
  * of tokens fetched.
  */
@@ -69,28 +71,34 @@ class FakeTokens {
 }
 
 /** A provider that answers from a script, one entry per call, and records what it got. */
-class ScriptedCheckout implements CheckoutGateway {
-  readonly calls: CheckoutRequest[] = [];
-  constructor(private readonly script: Array<CheckoutOutcome | number>) {}
+class ScriptedCheckout implements ProviderApiGateway {
+  readonly calls: ApiRequest[] = [];
+  constructor(private readonly script: Array<ApiOutcome | number>) {}
 
-  async createOrder(request: CheckoutRequest): Promise<CheckoutOutcome> {
+  async call(request: ApiRequest): Promise<ApiOutcome> {
     this.calls.push(request);
     const next = this.script.shift() ?? 201;
     return typeof next === 'number'
       ? {
           kind: 'answered',
           status: next,
-          contentType: 'application/json',
+          headers: { 'content-type': 'application/json' },
           body: Buffer.from(`{"status":${next}}`),
         }
       : next;
   }
-
-  async close(): Promise<void> {}
 }
 
-function failed(delivered: 'no' | 'maybe', code: ProviderErrorCode): CheckoutOutcome {
+function failed(delivered: 'no' | 'maybe', code: ProviderErrorCode): ApiOutcome {
   return { kind: 'failed', delivered, error: new ProviderException(code, 'create-order failed') };
+}
+
+/** A `POST /orders` as the route hands it over, before its profile's fixed target. */
+interface OrderRequest {
+  readonly clientId: string;
+  readonly caller: string;
+  readonly body: Buffer;
+  readonly headers: OrderHeaders;
 }
 
 function orderWith(key?: string, body = '{"price":500}'): OrderRequest {
@@ -114,7 +122,7 @@ async function codeOf(promise: Promise<unknown>): Promise<string | undefined> {
   return undefined;
 }
 
-describe(OrdersService.name, () => {
+describe(`${ForwardingService.name} for orders`, () => {
   let tokens: FakeTokens;
   let store: MemoryIdempotencyStore;
   const logger = pino({ level: 'silent' });
@@ -123,16 +131,34 @@ describe(OrdersService.name, () => {
   let echoes: Counter<'client' | 'call'>;
   let latency: Histogram<'call' | 'status_class'>;
 
-  function service(checkout: CheckoutGateway, s = store): OrdersService {
+  function service(checkout: ProviderApiGateway, s = store) {
     const metrics = {
       providerLatency: latency,
       idempotentReplays: replays,
       upstreamTokenEchoes: echoes,
     };
-    return new OrdersService(tokens.asService(), checkout, s, config, metrics, logger);
+    const svc = new ForwardingService(tokens.asService(), checkout, s, config, metrics, logger);
+    const client = config.clients[0];
+    return {
+      // What the route sends for `POST /orders`: its profile, fixed target and JSON headers.
+      create: (order: OrderRequest, a: ForwardingAudit): Promise<ForwardReply> =>
+        svc.forward(
+          {
+            profile: 'orders',
+            client,
+            caller: order.caller,
+            method: 'POST',
+            target: { clientId: client.id, path: client.ordersPath, query: '' },
+            headers: order.headers,
+            passed: { 'content-type': 'application/json', accept: 'application/json' },
+            body: order.body,
+          } satisfies ForwardCall,
+          a,
+        ),
+    };
   }
 
-  const audit = (): OrderAudit => ({ attempts: 0 });
+  const audit = (): ForwardingAudit => ({ attempts: 0 });
 
   beforeEach(() => {
     tokens = new FakeTokens();
@@ -325,10 +351,10 @@ describe(OrdersService.name, () => {
   });
 
   it('withholds an answer that echoes the token (502), and a keyed repeat is 409, not the echo', async () => {
-    const echo: CheckoutOutcome = {
+    const echo: ApiOutcome = {
       kind: 'answered',
       status: 201,
-      contentType: 'application/json',
+      headers: { 'content-type': 'application/json' },
       body: Buffer.from('{"debug":{"authorization":"Bearer t0"}}'),
     };
     const checkout = new ScriptedCheckout([echo]);

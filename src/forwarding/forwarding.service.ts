@@ -5,10 +5,15 @@ import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
 import { type Exchange, Forwarding, type ForwardingAudit } from './forwarding';
+import type { ForwardingProfile } from './forwarding-problems';
 import type { IdempotencyStore } from './idempotency-store';
-import { idempotencyKeyHash, type OrderHeaders } from './order-request';
-import type { ApiOutcome, ProviderApiGateway } from '../provider/provider-api.client';
-import type { CheckoutFailure } from '../provider/checkout.client';
+import { bodyFingerprint, idempotencyKeyHash, type OrderHeaders } from './order-request';
+import type {
+  ApiFailure,
+  ApiOutcome,
+  ApiRequest,
+  ProviderApiGateway,
+} from '../provider/provider-api.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { translateTransportError } from '../provider/provider-http';
 import { echoesToken, screenStream } from './token-echo.screen';
@@ -16,18 +21,20 @@ import type { TokenRecord } from '../token/token-record';
 import type { TokenService } from '../token/token.service';
 import type { ForwardTarget } from './forward-target';
 
-/** A checked passthrough request, ready to forward. */
+/** A checked request of either route, ready to forward. */
 export interface ForwardCall {
+  /** `orders` (`POST /orders`) or `forward` (the passthrough): see {@link ForwardingService}. */
+  readonly profile: ForwardingProfile;
   readonly client: ClientConfig;
   /** The caller's name: its `Idempotency-Key`s are its own. */
   readonly caller: string;
   readonly method: string;
   readonly target: ForwardTarget;
-  /** Idempotency key, request id and trace context, as for orders. */
+  /** Idempotency key, request id and trace context (`readOrderHeaders`). */
   readonly headers: OrderHeaders;
-  /** Further caller headers the provider may see (content type, accept, accept-language). */
+  /** Further headers the provider sees (the caller's content type, accept...; JSON for orders). */
   readonly passed: Readonly<Record<string, string>>;
-  /** The request body (bounded by `forward.bodyLimitBytes`), or none. */
+  /** The request body (bounded by the route's body limit), or none. */
   readonly body?: Buffer;
 }
 
@@ -41,7 +48,7 @@ export interface ForwardReply {
   readonly replayed: boolean;
 }
 
-/** What the passthrough's answer carries to the core: headers filtered, body streamed or whole. */
+/** What an answer carries to the core: headers filtered, body streamed or whole. */
 interface PassAnswer {
   readonly kind: 'answered';
   readonly status: number;
@@ -50,7 +57,7 @@ interface PassAnswer {
 }
 
 /**
- * Provider headers returned to the caller. Anything else stays at the broker: `Set-Cookie`
+ * Provider headers the passthrough returns to the caller. Anything else stays at the broker: `Set-Cookie`
  * (a provider session is not the caller's), `WWW-Authenticate`, hop-by-hop headers, and any
  * header this list does not know. The provider's `X-Request-Id` comes back renamed, since the
  * broker's own request id owns the name.
@@ -74,54 +81,110 @@ const RETURNED_HEADERS = new Map<string, string>([
   ['idempotency-replayed', 'x-provider-idempotent-replayed'],
 ]);
 
+/** `POST /orders` returns the provider's status, body, type and `Retry-After`, nothing else. */
+const ORDER_HEADERS = new Map([
+  ['content-type', 'content-type'],
+  ['retry-after', 'retry-after'],
+]);
+
 /** Methods whose `Idempotency-Key` the broker honours (claim, replay, 409, 422). */
 const KEYED_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 /** Methods retried once when the connection was refused before anything was sent. */
 const SAFE_METHODS = new Set(['GET', 'HEAD']);
 
+/** What a profile does its own way; the rest is the one path below. */
+interface Use {
+  readonly forwarding: Forwarding;
+  /** The key's name in the store, and the fingerprint a repeat must match. */
+  identity(call: ForwardCall, key: string): { keyHash: string; bodyHash: string };
+  /** The answer's limits, and whether it is collected whole. */
+  readonly response: Pick<ApiRequest, 'maxResponseBytes' | 'limitSetting' | 'whole'>;
+  /** Largest answer kept for replays. */
+  readonly maxStoredBytes: number;
+  readonly returned: ReadonlyMap<string, string>;
+}
+
 /**
- * `/provider/<client>/...`: any allowed provider call, as a use of the {@link Forwarding} core
- * that `POST /orders` uses (401 → fenced invalidate + one retry, nothing that may have arrived
- * sent again, idempotency). Its own: the target is the caller's path and query, answers stream
- * back (collected, bounded, only when an `Idempotency-Key` needs them stored), GET and HEAD are
- * retried once when the connection was refused before sending, and keys are scoped by method
- * and path (the query and body make up the fingerprint).
+ * The provider call of both forwarding routes, as uses of the {@link Forwarding} core (401 →
+ * fenced invalidate + one retry, nothing that may have arrived sent again, idempotency), one
+ * profile each:
+ *
+ * - `orders` (`POST /orders`): the client's fixed target `{base_url}{ordersPath}`, the answer
+ *   collected whole within `ORDERS_MAX_RESPONSE_BYTES`, its type and `Retry-After` returned; the
+ *   bare key's hash as idempotency identity (records written before the passthrough stay valid)
+ *   and the body's bytes as fingerprint; `order_*` codes.
+ * - `forward` (`/provider/<client>/...`): the caller's path and query, answers streamed back
+ *   (collected, bounded, only when an `Idempotency-Key` needs them stored), GET and HEAD retried
+ *   once when the connection was refused before sending, keys scoped by method and path (the
+ *   query and body make up the fingerprint); `forward_*` codes.
+ *
+ * Plain TypeScript, built by `ForwardingModule`'s factory: no Nest import, so it is unit tested
+ * without the framework.
  */
-export class ForwardService {
-  private readonly forwarding: Forwarding;
+export class ForwardingService {
+  private readonly uses: Record<ForwardingProfile, Use>;
 
   constructor(
     tokens: Pick<TokenService, 'getToken' | 'replaceRejected'>,
     private readonly api: ProviderApiGateway,
     store: IdempotencyStore,
-    private readonly config: Pick<BrokerConfig, 'orders' | 'token' | 'forward'>,
+    config: Pick<BrokerConfig, 'orders' | 'token' | 'forward'>,
     metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'>,
     logger: Logger,
   ) {
-    this.forwarding = new Forwarding(tokens, store, config, metrics, logger, 'forward', {
-      ttlSeconds: config.forward.idempotencyTtlSeconds,
-      maxRecordsPerCaller: config.forward.maxIdempotencyRecordsPerCaller,
-    });
+    const { orders, forward } = config;
+    const core = (profile: ForwardingProfile, ttlSeconds: number, maxRecordsPerCaller: number) =>
+      new Forwarding(tokens, store, config, metrics, logger, profile, {
+        ttlSeconds,
+        maxRecordsPerCaller,
+      });
+    this.uses = {
+      orders: {
+        forwarding: core('orders', orders.idempotencyTtlSeconds, 0),
+        identity: (call, key) => ({
+          keyHash: idempotencyKeyHash(key),
+          bodyHash: bodyFingerprint(call.body ?? Buffer.alloc(0)),
+        }),
+        response: {
+          maxResponseBytes: orders.maxResponseBytes,
+          limitSetting: 'ORDERS_MAX_RESPONSE_BYTES',
+          whole: true,
+        },
+        maxStoredBytes: orders.maxResponseBytes,
+        returned: ORDER_HEADERS,
+      },
+      forward: {
+        forwarding: core(
+          'forward',
+          forward.idempotencyTtlSeconds,
+          forward.maxIdempotencyRecordsPerCaller,
+        ),
+        identity: (call, key) => ({
+          keyHash: idempotencyKeyHash(`forward ${call.method} ${call.target.path}\n${key}`),
+          bodyHash: createHash('sha256')
+            .update(`${call.target.query}\n${call.passed['content-type'] ?? ''}\n`)
+            .update(call.body ?? Buffer.alloc(0))
+            .digest('hex'),
+        }),
+        response: {
+          maxResponseBytes: forward.maxResponseBytes,
+          limitSetting: 'FORWARD_MAX_RESPONSE_BYTES',
+        },
+        maxStoredBytes: forward.maxStoredResponseBytes,
+        returned: RETURNED_HEADERS,
+      },
+    };
   }
 
-  /** Forwards `call` (or replays what its key recorded); throws passthrough or token problems. */
+  /** Forwards `call` (or replays what its key recorded); throws its profile's or token problems. */
   async forward(call: ForwardCall, audit: ForwardingAudit): Promise<ForwardReply> {
-    const { client, method, target } = call;
-    const key = KEYED_METHODS.has(method) ? call.headers.idempotencyKey : undefined;
+    const use = this.uses[call.profile];
+    const key = KEYED_METHODS.has(call.method) ? call.headers.idempotencyKey : undefined;
     const withKey = key !== undefined;
     const exchange: Exchange<PassAnswer> = {
-      clientId: client.id,
-      idempotency: withKey
-        ? {
-            caller: call.caller,
-            keyHash: idempotencyKeyHash(`forward ${method} ${target.path}\n${key}`),
-            bodyHash: createHash('sha256')
-              .update(`${target.query}\n${call.passed['content-type'] ?? ''}\n`)
-              .update(call.body ?? Buffer.alloc(0))
-              .digest('hex'),
-          }
-        : undefined,
-      send: (token) => this.callProvider(call, token, withKey),
+      clientId: call.client.id,
+      idempotency: withKey ? { caller: call.caller, ...use.identity(call, key) } : undefined,
+      send: (token) => this.callProvider(call, use, token, withKey),
       discard: (answer) => {
         if (!Buffer.isBuffer(answer.body)) answer.body.resume();
       },
@@ -132,7 +195,7 @@ export class ForwardService {
         body: answer.body as Buffer,
       }),
     };
-    const result = await this.forwarding.forward(exchange, audit);
+    const result = await use.forwarding.forward(exchange, audit);
     if (result.kind === 'replayed') {
       const { status, contentType, body } = result.response;
       return {
@@ -148,11 +211,11 @@ export class ForwardService {
   /** Sends `call` with `token`, and once more if a GET or HEAD was refused before sending. */
   private async callProvider(
     call: ForwardCall,
+    use: Use,
     token: TokenRecord,
     withKey: boolean,
-  ): Promise<PassAnswer | CheckoutFailure> {
+  ): Promise<PassAnswer | ApiFailure> {
     const { client, method, target } = call;
-    const limits = this.config.forward;
     const send = () =>
       this.api.call({
         client,
@@ -161,14 +224,16 @@ export class ForwardService {
         target: `${target.path}${target.query}`,
         headers: { ...call.passed, ...call.headers.forward },
         body: call.body,
-        maxResponseBytes: limits.maxResponseBytes,
+        ...use.response,
       });
     let outcome = await send();
     // Refused before a byte was written: a GET or HEAD may go once more (never a POST).
     if (outcome.kind === 'failed' && outcome.delivered === 'no' && SAFE_METHODS.has(method)) {
       outcome = await send();
     }
-    return withKey ? collected(outcome, limits.maxStoredResponseBytes) : passed(outcome);
+    return withKey
+      ? collected(outcome, use.maxStoredBytes, use.returned)
+      : passed(outcome, use.returned);
   }
 }
 
@@ -180,7 +245,7 @@ async function screened(
   answer: PassAnswer,
   tokens: readonly string[],
   onLateEcho: () => void,
-): Promise<PassAnswer | CheckoutFailure | 'echoed'> {
+): Promise<PassAnswer | ApiFailure | 'echoed'> {
   // The returned headers too: a debugging redirect may carry it in `Location`.
   if (echoesToken(Buffer.from(Object.values(answer.headers).join('\n')), tokens)) {
     if (!Buffer.isBuffer(answer.body)) answer.body.destroy();
@@ -197,12 +262,12 @@ async function screened(
 }
 
 /** The answer with its returned headers, body still streaming. */
-function passed(outcome: ApiOutcome): PassAnswer | CheckoutFailure {
+function passed(outcome: ApiOutcome, names: ReadonlyMap<string, string>): PassAnswer | ApiFailure {
   if (outcome.kind === 'failed') return outcome;
   return {
     kind: 'answered',
     status: outcome.status,
-    headers: returned(outcome.headers),
+    headers: returned(outcome.headers, names),
     body: outcome.body,
   };
 }
@@ -214,14 +279,15 @@ function passed(outcome: ApiOutcome): PassAnswer | CheckoutFailure {
 async function collected(
   outcome: ApiOutcome,
   limit: number,
-): Promise<PassAnswer | CheckoutFailure> {
+  names: ReadonlyMap<string, string>,
+): Promise<PassAnswer | ApiFailure> {
   if (outcome.kind === 'failed') return outcome;
   if (Buffer.isBuffer(outcome.body)) {
     if (outcome.body.length <= limit) {
       return {
         kind: 'answered',
         status: outcome.status,
-        headers: returned(outcome.headers),
+        headers: returned(outcome.headers, names),
         body: outcome.body,
       };
     }
@@ -241,13 +307,13 @@ async function collected(
   } catch (cause) {
     return readFailed(cause);
   }
-  const headers = returned(outcome.headers);
+  const headers = returned(outcome.headers, names);
   delete headers['content-length'];
   return { kind: 'answered', status: outcome.status, headers, body: Buffer.concat(chunks, size) };
 }
 
 /** An answer too large to keep for replays: sent and processed, so its outcome is unknown. */
-function tooLargeToStore(status: number, limit: number): CheckoutFailure {
+function tooLargeToStore(status: number, limit: number): ApiFailure {
   return {
     kind: 'failed',
     delivered: 'maybe',
@@ -259,10 +325,14 @@ function tooLargeToStore(status: number, limit: number): CheckoutFailure {
   };
 }
 
-function returned(headers: Record<string, string | string[] | undefined>): Record<string, string> {
+/** The provider's `headers` that `names` returns, under the names it gives them. */
+function returned(
+  headers: Record<string, string | string[] | undefined>,
+  names: ReadonlyMap<string, string>,
+): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [name, value] of Object.entries(headers)) {
-    const as = RETURNED_HEADERS.get(name.toLowerCase());
+    const as = names.get(name.toLowerCase());
     if (as === undefined || value === undefined) continue;
     out[as] = Array.isArray(value) ? value.join(', ') : value;
   }

@@ -10,7 +10,7 @@ import { ProviderErrorCode, ProviderException } from '../provider/provider.excep
 import { type TokenRecord, toRecord } from '../token/token-record';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
-import { type ForwardCall, ForwardService } from './forward.service';
+import { type ForwardCall, ForwardingService } from './forwarding.service';
 import { parseForwardTarget } from './forward-target';
 
 const config = testConfig({
@@ -72,6 +72,7 @@ function failed(delivered: 'no' | 'maybe'): ApiOutcome {
 function callOf(method: string, key?: string, body?: string): ForwardCall {
   const headers = key === undefined ? {} : { 'idempotency-key': key };
   return {
+    profile: 'forward',
     client: config.clients[0],
     caller: 'checkout',
     method,
@@ -92,7 +93,7 @@ async function codeOf(promise: Promise<unknown>): Promise<string | undefined> {
   return undefined;
 }
 
-describe(ForwardService.name, () => {
+describe(ForwardingService.name, () => {
   const registry = new Registry();
   const metrics = {
     providerLatency: new Histogram({
@@ -116,7 +117,7 @@ describe(ForwardService.name, () => {
   };
   const logger = pino({ level: 'silent' });
   const service = (api: ProviderApiGateway, tokens = fakeTokens()) =>
-    new ForwardService(tokens, api, new MemoryIdempotencyStore(), config, metrics, logger);
+    new ForwardingService(tokens, api, new MemoryIdempotencyStore(), config, metrics, logger);
 
   it('sends the path and query as given, and returns only the safe headers', async () => {
     const api = new ScriptedApi([{ status: 200 }]);
@@ -205,7 +206,7 @@ describe(ForwardService.name, () => {
     let now = Date.now();
     const store = new MemoryIdempotencyStore(() => now);
     const api = new ScriptedApi([{ status: 201 }, { status: 201 }]);
-    const svc = new ForwardService(fakeTokens(), api, store, config, metrics, logger);
+    const svc = new ForwardingService(fakeTokens(), api, store, config, metrics, logger);
     await svc.forward(callOf('POST', 'k-ttl', '{}'), { attempts: 0 });
     now += 3599_000;
     expect(await svc.forward(callOf('POST', 'k-ttl', '{}'), { attempts: 0 })).toMatchObject({
@@ -225,7 +226,7 @@ describe(ForwardService.name, () => {
       forward: { ...config.forward, maxIdempotencyRecordsPerCaller: 2 },
     });
     const api = new ScriptedApi([]);
-    const svc = new ForwardService(
+    const svc = new ForwardingService(
       fakeTokens(),
       api,
       new MemoryIdempotencyStore(),

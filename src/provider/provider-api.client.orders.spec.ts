@@ -2,13 +2,15 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { testClient } from '../../test/support/test-config';
 import { ordersSettingsSchema } from '../config/provider.schema';
-import { type CheckoutOutcome, createCheckoutAgent } from './checkout.client';
-import { ProviderApiClient } from './provider-api.client';
+import { type ApiOutcome, createCheckoutAgent, ProviderApiClient } from './provider-api.client';
 import { ProviderErrorCode } from './provider.exception';
 import { Agent } from './undici-agent';
 
-/** The checkout adapter against a real HTTP server on loopback, one behaviour per test. */
-describe(`${ProviderApiClient.name}.createOrder`, () => {
+/**
+ * The provider client as `POST /orders` calls it (fixed JSON target, answer collected whole)
+ * against a real HTTP server on loopback, one behaviour per test.
+ */
+describe(`${ProviderApiClient.name} for orders`, () => {
   const settings = ordersSettingsSchema.parse({
     connectTimeoutMs: 500,
     headersTimeoutMs: 300,
@@ -43,12 +45,22 @@ describe(`${ProviderApiClient.name}.createOrder`, () => {
     await new Promise((resolve) => server.close(resolve));
   });
 
-  const order = (base = baseUrl, body = Buffer.from('{"price":100}')): Promise<CheckoutOutcome> =>
-    checkout.createOrder({
-      client: testClient({ authUrl: base, baseUrl: base, ordersPath: '/api/flexpay/v1/orders' }),
+  const order = (base = baseUrl, body = Buffer.from('{"price":100}')): Promise<ApiOutcome> =>
+    checkout.call({
+      client: testClient({ authUrl: base, baseUrl: base }),
       accessToken: 'provider-token',
+      method: 'POST',
+      target: '/api/flexpay/v1/orders',
       body,
-      headers: { 'idempotency-key': 'k-1', 'x-request-id': 'r-1' },
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json',
+        'idempotency-key': 'k-1',
+        'x-request-id': 'r-1',
+      },
+      maxResponseBytes: settings.maxResponseBytes,
+      limitSetting: 'ORDERS_MAX_RESPONSE_BYTES',
+      whole: true,
     });
 
   it("sends the provider's create-order request, returns the answer's status, type, bytes", async () => {
@@ -76,11 +88,10 @@ describe(`${ProviderApiClient.name}.createOrder`, () => {
         'x-request-id': 'r-1',
       }) as unknown,
     });
-    expect(outcome).toEqual({
+    expect(outcome).toMatchObject({
       kind: 'answered',
       status: 422,
-      contentType: 'application/json; charset=utf-8',
-      retryAfter: '7',
+      headers: { 'content-type': 'application/json; charset=utf-8', 'retry-after': '7' },
       body: Buffer.from('{"errorCodes":["MIN_PRICE"]}'),
     });
   });

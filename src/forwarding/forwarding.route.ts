@@ -1,0 +1,324 @@
+import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import type {
+  FastifyError,
+  FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
+  RouteOptions,
+} from 'fastify';
+import type { Logger } from 'pino';
+import {
+  CallerAuthGuard,
+  callerContext,
+  partialCallerContext,
+} from '../caller-auth/caller-auth.guard';
+import { BROKER_CONFIG } from '../config/config.constants';
+import { type ClientConfig, FORWARD_METHODS } from '../config/client.schema';
+import type { BrokerConfig } from '../config/config.schema';
+import { toProblem } from '../http/problem';
+import { sendProblem } from '../http/problem.reply';
+import { echoedRequestId, requestIdsOf } from '../http/request-id';
+import { LOGGER } from '../logging/logger';
+import { MetricsService } from '../metrics/metrics.service';
+import { inCallerSpan } from '../tracing/spans';
+import { ForwardErrorCode, ForwardException } from './forward.exception';
+import type { ForwardRateLimiter } from './forward-rate-limiter';
+import {
+  allowedBy,
+  FORWARD_ROUTE_PREFIX,
+  type ForwardTarget,
+  parseForwardTarget,
+} from './forward-target';
+import type { ForwardingAudit } from './forwarding';
+import { ForwardingAuditTrail, writeForwardingAudit } from './forwarding-audit';
+import { FORWARD_RATE_LIMITER } from './forwarding.constants';
+import { forwardingProblem, type ForwardingProfile, PROFILES } from './forwarding-problems';
+import { ForwardingService } from './forwarding.service';
+import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
+import { OrdersErrorCode, OrdersException } from './orders.exception';
+
+/** Caller headers the passthrough lets the provider see besides idempotency, request id, trace. */
+const PASSED_HEADERS = ['content-type', 'accept', 'accept-language'] as const;
+
+/** What `POST /orders` always sends: its body is checked JSON. */
+const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/json' };
+
+const JSON_ONLY = 'send the order as Content-Type: application/json (UTF-8)';
+
+/** How each URL of the route is registered, limited, traced and audited. */
+const ROUTES: Record<
+  ForwardingProfile,
+  {
+    readonly route: Pick<RouteOptions, 'method' | 'url' | 'exposeHeadRoute'>;
+    readonly bodyLimit: (config: BrokerConfig) => number;
+    readonly bodyLimitSetting: string;
+    readonly span: (method: string) => string;
+    /** The audit line's message; its logger's `audit` field is the profile's name. */
+    readonly msg: string;
+  }
+> = {
+  orders: {
+    route: { method: 'POST', url: '/orders' },
+    bodyLimit: (config) => config.orders.bodyLimitBytes,
+    bodyLimitSetting: 'ORDERS_BODY_LIMIT_BYTES',
+    span: () => 'POST /orders',
+    msg: 'order',
+  },
+  forward: {
+    route: {
+      method: [...FORWARD_METHODS],
+      url: `${FORWARD_ROUTE_PREFIX}*`,
+      exposeHeadRoute: false,
+    },
+    bodyLimit: (config) => config.forward.bodyLimitBytes,
+    bodyLimitSetting: 'FORWARD_BODY_LIMIT_BYTES',
+    span: (method) => `${method} /provider/{client}/{providerPath}`,
+    msg: 'forward',
+  },
+};
+
+const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
+
+/**
+ * The forwarding route, one profile per URL, on the one {@link ForwardingService}:
+ *
+ * - `POST /orders` (`orders`): the client's fixed target `{base_url}{ordersPath}`, JSON only
+ *   (415), `ORDERS_BODY_LIMIT_BYTES`, `order_*` codes, audit `orders`, no rate limit;
+ * - `/provider/<client>/<provider path>?<query>` (`forward`), methods GET, HEAD, POST, PUT,
+ *   PATCH, DELETE: the provider passthrough. In `onRequest`, in this order: the caller (401,
+ *   scope `forward` 403), the target's shape (400: nothing of the path is looked at for a caller
+ *   who may not forward), the client (403/404 without enumeration), the client's allow-list
+ *   (403), the rate limits (429).
+ *
+ * Each is registered on Fastify in its own encapsulated context rather than as a Nest
+ * controller, for two reasons: the body must reach the provider byte for byte, so the context
+ * replaces Fastify's parsers with one that keeps the raw bytes of any media type (up to the
+ * body limit), and that parser must not apply to any other route; and the caller is
+ * authenticated in `onRequest`, so an unauthenticated or forbidden request is refused before
+ * its body is read. Errors, including Fastify's own, become problem+json here. Once the server
+ * starts closing (SIGTERM), every answer carries `Connection: close`, so a request still in
+ * flight does not leave its keep-alive connection holding the closing server open.
+ */
+@Injectable()
+export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
+  /** Per profile: one line per request (never the token), and the refusals' budget. */
+  private readonly trails: Record<ForwardingProfile, ForwardingAuditTrail>;
+  private readonly clients: ReadonlyMap<string, ClientConfig>;
+
+  constructor(
+    private readonly adapterHost: HttpAdapterHost,
+    private readonly guard: CallerAuthGuard,
+    private readonly service: ForwardingService,
+    @Inject(FORWARD_RATE_LIMITER) private readonly limiter: ForwardRateLimiter,
+    private readonly metrics: MetricsService,
+    @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    const trail = (profile: ForwardingProfile) =>
+      new ForwardingAuditTrail(logger.child({ audit: profile }), ROUTES[profile].msg, config.audit);
+    this.trails = { orders: trail('orders'), forward: trail('forward') };
+    this.clients = new Map(config.clients.map((c) => [c.id, c]));
+  }
+
+  onApplicationShutdown(): void {
+    this.trails.orders.close();
+    this.trails.forward.close();
+  }
+
+  onModuleInit(): void {
+    const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
+    for (const profile of ['orders', 'forward'] as const) this.register(fastify, profile);
+  }
+
+  private register(fastify: FastifyInstance, profile: ForwardingProfile): void {
+    const bodyLimit = ROUTES[profile].bodyLimit(this.config);
+    void fastify.register(async (scope) => {
+      scope.removeAllContentTypeParsers();
+      scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit }, (_req, body, done) =>
+        done(null, body),
+      );
+      scope.setErrorHandler((err: FastifyError, req, reply) =>
+        this.refuse(profile, this.translate(profile, err), req, reply),
+      );
+      let closing = false;
+      scope.addHook('preClose', (done) => {
+        closing = true;
+        done();
+      });
+      scope.addHook('onSend', (_req, reply, payload, done) => {
+        if (closing) reply.header('connection', 'close');
+        done(null, payload);
+      });
+      scope.route({
+        ...ROUTES[profile].route,
+        bodyLimit,
+        onRequest: (req) => this.admit(profile, req),
+        handler: (req, reply) => this.handle(profile, req, reply),
+      });
+    });
+  }
+
+  /** Before the body is read: who is calling, and may it send this request. */
+  private async admit(profile: ForwardingProfile, req: FastifyRequest): Promise<void> {
+    if (profile === 'orders') {
+      const { clientId } = await this.guard.authorize(req, 'forward');
+      // Any media type reaches the route as bytes: refused here with a clear message.
+      if (!isJsonContentType(req.headers['content-type'])) {
+        throw new OrdersException(OrdersErrorCode.UnsupportedMediaType, JSON_ONLY);
+      }
+      const path = this.clients.get(clientId)!.ordersPath;
+      TARGETS.set(req, { clientId, path, query: '' });
+      return;
+    }
+    const { caller, clientId } = await this.guard.authorize(req, 'forward', () => {
+      const parsed = parseForwardTarget(req.raw.url ?? '');
+      TARGETS.set(req, parsed);
+      return parsed.clientId;
+    });
+    const target = TARGETS.get(req);
+    if (!target) throw new Error('the guard admitted a passthrough request without its path');
+    const client = this.clients.get(clientId)!;
+    allowedBy(client.id, client.forward.allow, req.method, target.path);
+    const verdict = await this.limiter.consume(client.id, caller.name);
+    if (verdict.degraded) this.metrics.forwardRateLimitFallback.inc();
+    if (!verdict.allowed) {
+      const seconds = Math.max(1, Math.ceil(verdict.retryAfterMs / 1000));
+      throw new ForwardException(
+        ForwardErrorCode.RateLimited,
+        verdict.scope === 'client'
+          ? `client "${client.id}" is over its passthrough rate limit (FORWARD_CLIENT_RATE_PER_SECOND, all callers together); retry after ${seconds} s`
+          : `caller "${caller.name}" is over its passthrough rate limit for client "${client.id}" (FORWARD_CALLER_RATE_PER_SECOND); retry after ${seconds} s`,
+        { retryAfterSeconds: seconds },
+      );
+    }
+  }
+
+  private async handle(
+    profile: ForwardingProfile,
+    req: FastifyRequest,
+    reply: FastifyReply,
+  ): Promise<FastifyReply> {
+    const audit: ForwardingAudit = { attempts: 0 };
+    try {
+      const context = callerContext(req);
+      const target = TARGETS.get(req);
+      if (!context || !target) throw new Error(`${req.url} reached its handler unadmitted`);
+      const headers = readOrderHeaders(
+        req.headers,
+        req.raw.rawHeaders,
+        // The provider gets the caller's own request id when it sent one, as the caller does.
+        echoedRequestId(requestIdsOf(req)),
+      );
+      const raw = req.body as Buffer | undefined;
+      const orders = profile === 'orders';
+      const body = orders ? assertJsonObject(raw) : raw?.length ? raw : undefined;
+      const result = await inCallerSpan(
+        req.headers,
+        ROUTES[profile].span(req.method),
+        { 'token_broker.client': context.clientId },
+        () =>
+          this.service.forward(
+            {
+              profile,
+              client: this.clients.get(context.clientId)!,
+              caller: context.caller.name,
+              method: req.method,
+              target,
+              headers,
+              passed: orders ? JSON_HEADERS : passedHeaders(req.headers),
+              body,
+            },
+            audit,
+          ),
+      );
+      const outcome = result.replayed ? 'replayed' : 'forwarded';
+      this.count(profile, req, outcome);
+      this.log(profile, req, reply, audit, { status: result.status, result: outcome });
+      reply.code(result.status).headers(result.headers);
+      if (result.headers['cache-control'] === undefined) reply.header('cache-control', 'no-store');
+      if (result.replayed) reply.header('idempotent-replayed', 'true');
+      if (req.method === 'HEAD') {
+        if (!Buffer.isBuffer(result.body)) result.body.resume();
+        return reply.send();
+      }
+      // An empty order answer goes without a body (and so without Fastify's octet-stream type).
+      const empty = orders && Buffer.isBuffer(result.body) && result.body.length === 0;
+      return reply.send(empty ? undefined : result.body);
+    } catch (err) {
+      return this.refuse(profile, err, req, reply, audit);
+    }
+  }
+
+  /** Counts, audits and answers a request the broker refused or could not complete. */
+  private refuse(
+    profile: ForwardingProfile,
+    err: unknown,
+    req: FastifyRequest,
+    reply: FastifyReply,
+    audit: ForwardingAudit = { attempts: 0 },
+  ): FastifyReply {
+    const { problem } = toProblem(err);
+    this.count(profile, req, problem.code);
+    this.log(profile, req, reply, audit, { status: problem.status, result: problem.code, err });
+    return sendProblem(reply, err, req.id);
+  }
+
+  /** Passthrough requests per client, caller and outcome, once the guard knows both. */
+  private count(profile: ForwardingProfile, req: FastifyRequest, outcome: string): void {
+    if (profile !== 'forward') return;
+    const seen = partialCallerContext(req);
+    if (seen.caller === undefined || seen.clientId === undefined) return;
+    if (!this.clients.has(seen.clientId)) return;
+    this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome).inc();
+  }
+
+  /** The audit line; the passthrough's adds the method and checked path (never the query). */
+  private log(
+    profile: ForwardingProfile,
+    req: FastifyRequest,
+    reply: FastifyReply,
+    audit: ForwardingAudit,
+    outcome: { status: number; result: string; err?: unknown },
+  ): void {
+    const extra =
+      profile === 'forward'
+        ? { method: req.method, path: TARGETS.get(req)?.path.slice(0, 256) }
+        : undefined;
+    writeForwardingAudit(this.trails[profile], req, reply, audit, outcome, extra);
+  }
+
+  /** Fastify's own body errors, in the profile's words. */
+  private translate(profile: ForwardingProfile, err: unknown): unknown {
+    switch ((err as { code?: unknown } | null)?.code) {
+      case 'FST_ERR_CTP_BODY_TOO_LARGE':
+        return forwardingProblem(
+          profile,
+          'bodyTooLarge',
+          `the ${PROFILES[profile].noun} body exceeds ${ROUTES[profile].bodyLimit(this.config)} bytes (${ROUTES[profile].bodyLimitSetting})`,
+          { cause: err },
+        );
+      case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+        // The passthrough answers Fastify's own 400.
+        return profile === 'orders'
+          ? new OrdersException(
+              OrdersErrorCode.InvalidBody,
+              'the request body does not match its Content-Length',
+              { cause: err },
+            )
+          : err;
+      default:
+        return err;
+    }
+  }
+}
+
+/** Those of the {@link PASSED_HEADERS} the caller sent. */
+function passedHeaders(headers: FastifyRequest['headers']): Record<string, string> {
+  const passed: Record<string, string> = {};
+  for (const name of PASSED_HEADERS) {
+    const value = headers[name];
+    if (typeof value === 'string') passed[name] = value;
+  }
+  return passed;
+}
