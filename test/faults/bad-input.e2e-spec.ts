@@ -1,15 +1,14 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { ProviderEmulator, type TokenFailure } from '../../emulator/provider-emulator';
+import type { ProviderEmulator, TokenFailure } from '../../emulator/provider-emulator';
 import { redisKeys } from '../../src/redis/redis.constants';
 import { AesGcmTokenCipher } from '../../src/token/aes-gcm-token.cipher';
 import { fingerprintOf } from '../../src/token/token-record';
-import { type BrokerProcess, spawnBroker } from '../support/broker-process';
-import { startRedis, type TestRedis } from '../support/redis-server';
+import type { BrokerProcess } from '../support/broker-process';
+import { type Stack, startStack } from '../support/stack';
 import type { TokenBody } from '../support/token-watch';
 import { delay, waitFor } from '../support/wait';
 
@@ -78,8 +77,10 @@ function problemOf(answer: Answer): Problem {
 }
 
 describe('bad input', () => {
-  let dir: string;
-  let redis: TestRedis;
+  /** The broker of bad requests and provider answers; its Redis is shared with {@link redisStack}. */
+  let stack: Stack;
+  /** The broker that meets bad Redis values, on its own provider of short-lived tokens. */
+  let redisStack: Stack;
   let raw: Redis;
   let provider: ProviderEmulator;
   let redisProvider: ProviderEmulator;
@@ -89,7 +90,15 @@ describe('bad input', () => {
   const spawned: BrokerProcess[] = [];
   /** Every response body the suite received, for the final leak check. */
   const answers: string[] = [];
-  let baseEnv: Record<string, string>;
+  const baseEnv: Record<string, string> = {
+    TOKEN_WAIT_TIMEOUT_MS: '800',
+    TOKEN_BACKOFF_BASE_MS: '50',
+    TOKEN_BACKOFF_MAX_MS: '200',
+    PROVIDER_RESPONSE_TIMEOUT_MS: '1000',
+    // A floor shorter than the default 5 s: 'provider token responses' forces a refresh with
+    // min_ttl=lifetime-1 1.5 s after the last grant, and 'bad-redis' serves 3 s tokens.
+    TOKEN_MIN_REFRESH_INTERVAL_MS: '1000',
+  };
 
   async function call(method: string, path: string, target = broker): Promise<Answer> {
     const answer = await send(target.url, method, path);
@@ -107,74 +116,48 @@ describe('bad input', () => {
   }
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'tb-bad-input-'));
-    const credentialsFile = join(dir, 'credentials.json');
-    writeFileSync(credentialsFile, JSON.stringify(CREDS), { mode: 0o600 });
-    const keyFile = join(dir, 'cache-key');
-    writeFileSync(keyFile, cacheKey.toString('base64'), { mode: 0o600 });
-    redis = await startRedis({ forceLocal: true });
-    raw = new Redis(redis.url, { maxRetriesPerRequest: 1 });
-    [provider, redisProvider] = await Promise.all([
-      ProviderEmulator.start({
-        credentials: { [CREDS.client_id]: CREDS.client_secret },
-        knobs: { tokenLifetimeSeconds: PROVIDER_LIFETIME_S },
-      }),
-      ProviderEmulator.start({
-        credentials: { [CREDS.client_id]: CREDS.client_secret },
-        knobs: { tokenLifetimeSeconds: REDIS_LIFETIME_S },
-      }),
-    ]);
-    baseEnv = {
-      CREDENTIALS_FILE: credentialsFile,
-      CALLER_AUTH_MODE: 'none',
-      CALLER_AUTH_ALLOW_NONE: 'true',
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'debug',
-      REDIS_URL: redis.url,
-      CACHE_KEY_FILE: keyFile,
-      TOKEN_WAIT_TIMEOUT_MS: '800',
-      TOKEN_BACKOFF_BASE_MS: '50',
-      TOKEN_BACKOFF_MAX_MS: '200',
-      PROVIDER_RESPONSE_TIMEOUT_MS: '1000',
-      // A floor shorter than the default 5 s: 'provider token responses' forces a refresh with
-      // min_ttl=lifetime-1 1.5 s after the last grant, and 'bad-redis' serves 3 s tokens.
-      TOKEN_MIN_REFRESH_INTERVAL_MS: '1000',
-    };
-    [broker, redisBroker] = await Promise.all([
-      spawnBroker({
-        name: 'bad-input',
-        env: {
-          ...baseEnv,
-          CLIENT_ID: CLIENT,
-          PROVIDER_AUTH_URL: provider.url,
-          PROVIDER_BASE_URL: provider.url,
-        },
-      }),
-      spawnBroker({
+    // Processes: "no crash" and how each ends (exit 0, or 78 on bad configuration) are the
+    // subject. The first stack starts the Redis both brokers share, then both brokers at once.
+    stack = await startStack({
+      name: 'bad-input',
+      clients: [{ id: CLIENT, credentials: CREDS }],
+      redis: 'standalone',
+      cacheKey: cacheKey.toString('base64'),
+      replicas: 0,
+      env: baseEnv,
+      knobs: { tokenLifetimeSeconds: PROVIDER_LIFETIME_S },
+    });
+    provider = stack.provider;
+    raw = new Redis(stack.redis!.url!, { maxRetriesPerRequest: 1 });
+    const [first] = await Promise.all([
+      stack.addBroker({ name: 'bad-input' }),
+      startStack({
         name: 'bad-redis',
+        clients: [{ id: REDIS_CLIENT, credentials: CREDS }],
+        redis: stack.redis,
+        cacheKey: cacheKey.toString('base64'),
         env: {
           ...baseEnv,
-          CLIENT_ID: REDIS_CLIENT,
-          PROVIDER_AUTH_URL: redisProvider.url,
-          PROVIDER_BASE_URL: redisProvider.url,
           TOKEN_REFRESH_AHEAD_SECONDS: '1',
           TOKEN_DEFAULT_LIFETIME_SECONDS: String(REDIS_LIFETIME_S),
           REDIS_PING_INTERVAL_MS: '200',
           REDIS_COMMAND_TIMEOUT_MS: '300',
           TOKEN_LOCK_TTL_MS: '1000',
         },
-      }),
+        knobs: { tokenLifetimeSeconds: REDIS_LIFETIME_S },
+      }).then((started) => (redisStack = started)),
     ]);
+    redisProvider = redisStack.provider;
+    broker = first.process!;
+    redisBroker = redisStack.broker.process!;
     spawned.push(broker, redisBroker);
-    await Promise.all([broker.waitReady(15_000), redisBroker.waitReady(15_000)]);
   }, 40_000);
 
   afterAll(async () => {
-    await Promise.all(spawned.map((b) => b.stop()));
     raw?.disconnect();
-    await Promise.all([provider?.close(), redisProvider?.close()]);
-    await redis?.stop();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    // The one Redis is the first stack's: it goes last.
+    await redisStack?.close();
+    await stack?.close();
   }, 30_000);
 
   describe('requests', () => {
@@ -520,25 +503,31 @@ describe('bad input', () => {
       ],
     ];
     const outcomes: Array<Promise<{ code: number | null; output: string }>> = [];
+    /** The client set by the single-client variables, as the bad settings below are. */
+    let clientEnv: Record<string, string | undefined>;
 
     /** Starts the broker with one bad setting and resolves with how it ended. */
     async function exitOf(env: Record<string, string>, i: number) {
-      const b = await spawnBroker({
+      const { process: b } = await stack.addBroker({
         name: `bad-config-${i}`,
-        env: {
-          ...baseEnv,
-          CLIENT_ID: CLIENT,
-          PROVIDER_AUTH_URL: provider.url,
-          PROVIDER_BASE_URL: provider.url,
-          ...env,
-        },
+        env: { ...clientEnv, ...env },
+        wait: 'none',
       });
-      spawned.push(b);
-      const exit = await b.exited;
-      return { code: exit.code, output: b.logs().join('\n') };
+      spawned.push(b!);
+      const exit = await b!.exited;
+      return { code: exit.code, output: b!.logs().join('\n') };
     }
 
     beforeAll(() => {
+      const credentialsFile = join(stack.dir, 'env-credentials.json');
+      writeFileSync(credentialsFile, JSON.stringify(CREDS), { mode: 0o600 });
+      clientEnv = {
+        BROKER_CONFIG_FILE: undefined,
+        CLIENT_ID: CLIENT,
+        CREDENTIALS_FILE: credentialsFile,
+        PROVIDER_AUTH_URL: provider.url,
+        PROVIDER_BASE_URL: provider.url,
+      };
       // Two at a time: each is a whole Node start-up (about a CPU second), and they do not
       // interact; one by one would take longer, all at once can starve a small CI machine.
       const previous: Promise<unknown>[] = [Promise.resolve(), Promise.resolve()];
