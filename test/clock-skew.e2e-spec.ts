@@ -11,8 +11,8 @@ import type { ProviderEmulator } from '../emulator/provider-emulator';
 
 const LIFETIME_S = 10;
 const AHEAD_S = 4;
-/** Two and a half token lifetimes: several refreshes, by either replica. */
-const LOAD_MS = 25_000;
+/** One and a half token lifetimes: two or three refreshes, by either replica. */
+const LOAD_MS = 15_000;
 const MIN_TTL_S = 3;
 /**
  * The broker counts a token's life from when it *sent* the token request, the emulator from

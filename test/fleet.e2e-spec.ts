@@ -14,7 +14,7 @@ import { type Stack, startStack } from './support/stack';
 describe.each(TOPOLOGY_KINDS)('fleet of 5 brokers sharing one Redis (%s)', (kind) => {
   const LIFETIME_S = 3;
   const AHEAD_S = 1;
-  const LIFETIMES = 10;
+  const LIFETIMES = 6;
   let topology: RedisTopology;
   let fleet: Stack;
 
