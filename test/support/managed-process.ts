@@ -15,7 +15,7 @@ export interface ExitInfo {
 /** The nice value of the Redis servers and sentinels the tests start (see `priority`). */
 export const REDIS_PRIORITY = -5;
 
-/** Options for {@link startManagedProcess}. */
+/** Options for {@link ManagedProcess.start}. */
 export interface ManagedProcessOptions {
   /** Label used in error messages ("redis-server:6399", "broker-0"). */
   name: string;
@@ -24,6 +24,9 @@ export interface ManagedProcessOptions {
   /** Complete environment of the child: nothing is inherited implicitly. */
   env: NodeJS.ProcessEnv;
   cwd?: string;
+  /** User and group to run as (changing them needs root): a built image's `USER`. */
+  uid?: number;
+  gid?: number;
   /**
    * Keep at most this many captured lines (the oldest are dropped), so a chatty process under
    * load cannot exhaust the test's memory.
@@ -123,6 +126,8 @@ export class ManagedProcess {
     const spawnOptions: SpawnOptions = {
       cwd: opts.cwd,
       env: opts.env,
+      uid: opts.uid,
+      gid: opts.gid,
       stdio: ['ignore', 'pipe', 'pipe'],
       // Same process group as the test runner: a Ctrl-C in the terminal reaches the children too.
       detached: false,
