@@ -215,6 +215,9 @@ describe('startRedis', () => {
     const dir = mkdtempSync(join(tmpdir(), 'tb-support-'));
     try {
       mkdirSync(join(dir, 'redis'));
+      // Its Redis makes its directory here: the exit hook must remove that too.
+      const childTmp = join(dir, 'tmp');
+      mkdirSync(childTmp);
       const modules = ['managed-process', 'ports', 'wait', 'fault-proxy', 'redis/node'];
       for (const file of [...modules, 'redis/standalone']) {
         const source = readFileSync(resolve(__dirname, 'support', `${file}.ts`), 'utf8');
@@ -232,7 +235,11 @@ describe('startRedis', () => {
         ],
         {
           cwd: dir,
-          env: { PATH: process.env.PATH, NODE_PATH: resolve(__dirname, '../node_modules') },
+          env: {
+            PATH: process.env.PATH,
+            NODE_PATH: resolve(__dirname, '../node_modules'),
+            TMPDIR: childTmp,
+          },
           stdio: ['ignore', 'pipe', 'inherit'],
         },
       );
@@ -246,6 +253,7 @@ describe('startRedis', () => {
         timeoutMs: 3000,
         what: `the orphaned redis-server on port ${port} to be gone`,
       });
+      expect(readdirSync(childTmp)).toEqual([]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
