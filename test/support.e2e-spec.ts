@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { connect, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { Redis, type RedisOptions } from 'ioredis';
 import ts from 'typescript';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
@@ -215,6 +215,9 @@ describe('startRedis', () => {
     const dir = mkdtempSync(join(tmpdir(), 'tb-support-'));
     try {
       mkdirSync(join(dir, 'redis'));
+      // Its Redis makes its directory here: the exit hook must remove that too.
+      const childTmp = join(dir, 'tmp');
+      mkdirSync(childTmp);
       const modules = ['managed-process', 'ports', 'wait', 'fault-proxy', 'redis/node'];
       for (const file of [...modules, 'redis/standalone']) {
         const source = readFileSync(resolve(__dirname, 'support', `${file}.ts`), 'utf8');
@@ -232,7 +235,11 @@ describe('startRedis', () => {
         ],
         {
           cwd: dir,
-          env: { PATH: process.env.PATH, NODE_PATH: resolve(__dirname, '../node_modules') },
+          env: {
+            PATH: process.env.PATH,
+            NODE_PATH: resolve(__dirname, '../node_modules'),
+            TMPDIR: childTmp,
+          },
           stdio: ['ignore', 'pipe', 'inherit'],
         },
       );
@@ -246,6 +253,7 @@ describe('startRedis', () => {
         timeoutMs: 3000,
         what: `the orphaned redis-server on port ${port} to be gone`,
       });
+      expect(readdirSync(childTmp)).toEqual([]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -448,6 +456,8 @@ if (mode === 'crash') {
 const server = http.createServer((req, res) => {
   if (req.url === '/health/ready') {
     res.writeHead(mode !== 'never-ready' && Date.now() >= readyAt ? 200 : 503).end();
+  } else if (req.url === '/cwd') {
+    res.writeHead(200, { 'content-type': 'text/plain' }).end(process.cwd());
   } else if (req.url === '/env') {
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(process.env));
   } else {
@@ -566,6 +576,28 @@ describe(spawnBroker.name, () => {
     expect(bad.port).toBeNaN();
     await expect(bad.waitReady(5000)).rejects.toThrow(/before it was ready/);
     expect((await bad.exited).code).not.toBe(0);
+  });
+
+  it('runs a given command from its folder, on the given env alone, as the given group', async () => {
+    const cwd = join(dir, 'app');
+    mkdirSync(cwd);
+    // Root may run it in another group (and still read the script); anyone else in its own.
+    const gid = process.getuid?.() === 0 ? 65534 : process.getgid!();
+    const b = await spawnBroker({
+      name: 'fake-command',
+      env: { PATH: dirname(process.execPath), EXTRA: 'given' },
+      command: { argv: ['node', script], cwd, uid: process.getuid!(), gid },
+    });
+    brokers.push(b);
+    await b.waitReady(10_000);
+    expect(await (await fetch(`${b.url}/cwd`)).text()).toBe(cwd);
+    const env = (await (await fetch(`${b.url}/env`)).json()) as Record<string, string>;
+    expect(Object.keys(env).sort()).toEqual(['EXTRA', 'PATH', 'PORT']);
+    expect(env.PORT).toBe(String(b.port));
+    const status = readFileSync(`/proc/${b.pid}/status`, 'utf8');
+    expect(/^Gid:\s+(\d+)/m.exec(status)?.[1]).toBe(String(gid));
+    expect(b.logs()).toContain(`fake broker listening on ${b.port}`);
+    expect(await b.stop()).toEqual({ code: 0, signal: null });
   });
 
   it('refuses to start a script that does not exist, saying how to fix it', async () => {

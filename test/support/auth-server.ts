@@ -80,6 +80,8 @@ export async function startAuthServer(opts: AuthServerOptions): Promise<AuthServ
     args: [join(repoRoot(), 'test/support/oidc-provider.mjs'), settingsFile],
     env: minimalEnv(),
     cwd: repoRoot(),
+    // Its settings, removed when it exits.
+    dir,
   });
   const exited = new AbortController();
   void proc.exited.then(() => exited.abort(new Error('exited')));

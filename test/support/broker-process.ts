@@ -9,9 +9,9 @@ import { waitFor } from './wait';
 /** Options for {@link spawnBroker}. */
 export interface SpawnBrokerOptions {
   /**
-   * Environment of the broker, on top of `PATH` and `HOME` only: nothing else of the test
-   * runner's environment (REDIS_URL, AWS_*) is inherited. An `undefined` value leaves the
-   * variable unset. `PORT` defaults to a free port; a given one is passed on verbatim.
+   * Environment of the broker, on top of `PATH` and `HOME` only (none with `command`): nothing
+   * else of the test runner's environment (REDIS_URL, AWS_*) is inherited. An `undefined` value
+   * leaves the variable unset. `PORT` defaults to a free port; a given one is passed on verbatim.
    */
   env: Record<string, string | undefined>;
   /**
@@ -27,8 +27,27 @@ export interface SpawnBrokerOptions {
   script?: string;
   /** Arguments after the script. */
   args?: readonly string[];
+  /**
+   * A process other than `node <script>` (then `script` and `args` are not used): a built
+   * image's `CMD`, from its folder, as its user.
+   */
+  command?: BrokerCommand;
   /** Also an admin listener (`ADMIN_PORT`) on a free port, at {@link BrokerProcess.adminUrl}. */
   admin?: boolean;
+}
+
+/**
+ * A broker started as any command ({@link SpawnBrokerOptions.command}). Its environment is
+ * `env` alone: not even the runner's `PATH` or `HOME`, which `env` gives.
+ */
+export interface BrokerCommand {
+  /** The command and its arguments, found on `env.PATH` when not a path. */
+  argv: readonly string[];
+  /** Its working directory. */
+  cwd: string;
+  /** User and group it runs as (the runner must be root to change them). */
+  uid?: number;
+  gid?: number;
 }
 
 /** A broker (or stand-in) running as a child process. */
@@ -69,16 +88,18 @@ export interface BrokerProcess {
 }
 
 /**
- * Starts `node dist/main.js` (or `script`) with its own port and environment, capturing its
- * output. Returns as soon as the process is spawned: call `waitReady()` before using it.
+ * Starts `node dist/main.js` (or `script`, or `command`) with its own port and environment,
+ * capturing its output. Returns as soon as the process is spawned: call `waitReady()` before
+ * using it.
  *
  * The process is registered for cleanup: a test should still stop it in `afterAll`/`afterEach`,
  * but one that fails before doing so does not leave it running after the test run.
  */
 export async function spawnBroker(opts: SpawnBrokerOptions): Promise<BrokerProcess> {
   const root = repoRoot();
+  const { command } = opts;
   const script = resolve(root, opts.script ?? 'dist/main.js');
-  if (!existsSync(script)) {
+  if (!command && !existsSync(script)) {
     throw new Error(
       `${script} does not exist: run \`npm run build\` before tests that start brokers`,
     );
@@ -87,7 +108,7 @@ export async function spawnBroker(opts: SpawnBrokerOptions): Promise<BrokerProce
   // config validation start it with bad values on purpose (`port` is then NaN).
   const givenPort = opts.env.PORT;
   const port = givenPort !== undefined ? Number(givenPort) : await freePort();
-  const env = minimalEnv();
+  const env: NodeJS.ProcessEnv = command ? {} : minimalEnv();
   for (const [key, value] of Object.entries(opts.env)) {
     if (value === undefined) delete env[key];
     else env[key] = value;
@@ -98,11 +119,21 @@ export async function spawnBroker(opts: SpawnBrokerOptions): Promise<BrokerProce
   const name = opts.name ?? 'broker';
   const proc = ManagedProcess.start({
     name,
-    // The very Node binary running the tests, so the broker runs on the same version.
-    command: process.execPath,
-    args: [script, ...(opts.args ?? [])],
+    ...(command
+      ? {
+          command: command.argv[0],
+          args: command.argv.slice(1),
+          cwd: command.cwd,
+          uid: command.uid,
+          gid: command.gid,
+        }
+      : {
+          // The very Node binary running the tests, so the broker runs on the same version.
+          command: process.execPath,
+          args: [script, ...(opts.args ?? [])],
+          cwd: root,
+        }),
     env,
-    cwd: root,
   });
   const url = `http://127.0.0.1:${port}`;
 

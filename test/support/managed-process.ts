@@ -1,4 +1,5 @@
 import { type ChildProcess, execFileSync, spawn, type SpawnOptions } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { runInThisContext } from 'node:vm';
 
@@ -15,7 +16,7 @@ export interface ExitInfo {
 /** The nice value of the Redis servers and sentinels the tests start (see `priority`). */
 export const REDIS_PRIORITY = -5;
 
-/** Options for {@link startManagedProcess}. */
+/** Options for {@link ManagedProcess.start}. */
 export interface ManagedProcessOptions {
   /** Label used in error messages ("redis-server:6399", "broker-0"). */
   name: string;
@@ -24,6 +25,14 @@ export interface ManagedProcessOptions {
   /** Complete environment of the child: nothing is inherited implicitly. */
   env: NodeJS.ProcessEnv;
   cwd?: string;
+  /** User and group to run as (changing them needs root): a built image's `USER`. */
+  uid?: number;
+  gid?: number;
+  /**
+   * A folder of the process's own (its data, its configuration), removed once it has exited:
+   * also when the exit hook kills it because the runner exits first.
+   */
+  dir?: string;
   /**
    * Keep at most this many captured lines (the oldest are dropped), so a chatty process under
    * load cannot exhaust the test's memory.
@@ -62,9 +71,10 @@ export class ManagedProcess {
     readonly name: string,
     private readonly child: ChildProcess,
     private readonly maxLogLines: number,
+    dir: string | undefined,
   ) {
     const registry = childRegistry();
-    registry.add(child);
+    registry.set(child, dir);
     this.exited = new Promise<ExitInfo>((resolve) => {
       let streamsOpen = 0;
       let exit: ExitInfo | undefined;
@@ -73,6 +83,7 @@ export class ManagedProcess {
         if (!exit || this.exitInfo) return;
         clearTimeout(drainTimer);
         registry.delete(child);
+        removeDir(dir);
         this.exitInfo = exit;
         resolve(exit);
       };
@@ -123,6 +134,8 @@ export class ManagedProcess {
     const spawnOptions: SpawnOptions = {
       cwd: opts.cwd,
       env: opts.env,
+      uid: opts.uid,
+      gid: opts.gid,
       stdio: ['ignore', 'pipe', 'pipe'],
       // Same process group as the test runner: a Ctrl-C in the terminal reaches the children too.
       detached: false,
@@ -142,7 +155,7 @@ export class ManagedProcess {
         // No chrt, or not allowed: the nice value above is all it gets.
       }
     }
-    return new ManagedProcess(opts.name, child, opts.maxLogLines ?? 50_000);
+    return new ManagedProcess(opts.name, child, opts.maxLogLines ?? 50_000, opts.dir);
   }
 
   /** Process id, or `undefined` if it could not be started. */
@@ -222,27 +235,40 @@ export class ManagedProcess {
 }
 
 /**
- * Kills every child process started through this module that is still alive. Synchronous, so
- * it can run from a process 'exit' hook.
+ * Kills every child process started through this module that is still alive, and removes the
+ * folders they own. Synchronous, so it can run from a process 'exit' hook.
  */
 export function killAllManagedProcesses(): void {
   killAll(childRegistry());
 }
 
-function killAll(children: Set<ChildProcess>): void {
-  for (const child of children) {
+function killAll(children: Map<ChildProcess, string | undefined>): void {
+  for (const [child, dir] of children) {
     try {
       child.kill('SIGKILL');
     } catch {
       // Already gone: nothing to clean up.
     }
+    // Without waiting for the exit, which an 'exit' hook cannot: once the folder is unlinked,
+    // the process (if it has not died yet) can create nothing in it.
+    removeDir(dir);
   }
   children.clear();
 }
 
+/** Removes a process's folder, never throwing: it also runs from the 'exit' hook. */
+function removeDir(dir: string | undefined): void {
+  if (dir === undefined) return;
+  try {
+    rmSync(dir, { recursive: true, force: true, maxRetries: 2 });
+  } catch {
+    // A file appeared meanwhile (ENOTEMPTY), or it is not ours to remove: leave it.
+  }
+}
+
 const REGISTRY_KEY = Symbol.for('token-broker.test.children');
 
-type HostProcess = NodeJS.Process & { [REGISTRY_KEY]?: Set<ChildProcess> };
+type HostProcess = NodeJS.Process & { [REGISTRY_KEY]?: Map<ChildProcess, string | undefined> };
 
 /**
  * The registry lives on the *real* process object, with a single 'exit' hook.
@@ -253,11 +279,11 @@ type HostProcess = NodeJS.Process & { [REGISTRY_KEY]?: Set<ChildProcess> };
  * rather than Jest's sandbox (outside Jest it is simply `process`). Keeping one registry there
  * also avoids stacking one hook per test file (and the MaxListeners warning that brings).
  */
-function childRegistry(): Set<ChildProcess> {
+function childRegistry(): Map<ChildProcess, string | undefined> {
   const host = hostProcess() as HostProcess;
   let registry = host[REGISTRY_KEY];
   if (!registry) {
-    const created = new Set<ChildProcess>();
+    const created = new Map<ChildProcess, string | undefined>();
     registry = created;
     host[REGISTRY_KEY] = created;
     host.on('exit', () => killAll(created));

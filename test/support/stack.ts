@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,8 +10,7 @@ import {
   secretsManagerClientEnv,
 } from '../../emulator/secrets-manager-emulator';
 import { ServiceAccountIssuer } from '../../emulator/service-account-issuer';
-import { type BrokerProcess, spawnBroker } from './broker-process';
-import type { ExitInfo } from './managed-process';
+import { type BrokerCommand, type BrokerProcess, spawnBroker } from './broker-process';
 import { freePort } from './ports';
 import type { TestRedis } from './redis/standalone';
 import { type RedisTopology, startTopology, type TopologyKind } from './redis/topology';
@@ -182,23 +180,9 @@ export interface AddBrokerOptions {
   wait?: 'ready' | 'listening' | 'none';
   /**
    * A process other than `node dist/main.js`: a built image's `CMD`, from its folder, as its
-   * user.
+   * user, on the stack's and the broker's `env` alone (see {@link BrokerCommand}).
    */
-  command?: StackCommand;
-}
-
-/**
- * A broker process started by {@link AddBrokerOptions.command}. Its environment is the stack's
- * and the broker's `env` only: not even the runner's `PATH` or `HOME`, which `env` gives.
- */
-export interface StackCommand {
-  /** The command and its arguments, found on `env.PATH` when not a path. */
-  argv: readonly string[];
-  /** Its working directory. */
-  cwd: string;
-  /** User and group it runs as (the runner must be root to change them). */
-  uid?: number;
-  gid?: number;
+  command?: BrokerCommand;
 }
 
 /** A provider emulator, credentials, config, an optional Redis, and brokers on them. */
@@ -424,12 +408,11 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     async function launch(label: string, add: AddBrokerOptions): Promise<StackBroker> {
       const brokerEnv = { ...env, ...add.env };
       const admin = opts.admin ?? false;
-      if (add.command) return startCommand(label, brokerEnv, admin, add.command);
-      if (add.inProcess ?? opts.inProcess ?? false) {
+      if (!add.command && (add.inProcess ?? opts.inProcess ?? false)) {
         useAwsEnv(brokerEnv, teardown);
         return startInProcess(label, brokerEnv, admin);
       }
-      return startProcess(label, brokerEnv, admin);
+      return startProcess(label, brokerEnv, admin, add.command);
     }
     const serving = (broker: StackBroker, add: AddBrokerOptions) =>
       waitServing(broker, add.wait === 'listening' ? 'listening' : 'ready', {
@@ -458,114 +441,13 @@ async function startProcess(
   name: string,
   env: Record<string, string | undefined>,
   admin: boolean,
+  command: BrokerCommand | undefined,
 ): Promise<StackBroker> {
-  const proc = await spawnBroker({ name, env, admin });
+  const proc = await spawnBroker({ name, env, admin, command });
   return {
     name,
     url: proc.url,
     port: proc.port,
-    adminUrl: proc.adminUrl,
-    logs: () => proc.logs(),
-    process: proc,
-    app: undefined,
-    async stop() {
-      await proc.stop();
-    },
-  };
-}
-
-/** A broker run by {@link StackCommand}: what {@link spawnBroker} gives, for any command and user. */
-async function startCommand(
-  name: string,
-  env: Record<string, string | undefined>,
-  admin: boolean,
-  command: StackCommand,
-): Promise<StackBroker> {
-  const port = env.PORT !== undefined ? Number(env.PORT) : await freePort();
-  const adminPort = admin ? await freePort() : undefined;
-  const childEnv: Record<string, string> = {};
-  for (const [k, v] of Object.entries({
-    ...env,
-    PORT: env.PORT ?? String(port),
-    ...(adminPort !== undefined && { ADMIN_PORT: String(adminPort) }),
-  })) {
-    if (v !== undefined) childEnv[k] = v;
-  }
-  const child = spawn(command.argv[0], command.argv.slice(1), {
-    cwd: command.cwd,
-    env: childEnv,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    ...(command.uid !== undefined && { uid: command.uid }),
-    ...(command.gid !== undefined && { gid: command.gid }),
-  });
-  const lines: string[] = [];
-  for (const stream of [child.stdout, child.stderr]) {
-    let pending = '';
-    stream.setEncoding('utf8');
-    stream.on('data', (chunk: string) => {
-      const parts = (pending + chunk).split('\n');
-      pending = parts.pop() ?? '';
-      lines.push(...parts);
-    });
-    stream.once('end', () => pending !== '' && lines.push(pending));
-  }
-  // 'close' comes after the output is drained; 'error' alone means it never ran.
-  const exited = new Promise<ExitInfo>((resolve) => {
-    child.once('close', (code, signal) => resolve({ code, signal }));
-    child.once('error', (error) => {
-      if (child.pid === undefined) resolve({ code: null, signal: null, error });
-    });
-  });
-  const url = `http://127.0.0.1:${port}`;
-  const isRunning = () =>
-    child.pid !== undefined && child.exitCode === null && child.signalCode === null;
-  const kill = async (signal: NodeJS.Signals = 'SIGKILL') => {
-    if (isRunning()) child.kill(signal);
-    return exited;
-  };
-  const proc: BrokerProcess = {
-    name,
-    url,
-    port,
-    adminUrl: adminPort !== undefined ? `http://127.0.0.1:${adminPort}` : undefined,
-    pid: child.pid,
-    exited,
-    logs: () => [...lines],
-    isRunning,
-    kill,
-    async stop(graceMs = 5000) {
-      const timer = setTimeout(() => void kill('SIGKILL'), graceMs);
-      try {
-        return await kill('SIGTERM');
-      } finally {
-        clearTimeout(timer);
-      }
-    },
-    async waitReady(timeoutMs = 15_000) {
-      const exitedEarly = new AbortController();
-      void exited.then((e) =>
-        exitedEarly.abort(new Error(`${name} exited (${e.error?.message ?? e.code ?? e.signal})`)),
-      );
-      try {
-        await waitFor(
-          async () => (await fetch(`${url}/health/ready`)).status === 200 || undefined,
-          {
-            timeoutMs,
-            intervalMs: 50,
-            what: `${name} at ${url} to be ready`,
-            signal: exitedEarly.signal,
-          },
-        );
-      } catch (err) {
-        const reason = err instanceof Error ? err.message : String(err);
-        throw new Error(`${reason}; its output:\n${lines.slice(-60).join('\n')}`, { cause: err });
-      }
-    },
-  };
-  return {
-    name,
-    url,
-    port,
     adminUrl: proc.adminUrl,
     logs: () => proc.logs(),
     process: proc,

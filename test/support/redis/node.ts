@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -36,7 +36,7 @@ export interface RedisNodeOptions {
  * (a replica stores each full sync as an RDB file even without persistence, cluster nodes write
  * `nodes.conf`, sentinels rewrite their configuration): every Redis the tests start is one of
  * these. Stop it in `afterAll`; if the test runner dies first, the exit hook of
- * `managed-process` kills it.
+ * `managed-process` kills it and removes its directory.
  */
 export class RedisNode {
   private constructor(
@@ -76,6 +76,8 @@ export class RedisNode {
           : serverArgs(dir, port, opts, extra),
         env: minimalEnv(),
         cwd: dir,
+        // Removed when it exits, also by the exit hook that kills an orphaned node.
+        dir,
         priority: REDIS_PRIORITY,
         realtime: opts.sentinel,
       });
@@ -122,10 +124,9 @@ export class RedisNode {
     return this.proc.tail(n);
   }
 
-  /** Kills it (SIGKILL: a crashed node, and nothing to save) and removes its directory. */
+  /** Kills it (SIGKILL: a crashed node, and nothing to save); its directory goes with it. */
   async stop(): Promise<void> {
     await this.proc.kill('SIGKILL');
-    rmSync(this.dir, { recursive: true, force: true });
   }
 }
 
