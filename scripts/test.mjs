@@ -15,7 +15,8 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
 /** Above this, Jest replaces a worker once its suite ends (`workerIdleMemoryLimit`). */
 const WORKER_MEMORY_LIMIT = '400MB';
-const ALONE = /^\s*\*\s*@alone\b/m;
+/** A suite's header line ` * @alone` or ` * @timed` (see runInPhases). */
+const MARKER = /^\s*\*\s*@(alone|timed)\b/m;
 
 /** Runs `command` to completion with inherited stdio and exits with its status. */
 function runAndExit(command, argv, env) {
@@ -84,24 +85,34 @@ runAndExit(join(bin, 'node'), [fileURLToPath(import.meta.url), ...args], {
 });
 
 /**
- * The whole suite (no test path given): most suites on two workers, then the suites marked
- * `@alone` one after another (they time brokers under load; a second suite beside them on two
- * cores would be part of what they measure). Jest replaces a worker that holds more than
+ * The whole suite (no test path given), in three phases: the suites that do not time anything
+ * on two workers; then those marked `@timed` on two workers, beside no other kind of suite
+ * (they time brokers under a load that leaves room for one more such suite); then those marked
+ * `@alone` one after another (their load takes both cores, so a second suite beside them would
+ * be part of what they measure). Jest replaces a worker that holds more than
  * WORKER_MEMORY_LIMIT after a suite: in one long-lived heap the collector's pauses grew to
  * seconds, and the emulator and the load generators run in that process. `--outputFile=<f>`
- * gets the two runs' JSON results as one.
+ * gets the runs' JSON results as one.
  */
 function runInPhases(jest) {
   const output = args.find((a) => a.startsWith('--outputFile='))?.slice('--outputFile='.length);
   const rest = args.filter((a) => !a.startsWith('--outputFile='));
-  const alone = aloneSuites();
+  const marked = markedSuites();
+  const timed = marked.filter((m) => m.kind === 'timed').map((m) => m.path);
+  const alone = marked.filter((m) => m.kind === 'alone').map((m) => m.path);
   const phases = [
     [
       'shared',
-      ['--maxWorkers=2', '--testPathIgnorePatterns', '/node_modules/', ...alone.map(escape)],
+      [
+        '--maxWorkers=2',
+        '--testPathIgnorePatterns',
+        '/node_modules/',
+        ...marked.map((m) => escape(m.path)),
+      ],
     ],
+    ['timed', ['--maxWorkers=2', '--runTestsByPath', ...timed]],
     ['alone', ['--maxWorkers=1', '--runTestsByPath', ...alone]],
-  ].filter(([name]) => name === 'shared' || alone.length > 0);
+  ].filter(([name, argv]) => name === 'shared' || argv.length > 2);
   const statuses = phases.map(([name, argv]) =>
     jest([
       ...argv,
@@ -123,23 +134,21 @@ function escape(path) {
   return path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
-/** Test files with a line ` * @alone` in a comment. */
-function aloneSuites() {
+/** Test files whose header has a line ` * @alone` or ` * @timed`, with which. */
+function markedSuites() {
   const found = [];
   const walk = (dir) => {
     for (const entry of readdirSync(join(root, dir), { withFileTypes: true })) {
       const path = `${dir}/${entry.name}`;
       if (entry.isDirectory()) walk(path);
-      else if (
-        entry.name.endsWith('.e2e-spec.ts') &&
-        ALONE.test(readFileSync(join(root, path), 'utf8'))
-      ) {
-        found.push(path);
+      else if (entry.name.endsWith('.e2e-spec.ts')) {
+        const kind = MARKER.exec(readFileSync(join(root, path), 'utf8'))?.[1];
+        if (kind) found.push({ path, kind });
       }
     }
   };
   walk('test');
-  return found.sort();
+  return found.sort((a, b) => a.path.localeCompare(b.path));
 }
 
 /** Jest's JSON results of several runs as one: counts added, suites listed together. */

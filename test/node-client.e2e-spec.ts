@@ -1,5 +1,5 @@
 /**
- * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
+ * @timed: it times brokers under load; only another @timed suite runs beside it (scripts/test.mjs).
  */
 // The package's source, not `@token-broker/client`: node_modules may link another checkout's.
 import {

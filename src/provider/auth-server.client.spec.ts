@@ -4,7 +4,7 @@ import { providerSettingsSchema } from '../config/provider.schema';
 import { AuthServerClient } from './auth-server.client';
 import { ProviderErrorCode } from './provider.exception';
 import { createProviderAgent } from './provider-http';
-import type { Agent } from './undici-agent';
+import type { Agent } from 'undici';
 import { serveLoopback as serve } from '../../test/support/loopback-server';
 
 /** The token endpoint adapter against real HTTP servers on loopback. */

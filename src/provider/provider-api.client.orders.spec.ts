@@ -4,7 +4,7 @@ import { testClient } from '../../test/support/test-config';
 import { ordersSettingsSchema } from '../config/provider.schema';
 import { type ApiOutcome, createCheckoutAgent, ProviderApiClient } from './provider-api.client';
 import { ProviderErrorCode } from './provider.exception';
-import { Agent } from './undici-agent';
+import { Agent } from 'undici';
 
 /**
  * The provider client as `POST /orders` calls it (fixed JSON target, answer collected whole)

@@ -4,7 +4,7 @@ import { testClient } from '../../test/support/test-config';
 import { ordersSettingsSchema } from '../config/provider.schema';
 import { type ApiOutcome, createCheckoutAgent, ProviderApiClient } from './provider-api.client';
 import { ProviderErrorCode } from './provider.exception';
-import type { Agent } from './undici-agent';
+import type { Agent } from 'undici';
 import { serveLoopback as serve } from '../../test/support/loopback-server';
 
 /** Answers 200, then a byte every 100 ms for 2 s: never idle long enough for undici's timers. */

@@ -1,12 +1,11 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { Readable } from 'node:stream';
-import type { Dispatcher } from 'undici';
 import type { ClientConfig } from '../config/client.schema';
 import { ordersCallDeadlineMs, type OrdersSettings } from '../config/config.schema';
 import { trimTrailingSlashes } from '../config/schema-parts';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { translateTransportError } from './provider-http';
-import { Agent, errors as undiciErrors } from './undici-agent';
+import { Agent, type Dispatcher, errors as undiciErrors } from 'undici';
 
 /** One provider call, as `POST /orders` or the passthrough hands it over. */
 export interface ApiRequest {

@@ -1,5 +1,4 @@
-import type { Dispatcher } from 'undici';
-import { Agent, errors as undiciErrors } from './undici-agent';
+import { Agent, type Dispatcher, errors as undiciErrors } from 'undici';
 import { type ProviderSettings, tokenCallDeadlineMs } from '../config/config.schema';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { type GrantedToken, parseTokenResponse } from './token-response.parser';

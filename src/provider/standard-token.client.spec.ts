@@ -8,7 +8,7 @@ import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode } from './provider.exception';
 import { createProviderAgent } from './provider-http';
 import { INVALID_CLIENT_CHECKS, StandardTokenClient } from './standard-token.client';
-import type { Agent } from './undici-agent';
+import type { Agent } from 'undici';
 
 interface Seen {
   path: string;

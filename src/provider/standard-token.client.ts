@@ -1,5 +1,4 @@
 import { createHash, createPrivateKey, type KeyObject, randomUUID } from 'node:crypto';
-import type { Dispatcher } from 'undici';
 import {
   assertionSettingsSchema,
   type ClientAuthMethod,
@@ -11,7 +10,7 @@ import type { TokenGrantor } from './auth-server.client';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { createProviderAgent, postTokenRequest } from './provider-http';
 import type { GrantedToken } from './token-response.parser';
-import type { Agent } from './undici-agent';
+import type { Agent, Dispatcher } from 'undici';
 
 const ASSERTION_TYPE = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
 const DEFAULT_ASSERTION = assertionSettingsSchema.parse({});

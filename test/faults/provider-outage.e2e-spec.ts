@@ -1,5 +1,5 @@
 /**
- * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
+ * @timed: it times brokers under load; only another @timed suite runs beside it (scripts/test.mjs).
  */
 import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
 import type { Fleet } from '../support/fleet';

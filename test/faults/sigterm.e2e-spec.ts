@@ -1,5 +1,5 @@
 /**
- * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
+ * @timed: it times brokers under load; only another @timed suite runs beside it (scripts/test.mjs).
  */
 import { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
