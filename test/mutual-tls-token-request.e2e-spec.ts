@@ -4,6 +4,7 @@ import {
   mkdtempSync,
   readFileSync,
   renameSync,
+  rmSync,
   symlinkSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -109,6 +110,7 @@ describe('tls_client_auth against oidc-provider over mutual TLS', () => {
   afterAll(async () => {
     await stack?.close();
     await as?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   it('obtains a token with the client certificate, which the server says is active', async () => {

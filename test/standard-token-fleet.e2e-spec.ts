@@ -2,7 +2,7 @@
  * @alone: it times brokers under load; no other suite runs beside it (scripts/test.mjs).
  */
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type AuthServer, introspect, startAuthServer } from './support/auth-server';
@@ -37,9 +37,11 @@ describe('fleet of 3 brokers on one oidc-provider client per profile', () => {
   let as: AuthServer;
   let fleet: Fleet;
 
+  let dir: string | undefined;
   beforeAll(async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'tb-std-fleet-'));
-    certs = makeTestCertificates(dir);
+    const folder = mkdtempSync(join(tmpdir(), 'tb-std-fleet-'));
+    dir = folder;
+    certs = makeTestCertificates(folder);
     as = await startAuthServer({
       ttlSeconds: LIFETIME_S,
       tls: { key: certs.serverKey, cert: certs.serverCert, clientCa: certs.ca },
@@ -66,7 +68,7 @@ describe('fleet of 3 brokers on one oidc-provider client per profile', () => {
       ],
     });
     const write = (name: string, value: object) => {
-      const file = join(dir, name);
+      const file = join(folder, name);
       writeFileSync(file, JSON.stringify(value), { mode: 0o600 });
       return file;
     };
@@ -113,6 +115,7 @@ describe('fleet of 3 brokers on one oidc-provider client per profile', () => {
   afterAll(async () => {
     await fleet?.stop();
     await as?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   const validate = (res: HammerResponse) => {
