@@ -1,8 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { freePort } from '../test/support/ports';
+import { type BrokerProcess, spawnBroker } from '../test/support/broker-process';
 import { brokerMain } from './paths';
 import { startBenchSetup } from './setup';
 
@@ -45,7 +41,7 @@ export async function startAuthBrokers(opts: {
     clientId: CLIENT_ID,
     credentials: CREDENTIALS,
   });
-  const brokers: BenchBroker[] = [];
+  const brokers: BrokerProcess[] = [];
   const stop = async () => {
     await Promise.all(brokers.map((b) => b.stop()));
     await setup.close();
@@ -82,10 +78,19 @@ export async function startAuthBrokers(opts: {
       });
     }
     const targets: AuthBenchTarget[] = [];
-    let apiKeyBroker: BenchBroker | undefined;
+    let apiKeyBroker: BrokerProcess | undefined;
     for (const mode of modes) {
-      const broker = await startBroker({ ...common, ...mode.env });
+      // `node dist/main.js` (the production bundle, as the image runs it). Its output goes to a
+      // file, as a container runtime's log driver would take it: reading it through a pipe
+      // here would spend the load generator's CPU and skew the figures.
+      const broker = await spawnBroker({
+        name: `broker (${mode.name})`,
+        env: { ...common, ...mode.env },
+        script: brokerMain(),
+        outputToFile: true,
+      });
       brokers.push(broker);
+      await broker.waitReady();
       targets.push({
         name: mode.name,
         url: `${broker.url}/token?client=${CLIENT_ID}`,
@@ -109,66 +114,4 @@ export async function startAuthBrokers(opts: {
     await stop();
     throw err;
   }
-}
-
-interface BenchBroker {
-  url: string;
-  stop(): Promise<void>;
-}
-
-/**
- * `node dist/main.js` (the production bundle, as the image runs it), its output
- * drained (the audit lines are part of the cost; a full pipe would stall the broker).
- */
-async function startBroker(env: Record<string, string>): Promise<BenchBroker> {
-  const port = await freePort();
-  // Output goes to a file, as a container runtime's log driver would take it: reading it
-  // through a pipe here would spend the load generator's CPU and skew the figures.
-  const logDir = mkdtempSync(join(tmpdir(), 'tb-bench-log-'));
-  const logFile = join(logDir, 'broker.log');
-  const fd = openSync(logFile, 'w');
-  const child: ChildProcess = spawn(process.execPath, [brokerMain()], {
-    env: { PATH: process.env.PATH ?? '', ...env, PORT: String(port) },
-    stdio: ['ignore', fd, fd],
-  });
-  closeSync(fd);
-  const tail = {
-    join: () => {
-      try {
-        return readFileSync(logFile, 'utf8').split('\n').slice(-20).join('\n');
-      } catch {
-        return '';
-      }
-    },
-  };
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  /** Waits for the process to end, then removes its log, quoting its end first if asked. */
-  const finish = async (why?: string): Promise<void> => {
-    const end = why === undefined ? '' : tail.join();
-    await exited;
-    rmSync(logDir, { recursive: true, force: true });
-    if (why !== undefined) throw new Error(`${why}:\n${end}`);
-  };
-  const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    if (child.exitCode !== null) await finish('broker exited at start');
-    const ready = await fetch(`${url}/health/ready`).then(
-      (r) => r.status === 200,
-      () => false,
-    );
-    if (ready) break;
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL');
-      await finish('broker not ready after 15 s');
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return {
-    url,
-    stop: async () => {
-      if (child.exitCode === null) child.kill('SIGTERM');
-      await finish();
-    },
-  };
 }
