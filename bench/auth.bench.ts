@@ -1,12 +1,6 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { ProviderEmulator } from '../emulator/provider-emulator';
-import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
-import { freePort } from '../test/support/ports';
+import { type BrokerProcess, spawnBroker } from '../test/support/broker-process';
 import { brokerMain } from './paths';
+import { startBenchSetup } from './setup';
 
 /** One configuration to load: a running broker, the URL and the caller's credential. */
 export interface AuthBenchTarget {
@@ -22,7 +16,6 @@ const CLIENT_ID = 'bench';
 /** The api-key broker with tracing on (see `otlpEndpoint`). */
 export const TRACED_TARGET = 'GET /token, api-key caller, tracing on';
 const CREDENTIALS = { client_id: 'bench-merchant', client_secret: 'bench-only-secret' };
-const SUBJECT = 'system:serviceaccount:bench:caller';
 
 /**
  * Brokers for `GET /token` under load with caller authentication on, one per mode: `api-key`
@@ -43,80 +36,61 @@ export async function startAuthBrokers(opts: {
    */
   otlpEndpoint?: string;
 }): Promise<{ targets: AuthBenchTarget[]; stop(): Promise<void> }> {
-  const provider = await ProviderEmulator.start({
-    credentials: { [CREDENTIALS.client_id]: CREDENTIALS.client_secret },
+  const setup = await startBenchSetup({
+    name: 'auth',
+    clientId: CLIENT_ID,
+    credentials: CREDENTIALS,
   });
-  const issuer = await ServiceAccountIssuer.start();
-  const dir = mkdtempSync(join(tmpdir(), 'tb-bench-auth-'));
-  const file = (name: string, content: string) => {
-    const path = join(dir, name);
-    writeFileSync(path, content, { mode: 0o600 });
-    return path;
-  };
-  const apiKey = randomBytes(32).toString('base64url');
-  const common = {
-    CLIENT_ID,
-    PROVIDER_AUTH_URL: provider.url,
-    PROVIDER_BASE_URL: provider.url,
-    CREDENTIALS_FILE: file('credentials.json', JSON.stringify(CREDENTIALS)),
-    HOST: '127.0.0.1',
-    LOG_LEVEL: opts.logLevel ?? 'info',
-  };
-  const modes: Array<{ name: string; authorization: string; env: Record<string, string> }> = [
-    {
-      name: 'GET /token, api-key caller',
-      authorization: `Bearer ${apiKey}`,
-      env: {
-        CALLER_AUTH_MODE: 'api-key',
-        CALLER_API_KEYS_FILE: file(
-          'api-keys.json',
-          JSON.stringify([
-            {
-              name: 'bench',
-              sha256: createHash('sha256').update(apiKey).digest('hex'),
-              clients: ['*'],
-            },
-          ]),
-        ),
-      },
-    },
-    {
-      name: 'GET /token, kubernetes caller',
-      authorization: `Bearer ${await issuer.token({ subject: SUBJECT, alg: 'RS256' })}`,
-      env: {
-        CALLER_AUTH_MODE: 'kubernetes',
-        CALLER_AUTH_JWKS_URL: issuer.jwksUrl,
-        CALLER_AUTH_ISSUER: issuer.issuer,
-        CALLER_AUTH_AUDIENCE: issuer.audience,
-        CALLER_AUTH_SUBJECTS: JSON.stringify({ [SUBJECT]: ['*'] }),
-      },
-    },
-  ];
-  if (opts.otlpEndpoint !== undefined) {
-    modes.push({
-      ...modes[0],
-      name: TRACED_TARGET,
-      env: {
-        ...modes[0].env,
-        OTEL_EXPORTER_OTLP_ENDPOINT: opts.otlpEndpoint,
-        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
-        OTEL_BSP_SCHEDULE_DELAY: '200',
-        OTEL_SERVICE_NAME: 'token-broker-bench',
-      },
-    });
-  }
-  const brokers: BenchBroker[] = [];
+  const brokers: BrokerProcess[] = [];
   const stop = async () => {
     await Promise.all(brokers.map((b) => b.stop()));
-    await Promise.all([provider.close(), issuer.close()]);
-    rmSync(dir, { recursive: true, force: true });
+    await setup.close();
   };
   try {
+    const common = {
+      ...setup.env,
+      CREDENTIALS_FILE: setup.credentialsFile,
+      LOG_LEVEL: opts.logLevel ?? 'info',
+    };
+    const modes: Array<{ name: string; authorization: string; env: Record<string, string> }> = [
+      {
+        name: 'GET /token, api-key caller',
+        authorization: `Bearer ${setup.apiKey}`,
+        env: setup.apiKeyAuth,
+      },
+      {
+        name: 'GET /token, kubernetes caller',
+        authorization: `Bearer ${await setup.serviceAccountToken()}`,
+        env: setup.kubernetesAuth,
+      },
+    ];
+    if (opts.otlpEndpoint !== undefined) {
+      modes.push({
+        ...modes[0],
+        name: TRACED_TARGET,
+        env: {
+          ...modes[0].env,
+          OTEL_EXPORTER_OTLP_ENDPOINT: opts.otlpEndpoint,
+          OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+          OTEL_BSP_SCHEDULE_DELAY: '200',
+          OTEL_SERVICE_NAME: 'token-broker-bench',
+        },
+      });
+    }
     const targets: AuthBenchTarget[] = [];
-    let apiKeyBroker: BenchBroker | undefined;
+    let apiKeyBroker: BrokerProcess | undefined;
     for (const mode of modes) {
-      const broker = await startBroker({ ...common, ...mode.env });
+      // `node dist/main.js` (the production bundle, as the image runs it). Its output goes to a
+      // file, as a container runtime's log driver would take it: reading it through a pipe
+      // here would spend the load generator's CPU and skew the figures.
+      const broker = await spawnBroker({
+        name: `broker (${mode.name})`,
+        env: { ...common, ...mode.env },
+        script: brokerMain(),
+        outputToFile: true,
+      });
       brokers.push(broker);
+      await broker.waitReady();
       targets.push({
         name: mode.name,
         url: `${broker.url}/token?client=${CLIENT_ID}`,
@@ -130,7 +104,7 @@ export async function startAuthBrokers(opts: {
       url: `${apiKeyBroker!.url}/oauth2/token`,
       method: 'POST',
       headers: {
-        authorization: `Basic ${Buffer.from(`bench:${apiKey}`).toString('base64')}`,
+        authorization: `Basic ${Buffer.from(`bench:${setup.apiKey}`).toString('base64')}`,
         'content-type': 'application/x-www-form-urlencoded',
       },
       body: `grant_type=client_credentials&resource=${CLIENT_ID}`,
@@ -140,66 +114,4 @@ export async function startAuthBrokers(opts: {
     await stop();
     throw err;
   }
-}
-
-interface BenchBroker {
-  url: string;
-  stop(): Promise<void>;
-}
-
-/**
- * `node dist/main.js` (the production bundle, as the image runs it), its output
- * drained (the audit lines are part of the cost; a full pipe would stall the broker).
- */
-async function startBroker(env: Record<string, string>): Promise<BenchBroker> {
-  const port = await freePort();
-  // Output goes to a file, as a container runtime's log driver would take it: reading it
-  // through a pipe here would spend the load generator's CPU and skew the figures.
-  const logDir = mkdtempSync(join(tmpdir(), 'tb-bench-log-'));
-  const logFile = join(logDir, 'broker.log');
-  const fd = openSync(logFile, 'w');
-  const child: ChildProcess = spawn(process.execPath, [brokerMain()], {
-    env: { PATH: process.env.PATH ?? '', ...env, PORT: String(port) },
-    stdio: ['ignore', fd, fd],
-  });
-  closeSync(fd);
-  const tail = {
-    join: () => {
-      try {
-        return readFileSync(logFile, 'utf8').split('\n').slice(-20).join('\n');
-      } catch {
-        return '';
-      }
-    },
-  };
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  /** Waits for the process to end, then removes its log, quoting its end first if asked. */
-  const finish = async (why?: string): Promise<void> => {
-    const end = why === undefined ? '' : tail.join();
-    await exited;
-    rmSync(logDir, { recursive: true, force: true });
-    if (why !== undefined) throw new Error(`${why}:\n${end}`);
-  };
-  const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    if (child.exitCode !== null) await finish('broker exited at start');
-    const ready = await fetch(`${url}/health/ready`).then(
-      (r) => r.status === 200,
-      () => false,
-    );
-    if (ready) break;
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL');
-      await finish('broker not ready after 15 s');
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return {
-    url,
-    stop: async () => {
-      if (child.exitCode === null) child.kill('SIGTERM');
-      await finish();
-    },
-  };
 }

@@ -1,19 +1,17 @@
 import { execFileSync } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
 import { get } from 'node:http';
-import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { ProviderEmulator } from '../emulator/provider-emulator';
 import {
   SecretsManagerEmulator,
   secretsManagerClientEnv,
 } from '../emulator/secrets-manager-emulator';
-import { ServiceAccountIssuer } from '../emulator/service-account-issuer';
 import { ManagedProcess, minimalEnv } from '../test/support/managed-process';
 import { freePort } from '../test/support/ports';
 import { repoRoot } from '../test/support/repo-root';
 import { startRedis } from '../test/support/redis/standalone';
+import { startBenchSetup } from './setup';
 
 /** The targets for one replica: ready within a second, idle RSS at most 100 MB once settled. */
 export const REPLICA_TARGETS = { readyMs: 1000, idleRssMb: 100 } as const;
@@ -45,7 +43,6 @@ export interface ReplicaRow {
 
 const CLIENT_ID = 'replica-bench';
 const CREDENTIALS = { client_id: 'replica-merchant', client_secret: 'replica-bench-secret' };
-const SUBJECT = 'system:serviceaccount:bench:caller';
 /** Readiness is polled this often: the start-to-ready figure is exact to about this much. */
 const POLL_MS = 5;
 
@@ -73,28 +70,19 @@ export async function benchReplica(opts: {
   const main = resolve(repoRoot(), process.env.BENCH_REPLICA_MAIN ?? 'dist/main.js');
   if (!existsSync(main)) throw new Error(`${main} does not exist: run \`npm run build\` first`);
   const redis = await startRedis({ forceLocal: true });
-  const provider = await ProviderEmulator.start({
-    credentials: { [CREDENTIALS.client_id]: CREDENTIALS.client_secret },
+  const setup = await startBenchSetup({
+    name: 'replica',
+    clientId: CLIENT_ID,
+    credentials: CREDENTIALS,
   });
   const cacheKey = randomBytes(32).toString('base64');
   const secrets = await SecretsManagerEmulator.start({
     secrets: { 'replica/credentials': JSON.stringify(CREDENTIALS), 'replica/cache-key': cacheKey },
   });
-  const issuer = await ServiceAccountIssuer.start();
-  const dir = mkdtempSync(join(tmpdir(), 'tb-bench-replica-'));
-  const file = (name: string, content: string) => {
-    const path = join(dir, name);
-    writeFileSync(path, content, { mode: 0o600 });
-    return path;
-  };
-  const apiKey = randomBytes(32).toString('base64url');
   // NODE_ENV=production as in the image (it also makes the cache key mandatory with Redis).
   const common = {
-    CLIENT_ID,
+    ...setup.env,
     REDIS_URL: redis.url,
-    PROVIDER_AUTH_URL: provider.url,
-    PROVIDER_BASE_URL: provider.url,
-    HOST: '127.0.0.1',
     LOG_LEVEL: 'info',
     NODE_ENV: 'production',
   };
@@ -103,19 +91,9 @@ export async function benchReplica(opts: {
       name: 'file + api-key',
       env: {
         ...common,
-        CREDENTIALS_FILE: file('credentials.json', JSON.stringify(CREDENTIALS)),
-        CACHE_KEY_FILE: file('cache-key', cacheKey),
-        CALLER_AUTH_MODE: 'api-key',
-        CALLER_API_KEYS_FILE: file(
-          'api-keys.json',
-          JSON.stringify([
-            {
-              name: 'bench',
-              sha256: createHash('sha256').update(apiKey).digest('hex'),
-              clients: ['*'],
-            },
-          ]),
-        ),
+        CREDENTIALS_FILE: setup.credentialsFile,
+        CACHE_KEY_FILE: setup.file('cache-key', cacheKey),
+        ...setup.apiKeyAuth,
       },
     },
     {
@@ -125,11 +103,7 @@ export async function benchReplica(opts: {
         ...secretsManagerClientEnv(secrets.url),
         CREDENTIALS_SECRET_ID: 'replica/credentials',
         CACHE_KEY_SECRET_ID: 'replica/cache-key',
-        CALLER_AUTH_MODE: 'kubernetes',
-        CALLER_AUTH_JWKS_URL: issuer.jwksUrl,
-        CALLER_AUTH_ISSUER: issuer.issuer,
-        CALLER_AUTH_AUDIENCE: issuer.audience,
-        CALLER_AUTH_SUBJECTS: JSON.stringify({ [SUBJECT]: ['*'] }),
+        ...setup.kubernetesAuth,
       },
     },
   ];
@@ -172,8 +146,7 @@ export async function benchReplica(opts: {
     }
     return rows;
   } finally {
-    await Promise.all([provider.close(), secrets.close(), issuer.close(), redis.stop()]);
-    rmSync(dir, { recursive: true, force: true });
+    await Promise.all([setup.close(), secrets.close(), redis.stop()]);
   }
 }
 

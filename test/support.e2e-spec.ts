@@ -1,5 +1,14 @@
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { connect, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -598,6 +607,33 @@ describe(spawnBroker.name, () => {
     expect(/^Gid:\s+(\d+)/m.exec(status)?.[1]).toBe(String(gid));
     expect(b.logs()).toContain(`fake broker listening on ${b.port}`);
     expect(await b.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it('outputToFile: output goes to a file of its own, read for logs() and removed after the exit', async () => {
+    const b = await spawnBroker({ env: {}, script, name: 'fake-file', outputToFile: true });
+    brokers.push(b);
+    await b.waitReady(10_000);
+    const stdout = readlinkSync(`/proc/${b.pid}/fd/1`);
+    expect(stdout).toMatch(/^\//);
+    expect(readlinkSync(`/proc/${b.pid}/fd/2`)).toBe(stdout);
+    expect(readFileSync(stdout, 'utf8')).toContain(`fake broker listening on ${b.port}`);
+    expect(b.logs()).toEqual(
+      expect.arrayContaining([`fake broker listening on ${b.port}`, 'a line on stderr']),
+    );
+    expect(await b.stop()).toEqual({ code: 0, signal: null });
+    expect(b.logs()).toContain('got SIGTERM');
+    expect(existsSync(dirname(stdout))).toBe(false);
+
+    const crashed = await spawnBroker({
+      env: { FAKE_MODE: 'crash' },
+      script,
+      name: 'fake-file',
+      outputToFile: true,
+    });
+    brokers.push(crashed);
+    await expect(crashed.waitReady(10_000)).rejects.toThrow(
+      /exited with code 78 before it was ready[\s\S]*config error: FAKE_SETTING is invalid/,
+    );
   });
 
   it('refuses to start a script that does not exist, saying how to fix it', async () => {

@@ -1,6 +1,7 @@
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync } from 'node:fs';
 import { get } from 'node:http';
-import { resolve } from 'node:path';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { type ExitInfo, ManagedProcess, minimalEnv } from './managed-process';
 import { freePort } from './ports';
 import { repoRoot } from './repo-root';
@@ -21,7 +22,7 @@ export interface SpawnBrokerOptions {
   name?: string;
   /**
    * Script Node runs, absolute or relative to the repository root. Tests of the helpers pass a
-   * stand-in server here.
+   * stand-in server here, the bench the build it compares (`BENCH_BROKER_MAIN`).
    * @default 'dist/main.js' (run `npm run build` first)
    */
   script?: string;
@@ -34,6 +35,13 @@ export interface SpawnBrokerOptions {
   command?: BrokerCommand;
   /** Also an admin listener (`ADMIN_PORT`) on a free port, at {@link BrokerProcess.adminUrl}. */
   admin?: boolean;
+  /**
+   * Write the output to a file of the broker's own (removed once it has exited) rather than to
+   * pipes this process reads: a benchmark's load generator then spends no CPU on the audit
+   * lines of the broker it loads. {@link BrokerProcess.logs} reads the file's end.
+   * @default false
+   */
+  outputToFile?: boolean;
 }
 
 /**
@@ -117,8 +125,11 @@ export async function spawnBroker(opts: SpawnBrokerOptions): Promise<BrokerProce
   const adminPort = opts.admin === true ? await freePort() : undefined;
   if (adminPort !== undefined) env.ADMIN_PORT = String(adminPort);
   const name = opts.name ?? 'broker';
+  const logDir =
+    opts.outputToFile === true ? mkdtempSync(join(tmpdir(), 'tb-broker-log-')) : undefined;
   const proc = ManagedProcess.start({
     name,
+    ...(logDir !== undefined && { dir: logDir, logFile: join(logDir, 'output.log') }),
     ...(command
       ? {
           command: command.argv[0],

@@ -1,5 +1,5 @@
 import { type ChildProcess, execFileSync, spawn, type SpawnOptions } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync, rmSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { runInThisContext } from 'node:vm';
 
@@ -40,6 +40,14 @@ export interface ManagedProcessOptions {
    */
   maxLogLines?: number;
   /**
+   * Write stdout and stderr to this file (created, or emptied) rather than to pipes read here,
+   * as a container runtime's log driver takes a process's output: a chatty process under load
+   * then costs this one no CPU (a benchmark's load generator). {@link ManagedProcess.logs} reads
+   * the file's end; once the process has exited, its last lines are kept in memory, so the file
+   * may be in `dir`.
+   */
+  logFile?: string;
+  /**
    * Scheduling priority (nice value) to give the process, when this user may (root may raise
    * it): Redis and its sentinels run on machines of their own in production, here they share
    * two cores with the brokers and the load generator. A sentinel starved of its timer for 2 s
@@ -66,12 +74,15 @@ export class ManagedProcess {
   private readonly lines: string[] = [];
   private droppedLines = 0;
   private exitInfo: ExitInfo | undefined;
+  /** With `logFile`: its last lines, read once the process has exited. */
+  private fileTail: string[] | undefined;
 
   private constructor(
     readonly name: string,
     private readonly child: ChildProcess,
     private readonly maxLogLines: number,
     dir: string | undefined,
+    private readonly logFile: string | undefined,
   ) {
     const registry = childRegistry();
     registry.set(child, dir);
@@ -83,6 +94,7 @@ export class ManagedProcess {
         if (!exit || this.exitInfo) return;
         clearTimeout(drainTimer);
         registry.delete(child);
+        if (logFile !== undefined) this.fileTail = readTail(logFile, maxLogLines);
         removeDir(dir);
         this.exitInfo = exit;
         resolve(exit);
@@ -127,20 +139,28 @@ export class ManagedProcess {
   }
 
   /**
-   * Spawns `command` with piped stdout/stderr captured line by line. Returns at once: use
-   * {@link ManagedProcess.exited} or a readiness probe to learn whether it really started.
+   * Spawns `command` with piped stdout/stderr captured line by line (or written to `logFile`).
+   * Returns at once: use {@link ManagedProcess.exited} or a readiness probe to learn whether it
+   * really started.
    */
   static start(opts: ManagedProcessOptions): ManagedProcess {
+    const output = opts.logFile === undefined ? 'pipe' : openSync(opts.logFile, 'w', 0o600);
     const spawnOptions: SpawnOptions = {
       cwd: opts.cwd,
       env: opts.env,
       uid: opts.uid,
       gid: opts.gid,
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: ['ignore', output, output],
       // Same process group as the test runner: a Ctrl-C in the terminal reaches the children too.
       detached: false,
     };
-    const child = spawn(opts.command, [...opts.args], spawnOptions);
+    let child: ChildProcess;
+    try {
+      child = spawn(opts.command, [...opts.args], spawnOptions);
+    } finally {
+      // The child holds its own copy of the descriptor.
+      if (typeof output === 'number') closeSync(output);
+    }
     if (opts.priority !== undefined && child.pid !== undefined) {
       try {
         setPriority(child.pid, opts.priority);
@@ -155,7 +175,7 @@ export class ManagedProcess {
         // No chrt, or not allowed: the nice value above is all it gets.
       }
     }
-    return new ManagedProcess(opts.name, child, opts.maxLogLines ?? 50_000, opts.dir);
+    return new ManagedProcess(opts.name, child, opts.maxLogLines ?? 50_000, opts.dir, opts.logFile);
   }
 
   /** Process id, or `undefined` if it could not be started. */
@@ -175,11 +195,15 @@ export class ManagedProcess {
     return this.exitInfo;
   }
 
-  /** Captured stdout and stderr lines, oldest first. */
+  /** Captured stdout and stderr lines, oldest first (with `logFile`, its last lines). */
   logs(): string[] {
-    return this.droppedLines > 0
-      ? [`[${this.droppedLines} earlier lines dropped]`, ...this.lines]
-      : [...this.lines];
+    const captured =
+      this.droppedLines > 0
+        ? [`[${this.droppedLines} earlier lines dropped]`, ...this.lines]
+        : [...this.lines];
+    if (this.logFile === undefined) return captured;
+    // `captured` then holds only what this module itself notes (a spawn error).
+    return [...(this.fileTail ?? readTail(this.logFile, this.maxLogLines)), ...captured];
   }
 
   /** The last `n` lines, joined for an error message. */
@@ -231,6 +255,35 @@ export class ManagedProcess {
       this.lines.shift();
       this.droppedLines++;
     }
+  }
+}
+
+/** How much of a `logFile`'s end {@link readTail} reads at most. */
+const TAIL_BYTES = 1024 * 1024;
+
+/**
+ * The last `maxLines` lines of a log file, from at most its last {@link TAIL_BYTES}; none if it
+ * cannot be read (gone already). Never throws: it also runs when the process exits.
+ */
+function readTail(file: string, maxLines: number): string[] {
+  let fd: number | undefined;
+  try {
+    fd = openSync(file, 'r');
+    const size = fstatSync(fd).size;
+    const start = Math.max(0, size - TAIL_BYTES);
+    const buffer = Buffer.alloc(size - start);
+    const read = readSync(fd, buffer, 0, buffer.length, start);
+    const lines = buffer.toString('utf8', 0, read).split('\n');
+    if (lines.at(-1) === '') lines.pop();
+    // Cut in the middle of a line: that line is not whole.
+    if (start > 0) lines.shift();
+    const dropped = start > 0 || lines.length > maxLines;
+    const kept = lines.slice(-maxLines);
+    return dropped ? ['[earlier lines dropped]', ...kept] : kept;
+  } catch {
+    return [];
+  } finally {
+    if (fd !== undefined) closeSync(fd);
   }
 }
 
