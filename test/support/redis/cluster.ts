@@ -26,13 +26,16 @@ export class RedisCluster implements RedisTopology {
     return this.servers.map((s) => s.address);
   }
 
-  /** Starts six nodes, creates the cluster and resolves once every node reports it healthy. */
-  static async start(): Promise<RedisCluster> {
+  /**
+   * Starts three masters with `replicasPerMaster` replicas each, creates the cluster and
+   * resolves once every node reports it healthy.
+   */
+  static async start(replicasPerMaster = 1): Promise<RedisCluster> {
     const cluster = new RedisCluster([]);
     try {
       cluster.servers.push(
         ...(await Promise.all(
-          Array.from({ length: 6 }, (_, i) =>
+          Array.from({ length: 3 * (1 + replicasPerMaster) }, (_, i) =>
             RedisNode.start(
               (_port, busPort) => [
                 '--cluster-enabled',
@@ -55,7 +58,14 @@ export class RedisCluster implements RedisTopology {
       const create = ManagedProcess.start({
         name: 'redis-cli --cluster create',
         command: 'redis-cli',
-        args: ['--cluster', 'create', ...cluster.nodes, '--cluster-replicas', '1', '--cluster-yes'],
+        args: [
+          '--cluster',
+          'create',
+          ...cluster.nodes,
+          '--cluster-replicas',
+          String(replicasPerMaster),
+          '--cluster-yes',
+        ],
         env: minimalEnv(),
       });
       const created = await create.exited;
@@ -64,7 +74,7 @@ export class RedisCluster implements RedisTopology {
           `redis-cli --cluster create failed: ${create.describeExit()}\n${create.tail()}`,
         );
       }
-      await cluster.waitSettled(true);
+      await cluster.waitSettled(replicasPerMaster > 0);
       return cluster;
     } catch (err) {
       await cluster.stop();
@@ -182,6 +192,12 @@ export class RedisCluster implements RedisTopology {
           const i = await info(s.address, 'cluster');
           if (i.cluster_state !== 'ok' || i.cluster_slots_ok !== '16384') return false;
           const view = await clusterNodes(s.address);
+          // Every node has met every other over the bus: a PUBLISH reaches the subscribers of
+          // every node only then.
+          const live = this.servers.filter((n) => n.isRunning()).map((n) => n.address);
+          if (live.some((a) => !view.some((n) => n.address === a))) return false;
+          const linked = (n: ClusterNode) => n.flags.includes('myself') || n.link === 'connected';
+          if (view.some((n) => live.includes(n.address) && !linked(n))) return false;
           const masters = view.filter((n) => n.flags.includes('master') && n.slots.length > 0);
           if (masters.length !== 3 || masters.some(isFailing)) return false;
           if (
@@ -211,9 +227,9 @@ export class RedisCluster implements RedisTopology {
   }
 }
 
-/** Starts a three-master, three-replica cluster. */
-export function startRedisCluster(): Promise<RedisCluster> {
-  return RedisCluster.start();
+/** Starts a cluster of three masters, each with one replica unless told otherwise. */
+export function startRedisCluster(replicasPerMaster = 1): Promise<RedisCluster> {
+  return RedisCluster.start(replicasPerMaster);
 }
 
 /** One line of `CLUSTER NODES`. */
@@ -224,6 +240,8 @@ interface ClusterNode {
   flags: string[];
   /** The master's id for a replica, `-` for a master. */
   masterId: string;
+  /** `connected` or `disconnected`: this node's bus link to that one. */
+  link: string;
   /** Slot ranges, e.g. `0-5460`; a single slot stays a single number. */
   slots: string[];
 }
@@ -234,12 +252,13 @@ async function clusterNodes(address: string): Promise<ClusterNode[]> {
     .split('\n')
     .filter((line) => line.trim() !== '')
     .map((line) => {
-      const [id, addr, flags, masterId, , , , , ...slots] = line.split(' ');
+      const [id, addr, flags, masterId, , , , link, ...slots] = line.split(' ');
       return {
         id,
         address: addr.split('@')[0],
         flags: flags.split(','),
         masterId,
+        link,
         // Slots being migrated (`[1234->-id]`) are not owned yet.
         slots: slots.filter((s) => !s.startsWith('[')),
       };
