@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import { classifyRedisError, type RedisProblem } from './redis-problem';
 
 /** `down`: an outage (degraded, ready); `misconfigured`: will not pass by itself (not ready). */
-export type RedisState = 'up' | 'down' | 'misconfigured';
+type RedisState = 'up' | 'down' | 'misconfigured';
 
 export type StateLogger = Pick<Logger, 'info' | 'warn' | 'error'>;
 

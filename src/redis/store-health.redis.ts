@@ -6,7 +6,7 @@ import { TokenStoreErrorCode, TokenStoreException } from '../token/token-store.e
 import { RedisClockOffset } from './redis-clock';
 import { closeRedisClient, type RedisClient, takeEarlyError } from './redis.connection';
 import { redisKeys } from './redis.constants';
-import { type RedisState, RedisStateTracker, type StateLogger } from './redis-state';
+import { RedisStateTracker, type StateLogger } from './redis-state';
 import { defineTokenStoreScripts, type RedisWithScripts } from './token-store.lua';
 
 const SILENT: StateLogger = {
@@ -65,10 +65,6 @@ export class RedisStoreHealth implements StoreHealth {
 
   get healthy(): boolean {
     return this.tracker.state === 'up';
-  }
-
-  get state(): RedisState {
-    return this.tracker.state;
   }
 
   /** A setting to fix (authentication, ACL, TLS trust), not an outage to wait out. */

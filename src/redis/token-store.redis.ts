@@ -16,7 +16,7 @@ import type {
 import { RedisFleetBus } from './fleet-bus.redis';
 import type { RedisClient } from './redis.connection';
 import { redisKeys } from './redis.constants';
-import type { RedisState, StateLogger } from './redis-state';
+import type { StateLogger } from './redis-state';
 import { RedisRefreshLock } from './refresh-lock.redis';
 import { RedisStoreHealth } from './store-health.redis';
 import { RedisTokenRecords } from './token-records.redis';
@@ -140,10 +140,6 @@ export class RedisTokenStore implements TokenStore {
 
   get healthy(): boolean {
     return this.health.healthy;
-  }
-
-  get state(): RedisState {
-    return this.health.state;
   }
 
   get configurationError(): string | undefined {
