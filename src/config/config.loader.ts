@@ -41,7 +41,6 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'ORDERS_HEADERS_TIMEOUT_MS', path: ['orders', 'headersTimeoutMs'] },
   { env: 'ORDERS_BODY_TIMEOUT_MS', path: ['orders', 'bodyTimeoutMs'] },
   { env: 'ORDERS_MAX_RESPONSE_BYTES', path: ['orders', 'maxResponseBytes'] },
-  // Provider passthrough.
   { env: 'FORWARD_BODY_LIMIT_BYTES', path: ['forward', 'bodyLimitBytes'] },
   { env: 'FORWARD_MAX_RESPONSE_BYTES', path: ['forward', 'maxResponseBytes'] },
   { env: 'FORWARD_MAX_STORED_RESPONSE_BYTES', path: ['forward', 'maxStoredResponseBytes'] },
