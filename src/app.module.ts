@@ -16,13 +16,11 @@ import { RedisModule } from './redis/redis.module';
 import { SecretsModule } from './secrets/secrets.module';
 import { TokenModule } from './token/token.module';
 
-/** The broker: adapters (config, logging, secrets, provider, redis) and features. */
 @Module({})
 export class AppModule {
   static forRoot(config: BrokerConfig, logger: Logger): DynamicModule {
-    // The shared store implements ports the token and forwarding folders declare, so it is handed
-    // to them here rather than imported there. One token module object, imported by all:
-    // Nest keys dynamic modules by reference, so they share one TokenService.
+    // The store implements ports the token and forwarding folders declare, so it is handed in
+    // here. One token module object: Nest keys dynamic modules by reference, one TokenService.
     const token = TokenModule.withStore(RedisModule);
     return {
       module: AppModule,

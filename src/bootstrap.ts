@@ -26,13 +26,12 @@ import { TokenFront } from './token/token-front';
 import { DrainState } from './health/drain-state';
 import { PinoNestLogger } from './logging/logger';
 
-/** Request line plus headers; a longer query string is refused by Node's parser. */
+/** A longer query string is refused by Node's parser. */
 const MAX_HEADER_BYTES = 16_384;
 
 /**
- * Requests Node's HTTP parser refuses (oversized request line or headers, malformed HTTP) never
- * reach a route or the problem filter; Fastify's default answer is plain JSON. Answer them in
- * problem+json like every other error, then close the connection as Node would.
+ * Requests Node's parser refuses never reach a route: answer them in problem+json like every
+ * other error (Fastify's default is plain JSON), then close the connection as Node would.
  */
 function answerClientError(err: Error & { code?: string }, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
@@ -59,10 +58,7 @@ function answerClientError(err: Error & { code?: string }, socket: Socket): void
   socket.destroy();
 }
 
-/**
- * A listener with the broker's HTTP settings. Both listeners (callers' and admin) are made here,
- * so a slow or malformed request is cut off and answered the same way on either.
- */
+/** Both listeners are made here, so a slow or malformed request is handled alike on either. */
 function createListener(
   http: BrokerConfig['http'],
   onRequest: (req: IncomingMessage, res: ServerResponse) => void,
@@ -70,33 +66,27 @@ function createListener(
   const server = createServer(
     {
       maxHeaderSize: MAX_HEADER_BYTES,
-      // Fastify applies none of its timeouts to a server it did not create: set Node's.
-      // A client trickling its headers (slowloris) or body is cut off after these.
+      // Fastify applies none of its timeouts to a server it did not create: slowloris guards.
       headersTimeout: http.headersTimeoutMs,
       requestTimeout: http.requestTimeoutMs,
       keepAliveTimeout: http.keepAliveTimeoutMs,
-      // How often Node checks those deadlines (its default, 30 s, would add up to that).
+      // Node's default check interval, 30 s, would add up to that to each deadline.
       connectionsCheckingInterval: Math.min(1000, http.headersTimeoutMs),
     },
     onRequest,
   );
-  // Fastify adds its default handler to the callers' listener after this one: it then finds the
-  // socket closed and does nothing.
+  // Fastify's own handler, added after this one, then finds the socket closed.
   server.on('clientError', answerClientError);
   return server;
 }
 
-/** Where each request goes, filled in as the app is built. */
 interface Front {
   fastify?: (req: IncomingMessage, res: ServerResponse) => void;
   token?: TokenFront;
   drain?: DrainState;
 }
 
-/**
- * Builds the Nest application on Fastify, without listening. Shared by `main.ts`, the sandbox
- * and the tests, so all of them run exactly the production wiring.
- */
+/** Shared by `main.ts`, the sandbox and the test stack, so all run the production wiring. */
 export async function createBrokerApp(
   config: BrokerConfig,
   logger: Logger,
@@ -116,8 +106,7 @@ export async function createBrokerApp(
     reply.headers(SECURITY_HEADERS);
     done(null, payload);
   });
-  // GET /token is answered before Fastify (see TokenFront); every other request goes to
-  // Fastify's handler.
+  // GET /token is answered before Fastify (see TokenFront).
   front.token = app.get(TokenFront);
   front.drain = app.get(DrainState);
   fastify.addHook('preClose', (done) => {
@@ -128,11 +117,9 @@ export async function createBrokerApp(
   return app;
 }
 
-/** Every request of both listeners starts here. */
 function frontHandler(front: Front): (req: IncomingMessage, res: ServerResponse) => void {
   return (req: IncomingMessage, res: ServerResponse): void => {
-    // Draining: still answered, but the caller's keep-alive connection ends with this answer,
-    // so its next request opens a connection the Service sends elsewhere.
+    // Draining: the keep-alive connection ends with this answer, so the next one goes elsewhere.
     if (front.drain?.draining === true) res.shouldKeepAlive = false;
     if (front.drain?.closing === true) return shuttingDown(req, res);
     if (arrivedOnAdminListener(req.socket) || front.token?.tryServe(req, res) !== true) {
@@ -141,7 +128,6 @@ function frontHandler(front: Front): (req: IncomingMessage, res: ServerResponse)
   };
 }
 
-/** The Fastify adapter: the broker's listener, logger, request ids and early errors. */
 function createAdapter(
   config: BrokerConfig,
   logger: Logger,
@@ -149,35 +135,28 @@ function createAdapter(
   onRequest: (req: IncomingMessage, res: ServerResponse) => void,
 ): FastifyAdapter {
   return new FastifyAdapter({
-    // maxHeaderSize bounds the query string too: an oversized request line is refused early.
     serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) => {
       front.fastify = handler;
       return createListener(config.http, onRequest);
     },
     loggerInstance: logger,
-    // Per-request info logs would cost more than the whole GET /token hot path; audit lines
-    // are written by the features themselves.
+    // Per-request logs would cost more than the GET /token hot path; features write audit lines.
     logController: new LogController({ disableRequestLogging: true }),
     childLoggerFactory: lazyChildLogger,
-    // The broker's own id: the caller's X-Request-Id is echoed and logged beside it, never as it.
+    // The broker's own id: the caller's X-Request-Id is logged beside it, never as it.
     genReqId: () => newRequestId(),
     routerOptions: { maxParamLength: 200 },
-    // Errors met before routing (a target that does not percent-decode) skip the app's hooks:
-    // answered here like any other, without echoing the target.
+    // Errors met before routing skip the app's hooks: answered here, without echoing the target.
     frameworkErrors: (err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {
       void sendProblem(reply.header('x-request-id', req.id).headers(SECURITY_HEADERS), err, req.id);
     },
-    // A request arriving while the server closes is answered by the front (see shuttingDown),
-    // the same on both listeners.
+    // Answered by the front (see shuttingDown), the same on both listeners.
     return503OnClosing: false,
     forceCloseConnections: 'idle',
   });
 }
 
-/**
- * The admin listener (see `http.adminPort`): `/metrics`, `/health/*` and `/admin/*`, through
- * the same Fastify app, so a NetworkPolicy can admit operators and Prometheus here only.
- */
+/** Same Fastify app, so a NetworkPolicy can admit operators and Prometheus here only. */
 function addAdminListener(
   fastify: FastifyInstance,
   http: BrokerConfig['http'],
@@ -186,8 +165,7 @@ function addAdminListener(
 ): void {
   const adminServer = createListener(http, onRequest);
   adminServer.on('connection', markAdminConnection);
-  // Keyed on the route Fastify matched, after it decoded the target: every spelling that
-  // reaches an admin route is refused on the callers' listener, and the reverse.
+  // Keyed on the route Fastify matched after decoding the target: no spelling gets around it.
   fastify.addHook('onRequest', (req, reply, done) => {
     const served = listenersOf(req.routeOptions.url);
     const on = arrivedOnAdminListener(req.raw.socket) ? 'admin' : 'api';
@@ -198,9 +176,7 @@ function addAdminListener(
     adminServer.once('error', done);
     adminServer.listen(adminPort, http.host, () => done());
   });
-  // Closed as Fastify closes its own listener (`forceCloseConnections: 'idle'`), at the same
-  // time: no new connections, idle ones closed, requests in flight finished; the app's close
-  // waits for both.
+  // Closed as Fastify closes its own listener, at the same time; the app's close waits for both.
   let adminClosed = Promise.resolve();
   fastify.addHook('preClose', (done) => {
     adminClosed = new Promise((resolve) => adminServer.close(() => resolve()));
@@ -212,18 +188,13 @@ function addAdminListener(
   });
 }
 
-/**
- * Which listener serves a route, by the route's pattern (`undefined`: no route matched, the
- * not-found answer on either): the metrics and admin routes on the admin listener only, the
- * probes on both, the callers' API on the callers' listener only.
- */
+/** `undefined`: no route matched, the not-found answer on either listener. */
 function listenersOf(route: string | undefined): 'admin' | 'api' | 'both' {
   if (route === undefined || route.startsWith('/health/')) return 'both';
   if (route === '/metrics' || route === '/admin' || route.startsWith('/admin/')) return 'admin';
   return 'api';
 }
 
-/** The answer to a request that arrives once the listeners are closing, on either. */
 function shuttingDown(req: IncomingMessage, res: ServerResponse): void {
   const reqId = newRequestId();
   const { headers, body } = problemAnswer(

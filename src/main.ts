@@ -11,23 +11,19 @@ import type { DrainState } from './health/drain-state';
 type Logger = ReturnType<typeof createLogger>;
 
 /**
- * Bootstraps the broker: config, logger, app, listen, and graceful shutdown. On SIGTERM the
- * replica drains: readiness answers 503 at once and every answer closes its connection, while
- * requests are still served for `SHUTDOWN_DRAIN_DELAY_MS` (the Service forgets the pod
- * meanwhile); then the listener stops taking requests (new ones get 503), in-flight ones
- * finish, the refresh lock is released, and the process exits 0 within the grace period.
+ * On SIGTERM the replica drains: readiness answers 503 and every answer closes its connection for
+ * `SHUTDOWN_DRAIN_DELAY_MS`; then the listener stops, in-flight requests finish, the refresh lock
+ * is released, and the process exits 0 within the grace period.
  */
 async function main(): Promise<void> {
   const config = loadConfigOrExit();
   const logger = createLogger(config.log.level);
   startupLogger = logger;
-  // Tracing first: its instrumentations hook ioredis, undici and the AWS SDK as they load, so
-  // the app (which loads them) is imported only afterwards.
+  // Tracing first: its instrumentations hook ioredis, undici and the AWS SDK as they load.
   let stopTracing: Awaited<ReturnType<typeof startTracing>>;
   try {
     stopTracing = await startTracing(process.env);
   } catch (err) {
-    // An OTEL_* value the broker cannot honour is a configuration error like any other.
     logger.fatal({ err }, 'tracing is misconfigured');
     process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
     logger.flush(() => process.exit(78));
@@ -44,7 +40,7 @@ async function main(): Promise<void> {
   process.once('SIGINT', shutdown);
 }
 
-/** The configuration, or exit 78 (EX_CONFIG) with its errors on stderr. */
+/** Invalid: exits 78 (EX_CONFIG) with the errors on stderr. */
 function loadConfigOrExit(): BrokerConfig {
   try {
     return loadConfig(process.env);
@@ -57,7 +53,7 @@ function loadConfigOrExit(): BrokerConfig {
   }
 }
 
-/** The lines once the listeners are up: a deprecated setting, then where the broker listens. */
+/** A deprecated setting, then where the broker listens. */
 function logListening(config: BrokerConfig, logger: Logger): void {
   if (config.http.metricsPort !== undefined && config.http.adminPort === undefined) {
     logger.warn(
@@ -76,7 +72,7 @@ function logListening(config: BrokerConfig, logger: Logger): void {
   );
 }
 
-/** The SIGTERM and SIGINT handler: drain, close, flush the last spans, exit (see {@link main}). */
+/** Drain, close, flush the last spans, exit. */
 function shutdownHandler(
   app: NestFastifyApplication,
   drainState: typeof DrainState,
@@ -101,7 +97,6 @@ function shutdownHandler(
       .then(() => app.close())
       .then(
         async () => {
-          // Spans still queued are sent before the process goes.
           await stopTracing?.().catch((err: unknown) =>
             logger.warn({ err }, 'could not flush the last trace spans'),
           );
@@ -116,7 +111,7 @@ function shutdownHandler(
   };
 }
 
-/** The logger once the configuration is read: a start-up failure after that is a JSON line. */
+/** A start-up failure after the config is read is a JSON line. */
 let startupLogger: ReturnType<typeof createLogger> | undefined;
 
 main().catch((err: unknown) => {

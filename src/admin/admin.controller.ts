@@ -2,15 +2,11 @@ import { Controller, Get, Header, HttpCode, Param, Post, Req } from '@nestjs/com
 import type { FastifyRequest } from 'fastify';
 import { AdminService } from './admin.service';
 
-/**
- * The operators' routes (docs/operations.md). Every answer is `no-store`; every error is
- * problem+json; every call writes one audit line (see {@link AdminService.run}).
- */
+/** Every answer is `no-store`, every error problem+json, every call one audit line. */
 @Controller('admin')
 export class AdminController {
   constructor(private readonly admin: AdminService) {}
 
-  /** Every client in the caller's grant as this replica sees it, who holds its lock, the store. */
   @Get('clients')
   @Header('cache-control', 'no-store')
   async clients(@Req() req: FastifyRequest): Promise<unknown> {
@@ -28,7 +24,7 @@ export class AdminController {
     };
   }
 
-  /** A new token for the whole fleet: one provider request, adopted by every replica. */
+  /** One provider request, adopted by every replica. */
   @Post('clients/:id/refresh')
   @HttpCode(200)
   @Header('cache-control', 'no-store')
@@ -50,7 +46,7 @@ export class AdminController {
     };
   }
 
-  /** Drops the client's token fleet-wide, for good (a new generation). */
+  /** For good: a new generation. */
   @Post('clients/:id/revoke')
   @HttpCode(200)
   @Header('cache-control', 'no-store')
@@ -69,10 +65,7 @@ export class AdminController {
     );
   }
 
-  /**
-   * Client credentials and caller grants re-read now, here and on every replica; names only.
-   * Fleet-wide: for callers granted every client (`"*"`) only.
-   */
+  /** Names only. Fleet-wide: for callers granted every client (`"*"`) only. */
   @Post('reload')
   @HttpCode(200)
   @Header('cache-control', 'no-store')

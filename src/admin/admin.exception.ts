@@ -1,13 +1,8 @@
 import { BrokerException, type ProblemStatus, type ProblemTable } from '../errors/broker.exception';
 
-/** Why an admin route could not do what it was asked (problem codes). */
 export enum AdminErrorCode {
-  /**
-   * 503: the shared store (Redis) does not answer, and a fleet-wide action needs it: a refresh
-   * or revoke done by this replica alone would leave the others serving the old token.
-   */
+  /** A refresh or revoke by this replica alone would leave the others serving the old token. */
   StoreUnavailable = 'admin_store_unavailable',
-  /** 502: the forced refresh asked the provider, which did not grant a token. */
   RefreshFailed = 'admin_refresh_failed',
 }
 

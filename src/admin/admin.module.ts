@@ -3,17 +3,14 @@ import { CallerAuthModule } from '../caller-auth/caller-auth.module';
 import { AdminController } from './admin.controller';
 import { AdminService } from './admin.service';
 
-/**
- * The operators' routes (`/admin/*`, scope `admin`), served on the admin listener when
- * `http.adminPort` is set. Build it with {@link AdminModule.with} and the app's token module.
- */
+/** Served on the admin listener when `http.adminPort` is set. */
 @Module({
   imports: [CallerAuthModule],
   controllers: [AdminController],
   providers: [AdminService],
 })
 export class AdminModule {
-  /** This module reading the app's token module (the same instance the app imports). */
+  /** The same token module instance the app imports. */
   static with(token: DynamicModule): DynamicModule {
     return { module: AdminModule, imports: [token] };
   }

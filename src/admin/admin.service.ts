@@ -11,26 +11,16 @@ import { TokenService } from '../token/token.service';
 import { AdminErrorCode, AdminException } from './admin.exception';
 import { requestIdsOf } from '../http/request-id';
 
-/** The admin actions, as audit lines name them. */
-export type AdminAction = 'status' | 'refresh' | 'revoke' | 'reload';
+type AdminAction = 'status' | 'refresh' | 'revoke' | 'reload';
 
-/**
- * Actions that act on every client at once: only a caller granted every client (`"*"`) may ask
- * for them, since their effect and their answer (which clients' credentials changed) reach
- * beyond any narrower grant.
- */
+/** Their effect and answer reach beyond any narrower grant than every client (`"*"`). */
 const FLEET_WIDE: ReadonlySet<AdminAction> = new Set(['reload']);
 
-/** How long a revoke's answer waits for the replicas it notified to acknowledge. */
+/** How long a revoke's answer waits for the notified replicas to acknowledge. */
 const ACK_WAIT_MS = 2000;
 const ACK_POLL_MS = 50;
 
-/**
- * What the operators' routes do: authentication (scope `admin`, and the client in the grant
- * where a route names one), the fleet-wide actions, and one audit line per call, allowed or
- * refused (`audit: "admin"`: caller, action, client, outcome, request id; never a token or a
- * secret, only fingerprints).
- */
+/** One audit line per call, allowed or refused: never a token or a secret, only fingerprints. */
 @Injectable()
 export class AdminService implements OnModuleInit {
   private readonly audit: Logger;
@@ -43,7 +33,6 @@ export class AdminService implements OnModuleInit {
     this.audit = logger.child({ audit: 'admin' });
   }
 
-  /** Another replica's `POST /admin/reload` reloads this one too. */
   onModuleInit(): void {
     this.tokens.onFleetReloadRequested((from) => {
       void this.reloadHere().then((result) =>
@@ -56,11 +45,7 @@ export class AdminService implements OnModuleInit {
     });
   }
 
-  /**
-   * Runs `action` for the caller of `req` once it is admitted (scope `admin`; with `clientId`,
-   * a configured client in its grant; for a fleet-wide action, a grant of every client), and
-   * writes the audit line either way.
-   */
+  /** Writes the audit line either way. */
   async run<T>(
     req: AdminRequest,
     action: AdminAction,
@@ -74,7 +59,6 @@ export class AdminService implements OnModuleInit {
       caller = await this.auth.authenticate(authorizationOf(req.raw));
       assertScope(caller, 'admin');
       if (FLEET_WIDE.has(action)) assertGrantsEveryClient(caller, action);
-      // 403 for a client outside the grant, configured or not; 404 for a granted unknown one.
       if (clientId !== undefined) client = this.tokens.resolveClient(clientId, caller);
       const result = await work(caller, client).catch(translate);
       this.audit.info(
@@ -91,7 +75,7 @@ export class AdminService implements OnModuleInit {
       return result;
     } catch (err) {
       const outcome = err instanceof BrokerException ? String(err.code) : 'internal_error';
-      // A refused client is named in the audit line only (the answer hides whether it exists).
+      // A refused client is named in the audit line only: the answer hides whether it exists.
       const refused = err instanceof CallerAuthException ? err.audit : {};
       this.audit.warn(
         {
@@ -108,20 +92,15 @@ export class AdminService implements OnModuleInit {
     }
   }
 
-  /** `GET /admin/clients`: the clients in the caller's grant, and the store. */
   status(caller: Caller): ReturnType<TokenService['adminStatus']> {
     return this.tokens.adminStatus(this.tokens.clientIds().filter((id) => mayUse(caller, id)));
   }
 
-  /** `POST /admin/clients/<id>/refresh`. */
   refresh(clientId: string, askedAt: number): ReturnType<TokenService['forceRefresh']> {
     return this.tokens.forceRefresh(clientId, askedAt);
   }
 
-  /**
-   * `POST /admin/clients/<id>/revoke`: the revoke, then up to {@link ACK_WAIT_MS} for the
-   * replicas it reached to acknowledge (each drops the token on the notification and says so).
-   */
+  /** Waits up to {@link ACK_WAIT_MS} for the replicas it reached to acknowledge. */
   async revoke(clientId: string): Promise<{
     client: string;
     generation: number;
@@ -143,11 +122,7 @@ export class AdminService implements OnModuleInit {
     };
   }
 
-  /**
-   * `POST /admin/reload`: client credentials and caller grants re-read now on this replica
-   * (its answer names what changed here; names only), and every other replica asked to do the
-   * same through Redis (`replicas.notified`: how many subscribers heard it, this one included).
-   */
+  /** Here, and every other replica asked through Redis (`notified`: subscribers, this one too). */
   async reload(): Promise<ReloadResult & { replicas: { notified: number } | { error: string } }> {
     const [here, replicas] = await Promise.all([
       this.reloadHere(),
@@ -162,14 +137,13 @@ export class AdminService implements OnModuleInit {
     return { ...here, replicas };
   }
 
-  /** This replica's reload. */
   private async reloadHere(): Promise<ReloadResult> {
     const credentials = await this.tokens.reloadCredentials();
     let callers: { added: string[]; removed: string[] } | { error: string };
     try {
       callers = (await this.auth.reloadNow?.()) ?? { added: [], removed: [] };
     } catch {
-      // The reader's message may name internals; the log of the periodic reload has the cause.
+      // The reader's message may name internals; the periodic reload's log has the cause.
       callers = {
         error:
           'the caller grants could not be re-read (the API key source); the loaded ones stay in force',
@@ -179,7 +153,6 @@ export class AdminService implements OnModuleInit {
   }
 }
 
-/** Throws 403 `forbidden` unless `caller` is granted every client (`"*"`). */
 function assertGrantsEveryClient(caller: Caller, action: AdminAction): void {
   if (caller.clients === '*') return;
   // Names only the caller: the refusal must not tell which other clients exist.
@@ -190,16 +163,13 @@ function assertGrantsEveryClient(caller: Caller, action: AdminAction): void {
   );
 }
 
-/** What one replica's reload changed: names only, never a value. */
+/** Names only, never a value. */
 interface ReloadResult {
   credentials: { changed: string[]; firstRead: string[]; failed: string[] };
   callers: { added: string[]; removed: string[] } | { error: string };
 }
 
-/**
- * The store's and the provider's failures as admin problems: a fleet-wide action without Redis
- * is refused (503), a provider refusal names its code only.
- */
+/** A fleet-wide action without Redis is refused (503); a provider refusal names its code only. */
 function translate(err: unknown): never {
   if (err instanceof TokenStoreException) {
     throw new AdminException(
@@ -208,7 +178,6 @@ function translate(err: unknown): never {
       { cause: err, retryAfterSeconds: 2 },
     );
   }
-  // Provider and secrets exceptions are internal (a 500 that echoes nothing): name their code.
   if (err instanceof BrokerException && err.problemStatus === undefined) {
     throw new AdminException(
       AdminErrorCode.RefreshFailed,
@@ -219,16 +188,12 @@ function translate(err: unknown): never {
   throw err;
 }
 
-/**
- * The admin line's ids, under its existing name: `requestId` is the broker's own id, and the
- * caller's `X-Request-Id` is `callerRequestId` beside it.
- */
+/** `requestId` is the broker's own id (the line's existing name), `callerRequestId` beside it. */
 function auditIds(req: AdminRequest): { requestId: string; callerRequestId?: string } {
   const { reqId, callerRequestId } = requestIdsOf({ id: req.id, headers: req.raw.headers });
   return { requestId: reqId, ...(callerRequestId !== undefined && { callerRequestId }) };
 }
 
-/** What the admin service reads of a request: its id and headers. */
 interface AdminRequest {
   id: string;
   raw: Parameters<typeof authorizationOf>[0] & {

@@ -7,7 +7,7 @@ const ANONYMOUS: Caller = {
   scopes: new Set(CALLER_SCOPES),
 };
 
-/** Caller authentication mode `none`: everyone is allowed everything. Development only. */
+/** Mode `none`: development only. */
 export class AllowAllAuthenticator implements CallerAuthenticator {
   authenticate(): Caller {
     return ANONYMOUS;

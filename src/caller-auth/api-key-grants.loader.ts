@@ -6,11 +6,7 @@ import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception
 const EXPECTED =
   'expected a JSON list like [{"name": "checkout", "sha256": "<64 hex digits>", "clients": ["acme-prod"]}]';
 
-/**
- * Reads API key grants from a Secrets Manager secret or a file: the same JSON list as
- * `callerAuth.apiKeys` (hashes only). `knownClients` are the configured client ids; a grant
- * naming another is refused, since it would only ever produce puzzling 403s.
- */
+/** A grant naming an unconfigured client is refused: it would only produce puzzling 403s. */
 export async function loadApiKeyGrants(
   reader: SecretReader,
   source: CredentialsSource,

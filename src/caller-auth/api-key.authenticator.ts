@@ -6,16 +6,13 @@ import type { Caller, CallerAuthenticator } from './caller';
 import { grantedCaller } from './caller-authorization';
 
 interface Entry {
-  /** The key's SHA-256, for the constant-time comparison. */
   readonly digest: Buffer;
   readonly caller: Caller;
 }
 
 /**
- * The index of a SHA-256 digest held as a latin1 string (one character per byte, as `hash(...,
- * 'binary')` returns it): its first 6 bytes as a number. A number key spares the hot path the hex
- * string of the digest and the hashing of that string by the Map; entries whose digests share
- * these bytes (never, in practice) share a bucket and are each compared in full.
+ * The first 6 bytes of a latin1 digest as a number: spares the hot path a hex string and its
+ * hashing by the Map; digests sharing them (never, in practice) are each compared in full.
  */
 function bucketOf(digest: string): number {
   return (
@@ -28,24 +25,21 @@ function bucketOf(digest: string): number {
   );
 }
 
-/** What a reload changed, by caller name (names are safe to log; keys and hashes are not logged). */
-export interface ApiKeyReload {
+/** By caller name: names are safe to log, keys and hashes are not. */
+interface ApiKeyReload {
   added: string[];
   removed: string[];
 }
 
 /**
- * Caller authentication mode `api-key`. The broker holds only SHA-256 hashes of the keys, so
- * a leaked config or secret does not leak a usable key; keys are random and long, so an
- * unsalted fast hash is enough (nobody can brute-force 256 random bits).
+ * Only SHA-256 hashes are held, so a leaked config leaks no usable key; keys are random and long,
+ * so an unsalted fast hash is enough.
  */
 export class ApiKeyAuthenticator implements CallerAuthenticator {
-  /** Every accepted key by its hex SHA-256 (the configured form). */
+  /** By the hex SHA-256 (the configured form). */
   private byHash: ReadonlyMap<string, Entry> = new Map();
-  /** The same entries by {@link bucketOf} their digest, for the hot path. */
   private byBucket: ReadonlyMap<number, readonly Entry[]> = new Map();
   private reloadTimer?: NodeJS.Timeout;
-  /** The presented key's digest, for the constant-time comparison (see {@link lookup}). */
   private readonly scratch = Buffer.alloc(32);
   private load?: () => Promise<readonly ApiKeyGrant[]>;
 
@@ -53,20 +47,16 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
     this.replace(grants);
   }
 
-  /** Number of keys currently accepted. */
   get size(): number {
     return this.byHash.size;
   }
 
   /**
-   * Synchronous on purpose (the hot path): one SHA-256 of the presented key, one Map lookup,
-   * one constant-time compare. The lookup's timing depends only on the hash of what the caller
-   * sent, which tells an attacker nothing about a stored key; the explicit `timingSafeEqual`
-   * keeps the decision itself from resting on a variable-time comparison.
+   * Synchronous (the hot path). Lookup timing depends only on the hash of what was sent, which
+   * tells an attacker nothing; the decision rests on `timingSafeEqual`.
    */
   authenticate(authorization: string | undefined): Caller {
-    // Fast path for the exact form every client sends: a hash match proves the key whatever
-    // its characters, so the strict parse (a regex) is only needed to explain a refusal.
+    // A hash match proves the key whatever its characters: the strict parse only explains refusals.
     if (authorization?.startsWith('Bearer ')) {
       const caller = this.lookup(authorization.slice(7));
       if (caller !== undefined) return caller;
@@ -78,10 +68,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
     return caller;
   }
 
-  /**
-   * Swaps the whole set of accepted keys at once: a request sees the old set or the new one,
-   * never a mix. Throws (keeping the current set) when a key is listed twice.
-   */
+  /** All at once: a request sees the old set or the new, never a mix. Throws on a duplicate key. */
   replace(grants: readonly ApiKeyGrant[]): ApiKeyReload {
     const next = new Map<string, Entry>();
     for (const g of grants) {
@@ -101,7 +88,6 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
       buckets.set(bucket, [...(buckets.get(bucket) ?? []), entry]);
     }
     const previous = this.byHash;
-    // One assignment each, in the same synchronous step: no request sees a mix.
     this.byHash = next;
     this.byBucket = buckets;
     const names = (m: ReadonlyMap<string, Entry>, other: ReadonlyMap<string, Entry>) => [
@@ -110,10 +96,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
     return { added: names(next, previous), removed: names(previous, next) };
   }
 
-  /**
-   * Re-reads the grants every `everyMs`, so granting or revoking a key needs no restart. A
-   * failed read keeps the current keys: a Secrets Manager hiccup must not lock callers out.
-   */
+  /** A failed read keeps the current keys: a Secrets Manager hiccup must not lock callers out. */
   reloadEvery(
     everyMs: number,
     load: () => Promise<readonly ApiKeyGrant[]>,
@@ -136,12 +119,12 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
     clearInterval(this.reloadTimer);
   }
 
-  /** Where {@link reloadNow} re-reads the grants (the same source as the periodic reload). */
+  /** The same source as the periodic reload. */
   readFrom(load: () => Promise<readonly ApiKeyGrant[]>): void {
     this.load = load;
   }
 
-  /** Re-reads the grants now (see {@link readFrom}); throws, keeping the current keys, on failure. */
+  /** Throws, keeping the current keys, on failure. */
   async reloadNow(): Promise<ApiKeyReload> {
     if (this.load === undefined) return { added: [], removed: [] };
     return this.replace(await this.load());
@@ -149,14 +132,10 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
 
   private lookup(key: string): Caller | undefined {
     if (key.length > MAX_CREDENTIAL_LENGTH) return undefined;
-    // The digest as a latin1 ("binary") string rather than a Buffer: a Buffer result allocates
-    // a new ArrayBuffer per call, which costs twice as much on the hot path.
+    // latin1, not a Buffer: a Buffer result allocates an ArrayBuffer per call, twice the cost.
     const digest = hash('sha256', key, 'binary');
     const bucket = this.byBucket.get(bucketOf(digest));
     if (bucket === undefined) return undefined;
-    // The decision rests on a constant-time comparison of the whole digest; which bucket is
-    // looked at depends only on the hash of what the caller sent. The scratch buffer is
-    // written and read in this synchronous step only.
     this.scratch.write(digest, 0, 'latin1');
     let found: Caller | undefined;
     for (const entry of bucket) {

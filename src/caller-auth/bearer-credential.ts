@@ -1,23 +1,15 @@
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 
-/**
- * Longest credential accepted. A projected service-account token is about 1 KiB; anything
- * far larger is refused before it is hashed or parsed.
- */
+/** A projected service-account token is about 1 KiB; far larger is refused before hashing. */
 export const MAX_CREDENTIAL_LENGTH = 8192;
 
 /**
- * What {@link authorizationOf} gives for a request with more than one `Authorization` header.
- * Node keeps only the first, and a proxy in front may pick another: the request is ambiguous,
- * so it is refused (401) rather than authenticated with either.
+ * Node keeps only the first of repeated `Authorization` headers and a proxy may pick another:
+ * the request is ambiguous, so it is refused (401).
  */
 export const REPEATED_AUTHORIZATION = '\u0000repeated Authorization';
 
-/**
- * The request's `Authorization` header, or {@link REPEATED_AUTHORIZATION} when it has several.
- * Node's `headers` keeps the first of repeated `Authorization` lines silently; `rawHeaders`
- * shows them all. Cheap enough for the hot path: one pass over a handful of names.
- */
+/** `rawHeaders` shows every line; one pass over a handful of names is cheap enough. */
 export function authorizationOf(req: {
   readonly headers: { readonly authorization?: string };
   readonly rawHeaders: readonly string[];
@@ -38,10 +30,7 @@ export function authorizationOf(req: {
 /** RFC 6750 `b64token`. Linear-time: the character classes do not overlap. */
 const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
 
-/**
- * The credential of an `Authorization: Bearer <credential>` header. Throws 401 for anything
- * else: absent, another scheme, empty, oversized or with characters a bearer token cannot have.
- */
+/** Throws 401 for anything but `Bearer <b64token>` of a sane length. */
 export function bearerCredential(authorization: string | undefined): string {
   if (authorization === undefined || authorization === '') {
     throw unauthenticated(
@@ -56,7 +45,7 @@ export function bearerCredential(authorization: string | undefined): string {
       `the Authorization header is longer than ${MAX_CREDENTIAL_LENGTH + 16} characters; no API key or service-account token is that long`,
     );
   }
-  const match = authorization.length <= MAX_CREDENTIAL_LENGTH + 16 && BEARER.exec(authorization);
+  const match = BEARER.exec(authorization);
   if (!match) {
     throw unauthenticated(
       'the Authorization header must be "Bearer <credential>" with your API key or service-account token',

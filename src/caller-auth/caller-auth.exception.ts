@@ -6,11 +6,9 @@ import {
 } from '../errors/broker.exception';
 
 export enum CallerAuthErrorCode {
-  /** No credential, a malformed one, or one that does not verify. */
   Unauthenticated = 'unauthenticated',
-  /** A valid caller asking for a client it may not use. */
   Forbidden = 'forbidden',
-  /** The credential cannot be checked right now (the cluster's signing keys are unreachable). */
+  /** The cluster's signing keys are unreachable. */
   Unavailable = 'caller_auth_unavailable',
 }
 
@@ -28,13 +26,8 @@ export const CALLER_AUTH_PROBLEMS: ProblemTable<CallerAuthErrorCode> = {
   },
 };
 
-/** A caller that cannot be admitted: unauthenticated, not granted the client, or not checkable now. */
 export class CallerAuthException extends BrokerException<CallerAuthErrorCode> {
-  /**
-   * What the audit line records besides the code, where the answer hides it from the caller:
-   * for a client outside the caller's grant, `client` when it is configured, else
-   * `reason: 'unknown_client'`.
-   */
+  /** For a client outside the grant: `client` when configured, else `reason: 'unknown_client'`. */
   readonly audit: { readonly client?: string; readonly reason?: string };
 
   constructor(

@@ -12,13 +12,12 @@ import { authorizationOf } from './bearer-credential';
 import type { CallerScope } from '../config/caller-auth.schema';
 import { assertMayUse, assertScope } from './caller-authorization';
 
-/** Who is calling, and for which configured client: the outcome of {@link CallerAuthGuard}. */
-export interface CallerContext {
+interface CallerContext {
   readonly caller: Caller;
   readonly clientId: string;
 }
 
-/** What the guard learnt about a request, kept for the route's audit line even on refusal. */
+/** Kept for the route's audit line even on refusal. */
 interface Seen {
   caller?: Caller;
   clientId?: string;
@@ -28,14 +27,9 @@ interface Seen {
 const SEEN = new WeakMap<FastifyRequest, Seen>();
 
 /**
- * Caller authentication for every route that acts for a client, with the same rules and order
- * of checks as `GET /token`: the `Authorization` header (401), then `?client=` resolved like the
- * token route resolves it: outside the caller's grant 403 (configured or not, so that a caller
- * cannot enumerate clients), 400 when ambiguous, 404 when granted but not configured.
- *
- * Use it on a Nest controller with `@UseGuards(CallerAuthGuard)`, or call {@link authorize} from
- * a raw Fastify `onRequest` hook, so that a request is refused before its body is read. Either
- * way {@link callerContext} gives the handler the result.
+ * The same rules and order as `GET /token`: 401, then `?client=` (403 outside the grant whether
+ * configured or not, so clients cannot be enumerated). As a Nest guard, or {@link authorize} from
+ * an `onRequest` hook, so a request is refused before its body is read.
  */
 @Injectable()
 export class CallerAuthGuard implements CanActivate {
@@ -44,20 +38,16 @@ export class CallerAuthGuard implements CanActivate {
     @Inject(CLIENT_RESOLVER) private readonly resolveClient: ClientResolver,
   ) {}
 
-  /** As a Nest guard: for routes that call the provider for the caller (scope `forward`). */
+  /** Routes that call the provider for the caller (scope `forward`). */
   async canActivate(context: ExecutionContext): Promise<boolean> {
     await this.authorize(context.switchToHttp().getRequest<FastifyRequest>(), 'forward');
     return true;
   }
 
   /**
-   * Authenticates and authorises `req` for `scope` (checked before the client, so a caller
-   * without it learns nothing about clients); throws a caller-auth, token or request problem.
-   *
-   * @param pathClient Reads the client named in the path (`/provider/<client>/...`), which then
-   *   takes the place of `?client=`, with the same checks in the same order. Called only once
-   *   the caller is authenticated and holds `scope`, so its own refusals (a malformed path)
-   *   come after those.
+   * `scope` is checked before the client, so a caller without it learns nothing about clients.
+   * @param pathClient the client named in the path, in place of `?client=`; read only once the
+   *   caller is authenticated and holds `scope`.
    */
   async authorize(
     req: FastifyRequest,
@@ -73,10 +63,6 @@ export class CallerAuthGuard implements CanActivate {
     return context;
   }
 
-  /**
-   * The checks after authentication, in order: `scope`, then the client (read only once the
-   * scope is held), then the caller's grant for it; `seen` records the client for the audit line.
-   */
   private grant(
     caller: Caller,
     requestedClient: () => string | undefined,
@@ -91,10 +77,7 @@ export class CallerAuthGuard implements CanActivate {
   }
 }
 
-/**
- * The caller and client of a request the guard admitted; `undefined` if it did not (yet).
- * Handlers behind the guard can rely on it.
- */
+/** `undefined` if the guard did not admit the request (yet). */
 export function callerContext(req: FastifyRequest): CallerContext | undefined {
   const seen = SEEN.get(req);
   return seen?.authorized && seen.caller && seen.clientId
@@ -102,13 +85,13 @@ export function callerContext(req: FastifyRequest): CallerContext | undefined {
     : undefined;
 }
 
-/** As far as the guard got, for audit lines of refused requests: the caller once authenticated. */
+/** For audit lines of refused requests. */
 export function partialCallerContext(req: FastifyRequest): Partial<CallerContext> {
   const seen = SEEN.get(req);
   return { caller: seen?.caller, clientId: seen?.clientId };
 }
 
-/** `?client=` given at most once; a repeated one is ambiguous and refused. */
+/** A repeated one is ambiguous and refused. */
 function clientParam(query: unknown): string | undefined {
   const value = (query as Record<string, string | string[] | undefined> | undefined)?.client;
   if (Array.isArray(value)) {

@@ -6,10 +6,7 @@ import { SecretsModule } from '../secrets/secrets.module';
 import { CALLER_AUTHENTICATOR, type CallerAuthenticator } from './caller';
 import { createCallerAuthenticator } from './caller-authenticator.factory';
 
-/**
- * Caller authentication for every route but health and metrics, in the configured mode
- * (`api-key`, `kubernetes`, or `none` for local development).
- */
+/** Every route but health and metrics. */
 @Module({
   imports: [SecretsModule],
   providers: [

@@ -6,7 +6,7 @@ import { ApiKeyAuthenticator } from './api-key.authenticator';
 import { loadApiKeyGrants } from './api-key-grants.loader';
 import type { CallerAuthenticator } from './caller';
 
-/** Builds the authenticator for the configured mode; fails start-up if its keys cannot be read. */
+/** Fails start-up if the keys cannot be read. */
 export async function createCallerAuthenticator(
   config: BrokerConfig,
   secrets: SecretReader,
@@ -67,14 +67,12 @@ async function createKubernetesAuthenticator(
   config: BrokerConfig,
   logger: Logger,
 ): Promise<CallerAuthenticator> {
-  // The JWT stack (jose, the verifier, the JWKS client) is loaded in this mode only: the other
-  // modes never verify a JWT and should not pay its memory and start-up time.
+  // The JWT stack loads in this mode only: the other modes should not pay its memory and start-up.
   const [{ KubernetesAuthenticator }, { remoteServiceAccountKeys }] = await Promise.all([
     import('./kubernetes.authenticator'),
     import('./service-account-keys'),
   ]);
   const settings = config.callerAuth.kubernetes;
-  // Presence is checked by the config schema in this mode.
   const jwksUrl = settings.jwksUrl!;
   const keys = remoteServiceAccountKeys(jwksUrl, {
     onFetchFailure: (err) =>

@@ -11,39 +11,29 @@ import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exceptio
 import { grantedCaller } from './caller-authorization';
 import { VerifiedTokenCache } from './verified-token.cache';
 
-/** Kubernetes signs service-account tokens with RSA or ECDSA keys; nothing else is accepted. */
+/** Kubernetes signs service-account tokens with RSA or ECDSA keys. */
 export const SERVICE_ACCOUNT_ALGORITHMS = ['RS256', 'ES256'];
 
-export interface KubernetesAuthOptions {
-  /** The required `iss`. */
+interface KubernetesAuthOptions {
   issuer: string;
-  /** The required `aud` (the projected volume's `audience`). */
+  /** The projected volume's `audience`. */
   audience: string;
-  /** Service-account subject to the client ids it may use (`"*"`: all) and its scopes. */
+  /** `"*"`: all clients. */
   subjects: Readonly<Record<string, SubjectGrant>>;
-  /** Resolves the signing key by `kid` (the cluster's JWKS). */
+  /** The cluster's JWKS, by `kid`. */
   getKey: JWTVerifyGetKey;
-  /** Most verified tokens kept. */
   cacheSize: number;
-  /** Leeway for `exp`/`nbf`. */
   clockToleranceSeconds: number;
-  /** Longest `exp` - `iat` accepted. */
   maxTokenLifetimeSeconds: number;
 }
 
-/**
- * Caller authentication mode `kubernetes`: the caller sends its projected service-account
- * token; the broker verifies signature (cluster JWKS), issuer, audience and expiry, and maps
- * the subject `system:serviceaccount:<namespace>:<name>` to the clients it may use.
- *
- * A verified token is cached by its SHA-256 until it expires, so a caller's repeat requests
- * are answered synchronously. Concurrent first requests with one token share one verification.
- * Verification cannot see a deleted pod (only a TokenReview could); the token's own short
- * expiry bounds that, as it does for every other consumer of service-account JWTs.
- */
-/** A verified service account nobody granted: no client, so every route answers 403 on the client. */
+/** A verified service account nobody granted: every route answers 403 on the client. */
 const NO_GRANT: SubjectGrant = { clients: [], scopes: [...DEFAULT_CALLER_SCOPES] };
 
+/**
+ * Verified tokens are cached by SHA-256 until they expire, so repeats are answered synchronously.
+ * A deleted pod is not seen (only a TokenReview could); the token's short expiry bounds that.
+ */
 export class KubernetesAuthenticator implements CallerAuthenticator {
   private readonly cache: VerifiedTokenCache<Caller>;
   private readonly inflight = new Map<string, Promise<Caller>>();
@@ -57,8 +47,7 @@ export class KubernetesAuthenticator implements CallerAuthenticator {
   }
 
   authenticate(authorization: string | undefined): Caller | Promise<Caller> {
-    // Fast path for the exact form every client sends: the cache holds hashes of tokens that
-    // verified, so a hit needs no parsing (a regex over a ~1 KiB token costs more than the hash).
+    // A cache hit needs no parsing: a regex over a ~1 KiB token costs more than the hash.
     const now = Date.now();
     let raw: string | undefined;
     let rawId: string | undefined;
@@ -93,8 +82,7 @@ export class KubernetesAuthenticator implements CallerAuthenticator {
     } catch (err) {
       throw rejection(err);
     }
-    // A verified token is cached until `exp`, so its lifetime bounds how long a leaked token
-    // keeps working here: a long-lived one (a legacy Secret token) is refused outright.
+    // Cached until `exp`, so the lifetime bounds how long a leaked token works here.
     const lifetime = payload.exp! - payload.iat!;
     if (lifetime > this.options.maxTokenLifetimeSeconds) {
       throw unauthenticated(
@@ -107,17 +95,15 @@ export class KubernetesAuthenticator implements CallerAuthenticator {
         'the token is not a Kubernetes service-account token (its subject is not system:serviceaccount:<namespace>:<name>)',
       );
     }
-    // A verified but ungranted service account is a known caller: 403 names it, and the
-    // answer is cached like any other so it cannot be used to make the broker verify again.
+    // Cached like any other, so an ungranted token cannot make the broker verify again.
     const caller = this.callers.get(subject) ?? grantedCaller(subject, NO_GRANT);
     this.cache.set(id, caller, payload.exp! * 1000);
     return caller;
   }
 }
 
-/** jose's verdict as a 401 (or 503 when the keys are unreachable), saying what to fix. */
+/** 503 when the keys are unreachable; else 401 saying what to fix. */
 function rejection(err: unknown): CallerAuthException {
-  // The key resolver's own verdict (`remoteServiceAccountKeys`), passed through by jose.
   if (err instanceof CallerAuthException && err.code === CallerAuthErrorCode.Unavailable) {
     return new CallerAuthException(
       CallerAuthErrorCode.Unavailable,

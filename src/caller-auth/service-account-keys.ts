@@ -7,7 +7,7 @@ import {
 } from 'jose';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 
-/** The signing keys could not be fetched (endpoint down, timeout, not a JWKS): not the caller's fault. */
+/** Not the caller's fault. */
 function signingKeysUnavailable(cause: unknown): CallerAuthException {
   return new CallerAuthException(
     CallerAuthErrorCode.Unavailable,
@@ -16,7 +16,7 @@ function signingKeysUnavailable(cause: unknown): CallerAuthException {
   );
 }
 
-/** Errors that mean "this token names no key we trust", as opposed to "we cannot fetch keys". */
+/** "This token names no key we trust", as opposed to "we cannot fetch keys". */
 const TOKEN_FAULTS = [
   errors.JWKSNoMatchingKey,
   errors.JWKSMultipleMatchingKeys,
@@ -25,39 +25,32 @@ const TOKEN_FAULTS = [
   errors.JWKInvalid,
 ];
 
-export interface ServiceAccountKeysOptions {
-  /** Per fetch. @default 3000 */
+interface ServiceAccountKeysOptions {
+  /** @default 3000 */
   timeoutMs?: number;
-  /** Least time between refetches triggered by unknown `kid`s (jose's cooldown). @default 30000 */
+  /** Between refetches for unknown `kid`s. @default 30000 */
   cooldownMs?: number;
-  /** Keys are refetched when older than this even without an unknown `kid`. @default 600000 */
+  /** Refetched when older, even without an unknown `kid`. @default 600000 */
   maxAgeMs?: number;
-  /** After a failed fetch, no new fetch is attempted for this long. @default 2000 */
+  /** No fetch for this long after a failure. @default 2000 */
   failureBackoffMs?: number;
-  /** A larger JWKS answer is refused, its read aborted at this size. @default 1048576 (1 MiB) */
+  /** @default 1048576 (1 MiB) */
   maxBytes?: number;
-  /** A JWKS with more keys than this is refused. @default 100 */
+  /** @default 100 */
   maxKeys?: number;
-  /** Told about each failed fetch (to log it). */
   onFetchFailure?: (err: unknown) => void;
 }
 
-/** The cluster's service-account signing keys, from its JWKS endpoint. */
-export interface ServiceAccountKeys {
-  /**
-   * Key resolver for `jwtVerify`. Throws a {@link CallerAuthException} coded
-   * `caller_auth_unavailable` when the keys cannot be fetched.
-   */
+interface ServiceAccountKeys {
+  /** Throws `caller_auth_unavailable` when the keys cannot be fetched. */
   readonly getKey: JWTVerifyGetKey;
-  /** Fetches the keys now (start-up), so the first caller does not wait and a bad URL shows early. */
+  /** So the first caller does not wait and a bad URL shows early. */
   warmUp(): Promise<void>;
 }
 
 /**
- * jose's remote JWKS caches the keys and refetches on an unknown `kid` at most once per
- * cooldown. What it does not limit is fetching while the endpoint is failing: every request
- * would retry. Here a failed fetch stops fetches for `failureBackoffMs`; meanwhile tokens
- * signed with an already known key still verify, and the others fail fast.
+ * jose does not limit fetching while the endpoint fails, so every request would retry: here a
+ * failure stops fetches for `failureBackoffMs`; tokens of known keys still verify meanwhile.
  */
 export function remoteServiceAccountKeys(
   jwksUrl: string,
@@ -104,10 +97,8 @@ export function remoteServiceAccountKeys(
 }
 
 /**
- * jose reads the JWKS answer whole; a huge or endless one would take the broker past its memory
- * limit, and any caller can make it refetch (an unknown `kid`, once per cooldown). This fetch
- * stops reading past `maxBytes` and refuses a set of more than `maxKeys` keys (each is tried
- * against every token naming no known `kid`).
+ * jose reads the answer whole, and any caller can make it refetch (an unknown `kid`): a huge or
+ * endless one would exhaust memory, and each key is tried against tokens naming no known `kid`.
  */
 function boundedJwksFetch(maxBytes: number, maxKeys: number): FetchImplementation {
   const refused = (why: string) =>
@@ -128,7 +119,6 @@ function boundedJwksFetch(maxBytes: number, maxKeys: number): FetchImplementatio
     for (let read = await reader.read(); !read.done; read = await reader.read()) {
       size += read.value.byteLength;
       if (size > maxBytes) {
-        // The rest is never downloaded: cancelling closes the connection.
         await reader.cancel();
         throw refused(`it is larger than ${maxBytes} bytes`);
       }
@@ -139,7 +129,6 @@ function boundedJwksFetch(maxBytes: number, maxKeys: number): FetchImplementatio
     try {
       keys = (JSON.parse(body.toString('utf8')) as { keys?: unknown } | null)?.keys;
     } catch {
-      // Not JSON: jose says so in its own words.
       return new Response(body, { status: 200 });
     }
     if (Array.isArray(keys) && keys.length > maxKeys) {

@@ -1,10 +1,6 @@
 /**
- * What verifying a credential proved, keyed by the credential's hash and kept until the
- * credential expires, so a repeat caller costs one hash and one Map lookup.
- *
- * Bounded: when full, the oldest entry goes (Map iteration order is insertion order). A busy
- * fleet re-presents the same few tokens, so recency-of-use tracking would buy little and
- * would cost a delete and re-insert on every hit of the hot path.
+ * When full, the oldest entry goes: a fleet re-presents the same few tokens, so recency tracking
+ * would buy little and cost a delete and re-insert on every hit.
  */
 export class VerifiedTokenCache<T> {
   private readonly entries = new Map<string, { readonly value: T; readonly expiresAt: number }>();
@@ -15,7 +11,6 @@ export class VerifiedTokenCache<T> {
     return this.entries.size;
   }
 
-  /** The value for `key` while `now` is before its expiry; an expired entry is dropped. */
   get(key: string, now: number): T | undefined {
     const entry = this.entries.get(key);
     if (entry === undefined) return undefined;

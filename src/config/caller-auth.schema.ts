@@ -29,7 +29,7 @@ const callerScopesSchema = z
   .transform((scopes) => [...new Set(scopes)]);
 
 /** One API key, stored only as its SHA-256: the broker never holds the key itself. */
-export const apiKeyGrantSchema = z
+const apiKeyGrantSchema = z
   .object({
     /** The caller's name in audit lines and 403 messages, e.g. the service's name. */
     name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/, {
@@ -108,7 +108,7 @@ const subjectGrantSchema = z.preprocess(
 );
 export type SubjectGrant = z.infer<typeof subjectGrantSchema>;
 
-export const kubernetesCallerAuthSchema = z
+const kubernetesCallerAuthSchema = z
   .object({
     /**
      * JWKS URL of the cluster's service-account token issuer: the issuer's public discovery
@@ -157,7 +157,7 @@ export const kubernetesCallerAuthSchema = z
   .strict();
 
 /** The ways a caller can authenticate. `none` is for local development only. */
-export const CALLER_AUTH_MODES = ['api-key', 'kubernetes', 'none'] as const;
+const CALLER_AUTH_MODES = ['api-key', 'kubernetes', 'none'] as const;
 export type CallerAuthMode = (typeof CALLER_AUTH_MODES)[number];
 
 export const callerAuthSettingsSchema = z

@@ -25,7 +25,7 @@ export type CredentialsSource = z.infer<typeof credentialsSourceSchema>;
  * Where a client's credentials are read from: the JSON from Secrets Manager or a file, or, for
  * the key-based methods, PEM files as a Kubernetes TLS Secret holds them (`tls.crt`, `tls.key`).
  */
-export const clientCredentialsSourceSchema = z
+const clientCredentialsSourceSchema = z
   .object({
     /** AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env. */
     secretId: z.string().min(1).optional(),
@@ -62,7 +62,6 @@ export const clientCredentialsSourceSchema = z
   });
 export type ClientCredentialsSource = z.infer<typeof clientCredentialsSourceSchema>;
 
-// --- Provider passthrough ---
 /** The methods the provider passthrough forwards. */
 export const FORWARD_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 export type ForwardMethod = (typeof FORWARD_METHODS)[number];
@@ -95,13 +94,12 @@ export const DEFAULT_FORWARD_RULES: readonly ForwardRule[] = [
 ];
 
 /** What `/provider/<client>/...` may forward for one client. */
-export const clientForwardSchema = z
+const clientForwardSchema = z
   .object({
     /** Rules; a request passes if one rule allows its method and path. @default checkout and marketing v1, all methods */
     allow: z.array(forwardRuleSchema).default(() => DEFAULT_FORWARD_RULES.map((r) => ({ ...r }))),
   })
   .strict();
-// --- end provider passthrough ---
 
 /** How a client's token request is shaped on the wire. */
 export const TOKEN_GRANTS = ['provider-query', 'rfc6749'] as const;
@@ -117,8 +115,7 @@ export const CLIENT_AUTH_METHODS = [
 export type ClientAuthMethod = (typeof CLIENT_AUTH_METHODS)[number];
 
 /** Signature algorithms for `private_key_jwt` client assertions. */
-export const ASSERTION_ALGS = ['RS256', 'ES256', 'PS256', 'EdDSA'] as const;
-export type AssertionAlg = (typeof ASSERTION_ALGS)[number];
+const ASSERTION_ALGS = ['RS256', 'ES256', 'PS256', 'EdDSA'] as const;
 
 /** Form parameters the broker sets itself: extra `params` may not override them. */
 const RESERVED_PARAMS = new Set([
@@ -169,7 +166,7 @@ export const assertionSettingsSchema = z
  * A client's token request: the provider's own dialect (the default), or a standard RFC 6749
  * client-credentials grant for any other API, with its client authentication method.
  */
-export const tokenRequestSchema = z
+const tokenRequestSchema = z
   .object({
     /**
      * `provider-query`: the provider's dialect (`POST {authUrl}/api/auth/v1/oauth/token?grant_type=client_credentials`,
@@ -278,7 +275,6 @@ export const tokenRequestSchema = z
       }
     }
   });
-export type TokenRequestSettings = z.infer<typeof tokenRequestSchema>;
 
 /** One set of provider credentials: one merchant in one environment (e.g. `acme-preprod`). */
 export const clientSchema = z

@@ -6,11 +6,7 @@ import { type BrokerConfig, brokerConfigSchema } from './config.schema';
 
 type Path = readonly (string | number)[];
 
-/**
- * Environment variables and where each lands in the config. The first block is the broker's
- * fixed contract (names deployments rely on: never rename them); the rest are operational knobs
- * with the same precedence (env over file).
- */
+/** The first block is the broker's fixed contract: deployments rely on these names. */
 export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'PORT', path: ['http', 'port'] },
   { env: 'REDIS_URL', path: ['redis', 'url'] },
@@ -45,7 +41,6 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'ORDERS_HEADERS_TIMEOUT_MS', path: ['orders', 'headersTimeoutMs'] },
   { env: 'ORDERS_BODY_TIMEOUT_MS', path: ['orders', 'bodyTimeoutMs'] },
   { env: 'ORDERS_MAX_RESPONSE_BYTES', path: ['orders', 'maxResponseBytes'] },
-  // Provider passthrough.
   { env: 'FORWARD_BODY_LIMIT_BYTES', path: ['forward', 'bodyLimitBytes'] },
   { env: 'FORWARD_MAX_RESPONSE_BYTES', path: ['forward', 'maxResponseBytes'] },
   { env: 'FORWARD_MAX_STORED_RESPONSE_BYTES', path: ['forward', 'maxStoredResponseBytes'] },
@@ -91,10 +86,7 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'REDIS_TLS_SERVER_NAME', path: ['redis', 'tls', 'serverName'] },
 ];
 
-/**
- * How to name a setting that nobody supplied (a required one, or one another setting makes
- * required): by the variable(s) that would supply it.
- */
+/** A setting nobody supplied is named by the variable(s) that would supply it. */
 const UNSUPPLIED_NAMES = new Map<string, string>([
   ...ENV_SETTINGS.map(({ env, path }) => [path.join('.'), env] as [string, string]),
   ['callerAuth.apiKeysSource', 'CALLER_API_KEYS_SECRET_ID or CALLER_API_KEYS_FILE'],
@@ -103,7 +95,7 @@ const UNSUPPLIED_NAMES = new Map<string, string>([
   ['redis.sentinel.password', 'REDIS_SENTINEL_PASSWORD_SECRET_ID or REDIS_SENTINEL_PASSWORD_FILE'],
 ]);
 
-/** The single-client variables; they build `clients[0]` when the file defines no clients. */
+/** They build `clients[0]` when the file defines no clients. */
 const CLIENT_ENV: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'CLIENT_ID', path: ['id'] },
   { env: 'PROVIDER_AUTH_URL', path: ['authUrl'] },
@@ -127,17 +119,12 @@ const CLIENT_ENV: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'TOKEN_REQUEST_ASSERTION_KID', path: ['tokenRequest', 'assertion', 'kid'] },
 ];
 
-/** The client id used when only environment variables configure the broker. */
 export const DEFAULT_CLIENT_ID = 'default';
 
-/**
- * Reads and validates the configuration once. Throws {@link ConfigException} naming every
- * bad setting (by environment variable or by file path), never echoing a value.
- */
+/** Names every bad setting (by variable or file path), never echoing a value. */
 export function loadConfig(env: Readonly<Record<string, string | undefined>>): BrokerConfig {
   const fileName = nonEmpty(env.BROKER_CONFIG_FILE);
   const raw: Record<string, unknown> = fileName ? readConfigFile(fileName) : {};
-  /** Maps a dotted path to the env var that supplied it, to name it in errors. */
   const origins = new Map<string, string>();
 
   for (const { env: name, path } of ENV_SETTINGS) {
@@ -198,11 +185,7 @@ function describeIssues(
   });
 }
 
-/**
- * The variable(s) behind a path: its own, else the nearest enclosing one (`REDIS_CLUSTER_NODES`
- * for `redis.cluster.nodes[0]`), else those that set fields inside it (`REDIS_PASSWORD_FILE`
- * for `redis.password`).
- */
+/** Its own, else the nearest enclosing one, else those that set fields inside it. */
 function originOf(origins: Map<string, string>, path: readonly PropertyKey[]): string | undefined {
   for (let n = path.length; n > 0; n--) {
     const found = origins.get(path.slice(0, n).map(String).join('.'));
@@ -229,11 +212,8 @@ function formatPath(path: readonly PropertyKey[]): string {
     .join('');
 }
 
-/**
- * The largest config file read. Hundreds of clients and callers take a few tens of KiB; a file
- * far past that is a mistake (or a device), and the YAML parser's time and memory grow with it.
- */
-export const CONFIG_FILE_MAX_BYTES = 1024 * 1024;
+/** Hundreds of clients take tens of KiB; far more is a mistake, and YAML parsing grows with it. */
+const CONFIG_FILE_MAX_BYTES = 1024 * 1024;
 
 function readConfigFile(fileName: string): Record<string, unknown> {
   let text: string;
@@ -267,10 +247,7 @@ function readConfigFile(fileName: string): Record<string, unknown> {
   return parsed as Record<string, unknown>;
 }
 
-/**
- * Reads at most `limit` bytes of `fileName` as UTF-8, refusing a longer file. Reads rather than
- * trusts `stat`: a FIFO or a device reports size 0 and never ends.
- */
+/** Reads rather than trusts `stat`: a FIFO or a device reports size 0 and never ends. */
 function readCapped(fileName: string, limit: number): string {
   const fd = openSync(fileName, 'r');
   try {

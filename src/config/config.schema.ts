@@ -12,18 +12,11 @@ import {
 import { type RedisMode, redisConfigured, redisSettingsSchema } from './redis.schema';
 
 /**
- * The broker's configuration, validated once at start-up.
- *
- * Two sources feed it (see `config.loader.ts`): environment variables for the one-client case
- * (names fixed by the broker's contract) and an optional YAML/JSON file (`BROKER_CONFIG_FILE`)
- * for many clients and callers. This file only describes the *shape* and defaults; nothing here
- * reads the environment.
- *
- * Secret *values* never live here: credentials and keys are referenced by a Secrets Manager id
- * or a file path, so a printed or logged config cannot leak them.
+ * Shape and defaults only: the loader feeds it from the environment and an optional file. Secret
+ * *values* never live here, only references, so a printed or logged config cannot leak them.
  */
 
-export const cacheEncryptionSchema = z
+const cacheEncryptionSchema = z
   .object({
     /**
      * Secret (or file) holding the AES-256 key for the token in Redis: one base64 32-byte key
@@ -36,7 +29,6 @@ export const cacheEncryptionSchema = z
   })
   .strict();
 
-/** The whole validated configuration, as injected under `BROKER_CONFIG`. */
 export const brokerConfigSchema = z
   .object({
     http: httpSettingsSchema.default(httpSettingsSchema.parse({})),
@@ -95,7 +87,7 @@ export type BrokerConfig = z.infer<typeof brokerConfigSchema>;
  * Whether `NODE_ENV` names a development setting. Only the two exact names do: a misspelt
  * production value (`Production`, `prod`) must fail closed, not unlock development shortcuts.
  */
-export function isDevelopmentEnv(nodeEnv: string): boolean {
+function isDevelopmentEnv(nodeEnv: string): boolean {
   return nodeEnv === 'development' || nodeEnv === 'test';
 }
 
@@ -104,7 +96,7 @@ LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
 LOOPBACK.addAddress('::1', 'ipv6');
 
 /** Whether a listen address only accepts connections from this machine. */
-export function isLoopbackHost(host: string): boolean {
+function isLoopbackHost(host: string): boolean {
   if (host === 'localhost') return true;
   const family = isIP(host);
   return family !== 0 && LOOPBACK.check(host, family === 4 ? 'ipv4' : 'ipv6');
@@ -209,7 +201,6 @@ function checkGrants(cfg: SecuritySettings, issue: AddIssue): void {
   }
 }
 
-/** In production, a token kept in Redis is encrypted. */
 function checkCacheEncryption(cfg: SecuritySettings, production: boolean, issue: AddIssue): void {
   if (production && redisConfigured(cfg.redis) && cfg.cacheEncryption.key === undefined) {
     issue(
@@ -224,19 +215,12 @@ export type ProviderSettings = BrokerConfig['provider'];
 export type RedisSettings = BrokerConfig['redis'];
 export type OrdersSettings = BrokerConfig['orders'];
 
-/**
- * The whole of one token request, connect to last byte. Undici's body timeout is an idle timer
- * that a server sending a byte now and then never trips, so the call also has this one deadline.
- */
+/** Undici's body timeout is an idle timer a server trickling bytes never trips: one deadline. */
 export function tokenCallDeadlineMs(provider: ProviderSettings): number {
   return provider.connectTimeoutMs + provider.responseTimeoutMs;
 }
 
-/**
- * The whole of one checkout or passthrough call, connect to last byte: the sum of its three
- * timeouts, enforced as one deadline (see {@link tokenCallDeadlineMs}). Idempotency leases are
- * sized from it.
- */
+/** Connect to last byte, enforced as one deadline; idempotency leases are sized from it. */
 export function ordersCallDeadlineMs(orders: OrdersSettings): number {
   return orders.connectTimeoutMs + orders.headersTimeoutMs + orders.bodyTimeoutMs;
 }

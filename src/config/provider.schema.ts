@@ -61,7 +61,6 @@ export const ordersSettingsSchema = z
   })
   .strict();
 
-// --- Provider passthrough ---
 /** `/provider/<client>/...`: limits of the passthrough. Timeouts and the pool are the orders ones. */
 export const forwardSettingsSchema = z
   .object({
@@ -100,4 +99,3 @@ export const forwardSettingsSchema = z
   })
   .strict();
 export type ForwardSettings = z.infer<typeof forwardSettingsSchema>;
-// --- end provider passthrough ---

@@ -3,7 +3,7 @@ import { credentialsSourceSchema } from './client.schema';
 import { flag, millis } from './schema-parts';
 
 /** The Redis topologies the broker speaks, each through ioredis's own support. */
-export const REDIS_MODES = ['standalone', 'sentinel', 'cluster'] as const;
+const REDIS_MODES = ['standalone', 'sentinel', 'cluster'] as const;
 export type RedisMode = (typeof REDIS_MODES)[number];
 
 /** `host:port`, with an IPv6 host in brackets (`[::1]:6379`). */
@@ -30,7 +30,7 @@ const hostPortList = z.preprocess(
   z.array(hostPort).min(1, { message: 'list at least one host:port' }),
 );
 
-export const redisSentinelSchema = z
+const redisSentinelSchema = z
   .object({
     /** Sentinel addresses (`host:port`, port usually 26379). Required in mode `sentinel`. */
     nodes: hostPortList.optional(),
@@ -43,7 +43,7 @@ export const redisSentinelSchema = z
   })
   .strict();
 
-export const redisClusterSchema = z
+const redisClusterSchema = z
   .object({
     /**
      * Seed nodes (`host:port`), or the one configuration endpoint of a managed cluster
@@ -54,7 +54,7 @@ export const redisClusterSchema = z
   })
   .strict();
 
-export const redisTlsSchema = z
+const redisTlsSchema = z
   .object({
     /** TLS to Redis (and to the sentinels in mode `sentinel`). A `rediss://` URL turns it on. @default false */
     enabled: flag.default(false),

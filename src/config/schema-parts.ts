@@ -1,9 +1,6 @@
 import { z } from 'zod';
 
-/**
- * `value` without its trailing slashes. A loop, not `/\/+$/`: that regex backtracks over every
- * run of slashes not at the end, quadratic in a long configured URL.
- */
+/** A loop, not `/\/+$/`: that regex backtracks quadratically over a long configured URL. */
 export function trimTrailingSlashes(value: string): string {
   let end = value.length;
   while (end > 0 && value.charCodeAt(end - 1) === 0x2f) end--;
@@ -15,9 +12,8 @@ function noUserinfo(url: URL): boolean {
 }
 
 /**
- * An absolute http(s) URL kept exactly as written (a token endpoint is matched verbatim).
- * Undici and the broker's own errors quote the URL they called: a password in it would reach
- * logs and problem bodies, so credentials have their own settings.
+ * Kept exactly as written (a token endpoint is matched verbatim). Errors quote the URL, so a
+ * password in it would reach logs: credentials have their own settings.
  */
 export const exactHttpUrl = z
   .string()
@@ -29,13 +25,10 @@ export const exactHttpUrl = z
       'must not hold a user name or password ("user:password@host"); the URL is quoted in errors and logs, credentials belong in their own settings',
   });
 
-/**
- * An absolute http(s) URL without trailing slashes: a trailing slash would produce `//api/...`
- * when joined with the provider's paths (`/api/auth/v1/oauth/token`, `/api/checkout/v1/orders`).
- */
+/** A trailing slash would produce `//api/...` when joined with the provider's paths. */
 export const httpUrl = exactHttpUrl.transform(trimTrailingSlashes);
 
-/** A comma list from an environment variable; a file's list passes as it is. */
+/** From an environment variable; a file's list passes as it is. */
 export const commaList = (v: unknown) =>
   typeof v === 'string'
     ? v

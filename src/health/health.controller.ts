@@ -6,18 +6,9 @@ import { arrivedOnAdminListener } from '../http/listeners';
 import { DrainState } from './drain-state';
 
 /**
- * Liveness and readiness. Neither requires caller authentication.
- *
- * Ready means: every client's credentials load and the provider has granted a token since
- * start-up. A later provider outage does not make the replica unready: callers must keep
- * reaching it to get the still-valid token, and after expiry a 503 with `Retry-After` beats a
- * connection refused. Refused or unreadable credentials make it unready once no valid token is
- * left. Redis down is `degraded`, still ready; Redis refusing the broker's settings
- * (authentication, ACL, TLS trust) is not ready, naming the cause.
- *
- * The report (clients, token expiries, error messages naming secrets) is for operators: it is
- * answered in full on the admin listener only. Elsewhere readiness answers its status alone,
- * `{"status":"ok"}` or 503 `{"status":"error"}`, which is all a probe or a Service needs.
+ * A later provider outage does not make a replica unready: callers must keep reaching it for the
+ * still-valid token. Redis down is `degraded`, still ready; Redis refusing the broker's settings
+ * is not. The full report names secrets, so it is answered on the admin listener only.
  */
 @Controller('health')
 export class HealthController {
@@ -39,7 +30,6 @@ export class HealthController {
     @Req() req: FastifyRequest,
     @Res({ passthrough: true }) reply: FastifyReply,
   ): Promise<unknown> {
-    // The admin listener when there is one; with a single listener, no caller gets the report.
     const detailed = arrivedOnAdminListener(req.raw.socket);
     try {
       const report = await this.health.check([
@@ -49,8 +39,7 @@ export class HealthController {
       ]);
       return detailed ? report : { status: report.status };
     } catch (err) {
-      // Terminus reports "not ready" by throwing; answer its report with 503 rather than
-      // letting the problem filter turn it into a generic error.
+      // Terminus reports "not ready" by throwing: answer its report, not a generic error.
       if (err instanceof ServiceUnavailableException) {
         void reply.code(503).header('cache-control', 'no-store');
         return detailed ? err.getResponse() : { status: 'error' };
@@ -59,7 +48,6 @@ export class HealthController {
     }
   }
 
-  /** Not ready from the moment SIGTERM arrives: the pod leaves the Service while it drains. */
   private drainIndicator() {
     const session = this.indicators.check('lifecycle');
     const since = this.drain.startedAt;
@@ -80,11 +68,8 @@ export class HealthController {
         (c.lifetimeError !== undefined ? 'token_lifetime_too_short' : undefined),
       detail: c.permanentError?.message ?? c.lifetimeError ?? c.lastError,
     }));
-    // A replica that still holds a valid token can serve it: it stays ready (the error shows in
-    // `detail`) until that token expires. Every replica shares the credentials, so taking them
-    // all out of service at the first refused refresh would fail callers while tokens are valid.
-    // Tokens too short-lived to serve and refresh are a mismatch to fix (the provider's lifetime
-    // or TOKEN_MIN_REFRESH_INTERVAL_MS): not ready, whatever is held for the odd second.
+    // A replica holding a valid token stays ready until it expires: every replica shares the
+    // credentials, so the first refused refresh would otherwise fail callers of valid tokens.
     const failing = this.tokens
       .status()
       .clients.filter(
@@ -100,9 +85,7 @@ export class HealthController {
     const { store } = this.tokens.status();
     const session = this.indicators.check('store');
     if (store.kind === 'memory') return session.up({ kind: 'memory', note: 'single replica only' });
-    // Refused credentials, a forbidding ACL or an untrusted certificate never pass by
-    // themselves: take the replica out of rotation so a rollout with a bad setting stops, and
-    // say which setting.
+    // A bad setting never passes by itself: stop a rollout with it, and say which.
     if (store.configurationError !== undefined) {
       return session.down({
         kind: 'redis',

@@ -3,7 +3,7 @@ import { TerminusModule } from '@nestjs/terminus';
 import { DrainState } from './drain-state';
 import { HealthController } from './health.controller';
 
-/** Liveness and readiness; build it with {@link HealthModule.with} and the app's token module. */
+/** Built with {@link HealthModule.with} and the app's token module. */
 @Module({
   imports: [TerminusModule.forRoot({ logger: false })],
   controllers: [HealthController],
@@ -11,7 +11,6 @@ import { HealthController } from './health.controller';
   exports: [DrainState],
 })
 export class HealthModule {
-  /** This module reading the app's token module (the same instance the app imports). */
   static with(token: DynamicModule): DynamicModule {
     return { module: HealthModule, imports: [token] };
   }

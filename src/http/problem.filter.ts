@@ -2,10 +2,7 @@ import { type ArgumentsHost, Catch, type ExceptionFilter } from '@nestjs/common'
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { sendProblem } from './problem.reply';
 
-/**
- * The single exception filter for Nest controllers: every error becomes problem+json through
- * the same mapping the raw `GET /token` route uses.
- */
+/** The single exception filter for Nest controllers. */
 @Catch()
 export class ProblemFilter implements ExceptionFilter {
   catch(exception: unknown, host: ArgumentsHost): void {

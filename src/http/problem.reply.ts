@@ -1,7 +1,6 @@
 import type { FastifyReply } from 'fastify';
 import { PROBLEM_CONTENT_TYPE, toProblem } from './problem';
 
-/** Sends `err` as `application/problem+json` on a raw Fastify reply. */
 export function sendProblem(reply: FastifyReply, err: unknown, requestId: string): FastifyReply {
   const { problem, headers } = toProblem(err, requestId);
   if (problem.status >= 500 && problem.code === 'internal_error') {

@@ -3,10 +3,7 @@ import { BrokerException, type ProblemStatus } from '../errors/broker.exception'
 import { RequestErrorCode, RequestException } from './request.exception';
 import { SECURITY_HEADERS } from './security-headers';
 
-/**
- * RFC 9457 problem details, plus the broker's stable `code` (a caller-facing domain's code, or
- * `internal_error`) and the request id.
- */
+/** RFC 9457, plus the broker's stable `code` and the request id. */
 export interface Problem {
   type: string;
   title: string;
@@ -16,7 +13,7 @@ export interface Problem {
   requestId?: string;
 }
 
-export interface ProblemResponse {
+interface ProblemResponse {
   problem: Problem;
   headers: Record<string, string>;
 }
@@ -25,19 +22,15 @@ export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
 const INTERNAL_ERROR: ProblemStatus = { status: 500, title: 'Internal error' };
 
-/** A whole problem answer for a front that writes to Node's response itself. */
-export interface ProblemAnswer {
+/** For a front that writes to Node's response itself. */
+interface ProblemAnswer {
   readonly problem: Problem;
-  /** Every header but `x-request-id` (the front adds the request's) and connection management. */
+  /** Every header but `x-request-id` (the front adds it) and connection management. */
   readonly headers: Readonly<Record<string, string>>;
   readonly body: Buffer;
 }
 
-/**
- * `err` as the `application/problem+json` answer a Fastify route sends (`sendProblem` and the
- * app's `onSend` hook), for the fronts on Node's request event (`GET /token`, `POST /orders`):
- * the same status, headers and bytes.
- */
+/** The same status, headers and bytes a Fastify route sends, for `GET /token`'s raw front. */
 export function problemAnswer(err: unknown, requestId: string): ProblemAnswer {
   const { problem, headers } = toProblem(err, requestId);
   const body = Buffer.from(JSON.stringify(problem));
@@ -55,10 +48,8 @@ export function problemAnswer(err: unknown, requestId: string): ProblemAnswer {
 }
 
 /**
- * Turns any thrown value into a problem response, from what the exception carries: a
- * caller-facing exception keeps its message (written to be safe and actionable) and its domain's
- * status. Anything else, internal domains included, becomes a generic 500 that echoes nothing,
- * since its text may quote an upstream body or a secret.
+ * A caller-facing exception keeps its message and status; anything else (internal domains
+ * included) is a generic 500 that echoes nothing: its text may quote an upstream body or secret.
  */
 export function toProblem(err: unknown, requestId?: string): ProblemResponse {
   const framework = err instanceof HttpException || isFastifyError(err);
@@ -102,10 +93,7 @@ function isFastifyError(
   );
 }
 
-/**
- * Framework errors (Nest's HttpException, Fastify's FST_*) by status, with our own wording;
- * undefined (a 500) for a server error.
- */
+/** Our own wording; undefined (a 500) for a server error. */
 function fromHttpStatus(err: HttpException | { statusCode: number }): RequestException | undefined {
   const status = err instanceof HttpException ? err.getStatus() : err.statusCode;
   const as = (code: RequestErrorCode, detail: string) => new RequestException(code, detail);

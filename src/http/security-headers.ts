@@ -1,4 +1,4 @@
-/** Headers on every response: JSON APIs are never sniffed, framed, scripted or referred. */
+/** JSON APIs are never sniffed, framed, scripted or referred. */
 export const SECURITY_HEADERS: Readonly<Record<string, string>> = {
   'x-content-type-options': 'nosniff',
   'x-frame-options': 'DENY',

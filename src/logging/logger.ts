@@ -1,14 +1,10 @@
 import { type LoggerService } from '@nestjs/common';
 import pino, { type DestinationStream, type Logger } from 'pino';
 
-/** Injection token for the root pino logger. */
 export const LOGGER = 'TOKEN_BROKER:LOGGER';
 
-/**
- * Paths redacted wherever they appear in a log object. Tokens and secrets are never logged on
- * purpose; this is the net for the day someone logs a whole request, header set or error.
- */
-export const REDACT_PATHS = [
+/** Tokens and secrets are never logged on purpose: the net for the day someone logs a request. */
+const REDACT_PATHS = [
   'req.headers.authorization',
   'req.headers.cookie',
   'req.headers["x-api-key"]',
@@ -52,13 +48,12 @@ export const REDACT_PATHS = [
 ];
 
 /**
- * {@link REDACT_PATHS} without the `*.` wildcards, for loggers of flat records with fixed
- * fields on the hot path (the audit line): a wildcard makes pino walk every key of every
- * logged object, which measured at about twice the cost of writing the line itself.
+ * Without the `*.` wildcards, for flat hot-path records (the audit line): a wildcard makes pino
+ * walk every key of every logged object, about twice the cost of writing the line.
  */
 export const FLAT_REDACT_PATHS = REDACT_PATHS.filter((p) => !p.startsWith('*'));
 
-/** JSON logs on stdout (or `destination`), with redaction and ISO timestamps. */
+/** Stdout unless `destination`. */
 export function createLogger(level: string, destination?: DestinationStream): Logger {
   return pino(
     {
@@ -72,11 +67,7 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
   );
 }
 
-/**
- * Writes what `logger`'s destination still buffers, blocking: for `process.on('exit')`, where
- * nothing asynchronous runs any more (pino's own exit flush may already have run). A
- * destination without `flushSync` writes at once anyway.
- */
+/** Blocking: for `process.on('exit')`, where nothing asynchronous runs any more. */
 export function flushLoggerSync(logger: Logger): void {
   const stream = (logger as unknown as Record<symbol, { flushSync?(): void }>)[
     pino.symbols.streamSym
@@ -89,9 +80,8 @@ export function flushLoggerSync(logger: Logger): void {
 }
 
 /**
- * Stdout through pino's own destination, asynchronous and buffered: the audit trail can write
- * many lines a second, and one write(2) per line would cost more than serving a token. pino
- * flushes it synchronously on exit; the timer makes a quiet broker's lines appear promptly.
+ * Asynchronous and buffered: one write(2) per audit line would cost more than serving a token.
+ * pino flushes it on exit; the timer makes a quiet broker's lines appear promptly.
  */
 function bufferedStdout(): DestinationStream {
   const dest = pino.destination({ dest: 1, sync: false, minLength: 4096 });
@@ -99,7 +89,7 @@ function bufferedStdout(): DestinationStream {
   return dest;
 }
 
-/** Routes Nest's own log calls (bootstrap, DI errors) into the same pino logger. */
+/** Nest's own log calls (bootstrap, DI errors) into the same pino logger. */
 export class PinoNestLogger implements LoggerService {
   constructor(private readonly logger: Logger) {}
   log(message: unknown, context?: string): void {

@@ -2,7 +2,7 @@ import { type DynamicModule, Global, Module } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { LOGGER } from './logger';
 
-/** Shares the root pino logger (the same instance Fastify logs requests with). */
+/** The same instance Fastify logs requests with. */
 @Global()
 @Module({})
 export class LoggingModule {

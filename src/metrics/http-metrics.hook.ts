@@ -4,11 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import { HttpRequestCounter } from './http-request.counter';
 import { MetricsService } from './metrics.service';
 
-/**
- * Counts every HTTP request by route pattern, method and status
- * (`token_broker_http_requests_total`, see {@link HttpRequestCounter}). A provider rather than
- * code in `bootstrap.ts`, so the tests' and the sandbox's apps count exactly like production.
- */
+/** A provider rather than code in `bootstrap.ts`, so the tests' and sandbox's apps count alike. */
 @Injectable()
 export class HttpMetricsHook implements OnModuleInit {
   readonly requests: HttpRequestCounter;
@@ -21,10 +17,10 @@ export class HttpMetricsHook implements OnModuleInit {
   }
 
   onModuleInit(): void {
-    // Absent in a Nest application context without HTTP (a test module): nothing to count.
+    // Absent in a Nest application context without HTTP (a test module).
     const adapter = this.adapterHost.httpAdapter as HttpAdapterHost['httpAdapter'] | undefined;
     if (adapter === undefined) return;
-    // onModuleInit runs before Fastify is ready, which is when hooks are bound to routes.
+    // Hooks are bound to routes when Fastify becomes ready, after onModuleInit.
     this.requests.attach(adapter.getInstance<FastifyInstance>());
   }
 }

@@ -1,43 +1,29 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Counter, type Registry } from 'prom-client';
 
-/**
- * The `route` label of requests that matched no route (404s, scanners probing random paths).
- * One fixed value: a raw URL as a label would let any caller create unbounded series.
- */
+/** For requests that matched no route: a raw URL as a label would let callers create series. */
 export const UNMATCHED_ROUTE = 'unmatched';
 
-/** The metric's name, part of the dashboards' and alerts' contract. */
+/** Part of the dashboards' and alerts' contract. */
 export const HTTP_REQUESTS_METRIC = 'token_broker_http_requests_total';
 
 type HttpLabel = 'route' | 'method' | 'status';
 
-/** One (route, method, status) series, counted with a plain increment on the request path. */
 interface Cell {
   readonly labels: Readonly<Record<HttpLabel, string>>;
   count: number;
-  /** How much of `count` prom-client has already been given. */
+  /** How much of `count` prom-client was given already. */
   reported: number;
 }
 
 /**
- * `token_broker_http_requests_total{route,method,status}`, counted by a Fastify `onResponse`
- * hook so every route is covered: Nest controllers, routes registered directly on Fastify
- * (`GET /token`) and the not-found handler.
- *
- * `route` is the route *pattern* Fastify matched (`/orders/:id`, never `/orders/42`), or
- * {@link UNMATCHED_ROUTE}. `method` comes from Node's HTTP parser, which only accepts its fixed
- * list of methods, and `status` is a number below 600: the series are bounded by the routes the
- * app registers, not by what callers send.
- *
- * Why not `counter.labels(...).inc()` per request: prom-client re-hashes the label object on
- * every `inc()`, even through a child from `labels()`. `GET /token` must stay close to a bare
- * Node server, so the hook only bumps a number in a cached cell, and the increments are handed
- * to prom-client when Prometheus scrapes (`collect`).
+ * `route` is the pattern Fastify matched, `method` is from Node's fixed list and `status` below
+ * 600: series are bounded by the app's routes, not by callers. prom-client re-hashes labels on
+ * every `inc()`, so the hot path bumps a cached cell and prom-client gets the counts at scrape.
  */
 export class HttpRequestCounter {
   readonly counter: Counter<HttpLabel>;
-  /** route pattern -> method -> cells indexed by status code. */
+  /** route pattern -> method -> cells indexed by status. */
   private readonly cells = new Map<string, Map<string, Cell[]>>();
   private readonly allCells: Cell[] = [];
 
@@ -51,10 +37,7 @@ export class HttpRequestCounter {
     });
   }
 
-  /**
-   * Adds the `onResponse` hook. Fastify attaches hooks to every route when it becomes ready, so
-   * routes registered before this call are counted too; call it before `listen`/`ready`.
-   */
+  /** Hooks attach to every route when Fastify becomes ready: call it before `listen`/`ready`. */
   attach(fastify: FastifyInstance): void {
     fastify.addHook(
       'onResponse',
@@ -65,7 +48,6 @@ export class HttpRequestCounter {
     );
   }
 
-  /** Counts one answered request. `routePattern` is the matched route pattern, if any. */
   record(routePattern: string | undefined, method: string, status: number): void {
     const route = routePattern ?? UNMATCHED_ROUTE;
     let byMethod = this.cells.get(route);
@@ -89,7 +71,6 @@ export class HttpRequestCounter {
     return cell;
   }
 
-  /** Hands the increments since the last scrape to prom-client. */
   private flush(): void {
     for (const cell of this.allCells) {
       const delta = cell.count - cell.reported;

@@ -1,7 +1,7 @@
 import { Controller, Get, Header } from '@nestjs/common';
 import { MetricsService } from './metrics.service';
 
-/** Prometheus scrape endpoint. The chart keeps it off the callers' network. */
+/** The chart keeps it off the callers' network. */
 @Controller('metrics')
 export class MetricsController {
   constructor(private readonly metrics: MetricsService) {}

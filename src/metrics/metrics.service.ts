@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
-/** Outcome of one refresh attempt, as a bounded label value. */
+/** A bounded label value. */
 export type RefreshResult =
   | 'fetched'
   | 'adopted'
@@ -9,22 +9,15 @@ export type RefreshResult =
   | 'permanent_error'
   | 'credentials_error';
 
-/** A plain counter the hot path increments; flushed into prom-client at scrape time. */
+/** Flushed into prom-client at scrape time. */
 export interface HitCell {
   count: number;
 }
 
-/** Outcome of one lock attempt. */
-export type LockResult = 'acquired' | 'held_elsewhere' | 'error';
-
-/** The Redis states of `token_broker_redis_state`. */
 const STORE_STATES = ['up', 'down', 'misconfigured'] as const;
-export type StoreState = (typeof STORE_STATES)[number];
+type StoreState = (typeof STORE_STATES)[number];
 
-/**
- * The broker's Prometheus metrics. Label values come only from configuration (client ids)
- * or from fixed enums, so cardinality is bounded by the deployment, never by callers.
- */
+/** Label values come only from configuration or fixed enums: never from callers. */
 @Injectable()
 export class MetricsService {
   readonly registry = new Registry();
@@ -54,7 +47,6 @@ export class MetricsService {
     labelNames: ['client', 'result'] as const,
     registers: [this.registry],
   });
-  /** L1 hits counted on the hot path as plain increments, handed over at scrape time. */
   private readonly l1HitCells = new Map<string, HitCell>();
   readonly cacheLookups: Counter<'client' | 'layer' | 'outcome'> = new Counter({
     name: 'token_broker_cache_lookups_total',
@@ -75,15 +67,13 @@ export class MetricsService {
     labelNames: ['client'] as const,
     registers: [this.registry],
   });
-  /** Provider answers withheld (or cut off mid-stream) because they contained the access token. */
   readonly upstreamTokenEchoes = new Counter({
     name: 'token_broker_upstream_token_echoes_total',
     help: 'Provider answers that contained the access token the broker sent, withheld from the caller (502) or cut off mid-stream, per client and call (orders, forward).',
     labelNames: ['client', 'call'] as const,
     registers: [this.registry],
   });
-  // --- Provider passthrough ---
-  /** Callers are configured names (api-key `name`, service-account subjects): bounded. */
+  /** Callers are configured names: bounded. */
   readonly forwardRequests = new Counter({
     name: 'token_broker_forward_requests_total',
     help: 'Provider passthrough requests per client, caller and outcome (forwarded, replayed, rate_limited, not_allowed, or the problem code).',
@@ -95,7 +85,6 @@ export class MetricsService {
     help: 'Passthrough requests whose rate limits were counted in this replica only because Redis did not answer.',
     registers: [this.registry],
   });
-  // --- end provider passthrough ---
   readonly redisDataLoss = new Counter({
     name: 'token_broker_redis_data_loss_total',
     help: 'Times this replica found that Redis lost data it had seen there, per client and kind (lost: emptied; rolled_back: a failover to a replica that missed writes). Idempotency records may be gone: repeats of answered orders could be created twice.',
@@ -132,21 +121,16 @@ export class MetricsService {
     collectDefaultMetrics({ register: this.registry, prefix: 'token_broker_' });
   }
 
-  /** Where the Redis state gauge reads the state at scrape time (`undefined`: no Redis). */
+  /** `undefined`: no Redis. */
   setStoreStateSource(source: () => StoreState | undefined): void {
     this.storeStateSource = source;
   }
 
-  /** Where the degraded gauge reads its state at scrape time. */
   setDegradedSource(source: () => boolean): void {
     this.degradedSource = source;
   }
 
-  /** Pre-bound counter for the hot path: no label hashing per request. */
-  /**
-   * The L1-hit cell for `client`. `GET /token` bumps `cell.count` per hit: prom-client re-hashes
-   * labels on every `inc()`, which costs more than the rest of a cache hit.
-   */
+  /** prom-client re-hashes labels per `inc()`, which costs more than the rest of a cache hit. */
   l1HitCell(client: string): HitCell {
     let cell = this.l1HitCells.get(client);
     if (!cell) {

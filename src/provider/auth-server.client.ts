@@ -5,23 +5,17 @@ import type { ClientCredentials, SecretCredentials } from '../secrets/client-cre
 import { postTokenRequest } from './provider-http';
 import type { GrantedToken } from './token-response.parser';
 
-/**
- * The provider's token endpoint path, appended to a client's `authUrl` (`{auth_url}`): with
- * `authUrl: https://partner.upgrade.com` the broker requests
- * `https://partner.upgrade.com/api/auth/v1/oauth/token`.
- */
-export const TOKEN_PATH = '/api/auth/v1/oauth/token';
+/** Appended to a client's `authUrl`. */
+const TOKEN_PATH = '/api/auth/v1/oauth/token';
 
-/** The provider's token endpoint, as the token service sees it. */
 export interface TokenGrantor {
-  /** Requests a new token for a client. Throws {@link ProviderException}. */
+  /** Throws {@link ProviderException}. */
   requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken>;
 }
 
 /**
- * Client-credentials grant exactly as the provider documents it: `POST` with `grant_type` in the
- * **query string**, HTTP Basic client authentication and no body. Stock OAuth clients send
- * the grant in a form body, which this provider does not document, so this is hand-written.
+ * `grant_type` in the **query string**, Basic authentication and no body, as the provider
+ * documents it: stock OAuth clients send a form body, hence hand-written.
  */
 export class AuthServerClient implements TokenGrantor {
   constructor(

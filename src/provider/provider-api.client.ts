@@ -14,43 +14,33 @@ export interface ApiRequest {
   readonly method: string;
   /** Path and query below `{base_url}`: the client's orders path, or the caller's, checked. */
   readonly target: string;
-  /** Headers to pass on, names lowercased; the adapter adds `Accept`, the bearer token and its user agent. */
+  /** Names lowercased; the adapter adds `Accept`, the bearer token and its user agent. */
   readonly headers: Readonly<Record<string, string>>;
-  /** The request body (bounded by the route), or none. */
+  /** Bounded by the route. */
   readonly body?: Buffer;
-  /** The answer's body is cut off (the stream errors) past this many bytes. */
+  /** Past it the body is cut off (the stream errors). */
   readonly maxResponseBytes: number;
-  /** The setting named when the answer is over `maxResponseBytes`. */
+  /** Named when the answer is over `maxResponseBytes`. */
   readonly limitSetting: string;
   /** Collect the answer whole, whatever its size, rather than stream a large one. */
   readonly whole?: boolean;
 }
 
-/**
- * Answers announcing at most this many bytes (`Content-Length`) are read whole: one write to
- * the caller with its length, and no stream machinery per answer. Larger or unannounced
- * answers stream.
- */
+/** Read whole up to this announced size: one write to the caller, no stream machinery. */
 const SMALL_ANSWER_BYTES = 64 * 1024;
 
-/** The provider's answer, whatever its status; its body streams unless small. */
 export interface ApiAnswer {
   readonly kind: 'answered';
   readonly status: number;
   readonly headers: IncomingHttpHeaders;
   /**
-   * A small answer whole, or the body as it arrives: that stream errors with a
-   * {@link ProviderException} past `maxResponseBytes`, or when the provider stops sending; the
-   * consumer must read it to the end or destroy it.
+   * A small answer whole, or a stream that errors past `maxResponseBytes` or when the provider
+   * stops sending; the consumer must read it to the end or destroy it.
    */
   readonly body: Buffer | Readable;
 }
 
-/**
- * The call failed. `delivered` is what decides whether the request may have been acted on:
- * `no` only when no byte can have reached the provider (no connection was made); otherwise
- * `maybe`.
- */
+/** `delivered: 'no'` only when no byte can have reached the provider; otherwise `maybe`. */
 export interface ApiFailure {
   readonly kind: 'failed';
   readonly delivered: 'no' | 'maybe';
@@ -59,7 +49,6 @@ export interface ApiFailure {
 
 export type ApiOutcome = ApiAnswer | ApiFailure;
 
-/** The provider's APIs under `{base_url}`, for `POST /orders` and the passthrough. */
 export interface ProviderApiGateway {
   /** Sends once. Never throws for a transport failure: see {@link ApiFailure}. */
   call(request: ApiRequest): Promise<ApiOutcome>;
@@ -79,9 +68,8 @@ const CONNECT_ERROR_CODES = new Set([
 ]);
 
 /**
- * The keep-alive pool for the provider's APIs. Its own pool, not the token endpoint's: the auth
- * server usually shares the host, and a slow API holding every connection must never delay a
- * token refresh. Its own connect timeout too (`orders.connectTimeoutMs`).
+ * Its own pool, not the token endpoint's: the auth server usually shares the host, and a slow API
+ * holding every connection must never delay a token refresh.
  */
 export function createCheckoutAgent(settings: OrdersSettings): Agent {
   return new Agent({
@@ -94,7 +82,6 @@ export function createCheckoutAgent(settings: OrdersSettings): Agent {
   });
 }
 
-/** Whether `cause` certainly happened before any byte of the request was written. */
 function wasNeverSent(cause: unknown): boolean {
   if (cause instanceof undiciErrors.ConnectTimeoutError) return true;
   const code = (cause as { code?: unknown } | undefined)?.code;
@@ -102,11 +89,8 @@ function wasNeverSent(cause: unknown): boolean {
 }
 
 /**
- * The one HTTP client of the provider's APIs under `{base_url}`, for `POST /orders` and the
- * passthrough alike, on the checkout pool and timeouts (`ORDERS_*`).
- *
- * It never retries: a request that may have reached the provider must not be sent twice, and
- * the one safe retry (after a 401, which the provider refused) is the caller's decision.
+ * For `POST /orders` and the passthrough alike. It never retries: a request that may have reached
+ * the provider must not be sent twice; the one safe retry (after a 401) is the caller's decision.
  */
 export class ProviderApiClient implements ProviderApiGateway {
   private readonly origins = new Map<string, { origin: string; base: string }>();
@@ -122,9 +106,8 @@ export class ProviderApiClient implements ProviderApiGateway {
   }
 
   /**
-   * Undici's `dispatch` with a handler rather than `request`: a small answer is collected into
-   * one buffer as it arrives, with no body stream and no promise per chunk, and the handler
-   * knows whether the request was ever written (see {@link ApiFailure}).
+   * `dispatch` with a handler rather than `request`: a small answer is collected into one buffer,
+   * with no body stream or promise per chunk, and the handler knows whether a byte was written.
    */
   call(request: ApiRequest): Promise<ApiOutcome> {
     const base = this.baseOf(request.client);
@@ -155,7 +138,7 @@ export class ProviderApiClient implements ProviderApiGateway {
     await this.dispatcher.close();
   }
 
-  /** `{base_url}` split into origin and base path (a base URL may carry a path), once per client. */
+  /** A base URL may carry a path; split once per client. */
   private baseOf(client: ClientConfig): { origin: string; base: string } {
     let base = this.origins.get(client.id);
     if (!base) {
@@ -167,10 +150,7 @@ export class ProviderApiClient implements ProviderApiGateway {
   }
 }
 
-/**
- * One call in flight, as undici's handler: the answer collected whole or streamed, and the
- * call's one deadline.
- */
+/** One call in flight: the answer collected whole or streamed, and the call's one deadline. */
 class ExchangeHandler implements Dispatcher.DispatchHandler {
   private status = 0;
   private headers: IncomingHttpHeaders = {};
@@ -190,13 +170,12 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     private readonly settle: (outcome: ApiOutcome) => void,
   ) {
     this.limit = request.maxResponseBytes;
-    // The one deadline of the whole call, body included: undici's body timeout is an idle
-    // timer, which a provider sending a byte now and then never trips.
+    // One deadline for the whole call: undici's body timeout is an idle timer a trickle evades.
     this.deadline = setTimeout(() => this.expire(), deadlineMs);
   }
 
-  // Its presence tells undici this handler speaks the current (controller) interface.
-  // Called before the first byte is written, so aborting here sends nothing.
+  // Its presence tells undici this handler speaks the controller interface; called before the
+  // first byte is written, so aborting here sends nothing.
   onRequestStart(started: Dispatcher.DispatchController): void {
     this.inFlight = started;
     if (this.expired) started.abort(this.expired);
@@ -278,7 +257,7 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     });
   }
 
-  /** The deadline passed: abort the call in flight, or fail it while still queued. */
+  /** Abort the call in flight, or fail it while still queued. */
   private expire(): void {
     const message = `${this.what}: the provider did not answer in full within ${this.deadlineMs} ms`;
     // A stream fails as `AbortSignal.timeout` would fail it; a collected answer is a failure.

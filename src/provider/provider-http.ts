@@ -4,10 +4,8 @@ import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { type GrantedToken, parseTokenResponse } from './token-response.parser';
 
 /**
- * The keep-alive connection pool every provider call shares (`clientCertificate`: a mutual-TLS
- * client's own pool, for its token endpoint only). One pool per origin (undici's
- * Agent does that), so the token and checkout hosts each keep warm connections and a refresh
- * never pays a TLS handshake.
+ * `clientCertificate`: a mutual-TLS client's own pool, for its token endpoint only. One pool per
+ * origin keeps connections warm, so a refresh never pays a TLS handshake.
  */
 export function createProviderAgent(
   settings: ProviderSettings,
@@ -23,10 +21,6 @@ export function createProviderAgent(
   });
 }
 
-/**
- * Translates an undici failure into a {@link ProviderException}. `sent` says whether the
- * request may have reached the provider, which decides whether it is safe to repeat a POST.
- */
 export function translateTransportError(cause: unknown, what: string): ProviderException {
   if (cause instanceof ProviderException) return cause;
   const code = (cause as { code?: string } | undefined)?.code ?? '';
@@ -43,8 +37,7 @@ export function translateTransportError(cause: unknown, what: string): ProviderE
   if (
     cause instanceof undiciErrors.HeadersTimeoutError ||
     cause instanceof undiciErrors.BodyTimeoutError ||
-    // By name: the call's deadline (`AbortSignal.timeout`) aborts with a DOMException, which
-    // is no `instanceof Error` of another realm (a test runner's).
+    // By name: the deadline's DOMException is no `instanceof Error` of another realm (a test's).
     ['TimeoutError', 'AbortError'].includes(
       (cause as { name?: unknown } | undefined)?.name as string,
     )
@@ -62,7 +55,7 @@ export function translateTransportError(cause: unknown, what: string): ProviderE
   );
 }
 
-/** Reads at most `limit` bytes of a body; more is an error, so a huge answer cannot exhaust memory. */
+/** More is an error, so a huge answer cannot exhaust memory. */
 export async function readCapped(
   body: AsyncIterable<Buffer | Uint8Array> & { destroy?: (err?: Error) => unknown },
   limit: number,
@@ -80,8 +73,8 @@ export async function readCapped(
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/** Parses a `Retry-After` header (seconds or HTTP date) into milliseconds. */
-export function parseRetryAfter(
+/** Seconds or an HTTP date, into milliseconds. */
+function parseRetryAfter(
   value: string | string[] | undefined,
   now = Date.now(),
 ): number | undefined {
@@ -92,12 +85,8 @@ export function parseRetryAfter(
   return Number.isNaN(date) ? undefined : Math.max(0, date - now);
 }
 
-/**
- * The exception for a token endpoint's non-2xx answer, by status and RFC 6749 §5.2 `error`
- * code; the body itself is never quoted. `check`: what an operator checks when the client is
- * refused, which depends on how it authenticates.
- */
-export function tokenErrorForStatus(
+/** The body is never quoted. `check`: what an operator checks when the client is refused. */
+function tokenErrorForStatus(
   what: string,
   status: number,
   body: string,
@@ -134,27 +123,22 @@ export function tokenErrorForStatus(
   );
 }
 
-/** One token request, as both token clients send it. */
-export interface TokenCall {
+interface TokenCall {
   readonly dispatcher: Dispatcher;
   readonly url: URL;
   readonly headers: Record<string, string>;
   readonly body?: string;
   readonly settings: ProviderSettings;
   readonly defaultLifetimeSeconds: number;
-  /** When the request left: the token's lifetime counts from here. */
+  /** The token's lifetime counts from here. */
   readonly sentAt: number;
-  /** What the request is, for error messages (`token request for client "…"`). */
+  /** For error messages (`token request for client "…"`). */
   readonly what: string;
-  /** What to check when the server refuses the client (`invalid_client`), for its message. */
+  /** What to check when the server refuses the client, for its message. */
   readonly check: string;
 }
 
-/**
- * Posts a token request and reads its answer, for every dialect alike: one total deadline
- * (which also ends a body trickling in, where undici's idle timers never fire), a capped body,
- * the one parser, and the one translation of failures.
- */
+/** One total deadline: undici's idle timers never end a body trickling in. */
 export async function postTokenRequest(call: TokenCall): Promise<GrantedToken> {
   const { url, settings, what } = call;
   let response: Dispatcher.ResponseData;
@@ -198,7 +182,7 @@ export async function postTokenRequest(call: TokenCall): Promise<GrantedToken> {
   );
 }
 
-/** The RFC 6749 §5.2 `error` code, if the body has a plausible one (an identifier, not text). */
+/** Only a plausible identifier, never free text. */
 function readOAuthError(body: string): string | undefined {
   try {
     const json = JSON.parse(body) as { error?: unknown };

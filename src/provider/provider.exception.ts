@@ -1,20 +1,18 @@
 import { BrokerException, type BrokerExceptionOptions } from '../errors/broker.exception';
 
-/** How a call to the provider failed. Each code decides retry and caller-visible behaviour. */
+/** Each code decides retry and caller-visible behaviour. */
 export enum ProviderErrorCode {
   /** No TCP/TLS connection (refused, DNS, connect timeout). */
   Unreachable = 'provider_unreachable',
   /** Connected, but no complete answer in time. */
   Timeout = 'provider_timeout',
-  /** 5xx. */
   ServerError = 'provider_server_error',
-  /** 429. */
   RateLimited = 'provider_rate_limited',
-  /** 401 or `invalid_client`: the credentials were refused. Permanent until they change. */
+  /** 401 or `invalid_client`. Permanent until the credentials change. */
   InvalidClient = 'provider_invalid_client',
-  /** Another 4xx: the request itself was refused. Permanent. */
+  /** Another 4xx. Permanent. */
   Rejected = 'provider_rejected',
-  /** 2xx whose body is not a usable token response (HTML, not JSON, no access_token, ...). */
+  /** 2xx whose body is not a usable token response. */
   MalformedResponse = 'provider_malformed_response',
 }
 
@@ -27,22 +25,16 @@ const TRANSIENT = new Set<ProviderErrorCode>([
   ProviderErrorCode.MalformedResponse,
 ]);
 
-/** What the provider's answer said about the failure, when it answered at all. */
-export interface ProviderFailureDetails {
-  /** The HTTP status. */
+interface ProviderFailureDetails {
   status?: number;
-  /** Its `Retry-After`, in milliseconds. */
+  /** Milliseconds. */
   retryAfterMs?: number;
 }
 
-export interface ProviderExceptionOptions extends BrokerExceptionOptions, ProviderFailureDetails {}
+interface ProviderExceptionOptions extends BrokerExceptionOptions, ProviderFailureDetails {}
 
-/**
- * A failed provider call. Messages describe the failure (status, error code, shape) and never
- * include a response body verbatim: a body may echo credentials or a token.
- */
+/** Messages never include a body verbatim: it may echo credentials or a token. */
 export class ProviderException extends BrokerException<ProviderErrorCode> {
-  /** What the provider answered, for failure classification and backoff. */
   readonly details: ProviderFailureDetails;
 
   constructor(code: ProviderErrorCode, message: string, options: ProviderExceptionOptions = {}) {

@@ -15,11 +15,7 @@ import { StandardTokenClient } from './standard-token.client';
 import { TokenGrantorRouter } from './token-grantor.router';
 import { createProviderAgent } from './provider-http';
 
-/**
- * The provider adapter. Exports its ports only: the token endpoint ({@link TOKEN_GRANTOR}) and
- * the APIs under `{base_url}` ({@link PROVIDER_API_GATEWAY}, one client for `POST /orders` and
- * the passthrough); the HTTP pools behind them stay inside.
- */
+/** Exports its ports only; the HTTP pools behind them stay inside. */
 @Module({
   providers: [
     {

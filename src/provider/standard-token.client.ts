@@ -15,7 +15,7 @@ import type { Agent, Dispatcher } from 'undici';
 const ASSERTION_TYPE = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
 const DEFAULT_ASSERTION = assertionSettingsSchema.parse({});
 
-/** What an operator checks when the server refuses the client, by how it authenticates. */
+/** By how the client authenticates. */
 export const INVALID_CLIENT_CHECKS: Record<ClientAuthMethod, string> = {
   client_secret_basic: 'the client_id and client_secret in the credentials',
   client_secret_post: 'the client_id and client_secret in the credentials',
@@ -26,14 +26,11 @@ export const INVALID_CLIENT_CHECKS: Record<ClientAuthMethod, string> = {
 };
 
 /**
- * A standard RFC 6749 §4.4 client-credentials request: a form body posted to the client's
- * token endpoint, with `client_secret_basic`, `client_secret_post`, `private_key_jwt`
- * (RFC 7523) or `tls_client_auth` (RFC 8705) client authentication, and the client's
- * `scope`, `audience`, `resource` (RFC 8707) and extra parameters and headers. The answer is
- * read exactly as the provider's (same parser, deadline and error translation).
+ * RFC 6749 §4.4 with `client_secret_basic`, `client_secret_post`, `private_key_jwt` (RFC 7523)
+ * or `tls_client_auth` (RFC 8705); the answer is read exactly as the provider's.
  */
 export class StandardTokenClient implements TokenGrantor {
-  /** Mutual-TLS pools, one per client, rebuilt when its certificate or key changes. */
+  /** One per client, rebuilt when its certificate or key changes. */
   private readonly tlsAgents = new Map<string, { fingerprint: string; agent: Agent }>();
 
   constructor(
@@ -73,10 +70,7 @@ export class StandardTokenClient implements TokenGrantor {
     });
   }
 
-  /**
-   * Adds the client authentication of `tokenRequest.auth` to the form or headers, and returns
-   * the pool to send on (the client's own for `tls_client_auth`).
-   */
+  /** Returns the pool to send on (the client's own for `tls_client_auth`). */
   private async authenticate(
     client: ClientConfig,
     credentials: ClientCredentials,
@@ -111,17 +105,14 @@ export class StandardTokenClient implements TokenGrantor {
     return dispatcher;
   }
 
-  /** Closes the mutual-TLS pools (the shared pool belongs to the module). */
+  /** The shared pool belongs to the module. */
   async close(): Promise<void> {
     const agents = [...this.tlsAgents.values()].map((a) => a.agent);
     this.tlsAgents.clear();
     await Promise.all(agents.map((a) => a.close()));
   }
 
-  /**
-   * RFC 7523 §3: issuer and subject are the client id, the audience is the token endpoint,
-   * and a fresh `jti` with a short lifetime keeps a captured assertion from being replayed.
-   */
+  /** RFC 7523 §3: a fresh `jti` with a short lifetime keeps a captured assertion from replay. */
   private async assertion(
     client: ClientConfig,
     credentials: ClientCredentials,
@@ -130,8 +121,7 @@ export class StandardTokenClient implements TokenGrantor {
     const settings = client.tokenRequest.assertion ?? DEFAULT_ASSERTION;
     const { key, kid } = privateKeyOf(need(credentials.privateKey, what, 'private_key'), what);
     const issuedAt = Math.floor(this.now() / 1000);
-    // Loaded on first use: only private_key_jwt clients need jose (the lazy-dependencies suite
-    // checks that other configurations never load it).
+    // Loaded on first use: only private_key_jwt clients need jose.
     const { SignJWT } = await import('jose');
     try {
       return await new SignJWT({})
@@ -157,7 +147,7 @@ export class StandardTokenClient implements TokenGrantor {
     }
   }
 
-  /** The client's own pool for `tls_client_auth`: its certificate is presented to no one else. */
+  /** Its certificate is presented to no one else. */
   private tlsAgent(clientId: string, credentials: ClientCredentials, what: string): Agent {
     const cert = need(credentials.certificate, what, 'certificate');
     const key = need(credentials.privateKey, what, 'private_key');
@@ -172,7 +162,7 @@ export class StandardTokenClient implements TokenGrantor {
   }
 }
 
-/** RFC 6749 Appendix B form encoding (spaces as `+`), for the Basic credentials. */
+/** RFC 6749 Appendix B (spaces as `+`). */
 function formEncode(value: string): string {
   return new URLSearchParams({ v: value }).toString().slice(2);
 }
@@ -188,7 +178,7 @@ function need(value: string | undefined, what: string, field: string): string {
   return value;
 }
 
-/** A PEM (PKCS#8, PKCS#1 or SEC1) or JWK private key, and the JWK's own `kid` if it has one. */
+/** PEM (PKCS#8, PKCS#1 or SEC1) or JWK. */
 function privateKeyOf(text: string, what: string): { key: KeyObject; kid?: string } {
   try {
     const trimmed = text.trim();

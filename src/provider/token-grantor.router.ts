@@ -5,7 +5,7 @@ import { ProviderErrorCode, ProviderException } from './provider.exception';
 import type { StandardTokenClient } from './standard-token.client';
 import type { GrantedToken } from './token-response.parser';
 
-/** Sends each client's token request in its configured dialect (`tokenRequest.grant`). */
+/** By `tokenRequest.grant`. */
 export class TokenGrantorRouter implements TokenGrantor {
   constructor(
     private readonly providerQuery: AuthServerClient,

@@ -1,28 +1,23 @@
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 
-/** A token as the provider granted it, with its expiry already computed. */
 export interface GrantedToken {
   readonly accessToken: string;
-  /** Epoch ms when the request was *sent*: the lifetime counts from here, never from receipt. */
+  /** When the request was *sent*: the lifetime counts from here, never from receipt. */
   readonly obtainedAt: number;
-  /** Epoch ms after which the token must not be served. */
   readonly expiresAt: number;
-  /** The lifetime used, in seconds (the provider's `expires_in`, or the default). */
+  /** Seconds: the provider's `expires_in`, or the default. */
   readonly lifetimeSeconds: number;
 }
 
-/** The longest lifetime believed; a larger `expires_in` is capped (refreshing early is safe). */
+/** A larger `expires_in` is capped: refreshing early is safe. */
 export const MAX_LIFETIME_SECONDS = 86_400;
-/** Tokens are bearer strings; anything longer than this is not a token we want to relay. */
 const MAX_TOKEN_LENGTH = 8192;
-/** RFC 6750 b64token characters, so the value is always safe in an Authorization header. */
+/** RFC 6750 b64token: always safe in an Authorization header. */
 const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/;
 
 /**
- * Parses a token endpoint body leniently in what it accepts (the provider's interface: only
- * `access_token` is certain; `token_type` and `expires_in` optional, `expires_in` possibly a
- * numeric string) and strictly in what it passes on. Throws {@link ProviderException}
- * `MalformedResponse` with a message that describes the body's shape, never its content.
+ * Lenient in what it accepts (only `access_token` is certain), strict in what it passes on;
+ * messages describe the body's shape, never its content.
  */
 export function parseTokenResponse(
   body: string,

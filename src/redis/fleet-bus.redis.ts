@@ -2,15 +2,11 @@ import { type FleetBus, REPLICA_ID, type Revocation } from '../token/token-store
 import { redisKeys } from './redis.constants';
 import type { RedisStoreHealth } from './store-health.redis';
 
-/** How long a revocation's acknowledgements are kept (the admin answer reads them at once). */
+/** The admin answer reads them at once. */
 const REVOCATION_ACKS_TTL_MS = 10 * 60_000;
 
-/**
- * The fleet bus on Redis: revocation generations (a never-expiring integer per client), their
- * acknowledgements (a set per generation) and reload requests (one channel for the fleet).
- */
+/** Generations are never-expiring integers, acknowledgements a set per generation. */
 export class RedisFleetBus implements FleetBus {
-  /** The highest revocation generation this replica saw per client (see {@link generation}). */
   private readonly generations = new Map<string, number>();
   private readonly reloadListeners: Array<(from: string) => void> = [];
 
@@ -58,7 +54,7 @@ export class RedisFleetBus implements FleetBus {
     this.reloadListeners.push(listener);
   }
 
-  /** Keeps the highest generation seen for `clientId`, and returns it. */
+  /** Returns the highest generation seen for `clientId`. */
   learnGeneration(clientId: string, generation: number): number {
     const known = this.generations.get(clientId) ?? 0;
     if (Number.isSafeInteger(generation) && generation > known) {
@@ -68,7 +64,6 @@ export class RedisFleetBus implements FleetBus {
     return known;
   }
 
-  /** Hands a reload request heard on the fleet's channel to the listeners. */
   reloadRequested(from: string): void {
     for (const l of this.reloadListeners) l(from);
   }

@@ -13,12 +13,9 @@ import type {
 } from '../forwarding/forward-rate-limiter';
 import type { RedisClient } from './redis.connection';
 
-/** The window a burst is spread over: `burst` extra requests per 10 s above the rate. */
 const BURST_WINDOW_SECONDS = 10;
-/** At most one "fell back to memory" warning per this long, however many requests meet it. */
 const FALLBACK_LOG_INTERVAL_MS = 30_000;
 
-/** Something that consumes points, Redis-backed or in memory (both limiter kinds fit). */
 interface Limiter {
   consume(key: string): Promise<RateLimiterRes>;
 }
@@ -29,13 +26,10 @@ interface Pair {
 }
 
 /**
- * {@link ForwardRateLimiter} on rate-limiter-flexible: a fixed 1-second window of `perSecond`
- * points, backed by a {@link BurstyRateLimiter} of `burst` points per 10 s, for each limit.
- * With Redis, the counters are Redis keys shared by the fleet (one Lua script per consume, one
- * key each, hash-tagged by client so Cluster keeps them in one slot); without Redis, or when
- * Redis does not answer (the limiter refuses at once unless the connection is ready), the same
- * limits are counted in this replica's memory: the provider is then protected per replica,
- * never by failing calls. Each fallback is counted (`degraded`) and logged at most every 30 s.
+ * A fixed 1-second window backed by a bursty 10-second one, per limit; counters in Redis are
+ * shared by the fleet (hash-tagged by client for Cluster). Without Redis, or while it does not
+ * answer, the same limits count in memory: the provider stays protected per replica, never by
+ * failing calls.
  */
 export class RedisForwardRateLimiter implements ForwardRateLimiter {
   private readonly client: Pair | undefined;
@@ -104,7 +98,7 @@ export class RedisForwardRateLimiter implements ForwardRateLimiter {
   }
 }
 
-/** The Redis and memory limiters of one limit; `undefined` when the limit is off. */
+/** `undefined` when the limit is off. */
 function pair(
   redis: RedisClient | null,
   name: string,
@@ -130,8 +124,7 @@ function pair(
       keyPrefix: prefix,
       points,
       duration,
-      // Refuse at once while disconnected (the memory limiter takes over) instead of
-      // queueing behind ioredis's reconnection.
+      // Refuse at once while disconnected (memory takes over) instead of queueing.
       rejectIfRedisNotReady: true,
     });
   return {

@@ -15,17 +15,13 @@ import { classifyRedisError } from './redis-problem';
 import type { TokenCipher } from '../token/token-cipher';
 
 /**
- * KEYS[1] record hash, KEYS[2] the same key's record as versions before per-caller records
- * wrote it, KEYS[3] the caller's records (sorted set: record key by expiry). ARGV: body hash,
- * owner, lease length (ms), TTL ms, MAC of the body hash, most records per caller (0: no bound).
- * Check and create in one script: of any number of concurrent claims exactly one creates the
- * record, and every other one gets the record back in the same round trip. The lease deadline
- * is set and compared on Redis's clock (TIME), never a replica's: a claimant whose wall clock
- * is ahead would otherwise hold a dead claim "in flight" for longer, one behind would see a
- * live claim as abandoned. The lease comes back as the ms it has left (0: ended). An old
- * record has no caller, so it answers only an exact repeat (same body hash), marked 'legacy'
- * (9th field) for its MACs; any other body claims the caller's own record. A caller at its
- * bound gets {'full', ms until its oldest record expires} and nothing is written.
+ * KEYS[1] record hash, KEYS[2] the same key's record as versions before per-caller records wrote
+ * it, KEYS[3] the caller's records (sorted set: record key by expiry). ARGV: body hash, owner,
+ * lease length (ms), TTL ms, MAC of the body hash, most records per caller (0: no bound).
+ * Check and create in one script, so exactly one of concurrent claims creates the record. The
+ * lease is kept on Redis's clock (TIME): replicas' clocks differ. An old record answers only an
+ * exact repeat, marked 'legacy' (9th field) for its MACs; a caller at its bound gets
+ * {'full', ms until its oldest record expires}.
  */
 const CLAIM = `
 local t = redis.call('TIME')
@@ -62,9 +58,8 @@ return 1
 
 /**
  * KEYS[1] record hash, KEYS[2] the caller's records. ARGV: owner, TTL ms, state ('c' or 'u'),
- * then for 'c' status, content type, body and the MAC over them. Only the claimant settles its
- * own claim: a holder that outlived its lease must not overwrite what a later claimant
- * recorded. The record's new expiry is its entry's in the caller's set, if it has one.
+ * then for 'c' status, content type, body and its MAC. Only the claimant settles: a holder that
+ * outlived its lease must not overwrite what a later claimant recorded.
  */
 const SETTLE = `
 if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end
@@ -85,9 +80,8 @@ return 1
 `;
 
 /**
- * KEYS[1] record hash, KEYS[2] the caller's records. ARGV: owner. Deletes only an in-flight
- * claim of this owner: a settled record (an answer, or an unknown outcome) must never be
- * forgotten early. A released claim no longer counts against its caller's bound.
+ * KEYS[1] record hash, KEYS[2] the caller's records. ARGV: owner. Deletes only an in-flight claim
+ * of this owner: a settled record must never be forgotten early.
  */
 const RELEASE = `
 local cur = redis.call('HMGET', KEYS[1], 'own', 'st')
@@ -115,24 +109,10 @@ type RedisWithIdempotencyScripts = RedisClient & {
 };
 
 /**
- * The idempotency store on Redis: one hash per client, caller and key hash
- * (`tb:{client}:idem:<sha256 of key hash and caller>`) with the state, the body's SHA-256 in
- * `fp`, the claimant in `own`, its lease (deadline in Redis time), and once settled the
- * provider's status, content type and exact body bytes (sealed, see below). Each caller's
- * bounded records are listed in `tb:{client}:idemq:<sha256 of caller>` by expiry.
- *
- * Whoever can write to Redis must not be able to make a broker replay an answer of their
- * choosing: with a cache key configured, the body hash (`fpm`) and the stored answer (`mac`)
- * carry an HMAC under a key derived from it, bound to the client, the caller and the key hash,
- * and a record that fails the check is refused ({@link IdempotencyStoreErrorCode.Tampered}), never replayed.
- *
- * The stored answer is sealed like the token (AES-256-GCM under the cache key, the client,
- * caller and key hash as associated data): someone who can read Redis cannot read what the
- * provider answered. Without a cache key it is kept in clear, as the token then is.
- *
- * It uses the shared command connection: commands time out after `redis.commandTimeoutMs` and
- * fail at once while disconnected, so an outage surfaces as
- * {@link IdempotencyStoreException} within that bound instead of queueing requests.
+ * One hash per client, caller and key hash, each caller's records listed by expiry. With a cache
+ * key, the body hash and stored answer carry an HMAC bound to client, caller and key, so whoever
+ * can write Redis cannot make a broker replay an answer of their choosing, and the answer is
+ * sealed like the token, so whoever can read Redis cannot read it.
  */
 export class RedisIdempotencyStore implements IdempotencyStore {
   readonly kind = 'redis' as const;
@@ -156,9 +136,9 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     // The Buffer variant: a stored body is relayed byte for byte, never re-decoded as UTF-8.
     const reply = await this.run('claiming an idempotency key', () =>
       this.redis.tbIdemClaimBuffer(
-        redisKeys.callerIdempotency(clientId, caller, keyHash),
+        recordKey(ref),
         redisKeys.idempotency(clientId, keyHash),
-        redisKeys.idempotencyQuota(clientId, caller),
+        quotaKey(ref),
         claim.bodyHash,
         claim.owner,
         Math.ceil(claim.leaseMs),
@@ -174,7 +154,6 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     }
     const parsed = parseRecord(reply);
     const legacy = reply[8]?.toString('latin1') === 'legacy';
-    // Older versions stored the answer in clear; this one seals it like the token.
     const existing = legacy ? parsed : this.opened(ref, parsed);
     this.verify(ref, existing, reply, legacy);
     return { claimed: false, existing };
@@ -231,10 +210,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     // The connection is shared and closed by the Redis module.
   }
 
-  /**
-   * Throws {@link IdempotencyStoreErrorCode.Tampered} unless the record's MACs check out: those
-   * of a per-caller record cover its caller, those of an old one (`legacy`) what it was.
-   */
+  /** Per-caller MACs cover the caller; those of a `legacy` record what it was. */
   private verify(
     ref: IdempotencyRef,
     record: IdempotencyRecord,
@@ -261,13 +237,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     }
   }
 
-  /** Runs one command, translating ioredis failures (timeout, disconnected) into ours. */
   private async run<T>(what: string, command: () => Promise<T>): Promise<T> {
     try {
       return await command();
     } catch (cause) {
-      // An ACL or credentials problem is named as such: "check the server" would send the
-      // operator to the wrong place. Readiness reports it through the token store's health.
+      // An ACL or credentials problem is named as such: "check the server" would mislead.
       const problem = classifyRedisError(cause);
       throw new IdempotencyStoreException(
         IdempotencyStoreErrorCode.Unavailable,
@@ -280,7 +254,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 }
 
-/** Reads the claim script's reply: st, fp, lease (ms left), status, ct, body. */
+/** st, fp, lease (ms left), status, ct, body. */
 function parseRecord(fields: RawField[]): IdempotencyRecord {
   const [st, fp, lease, status, ct, body] = fields;
   const text = (b: RawField) => (b === null ? undefined : b.toString('utf8'));
@@ -316,18 +290,17 @@ function parseRecord(fields: RawField[]): IdempotencyRecord {
   }
 }
 
-/** What the answer MAC covers: the client, caller and key it belongs to, and every replayed byte. */
+/** The client, caller and key the answer belongs to, and every replayed byte. */
 function answerParts(ref: IdempotencyRef, r: StoredResponse): (string | Buffer)[] {
   const { clientId, caller, keyHash } = ref;
   return ['answer2', clientId, caller, keyHash, String(r.status), r.contentType ?? '', r.body];
 }
 
-/** The answer MAC of a record written before records were per caller (read, never written). */
+/** Records written before records were per caller (read, never written). */
 function legacyAnswerParts(ref: IdempotencyRef, r: StoredResponse): (string | Buffer)[] {
   return ['answer', ref.clientId, ref.keyHash, String(r.status), r.contentType ?? '', r.body];
 }
 
-/** What a stored answer is sealed for: its client, caller and key (AES-GCM associated data). */
 function bodyContext(ref: IdempotencyRef): string[] {
   return ['idempotency answer', ref.clientId, ref.caller, ref.keyHash];
 }

@@ -1,20 +1,14 @@
 /**
- * How far Redis's clock is ahead of this replica's (`redisNow − localNow`, ms), bounded from
- * round trips: a reply carrying Redis's `TIME` that was sent at local `sentAt` and arrived at
- * `arrivedAt` proves the offset lies in `[redisNow − arrivedAt, redisNow − sentAt]`.
- *
- * One round trip under load (a busy event loop, a queued command) can take a hundred ms, and
- * converting with that trip alone would shorten a token by as much. The upper bound keeps the
- * tightest recent trip instead (Cristian's algorithm with a minimum filter): every trip's
- * upper bound is valid, so the smallest is too, as long as neither clock is stepped meanwhile.
- * Bounds older than `maxAgeMs` are dropped so a stepped clock is trusted again after a while.
+ * Bounds on Redis's clock offset from round trips. One trip under load can take a hundred ms,
+ * which would shorten a token by as much, so the upper bound keeps the tightest recent trip
+ * (Cristian's algorithm with a minimum filter); old bounds are dropped so a stepped clock is
+ * trusted again after `maxAgeMs`.
  */
 export class RedisClockOffset {
   private best?: { upper: number; at: number };
 
   constructor(private readonly maxAgeMs = 60_000) {}
 
-  /** Records one round trip; returns the offset's bounds for that trip's conversion. */
   observe(sentAt: number, arrivedAt: number, redisNow: number): { upper: number; lower: number } {
     const upper = redisNow - sentAt;
     if (
@@ -24,8 +18,7 @@ export class RedisClockOffset {
     ) {
       this.best = { upper, at: arrivedAt };
     }
-    // The lower bound comes from this trip: a past trip's lower bound would be as valid, but
-    // the best upper bound already makes the conversion tight.
+    // The best upper bound already makes the conversion tight; the lower one is this trip's.
     return { upper: this.best.upper, lower: Math.min(redisNow - arrivedAt, this.best.upper) };
   }
 }

@@ -1,24 +1,17 @@
 /**
- * Telling a Redis *configuration* error (wrong or missing password, an ACL that forbids what
- * the broker needs, a certificate the broker does not trust) from an *outage* (refused, reset,
- * timed out). An outage passes by itself, and the broker serves from memory meanwhile; a
- * configuration error never passes until someone fixes a setting, so it must fail readiness and
- * say which setting.
- *
- * Only messages written here or by the Redis server and Node's TLS stack are used: neither
- * contains a password.
+ * A *configuration* error (password, ACL, an untrusted certificate) never passes until a setting
+ * is fixed, so it fails readiness and names the setting; an *outage* passes by itself. Messages
+ * come only from here, the Redis server and Node's TLS stack: none contains a password.
  */
 
-/** What kind of configuration error Redis (or the TLS handshake) reported. */
-export type RedisProblemKind = 'authentication' | 'permission' | 'tls';
+type RedisProblemKind = 'authentication' | 'permission' | 'tls';
 
-/** A configuration error, with a message that names its cause and the settings to check. */
+/** A message that names the cause and the settings to check. */
 export interface RedisProblem {
   readonly kind: RedisProblemKind;
   readonly message: string;
 }
 
-/** Node/OpenSSL certificate errors: the server's certificate is not one the broker trusts. */
 const TLS_CERT_CODES = new Set([
   'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
   'UNABLE_TO_GET_ISSUER_CERT',
@@ -35,11 +28,7 @@ const TLS_CERT_CODES = new Set([
 const TLS_HINT =
   'check REDIS_TLS_CA_FILE (the CA that signed the server certificate) and REDIS_TLS_SERVER_NAME (the name the certificate carries)';
 
-/**
- * The configuration error behind `err`, or `undefined` for anything else (an outage, a
- * timeout, a script error). Looks through ioredis's wrappers (`Ready check failed: ...`, a
- * cluster's `lastNodeError`).
- */
+/** `undefined` for an outage, a timeout or a script error; looks through ioredis's wrappers. */
 export function classifyRedisError(err: unknown): RedisProblem | undefined {
   for (const e of causes(err)) {
     const code = (e as NodeJS.ErrnoException).code;
@@ -78,21 +67,16 @@ export function classifyRedisError(err: unknown): RedisProblem | undefined {
   return undefined;
 }
 
-/**
- * Errors whose cause was found out afterwards (a reset connection that a probe showed to be a
- * TLS mismatch): their own message only says "reset".
- */
+/** Causes found out afterwards (a reset a probe showed to be a TLS mismatch). */
 const explained = new WeakMap<Error, RedisProblem>();
 
-/** Records that `err` was caused by `problem`, for {@link classifyRedisError}. */
 export function explainRedisError(err: Error, problem: RedisProblem): void {
   explained.set(err, problem);
 }
 
 /**
- * The broker and the Redis port disagree about TLS. Either way the server just drops the
- * connection, which looks like an outage, so the message names both settings that choose TLS.
- * @param brokerUsesTls whether the broker spoke TLS (a `rediss://` URL or `REDIS_TLS=true`).
+ * Either way the server just drops the connection, which looks like an outage.
+ * @param brokerUsesTls a `rediss://` URL or `REDIS_TLS=true`.
  */
 export function tlsMismatch(brokerUsesTls: boolean): RedisProblem {
   return {
@@ -103,7 +87,6 @@ export function tlsMismatch(brokerUsesTls: boolean): RedisProblem {
   };
 }
 
-/** `err`, its `cause` chain and a cluster's `lastNodeError`, each once. */
 function causes(err: unknown): Error[] {
   const found: Error[] = [];
   let next: unknown = err;
@@ -114,7 +97,7 @@ function causes(err: unknown): Error[] {
   return found;
 }
 
-/** The Redis error reply inside an ioredis message (`Ready check failed: NOAUTH ...`). */
+/** `Ready check failed: NOAUTH ...`. */
 function replyText(message: string): string {
   return message.replace(/^Ready check failed: /, '');
 }

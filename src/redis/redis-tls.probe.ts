@@ -1,22 +1,18 @@
 import { connect as connectTcp, type Socket } from 'node:net';
 import { connect as connectTls } from 'node:tls';
 
-/** Where and how the broker dials a standalone Redis. */
-export interface TlsProbeTarget {
+interface TlsProbeTarget {
   readonly host: string;
   readonly port: number;
-  /** Whether the broker dials with TLS. */
   readonly tls: boolean;
-  /** SNI for the TLS probe (REDIS_TLS_SERVER_NAME), else the host when it is a name. */
+  /** SNI (REDIS_TLS_SERVER_NAME), else the host when it is a name. */
   readonly serverName?: string;
   readonly timeoutMs: number;
 }
 
 /**
- * Whether the port speaks the *other* protocol than the broker: a TLS handshake completes
- * where the broker dialled in clear, or a Redis reply comes back in clear where it dialled
- * TLS. Any other outcome (refused, timeout, silence) is `false`: an outage, not a mismatch.
- * Certificates are not checked: the question is only whether TLS is spoken at all.
+ * Anything but the other protocol answering (refused, timeout, silence) is `false`: an outage,
+ * not a mismatch. Certificates are not checked: only whether TLS is spoken at all.
  */
 export function speaksOtherProtocol(target: TlsProbeTarget): Promise<boolean> {
   return new Promise((resolve) => {

@@ -26,21 +26,15 @@ import {
   readRedisSecrets,
 } from './redis.connection';
 
-/** The Redis passwords, read once at start-up; module-private, never exported. */
 const REDIS_SECRETS = 'TOKEN_BROKER:REDIS_SECRETS';
 import { RedisTokenStore } from './token-store.redis';
 
-/**
- * The shared-store adapter. With a Redis configured (`REDIS_URL`, Sentinel or Cluster): Redis
- * (token store, and the connection other features share). Without: process memory, valid for
- * a single replica only.
- */
+/** Without a Redis configured: process memory, valid for a single replica only. */
 @Module({
   imports: [SecretsModule],
   providers: [
     {
-      // Like the cache-encryption key: read at start-up, so a missing secret stops the broker
-      // with its name instead of surfacing later as a refused connection.
+      // Read at start-up, so a missing secret stops the broker with its name.
       provide: REDIS_SECRETS,
       inject: [BROKER_CONFIG, SECRET_READER],
       useFactory: (config: BrokerConfig, secrets: SecretReader): Promise<RedisSecrets> =>
@@ -55,7 +49,6 @@ import { RedisTokenStore } from './token-store.redis';
           : null,
     },
     {
-      // AES-256-GCM with the configured key(s); plain (with a warning) when none is set.
       provide: TOKEN_CIPHER,
       inject: [BROKER_CONFIG, SECRET_READER, LOGGER],
       useFactory: createTokenCipher,
@@ -103,7 +96,6 @@ import { RedisTokenStore } from './token-store.redis';
       },
     },
     {
-      // The passthrough's rate limits: fleet-wide in Redis, in memory without (or while down).
       provide: FORWARD_RATE_LIMITER,
       inject: [BROKER_CONFIG, REDIS_CONNECTION, LOGGER],
       useFactory: (

@@ -9,14 +9,9 @@ import {
 import { redisKeys } from './redis.constants';
 import type { RedisStoreHealth } from './store-health.redis';
 
-/** The pause before the one retry of a lock command (see the constructor). */
 const LOCK_RETRY_DELAY_MS = 20;
 
-/**
- * The fleet refresh lock on Redis (a redlock lease per client, with the holder's name beside
- * it for the admin status), and the fleet's backoff and refresh floor (keys whose TTL runs on
- * Redis's clock).
- */
+/** Redlock lease per client, the holder's name beside it; backoff and floor are TTL keys. */
 export class RedisRefreshLock implements RefreshLock {
   private readonly redlock: Redlock;
 
@@ -25,10 +20,9 @@ export class RedisRefreshLock implements RefreshLock {
     private readonly lockTtlMs: number,
     commandTimeoutMs: number,
   ) {
-    // A held lock means another replica is refreshing, and waiting for its pub/sub message beats
-    // polling the lock: one retry only. That retry's pause matters for the extension: `using`
-    // retries a failed extension at once until the lease ends, and while Redis refuses at once
-    // (connections gone) only the pause between attempts lets timers and requests run.
+    // A held lock means another replica is refreshing, and its pub/sub message beats polling:
+    // one retry only. The pause matters while Redis refuses at once: `using` retries a failed
+    // extension until the lease ends, and only the pause lets timers and requests run.
     this.redlock = new Redlock([health.redis], {
       retryCount: 1,
       retryDelay: LOCK_RETRY_DELAY_MS,
@@ -43,12 +37,9 @@ export class RedisRefreshLock implements RefreshLock {
     // Settled inside the routine: redlock's release error must neither hide nor replace it.
     let ran: { value: T } | { error: unknown } | undefined;
     try {
-      // `using` extends the lease while `fn` runs, so a slow refresh keeps it; a dead holder's
-      // lease runs out after lockTtlMs and another replica takes over. A lease lost anyway
-      // does not stop `fn`: the lock is an efficiency lock, the fenced write is the guarantee.
+      // A lost lease does not stop `fn`: the lock is for efficiency, the fence the guarantee.
       await this.redlock.using([redisKeys.lock(clientId)], this.lockTtlMs, async () => {
         this.health.markHealthy();
-        // Who holds it, for the admin status (shown only while the lock key exists).
         this.health.redis.set(redisKeys.lockHolder(clientId), REPLICA_ID).catch(() => undefined);
         try {
           ran = { value: await fn() };
@@ -88,7 +79,7 @@ export class RedisRefreshLock implements RefreshLock {
   }
 
   async refreshDeferral(clientId: string): Promise<number> {
-    // PTTL is -2 (no key) or -1 (no expiry, never set by us): both mean "not deferred".
+    // -2 (no key) or -1 (no expiry, never set by us): both mean "not deferred".
     const left = await this.health.run(() => this.health.redis.pttl(redisKeys.backoff(clientId)));
     return Math.max(0, left);
   }
@@ -108,17 +99,15 @@ export class RedisRefreshLock implements RefreshLock {
     const [left, value] = await this.health.run(() =>
       this.health.redis.tbRefreshHold(redisKeys.floor(clientId)),
     );
-    // PTTL is -2 (no key) or -1 (no expiry, never set by us): both mean "no floor".
+    // -2 or -1: no floor.
     if (!(left > 0)) return { ms: 0 };
     const lifetimeMs = Number(value);
-    // Anything but a plain number (written by hand, foreign) names no lifetime.
     return Number.isSafeInteger(lifetimeMs) && lifetimeMs > 0
       ? { ms: left, lifetimeMs }
       : { ms: left };
   }
 }
 
-/** True when redlock failed only because another holder has the lock. */
 async function isHeldElsewhere(cause: unknown): Promise<boolean> {
   if (!(cause instanceof ExecutionError)) return false;
   const stats = await Promise.all(cause.attempts);

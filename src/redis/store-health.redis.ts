@@ -6,7 +6,7 @@ import { TokenStoreErrorCode, TokenStoreException } from '../token/token-store.e
 import { RedisClockOffset } from './redis-clock';
 import { closeRedisClient, type RedisClient, takeEarlyError } from './redis.connection';
 import { redisKeys } from './redis.constants';
-import { type RedisState, RedisStateTracker, type StateLogger } from './redis-state';
+import { RedisStateTracker, type StateLogger } from './redis-state';
 import { defineTokenStoreScripts, type RedisWithScripts } from './token-store.lua';
 
 const SILENT: StateLogger = {
@@ -15,34 +15,20 @@ const SILENT: StateLogger = {
   error: () => undefined,
 };
 
-/**
- * The token store's link to Redis: its connections and their state (up, down, misconfigured),
- * the health probe, the continuity marker and the bounds on Redis's clock. The store's other
- * parts send every command through {@link run}, so each success or failure counts here.
- */
+/** The store's other parts send every command through {@link run}, so each outcome counts. */
 export class RedisStoreHealth implements StoreHealth {
   readonly kind = 'redis' as const;
-  /** The command connection, with the store's scripts. */
   readonly redis: RedisWithScripts;
-  /**
-   * This replica's wall clock (epoch ms). Only durations taken on it reach Redis, so an offset
-   * cancels out; tests replace it to play a skewed replica.
-   */
+  /** Only durations taken on it reach Redis, so an offset cancels out; tests replace it. */
   now: () => number = Date.now;
-  /** Bounds on Redis's clock against this replica's, from recent round trips. */
   readonly clock = new RedisClockOffset();
   private readonly recoveredListeners: Array<() => void> = [];
-  /** The last epoch this replica saw per client (see {@link checkContinuity}). */
   private readonly epochs = new Map<string, { id: string; seq: number }>();
   private readonly tracker: RedisStateTracker;
   private readonly pingTimer: NodeJS.Timeout;
   private closing = false;
 
-  /**
-   * @param probeClient the client whose keys the health probe touches (an ACL grants per client).
-   * @param logger receives one line per state transition (up, down, misconfigured); omitted
-   *   in tests that do not look at logs.
-   */
+  /** @param probeClient whose keys the health probe touches (an ACL grants per client). */
   constructor(
     redis: RedisClient,
     private readonly subscriber: RedisClient,
@@ -52,28 +38,22 @@ export class RedisStoreHealth implements StoreHealth {
   ) {
     this.tracker = new RedisStateTracker(logger, describeRedis(settings));
     this.redis = defineTokenStoreScripts(redis);
-    // Connection errors carry the real cause (WRONGPASS, a TLS code, ECONNREFUSED) that the
-    // failing commands do not; an unhandled 'error' event would also crash the process.
+    // Connection errors carry the real cause that failing commands lack; an unhandled 'error'
+    // event would also crash the process.
     const onConnectionError = (err: unknown) => this.tracker.failed(err, true);
     for (const client of [redis, subscriber]) {
       client.on('error', onConnectionError);
-      // A Cluster reports its nodes' errors separately from its own.
       client.on('node error', onConnectionError);
-      // One reported before this store existed (see createRedisConnection).
       const early = takeEarlyError(client);
       if (early !== undefined) onConnectionError(early);
     }
-    // Every reconnection counts as a recovery, even when no command failed in between (a blip
-    // shorter than the ping interval): Redis may have restarted empty, and the replicas must
-    // push their token back into it.
-    // A closed connection is a (maybe short) outage: the next success logs the way back and
-    // runs the recovery listeners. A demoted master's READONLY closes it too, on purpose.
+    // Every reconnection is a recovery, even a blip shorter than the ping interval: Redis may
+    // have restarted empty and the replicas must push their token back. READONLY closes it too.
     redis.on('close', () => {
       if (!this.closing) this.tracker.failed(new Error('connection to Redis closed'));
     });
     redis.on('ready', () => void this.ping());
-    // A resubscribed subscriber missed what was published while it was away: re-read, as after
-    // an outage, rather than wait for the next refresh to notice a newer token.
+    // A resubscribed subscriber missed what was published meanwhile: re-read, as after an outage.
     let subscribedBefore = false;
     subscriber.on('ready', () => {
       if (subscribedBefore) for (const l of this.recoveredListeners) l();
@@ -87,15 +67,7 @@ export class RedisStoreHealth implements StoreHealth {
     return this.tracker.state === 'up';
   }
 
-  /** `up`, `down` (an outage) or `misconfigured` (see {@link configurationError}). */
-  get state(): RedisState {
-    return this.tracker.state;
-  }
-
-  /**
-   * Why Redis refuses the broker (authentication, ACL, TLS trust), while it does: a setting to
-   * fix, not an outage to wait out. `undefined` otherwise.
-   */
+  /** A setting to fix (authentication, ACL, TLS trust), not an outage to wait out. */
   get configurationError(): string | undefined {
     return this.tracker.problem?.message;
   }
@@ -126,7 +98,7 @@ export class RedisStoreHealth implements StoreHealth {
     while (Date.now() < deadline) {
       await this.ping();
       if (this.healthy) return true;
-      // A configuration error will not pass within the wait: start now, not ready, and say why.
+      // A configuration error will not pass within the wait: start now, not ready.
       if (this.tracker.state === 'misconfigured') return false;
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -155,10 +127,7 @@ export class RedisStoreHealth implements StoreHealth {
     }
   }
 
-  /**
-   * Runs one command, tracking the Redis state. `probe`: the health probe, the only success
-   * that clears an ACL problem (a plain read succeeding says nothing about the scripts).
-   */
+  /** `probe`: the only success that clears an ACL problem (a read says nothing about scripts). */
   async run<T>(command: () => Promise<T>, probe = false): Promise<T> {
     try {
       const result = await command();
@@ -169,13 +138,12 @@ export class RedisStoreHealth implements StoreHealth {
     }
   }
 
-  /** Counts a success (the lock's acquisition, say) that did not go through {@link run}. */
+  /** A success that did not go through {@link run} (the lock's acquisition, say). */
   markHealthy(probe = false): void {
     if (!this.tracker.succeeded(probe)) return;
     for (const l of this.recoveredListeners) l();
   }
 
-  /** Counts a failure and words it as the store's exception, saying what to check. */
   unavailable(cause: unknown, what: string): TokenStoreException {
     this.tracker.failed(cause);
     const problem = this.tracker.problem;
@@ -190,7 +158,7 @@ export class RedisStoreHealth implements StoreHealth {
   }
 }
 
-/** Mode and node addresses for the admin status: host and port only, never a password. */
+/** Host and port only, never a password. */
 function describeTopology(settings: RedisSettings): { mode: string; nodes: string[] } {
   switch (settings.mode) {
     case 'standalone':
@@ -205,7 +173,6 @@ function describeTopology(settings: RedisSettings): { mode: string; nodes: strin
   }
 }
 
-/** How the transition log names the Redis in use: the mode and its addresses, never a password. */
 function describeRedis(settings: RedisSettings): string {
   switch (settings.mode) {
     case 'standalone':

@@ -7,15 +7,13 @@ import type { RedisFleetBus } from './fleet-bus.redis';
 import { redisKeys } from './redis.constants';
 import type { RedisStoreHealth } from './store-health.redis';
 
-/** The longest lifetime a token we wrote can have, in ms. */
 const MAX_LIFETIME_MS = MAX_LIFETIME_SECONDS * 1000;
-/** Slack before a stored expiry counts as corrupt (all times are Redis's: no skew to allow). */
+/** All times are Redis's: no skew to allow. */
 const FENCE_SLACK_MS = 60_000;
 
 /**
- * The token records on Redis: a hash per client (`exp`, `obt` on Redis's clock and `fp` in clear
- * for the fence, `wexp` the writer's own expiry as a hint, `val` sealed by the
- * {@link TokenCipher}), and a pub/sub channel per client to wake the other replicas.
+ * A hash per client (`exp`, `obt` in Redis time and `fp` in clear for the fence, `wexp` the
+ * writer's expiry as a hint, `val` sealed) and a pub/sub channel to wake the other replicas.
  */
 export class RedisTokenRecords implements TokenRecords {
   private readonly listeners: Array<(e: TokenStoreEvent) => void> = [];
@@ -81,16 +79,13 @@ export class RedisTokenRecords implements TokenRecords {
   }
 
   async writeFenced(clientId: string, record: TokenRecord): Promise<boolean> {
-    // Whole ms: Redis stores `obt` as `exp` minus this, and the reader authenticates the
-    // difference it reads back.
+    // Whole ms: the reader authenticates the difference it reads back.
     const lifetimeMs = Math.round(record.expiresAt - record.obtainedAt);
     const writerExpiresAt = String(record.expiresAt);
     const sealed = this.cipher.seal(
       clientId,
       record.accessToken,
       recordContext(record.fingerprint, lifetimeMs, writerExpiresAt),
-      // The generation it was requested in: the fenced write stores it only if that is the
-      // store's generation (or raises the store's to it), which is what readers open it with.
       record.generation ?? 0,
     );
     // Durations from this replica's clock: whatever its offset, it cancels out here.
@@ -137,7 +132,6 @@ export class RedisTokenRecords implements TokenRecords {
     this.lastCorrupt.delete(clientId);
   }
 
-  /** The access token in a stored value; undefined when it fails to open or is another's. */
   private openValue(
     clientId: string,
     val: string,
@@ -148,10 +142,8 @@ export class RedisTokenRecords implements TokenRecords {
   ): string | undefined {
     let accessToken: string;
     try {
-      // The clear fields are authenticated with the value: an edited fingerprint, lifetime or
-      // writer's expiry (to pin an old token's expiry, say) fails to open. So is the highest
-      // revocation generation this replica has seen: a value put back after a revoke fails
-      // too, even with the generation key reset as well.
+      // The clear fields and the highest generation seen are authenticated with the value: an
+      // edited expiry, or a value put back after a revoke, fails to open.
       accessToken = this.cipher.open(
         clientId,
         val,
@@ -171,7 +163,6 @@ export class RedisTokenRecords implements TokenRecords {
     return { status: 'corrupt' };
   }
 
-  /** Turns a message heard on the client's channel into an event for the listeners. */
   deliver(clientId: string, message: string): void {
     let event: TokenStoreEvent | undefined;
     if (message.startsWith('u:')) {
@@ -179,7 +170,6 @@ export class RedisTokenRecords implements TokenRecords {
     } else if (message.startsWith('i:')) {
       event = { type: 'invalidated', clientId, fingerprint: message.slice(2) };
     } else if (message.startsWith('r:')) {
-      // r:<generation>:<fingerprint or empty>
       const [generationText = '', fingerprint = ''] = message.slice(2).split(':');
       const generation = this.bus.learnGeneration(clientId, Number(generationText));
       event = {
@@ -193,25 +183,16 @@ export class RedisTokenRecords implements TokenRecords {
   }
 }
 
-/**
- * How far a stored expiry (Redis time, converted) may lie beyond the writer's own authenticated
- * expiry before the record counts as tampered: more than any wall-clock skew the fleet is meant
- * to tolerate (replicas 30 s off are tested), far less than a token's lifetime.
- */
+/** Beyond any clock skew the fleet tolerates (30 s is tested), far below a token's lifetime. */
 const MAX_WRITER_SKEW_MS = 5 * 60_000;
 
-/**
- * A stored token's expiry in this replica's clock (see {@link localExpiry}); undefined when
- * Redis's `exp` lies too far beyond the writer's own expiry.
- */
 function checkedExpiry(
   expRedis: number,
   offset: { upper: number; lower: number },
   writerExp: string | null | undefined,
 ): number | undefined {
   const writerExpiresAt = Number(writerExp);
-  // Redis's `exp` is not authenticated (Redis computes it); the writer's expiry is. A stored
-  // `exp` moved later than the writer's expiry plus any believable clock skew is refused.
+  // Redis computes `exp`, so it is not authenticated; the writer's expiry is.
   if (
     Number.isFinite(writerExpiresAt) &&
     localExpiry(expRedis, offset, writerExpiresAt) > writerExpiresAt + MAX_WRITER_SKEW_MS
@@ -221,32 +202,23 @@ function checkedExpiry(
   return localExpiry(expRedis, offset, writerExpiresAt);
 }
 
-/** What a sealed value authenticates besides the client id: the fields kept in clear. */
+/** The fields kept in clear. */
 function recordContext(fingerprint: string, lifetimeMs: number, writerExpiresAt: string): string {
   return `fp=${fingerprint};life=${lifetimeMs};wexp=${writerExpiresAt}`;
 }
 
-/** Millisecond granularity of the two clocks compared (Redis's TIME, the replica's Date.now). */
 const CLOCK_GRAIN_MS = 2;
 
 /**
- * How far below the measured range the writer's hint is still taken. Redis anchors the writer's
- * duration when the script runs, a write's latency after the writer read its clock, so the
- * stored expiry can claim that much too much; a writer whose clock agrees with ours knows the
- * exact figure, and a hint a little too early only under-claims (always safe).
+ * Redis anchors the writer's duration a write's latency after the writer read its clock, so the
+ * stored expiry can over-claim that much; a hint a little earlier only under-claims (safe).
  */
 const HINT_BELOW_MS = 500;
 
 /**
- * A stored token's expiry in this replica's clock, from its expiry in Redis time and the bounds
- * of Redis's clock offset (see {@link RedisClockOffset}).
- *
- * The true local expiry lies in `[expRedis − upper, expRedis − lower]`; the conservative answer
- * is its start. The writer's own figure (`writerExpiresAt`) is only a hint: used when it lies
- * inside that range (or up to {@link HINT_BELOW_MS} before it: earlier is safe), where nothing
- * this replica measured can tell it from the truth, so replicas whose clocks agree keep the exact
- * same expiry. A writer whose clock is off lands
- * outside the range and is ignored.
+ * The true local expiry lies in `[expRedis − upper, expRedis − lower]`; the conservative answer is
+ * its start. The writer's figure is used when it lies inside, so replicas whose clocks agree keep
+ * the exact same expiry.
  */
 export function localExpiry(
   expRedis: number,

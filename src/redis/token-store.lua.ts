@@ -1,10 +1,6 @@
 import type { RedisClient } from './redis.connection';
 
-/**
- * Lua helper `redisNow()`: Redis's own clock in epoch ms.
- * Every time the fleet compares is taken here, never on a replica: a replica whose wall clock
- * is off must not decide when a token or lease expires.
- */
+/** Lua `redisNow()`: Redis's clock (epoch ms); a replica's skewed clock must not decide expiry. */
 const REDIS_NOW = `
 local function redisNow()
   local t = redis.call('TIME')
@@ -13,9 +9,8 @@ end
 `;
 
 /**
- * Lua helper `generationAt(key)`: the client's revocation generation (a plain integer; absent: 0).
- * A foreign value of another type is replaced, or every script touching it would fail (WRONGTYPE)
- * for good.
+ * Lua `generationAt(key)`: the revocation generation (absent: 0). A value of another type is
+ * replaced, or every script touching it would fail (WRONGTYPE) for good.
  */
 const GENERATION = `
 local function generationAt(key)
@@ -29,26 +24,17 @@ end
 `;
 
 /**
- * The fence: an older token never replaces a newer one, whoever writes it.
+ * The fence: an older token never replaces a newer one, whoever writes it. The lock makes one
+ * refresher per fleet likely, not certain (a failover can grant it twice); this is what is
+ * certain. After an invalidation the stored expiry stays as a fence, and any token *requested
+ * after* it may replace it. A token requested before a revoke never lands (the generation
+ * fences it). Durations come from the writer's clock; `exp`/`obt` are stored in Redis time.
  *
  * KEYS[1] token hash, KEYS[2] generation.
  * ARGV[1] remaining lifetime (ms), ARGV[2] total lifetime (ms), ARGV[3] fingerprint, ARGV[4]
  * sealed value, ARGV[5] channel, ARGV[6] longest believable lifetime (ms), ARGV[7] the writer's
  * own expiry (epoch ms, a hint), ARGV[8] the generation the token was requested in.
  * Returns {1 written | 0 fenced | -1 older generation, the current generation}.
- *
- * A token requested before a revoke never lands, whoever writes it (a replica that was cut off
- * from Redis during the revoke pushes its token back on recovery): the generation fences it.
- * A writer newer than the store (Redis lost its data) raises the store's generation.
- *
- * The writer sends durations measured on its own clock; the absolute expiry (`exp`) and request
- * time (`obt`) are stored in Redis time, so replicas with different wall clocks compare the same
- * numbers.
- *
- * The lock makes one refresher per fleet likely, not certain (a failover can grant it twice).
- * This fence is what is certain: an older token never replaces a newer one. After an
- * invalidation the stored expiry stays as a fence, and any token *requested after* the
- * invalidation may replace it even if the provider shortened lifetimes meanwhile.
  */
 const WRITE_FENCED = `${REDIS_NOW}${GENERATION}
 -- A foreign value of another type would make every write fail (WRONGTYPE) for good.
@@ -88,9 +74,8 @@ return {1, gen}
 `;
 
 /**
- * The operator's revoke: a new generation, the stored token dropped (its hash stays until it
- * would have expired, so the fence still knows its fingerprint and expiry), the floor lifted (a
- * replacement is needed now), and every replica told.
+ * The operator's revoke: the token hash stays until it would have expired, so the fence still
+ * knows its fingerprint; the floor is lifted (a replacement is needed now).
  *
  * KEYS[1] token hash, KEYS[2] refresh floor, KEYS[3] generation. ARGV[1] channel.
  * Returns {generation, fingerprint or '', subscribers reached}.
@@ -113,7 +98,6 @@ return {gen, fp, reached}
 
 /**
  * A script rather than MULTI: the ACL docs/redis.md asks for grants scripting, not transactions.
- *
  * KEYS[1] a revocation's acknowledgements. ARGV[1] replica id, ARGV[2] TTL (ms). Returns 1.
  */
 const ACKNOWLEDGE = `
@@ -123,12 +107,9 @@ return 1
 `;
 
 /**
- * Reads the token with Redis's now from the same script, so the remaining lifetime is exact in
- * Redis time.
- *
+ * Redis's now from the same script, so the remaining lifetime is exact in Redis time.
  * KEYS[1] token hash, KEYS[2] generation. ARGV: none.
- * Returns exp, obt, fp, val, inv, wexp, Redis's now and the generation, or
- * {'wrongtype', generation}.
+ * Returns exp, obt, fp, val, inv, wexp, Redis's now and the generation, or {'wrongtype', gen}.
  */
 const READ = `${REDIS_NOW}${GENERATION}
 local gen = tostring(generationAt(KEYS[2]))
@@ -141,10 +122,8 @@ return r
 `;
 
 /**
- * Only invalidates if the stored token is still the one the caller saw rejected: a storm of
- * 401s for an old token must cost one refresh, and must never discard the new token. Lifts the
- * floor with the token: its replacement is needed now, whatever the last grant. The marker is
- * Redis's time: the fence compares it with request times stored in Redis time.
+ * Only if the stored token is still the one seen rejected: a storm of 401s for an old token costs
+ * one refresh and never discards the new one. Lifts the floor: a replacement is needed now.
  *
  * KEYS[1] token hash, KEYS[2] refresh floor. ARGV[1] fingerprint, ARGV[2] channel.
  * Returns 1 invalidated, 0 already invalidated or replaced.
@@ -160,9 +139,7 @@ return 1
 `;
 
 /**
- * Only ever extends the backoff: a short backoff from one replica must not cut short a
- * provider's Retry-After another replica honours. The key's TTL runs on Redis's clock.
- *
+ * Only ever extends: one replica's short backoff must not cut short another's Retry-After.
  * KEYS[1] backoff marker. ARGV[1] delay (ms). Returns the ms left.
  */
 const DEFER_REFRESH = `
@@ -175,10 +152,8 @@ return delay
 `;
 
 /**
- * The floor's PTTL and value in one round trip; a key of another type reads as no lifetime.
- *
- * KEYS[1] refresh floor. ARGV: none.
- * Returns {PTTL, the lifetime of the grant that started it (ms) or false}.
+ * KEYS[1] refresh floor. ARGV: none. Returns {PTTL, the lifetime (ms) of the grant that started
+ * it, or false}; a key of another type reads as no lifetime.
  */
 const REFRESH_HOLD = `
 local left = redis.call('PTTL', KEYS[1])
@@ -187,11 +162,8 @@ return {left, redis.call('GET', KEYS[1])}
 `;
 
 /**
- * Creates the epoch if missing (no TTL: it must only vanish with the data), then advances its
- * sequence. A replica that remembers an id which is gone saw the data lost; one that gets a
- * sequence not above the last it saw saw the store go back in time (a failover to a replica
- * that missed writes). Redis's now comes back too: the watch runs every ping interval, which
- * keeps the clock bound fresh.
+ * The epoch has no TTL: it must only vanish with the data. A remembered id that is gone means the
+ * data was lost; a sequence not above the last seen, that the store went back in time.
  *
  * KEYS[1] epoch hash. ARGV[1] an id for a new epoch. Returns {id, sequence, Redis's now (ms)}.
  */
@@ -208,11 +180,9 @@ return {id, redis.call('HINCRBY', KEYS[1], 'seq', 1), now[1] * 1000 + math.floor
 `;
 
 /**
- * Deletes the corrupt value (and lifts the floor: the fleet has no usable token) only if nobody
- * replaced it: a token written since then has another (always present) value.
- *
- * KEYS[1] token hash, KEYS[2] refresh floor. ARGV[1] the corrupt value seen ('' when there was
- * none). Returns 1 deleted, 0 replaced meanwhile.
+ * Only if nobody replaced the corrupt value meanwhile; lifts the floor (no usable token).
+ * KEYS[1] token hash, KEYS[2] refresh floor. ARGV[1] the corrupt value seen ('' when none).
+ * Returns 1 deleted, 0 replaced meanwhile.
  */
 const DISCARD_CORRUPT = `
 local t = redis.call('TYPE', KEYS[1]).ok
@@ -229,12 +199,9 @@ return 0
 `;
 
 /**
- * The health probe needs what the broker needs (scripts, reads, writes and PUBLISH on
- * `tb:{client}:*`), so an ACL that forbids any of them shows as NOPERM at start-up, rather than
- * on the first refresh. PEXPIRE on a missing key changes nothing.
- *
- * KEYS[1] token hash, KEYS[2] a key of the same slot that never exists. ARGV[1] a channel
- * nobody subscribes to. Returns 1.
+ * Uses what the broker needs, so an ACL that forbids any of it shows as NOPERM at start-up, not
+ * on the first refresh. KEYS[1] token hash, KEYS[2] a key of the same slot that never exists.
+ * ARGV[1] a channel nobody subscribes to. Returns 1.
  */
 const PROBE = `
 redis.call('HEXISTS', KEYS[1], 'exp')
@@ -243,7 +210,6 @@ redis.call('PUBLISH', ARGV[1], '')
 return 1
 `;
 
-/** The token store's scripts, as ioredis commands on a client. */
 export type RedisWithScripts = RedisClient & {
   tbProbe(token: string, never: string, channel: string): Promise<number>;
   tbWriteFenced(key: string, ...args: (string | number)[]): Promise<[number, number]>;
@@ -262,7 +228,7 @@ export type RedisWithScripts = RedisClient & {
   tbDiscardCorrupt(key: string, floorKey: string, value: string): Promise<number>;
 };
 
-/** Defines the token store's scripts on `redis` (ioredis loads each by SHA, once). */
+/** ioredis loads each by SHA, once. */
 export function defineTokenStoreScripts(redis: RedisClient): RedisWithScripts {
   redis.defineCommand('tbProbe', { numberOfKeys: 2, lua: PROBE });
   redis.defineCommand('tbWriteFenced', { numberOfKeys: 2, lua: WRITE_FENCED });

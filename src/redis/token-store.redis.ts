@@ -16,18 +16,14 @@ import type {
 import { RedisFleetBus } from './fleet-bus.redis';
 import type { RedisClient } from './redis.connection';
 import { redisKeys } from './redis.constants';
-import type { RedisState, StateLogger } from './redis-state';
+import type { StateLogger } from './redis-state';
 import { RedisRefreshLock } from './refresh-lock.redis';
 import { RedisStoreHealth } from './store-health.redis';
 import { RedisTokenRecords } from './token-records.redis';
 
 /**
- * The shared token store on Redis, one part per port: token records, the refresh lock (with
- * the fleet's backoff and floor), the fleet bus, and the store's health and continuity. This
- * class wires them to one pair of connections and hands each subscribed message to its part.
- *
- * No replica's wall clock decides anything here: replicas send and receive durations, and every
- * absolute time is Redis's (`TIME` inside the scripts).
+ * One part per port, wired to one pair of connections. No replica's wall clock decides anything
+ * here: replicas send durations, and every absolute time is Redis's (`TIME` in the scripts).
  */
 export class RedisTokenStore implements TokenStore {
   readonly kind = 'redis' as const;
@@ -36,10 +32,6 @@ export class RedisTokenStore implements TokenStore {
   private readonly lock: RedisRefreshLock;
   private readonly bus: RedisFleetBus;
 
-  /**
-   * @param logger receives one line per state transition (up, down, misconfigured); omitted
-   *   in tests that do not look at logs.
-   */
   constructor(
     redis: RedisClient,
     subscriber: RedisClient,
@@ -69,7 +61,7 @@ export class RedisTokenStore implements TokenStore {
     void subscriber.subscribe(...channels.keys(), redisKeys.reloadChannel).catch(() => undefined);
   }
 
-  /** This replica's wall clock (epoch ms); tests replace it to play a skewed replica. */
+  /** Tests replace it to play a skewed replica. */
   get now(): () => number {
     return this.health.now;
   }
@@ -77,8 +69,6 @@ export class RedisTokenStore implements TokenStore {
   set now(clock: () => number) {
     this.health.now = clock;
   }
-
-  // ---- Token records ----
 
   read(clientId: string): Promise<StoredToken> {
     return this.records.read(clientId);
@@ -99,8 +89,6 @@ export class RedisTokenStore implements TokenStore {
   onEvent(listener: (event: TokenStoreEvent) => void): void {
     this.records.onEvent(listener);
   }
-
-  // ---- Refresh lock, backoff and floor ----
 
   withRefreshLock<T>(clientId: string, fn: () => Promise<T>): Promise<Locked<T>> {
     return this.lock.withRefreshLock(clientId, fn);
@@ -126,8 +114,6 @@ export class RedisTokenStore implements TokenStore {
     return this.lock.refreshHold(clientId);
   }
 
-  // ---- Fleet bus ----
-
   revoke(clientId: string): Promise<Revocation> {
     return this.bus.revoke(clientId);
   }
@@ -152,15 +138,8 @@ export class RedisTokenStore implements TokenStore {
     this.bus.onReloadRequested(listener);
   }
 
-  // ---- Health and continuity ----
-
   get healthy(): boolean {
     return this.health.healthy;
-  }
-
-  /** `up`, `down` (an outage) or `misconfigured` (see {@link configurationError}). */
-  get state(): RedisState {
-    return this.health.state;
   }
 
   get configurationError(): string | undefined {

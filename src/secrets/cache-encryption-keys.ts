@@ -2,22 +2,19 @@ import type { CredentialsSource } from '../config/client.schema';
 import type { SecretReader } from './secret-reader';
 import { SecretsErrorCode, SecretsException } from './secrets.exception';
 
-/** Keys for the token at rest: `current` writes, every key reads. Never log this object. */
-export interface CacheKeys {
+/** `current` writes, every key reads. Never log this object. */
+interface CacheKeys {
   readonly current: Buffer;
   readonly previous: readonly Buffer[];
 }
 
 const KEY_BYTES = 32;
-/** Standard or URL-safe base64, padding optional (Node's decoder reads both alphabets). */
+/** Standard or URL-safe base64 (Node's decoder reads both), padding optional. */
 const BASE64 = /^[A-Za-z0-9+/_-]+={0,2}$/;
 const SETTING = 'CACHE_KEY_SECRET_ID / CACHE_KEY_FILE (cacheEncryption.key)';
 const HOW = 'generate one with `openssl rand -base64 32`';
 
-/**
- * Reads the cache encryption key(s): one base64 32-byte key, or a keyring
- * `{"current": "<base64>", "previous": ["<base64>", ...]}` for rotation.
- */
+/** One base64 32-byte key, or a keyring `{"current": ..., "previous": [...]}` for rotation. */
 export async function loadCacheKeys(
   reader: SecretReader,
   source: CredentialsSource,

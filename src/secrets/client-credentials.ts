@@ -3,10 +3,7 @@ import type { ClientAuthMethod, ClientCredentialsSource } from '../config/client
 import type { SecretReader } from './secret-reader';
 import { SecretsErrorCode, SecretsException } from './secrets.exception';
 
-/**
- * One client's credentials: its id and what its authentication method needs (a shared secret,
- * a private key, or a certificate and its key). Never log this object.
- */
+/** Never log this object. */
 export interface ClientCredentials {
   readonly clientId: string;
   /** `client_secret_basic`, `client_secret_post` and the provider's dialect. */
@@ -17,13 +14,12 @@ export interface ClientCredentials {
   readonly certificate?: string;
 }
 
-/** Credentials that hold a shared secret. */
 export type SecretCredentials = ClientCredentials & { readonly clientSecret: string };
 
 const credentialsJson = z.object({
   client_id: z.string().min(1),
   client_secret: z.string().min(1).optional(),
-  // A JWK may arrive as an object rather than as JSON text; both are kept as text.
+  // A JWK may arrive as an object rather than as JSON text.
   private_key: z
     .union([z.string().min(1), z.record(z.string(), z.unknown())])
     .transform((v) => (typeof v === 'string' ? v : JSON.stringify(v)))
@@ -31,7 +27,7 @@ const credentialsJson = z.object({
   certificate: z.string().min(1).optional(),
 });
 
-/** What each method needs, and what it must not be given. */
+/** What each method needs; a secret beside a key is refused. */
 const NEEDS: Record<ClientAuthMethod, { fields: readonly string[]; example: string }> = {
   client_secret_basic: {
     fields: ['client_secret'],
@@ -53,13 +49,9 @@ const NEEDS: Record<ClientAuthMethod, { fields: readonly string[]; example: stri
 };
 
 /**
- * Reads and validates the credentials JSON from the configured source for a client
- * authentication method: `{"client_id","client_secret"}` for the secret methods,
- * `{"client_id","private_key"}` for `private_key_jwt`, `{"client_id","certificate","private_key"}`
- * for `tls_client_auth`. A secret where a key is needed (or the reverse) is refused, naming
- * the fields, never their values. `versionStage`: a Secrets Manager staging label (rotation).
- * Key files (`privateKeyFile`, `certificateFile`) are read as they are, on every call, so a
- * rotated Kubernetes Secret is picked up like a re-read JSON file.
+ * Refuses a secret where a key is needed (or the reverse), naming fields, never values.
+ * `versionStage`: a Secrets Manager staging label (rotation). Key files are read on every call,
+ * so a rotated Kubernetes Secret is picked up like a re-read JSON file.
  */
 export async function loadClientCredentials(
   reader: SecretReader,
@@ -88,7 +80,6 @@ export async function loadClientCredentials(
   return parseClientCredentials(await reader.read(ref), where, auth);
 }
 
-/** {@link loadClientCredentials} on text already read from `where`. */
 export function parseClientCredentials(
   text: string,
   where: string,
@@ -118,8 +109,7 @@ export function parseClientCredentials(
       `credentials in "${where}" lack ${missing.join(', ')}, which auth "${auth}" needs; expected ${example}`,
     );
   }
-  // A secret beside a key would be sent nowhere: refuse it rather than keep an unused secret
-  // in memory, and say which method the file seems meant for.
+  // A secret beside a key would be sent nowhere: refuse it rather than keep it in memory.
   if (fields.includes('private_key') && c.client_secret !== undefined) {
     throw malformed(
       where,
@@ -134,7 +124,6 @@ export function parseClientCredentials(
   };
 }
 
-/** Whether two reads of the credentials hold the same values. */
 export function sameCredentials(a: ClientCredentials, b: ClientCredentials): boolean {
   return (
     a.clientId === b.clientId &&

@@ -1,27 +1,18 @@
 import { type ClientCredentials, sameCredentials } from './client-credentials';
 import { SecretsException } from './secrets.exception';
 
-/**
- * Where a Secrets Manager rotation leaves the other versions: the new secret is `AWSPENDING`
- * until it is promoted, then the old one is `AWSPREVIOUS`.
- */
+/** A rotation leaves the new secret `AWSPENDING` until promoted, then the old one `AWSPREVIOUS`. */
 export const SECRETS_MANAGER_ROTATION_STAGES: readonly string[] = ['AWSPENDING', 'AWSPREVIOUS'];
 
-/**
- * One client's credentials, read from their source at most every `maxAgeMs` (so a rotation is
- * picked up without a restart) and on demand after the provider refused them.
- */
+/** Re-read at most every `maxAgeMs` (a rotation is picked up without a restart) and on refusal. */
 export class CredentialsCache {
   private credentials?: ClientCredentials;
   private loadedAt = 0;
 
   /**
-   * @param load reads the credentials from their source (Secrets Manager or a file); with a
-   *   `stage`, that Secrets Manager staging label instead of the current version.
-   * @param maxAgeMs re-read after this long even without a failure.
-   * @param now the clock (epoch ms).
-   * @param rotationStages the staging labels tried after the current version when the server
-   *   refuses the credentials (see {@link rotate}): none for a file, which has one version.
+   * @param load with a `stage`, that Secrets Manager staging label instead of the current version.
+   * @param rotationStages tried after the current version when the server refuses the
+   *   credentials: none for a file, which has one version.
    */
   constructor(
     private readonly load: (stage?: string) => Promise<ClientCredentials>,
@@ -30,11 +21,7 @@ export class CredentialsCache {
     private readonly rotationStages: readonly string[] = [],
   ) {}
 
-  /**
-   * The cached credentials, re-read when older than `maxAgeMs` or when `force`d. Through a
-   * transient source failure (a Secrets Manager blip) the last good credentials are kept;
-   * anything else throws {@link SecretsException}.
-   */
+  /** Through a transient source failure (a Secrets Manager blip) the last good ones are kept. */
   async get(force = false): Promise<ClientCredentials> {
     if (!force && this.credentials && this.now() - this.loadedAt < this.maxAgeMs) {
       return this.credentials;
@@ -51,9 +38,8 @@ export class CredentialsCache {
   }
 
   /**
-   * Re-reads the source now (an operator's reload): `changed` or `unchanged` against what was
-   * loaded, `first` when nothing was (a replica that only ever adopted the fleet's tokens never
-   * needed them). Throws, keeping the current ones, when the source cannot be read.
+   * `first` when nothing was loaded (a replica that only adopted the fleet's tokens never needed
+   * them). Throws, keeping the current ones, when the source cannot be read.
    */
   async reload(): Promise<'changed' | 'unchanged' | 'first'> {
     const before = this.credentials;
@@ -64,13 +50,9 @@ export class CredentialsCache {
   }
 
   /**
-   * Rotation without a failed refresh: after the server refused `refused`, re-reads the current
-   * version, then each of {@link rotationStages} (Secrets Manager: `AWSPENDING`, then
-   * `AWSPREVIOUS`), and calls `attempt` with each one that differs from everything tried so
-   * far, until one is not refused (`isRefusal`). Those credentials are kept, and the stage they
-   * came from (`undefined`: the current version) is returned with `attempt`'s result. Returns
-   * `undefined` when no version differs from the refused credentials (an operator must act);
-   * throws the last refusal when every different version was refused too.
+   * After the server refused `refused`: tries the current version, then each rotation stage,
+   * with each version not tried yet, until one is not refused. `undefined` when no version
+   * differs (an operator must act); throws the last refusal when every one was refused.
    */
   async rotate<T>(
     refused: ClientCredentials,
@@ -84,8 +66,7 @@ export class CredentialsCache {
       try {
         candidate = stage === undefined ? await this.get(true) : await this.load(stage);
       } catch (err) {
-        // A staging label that does not exist (no rotation in progress) or cannot be read
-        // now is no candidate; the current version's failures are the source's failures.
+        // A missing staging label (no rotation in progress) is no candidate.
         if (stage !== undefined && err instanceof SecretsException) continue;
         throw err;
       }

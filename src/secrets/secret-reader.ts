@@ -1,30 +1,26 @@
 import { readFile } from 'node:fs/promises';
-// Types only: the SDK itself is loaded on the first Secrets Manager read (see loadSdk).
+// Types only: the SDK itself is loaded on the first Secrets Manager read.
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SecretsErrorCode, SecretsException } from './secrets.exception';
 
-/** Where a secret lives: exactly one of a Secrets Manager id (name or ARN) or a file path. */
+/** Exactly one of a Secrets Manager id (name or ARN) or a file path. */
 export type SecretRef =
   | {
       secretId: string;
-      /** A Secrets Manager staging label (`AWSPENDING`, `AWSPREVIOUS`). @default AWSCURRENT */
+      /** `AWSPENDING`, `AWSPREVIOUS`. @default AWSCURRENT */
       versionStage?: string;
       file?: undefined;
     }
   | { file: string; secretId?: undefined; versionStage?: undefined };
 
-/**
- * Reads secret strings. The only place that speaks the AWS SDK or touches secret files; every
- * failure leaves here as a {@link SecretsException}.
- */
+/** The only place that speaks the AWS SDK or reads secret files. */
 export interface SecretReader {
   read(ref: SecretRef): Promise<string>;
 }
 
-/** The AWS SDK module, loaded on demand. */
 type SecretsManagerSdk = typeof import('@aws-sdk/client-secrets-manager');
 
-/** AWS error names that mean "nobody changed anything, try again later". */
+/** "Nobody changed anything, try again later". */
 const TRANSIENT_AWS_ERRORS = new Set([
   'InternalServiceError',
   'ThrottlingException',
@@ -33,10 +29,7 @@ const TRANSIENT_AWS_ERRORS = new Set([
   'TimeoutError',
 ]);
 
-/**
- * Secrets Manager via the official SDK (region, endpoint and credentials from its standard
- * environment, e.g. IRSA on EKS), or a local file.
- */
+/** Region, endpoint and credentials from the SDK's standard environment (e.g. IRSA). */
 export class AwsSecretReader implements SecretReader {
   private sdk?: Promise<SecretsManagerSdk>;
   private client?: SecretsManagerClient;
@@ -83,10 +76,8 @@ export class AwsSecretReader implements SecretReader {
   }
 
   /**
-   * The SDK is required on the first Secrets Manager read, not at start-up: it is the largest
-   * dependency the broker has (about 15 MB of RSS and 100+ ms of start on Node 20), and a
-   * deployment whose secrets are all files never needs it. Loaded once; concurrent first
-   * reads share the load.
+   * Loaded on the first Secrets Manager read: the largest dependency, and a deployment whose
+   * secrets are all files never needs it.
    */
   private async loadSdk(secretId: string): Promise<SecretsManagerSdk> {
     this.sdk ??= import('@aws-sdk/client-secrets-manager');

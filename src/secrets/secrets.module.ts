@@ -2,7 +2,6 @@ import { Module, type OnApplicationShutdown, Inject } from '@nestjs/common';
 import { AwsSecretReader } from './secret-reader';
 import { SECRET_READER } from './secrets.constants';
 
-/** The secrets adapter: AWS Secrets Manager or files. */
 @Module({
   providers: [{ provide: SECRET_READER, useFactory: () => new AwsSecretReader() }],
   exports: [SECRET_READER],

@@ -12,43 +12,32 @@ const IV_BYTES = 12;
 const TAG_BYTES = 16;
 export const KEY_BYTES = 32;
 /**
- * Sealed values look like `gcm3:<key id>:<base64url(iv ‖ ciphertext ‖ tag)>`, the associated
- * data binding the client id, the record's context and the client's revocation generation
- * (see {@link AesGcmTokenCipher.seal}). `gcm2:` values (the previous version: no generation)
- * are still read, because old and new replicas share one Redis during a rolling upgrade; the
- * previous version cannot read `gcm3:`, treats it as unreadable and fetches its own token, at
- * most once per token lifetime. `gcm1:` values (the client id only: their expiry could be
- * pinned by anyone who can write Redis) are refused.
+ * `gcm3:<key id>:<base64url(iv ‖ ciphertext ‖ tag)>`. `gcm2:` (no generation) is still read: old
+ * and new replicas share Redis during a rolling upgrade. `gcm1:` (client id only: anyone who can
+ * write Redis could pin its expiry) is refused.
  */
 const PREFIX = 'gcm3:';
 const UNBOUND_PREFIX = 'gcm2:';
-/** Sealed bytes: `gcmb:<key id>:` then iv ‖ ciphertext ‖ tag, raw (see {@link AesGcmTokenCipher.sealBytes}). */
 const BYTES_PREFIX = 'gcmb:';
-/** Label of the MAC key derived from each cache key (never the encryption key itself). */
+/** The MAC key is derived from each cache key, never the encryption key itself. */
 const MAC_LABEL = 'token-broker record mac';
 
-/**
- * A key's id: 8 hex digits of an HMAC of a fixed label under the key. It is derived, not
- * configured, so it can never point at the wrong key, and it reveals nothing about the key.
- */
+/** Derived, not configured: it can never point at the wrong key, and reveals nothing about it. */
 export function cacheKeyId(key: Buffer): string {
   return createHmac('sha256', key).update('token-broker cache key id').digest('hex').slice(0, 8);
 }
 
 /**
- * Seals the token for the shared store with AES-256-GCM: a random 96-bit IV per value, the
- * client id as associated data (a value copied to another client's key fails to open), and
- * the key id in clear so rotation works: values are written with the current key and read
- * with whichever configured key wrote them.
+ * AES-256-GCM with a random IV per value; the key id is in clear so values written before a
+ * rotation open with whichever configured key wrote them.
  */
 export class AesGcmTokenCipher implements TokenCipher {
   private readonly current: { id: string; key: Buffer };
   private readonly byId = new Map<string, Buffer[]>();
-  /** Per key id, the MAC keys derived from the cache keys with that id. */
   private readonly macKeysById = new Map<string, Buffer[]>();
   readonly authenticates = true;
 
-  /** `current` writes and reads; `previous` keys only read (values written before a rotation). */
+  /** `previous` keys only read (values written before a rotation). */
   constructor(current: Buffer, previous: readonly Buffer[] = []) {
     for (const key of [current, ...previous]) {
       if (key.length !== KEY_BYTES) throw new RangeError(`AES-256 keys are ${KEY_BYTES} bytes`);
@@ -60,21 +49,17 @@ export class AesGcmTokenCipher implements TokenCipher {
     this.current = { id: cacheKeyId(current), key: current };
   }
 
-  /** The id written into new values (safe to log). */
   get currentKeyId(): string {
     return this.current.id;
   }
 
-  /** Every id this cipher can open (safe to log). */
   get keyIds(): string[] {
     return [...this.byId.keys()];
   }
 
   /**
-   * Seals `accessToken` for `clientId`. `context` (what the store keeps in clear next to the
-   * value: fingerprint, lifetime, writer's expiry) and `generation` (the client's revocation
-   * generation) are authenticated with it: a value whose clear fields were edited, moved to
-   * another client, or put back after a revoke, fails to open.
+   * `context` (the store's clear fields) and `generation` are authenticated too: a value whose
+   * clear fields were edited, moved to another client, or put back after a revoke fails to open.
    */
   seal(clientId: string, accessToken: string, context = '', generation = 0): string {
     const iv = randomBytes(IV_BYTES);
@@ -118,10 +103,7 @@ export class AesGcmTokenCipher implements TokenCipher {
     );
   }
 
-  /**
-   * Seals `bytes` (raw, for a binary store field) with the current key; the associated data is
-   * `context` length-prefixed, so the value only opens for the record it was written for.
-   */
+  /** `context` is the associated data: the value only opens for the record it was written for. */
   sealBytes(context: readonly string[], bytes: Buffer): Buffer {
     const iv = randomBytes(IV_BYTES);
     const cipher = createCipheriv(ALGORITHM, this.current.key, iv, { authTagLength: TAG_BYTES });
@@ -160,15 +142,12 @@ export class AesGcmTokenCipher implements TokenCipher {
     throw new Error('sealed bytes failed authentication (wrong key, tampered, or another record)');
   }
 
-  /**
-   * `<key id>:<base64url HMAC-SHA256>` over `parts` under a key derived from the current cache
-   * key: what the idempotency store keeps next to an answer it will replay.
-   */
+  /** What the idempotency store keeps next to an answer it will replay. */
   mac(parts: readonly (string | Buffer)[]): string {
     return `${this.current.id}:${hmacOf(macKey(this.current.key), parts)}`;
   }
 
-  /** Whether `tag` is a {@link mac} of `parts` under any configured key (rotation). */
+  /** Under any configured key (rotation). */
   verifyMac(parts: readonly (string | Buffer)[], tag: string): boolean {
     const colon = tag.indexOf(':');
     const keys = colon > 0 ? this.macKeysById.get(tag.slice(0, colon)) : undefined;
@@ -181,16 +160,14 @@ export class AesGcmTokenCipher implements TokenCipher {
   }
 }
 
-/** The associated data of a `gcm2:` value. */
 function associatedData(clientId: string, context: string): Buffer {
   // The client id cannot contain a NUL (config validation), so the split is unambiguous.
   return Buffer.from(context === '' ? clientId : `${clientId}\u0000${context}`, 'utf8');
 }
 
 /**
- * The associated data of a `gcm3:` value: its parts length-prefixed, so no two lists encode
- * alike. It starts with a zero byte and `gcm2:` data with the client id (never empty, never a
- * NUL), so a value relabelled from one version to the other cannot open either.
+ * `gcm3:` data starts with a zero byte and `gcm2:` with the client id (never empty), so a value
+ * relabelled from one version to the other cannot open either.
  */
 function boundData(clientId: string, context: string, generation: number): Buffer {
   return lengthPrefixed(['gcm3', clientId, context, String(generation)]);
@@ -200,12 +177,10 @@ function macKey(key: Buffer): Buffer {
   return createHmac('sha256', key).update(MAC_LABEL).digest();
 }
 
-/** Each part length-prefixed, so that no two different lists hash alike. */
 function hmacOf(key: Buffer, parts: readonly (string | Buffer)[]): string {
   return createHmac('sha256', key).update(lengthPrefixed(parts)).digest('base64url');
 }
 
-/** Each part as a 4-byte big-endian length, then its bytes. */
 function lengthPrefixed(parts: readonly (string | Buffer)[]): Buffer {
   const chunks: Buffer[] = [];
   for (const part of parts) {

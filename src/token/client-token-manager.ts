@@ -16,29 +16,20 @@ import type { TokenStore, TokenStoreEvent } from './token-store';
 import { TokenWaiters } from './token-waiters';
 import { TokenErrorCode, TokenException } from './token.exception';
 
-export { MIN_SERVE_MS };
-
-/** Collaborators of one client's manager; shared across clients. */
-export interface ManagerDeps {
+interface ManagerDeps {
   store: TokenStore;
   grantor: TokenGrantor;
-  /** Reads a client's credentials; `stage`: a Secrets Manager staging label instead of the current one. */
+  /** `stage`: a Secrets Manager staging label instead of the current one. */
   loadCredentials: (client: ClientConfig, stage?: string) => Promise<ClientCredentials>;
   metrics: MetricsService;
   logger: Logger;
   settings: TokenSettings;
-  /**
-   * How long the shared store must keep failing before this replica refreshes on its own
-   * (a couple of Redis command timeouts): one late reply is not an outage.
-   */
+  /** How long the store must keep failing before this replica refreshes alone. */
   storeGraceMs: number;
-  /** The clock (epoch ms); tests move it. @default Date.now */
   now?: () => number;
-  /** Jitter source; tests seed it. @default Math.random */
   random?: () => number;
 }
 
-/** What the last refresh attempt left behind, for readiness and error messages. */
 export interface ClientTokenStatus {
   client: string;
   hasToken: boolean;
@@ -47,47 +38,29 @@ export interface ClientTokenStatus {
   /** A failure that needs an operator (credentials refused or unreadable). */
   permanentError?: { code: TokenErrorCode; message: string };
   lastError?: string;
-  /**
-   * Set while the provider's tokens live too short for the broker to serve and refresh them
-   * (see `neededLifetimeMs`): names the lifetime and the setting involved.
-   */
+  /** Set while the provider's tokens live too short to serve and refresh them. */
   lifetimeError?: string;
   nextAttemptAt?: number;
   everObtained: boolean;
 }
 
 /**
- * One client's token lifecycle, as a state machine: L1 (a {@link HeldToken}), L2 (the shared
- * store), source (the provider).
- *
- * - Hot path: {@link peek} reads L1 synchronously; no I/O.
- * - Refresh: a single loop per process (the single flight, a {@link RefreshLoop}), started by
- *   the refresh-ahead timer, by a caller in the mandatory window, by an invalidation, or by a
- *   store event. Each pass is a {@link FleetRefresh} (L2, lock, L2 again, provider, fenced
- *   write); between passes the loop sleeps for the backoff {@link RefreshStanding} sets, or
- *   until a store event wakes it.
- * - Callers in the mandatory window wait in {@link TokenWaiters}, bounded by `waitTimeoutMs`.
- * - Failures: capped exponential backoff with full jitter; the current token keeps being
- *   served until it expires.
+ * One client's token lifecycle: L1 (a {@link HeldToken}), L2 (the shared store), source (the
+ * provider), with one refresh loop per process and bounded waits for callers who need more.
  */
 export class ClientTokenManager {
-  /** L1: the token this replica serves, and what it may hold. */
   private readonly held: HeldToken;
-  /** The single flight: the refresh loop, its timer and its sleeps. */
   private readonly loop: RefreshLoop;
   private readonly waiters = new TokenWaiters();
   private readonly refresh: FleetRefresh;
-  /** Failures, holds and the provider's lifetime: what a caller is told while it waits. */
   private readonly standing: RefreshStanding;
   /**
-   * Set while {@link resync} runs: L1 is set aside until the generation is read, and callers
-   * missing it wait for this (a few Redis round trips) rather than start a refresh of their own,
-   * which could ask the provider for a token the set-aside one is about to cover.
+   * Set while {@link resync} runs: callers wait for it rather than start a refresh the
+   * set-aside token may be about to cover.
    */
   private resyncing?: Promise<void>;
   private readonly now: () => number;
   private readonly random: () => number;
-  /** Hot-path hit counter (see {@link MetricsService.l1HitCell}). */
   readonly l1Hits: HitCell;
 
   constructor(
@@ -132,30 +105,20 @@ export class ClientTokenManager {
     });
   }
 
-  /** Starts the lifecycle: load credentials and obtain the first token in the background. */
   start(): void {
     this.loop.ensureRefreshing('start');
   }
 
-  /**
-   * Stops timers and retries, waits (bounded) for a refresh in flight to finish, then fails
-   * the waiters it did not answer. Waiters are failed last, not first: callers already waiting
-   * for the refresh this replica is doing (SIGTERM mid-refresh) get its token instead of a 503.
-   */
+  /** Waiters are failed last, so callers of a refresh in flight at SIGTERM get its token. */
   async stop(timeoutMs = 5000): Promise<void> {
     await this.loop.stop(timeoutMs);
     this.waiters.rejectAll(shuttingDown());
   }
 
-  /** Hot path: the L1 token if it has at least `minRemainingMs` left. No I/O, no promise. */
   peek(minRemainingMs: number): TokenRecord | undefined {
     return this.held.servable(minRemainingMs);
   }
 
-  /**
-   * A token with at least `minRemainingMs` left. Answers from L1 when it can; otherwise this
-   * is the mandatory window: wait (bounded by `waitTimeoutMs`) for the single refresh.
-   */
   async get(
     minRemainingMs: number,
     waitTimeoutMs = this.deps.settings.waitTimeoutMs,
@@ -181,10 +144,8 @@ export class ClientTokenManager {
   }
 
   /**
-   * Generation-aware invalidation: the provider rejected the token with `fingerprint`. Drop it
-   * only if it is still the current one, here and in the store, so a storm of rejections of
-   * one stale token costs a single refresh. The fingerprint is remembered: this manager never
-   * adopts that token again, so the next {@link get} waits for a different one.
+   * The provider rejected the token with `fingerprint`: drop it only if still current, so a storm
+   * of rejections of one stale token costs one refresh; never adopt it again.
    */
   async invalidate(fingerprint: string): Promise<boolean> {
     const dropped = this.held.reject(fingerprint);
@@ -207,7 +168,6 @@ export class ClientTokenManager {
     return invalidated;
   }
 
-  /** A message from the shared store (another replica refreshed or invalidated). */
   onStoreEvent(event: TokenStoreEvent): void {
     if (event.type === 'revoked') {
       if (event.fingerprint !== undefined) this.held.refuse(event.fingerprint);
@@ -235,11 +195,7 @@ export class ClientTokenManager {
     }
   }
 
-  /**
-   * The store is reachable again after an outage: check the generation, push our token,
-   * converge on the newest. Concurrent calls (the command and subscriber connections both
-   * come back) share one run.
-   */
+  /** The store is back after an outage; concurrent calls (both connections) share one run. */
   resync(): Promise<void> {
     this.resyncing ??= this.resyncOnce().finally(() => (this.resyncing = undefined));
     return this.resyncing;
@@ -248,9 +204,8 @@ export class ClientTokenManager {
   private async resyncOnce(): Promise<void> {
     const held = this.held.current;
     if (!this.held.needsResync && held === undefined) return;
-    // An operator may have revoked the token while this replica could not hear it: it is not
-    // served again (this runs in the very tick the store is seen back) before this replica has
-    // read the fleet's generation.
+    // A revoke may have been missed while the store was down: serve nothing until the
+    // generation is read.
     this.held.setAside();
     try {
       await this.refresh.readShared();
@@ -269,10 +224,6 @@ export class ClientTokenManager {
     }
   }
 
-  /**
-   * Forced refresh (see {@link FleetRefresh.forced}): the new token is this replica's at once;
-   * the others adopt it from the store's notification.
-   */
   async forceRefresh(
     askedAt: number,
   ): Promise<{ record: TokenRecord; fetched: boolean; written: boolean }> {
@@ -282,12 +233,11 @@ export class ClientTokenManager {
     return result;
   }
 
-  /** Re-reads this client's credentials now; whether they changed (see `CredentialsCache.reload`). */
   reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
     return this.refresh.reloadCredentials();
   }
 
-  /** What the admin status shows of this client on this replica (fingerprints, never tokens). */
+  /** Fingerprints, never tokens. */
   adminStatus(): {
     fingerprint?: string;
     expiresAt?: number;
@@ -311,9 +261,8 @@ export class ClientTokenManager {
   }
 
   /**
-   * Catches up with the store's generation: a token of an older one (revoked while this replica
-   * held it) is dropped at once, never adopted again, and its replacement fetched; the store
-   * hears that this replica did so. `held`: a token set aside by {@link resync}, judged too.
+   * A token of an older generation (revoked while held) is dropped, never adopted again, and
+   * replaced. `held`: a token set aside by {@link resync}, judged too.
    */
   private syncGeneration(held?: TokenRecord): void {
     const generation = this.deps.store.generation(this.client.id);
@@ -349,12 +298,9 @@ export class ClientTokenManager {
     };
   }
 
-  // ---------------------------------------------------------------------------------------
-
   /**
-   * Makes `record` the L1 token (unless ours is newer), re-arms the refresh timer and answers
-   * waiters. After a fresh fetch, a waiter the new token still cannot satisfy (it asked for
-   * more than the provider's lifetime) is refused rather than made to trigger another fetch.
+   * After a fresh fetch, a waiter the new token cannot satisfy (it asked for more than the
+   * provider's lifetime) is refused rather than made to trigger another fetch.
    */
   private adopt(record: TokenRecord, fetched = false, forced = false): void {
     const held = this.held.keep(record, forced);

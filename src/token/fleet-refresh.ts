@@ -12,94 +12,61 @@ import { TokenStoreException } from './token-store.exception';
 import { TokenErrorCode, TokenException } from './token.exception';
 
 /**
- * A forced refresh takes a token requested up to this long before it was asked for as the
- * fresh one: operators (or a script on every replica) asking together must cost one provider
- * request, not one each, although their requests reach the replicas some milliseconds apart.
+ * A forced refresh adopts a token obtained up to this long before it was asked for, so operators
+ * asking on every replica at once cost one provider request.
  */
 export const FORCED_COALESCE_MS = 100;
 
-/** Collaborators of one client's {@link FleetRefresh}. */
 export interface FleetRefreshDeps {
   store: TokenRecords & RefreshLock & Pick<FleetBus, 'generation'>;
   grantor: TokenGrantor;
   credentials: CredentialsCache;
   metrics: Pick<MetricsService, 'lockAttempts' | 'cacheLookups' | 'refreshes' | 'providerLatency'>;
   logger: Logger;
-  /**
-   * How long the shared store must keep failing before this replica refreshes on its own
-   * (a couple of Redis command timeouts): one late reply is not an outage.
-   */
+  /** How long the store must keep failing before this replica refreshes alone. */
   storeGraceMs: number;
-  /** The refresh floor (`TOKEN_MIN_REFRESH_INTERVAL_MS`): at most one grant per interval. */
+  /** `TOKEN_MIN_REFRESH_INTERVAL_MS`: at most one grant per interval. */
   minRefreshIntervalMs: number;
   now: () => number;
 }
 
-/** What the state machine knows that the pass needs, read afresh after every await. */
 export interface RefreshContext {
-  /** The token this replica serves now (L1), if any. */
   held(): TokenRecord | undefined;
-  /** Whether `record` ends the refresh: outside its refresh window and enough for every waiter. */
   goodEnough(record: TokenRecord): boolean;
   /**
-   * Records a failed provider request (counts, logs, answers waiters a permanent failure) and
-   * returns how long this replica would back off; the pass then shares that delay with the
-   * fleet before releasing the lock (for the provider's trouble, see {@link isFleetWide}) and
-   * answers `failed`. Without it the failure is thrown,
-   * and nothing is shared.
+   * Records a failed provider request and returns this replica's backoff, which the pass shares
+   * with the fleet before releasing the lock. Without it the failure is thrown.
    */
   failed?(err: unknown): number;
 }
 
-/** Outcome of one pass. */
 export type RefreshPass =
   | {
       kind: 'token';
       record: TokenRecord;
-      /** Asked from the provider by this pass (not adopted). */
       fetched: boolean;
-      /** Not written to the shared store (it was down): push it once the store is back. */
+      /** Not written to the store (it was down): push it once the store is back. */
       unshared: boolean;
     }
-  /** Another replica holds the lock, or the store failed within its grace: wait, then retry. */
   | { kind: 'wait' }
-  /**
-   * No provider request now: the fleet is backing off (`deferred`: set by a replica's failure
-   * or the provider's Retry-After), or this pass's request failed (`failed`, already recorded
-   * through {@link RefreshContext.failed}). `retryInMs`: when the fleet's next attempt is due.
-   */
+  /** The fleet is backing off, or this pass's request failed; `retryInMs`: the next attempt. */
   | { kind: 'deferred' | 'failed'; retryInMs: number }
-  /**
-   * No provider request now: a token was granted less than the refresh floor ago (fleet-wide
-   * through the store, or by this replica while the store is down). `retryInMs`: when the
-   * floor ends.
-   */
+  /** A token was granted less than the refresh floor ago. */
   | {
       kind: 'floor';
       retryInMs: number;
-      /** Lifetime of the grant that started the floor (another replica's, perhaps unusable). */
       lifetimeMs?: number;
     }
-  /**
-   * The provider granted a token too short-lived to serve (less than the minimum left when it
-   * arrived): neither stored nor served. The floor started with it. `lifetimeMs`: its lifetime.
-   */
+  /** The provider granted a token too short-lived to serve; the floor started with it. */
   | { kind: 'unusable'; lifetimeMs: number; retryInMs: number };
 
 /**
- * The fleet refresh pass of one client: read the shared store, take the fleet lock, read again
- * inside it, ask the provider, fenced write. **The one place the refresh lock is taken.**
- *
- * If the store is down for longer than `storeGraceMs` (or the token served is about to run
- * out), the pass asks the provider directly: this replica's loop is then the single flight.
+ * The fleet refresh pass of one client. **The one place the refresh lock is taken.** If the
+ * store is down longer than `storeGraceMs`, the replica asks the provider directly.
  */
 export class FleetRefresh {
-  /** When the current run of store failures began (undefined while the store answers). */
   private storeFailingSince?: number;
-  /**
-   * When this replica last obtained a token from the provider: its own refresh floor while
-   * the store (which holds the fleet's) is unreachable.
-   */
+  /** This replica's own floor while the store (which holds the fleet's) is unreachable. */
   private lastGrantAt?: number;
 
   constructor(
@@ -107,7 +74,6 @@ export class FleetRefresh {
     private readonly deps: FleetRefreshDeps,
   ) {}
 
-  /** One pass: L2, lock, L2 again, provider, fenced write. */
   async run(ctx: RefreshContext): Promise<RefreshPass> {
     const { store, metrics } = this.deps;
     const id = this.client.id;
@@ -131,18 +97,14 @@ export class FleetRefresh {
       if (!(err instanceof TokenStoreException)) throw err;
       noteStoreFailure(this.deps.logger, id, err);
       metrics.lockAttempts.labels(id, 'error').inc();
-      // One slow or failed command is not an outage: under CPU pressure a reply can miss the
-      // command timeout while Redis is fine. Fetching at once would make this replica refresh
-      // beside the fleet's lock holder, so retry through the store until it has failed for
-      // `storeGraceMs`, or the token we serve is about to run out.
+      // One slow command is not an outage (under CPU pressure a reply can miss its timeout
+      // while Redis is fine): fetching at once would refresh beside the fleet's lock holder.
       const now = this.deps.now();
       this.storeFailingSince ??= now;
       const withinGrace = now - this.storeFailingSince < this.deps.storeGraceMs;
       const held = ctx.held();
       const tokenLasts = held === undefined || held.expiresAt - now > 2 * this.deps.storeGraceMs;
       if (withinGrace && tokenLasts) return { kind: 'wait' };
-      // Degraded: this replica refreshes on its own; the loop is the per-replica single flight,
-      // held to the floor by its own clock.
       const localHoldMs = this.localHoldMs();
       if (localHoldMs > 0) return { kind: 'floor', retryInMs: localHoldMs };
       const record = await this.fetch();
@@ -151,7 +113,6 @@ export class FleetRefresh {
     }
   }
 
-  /** Inside the lock: L2 again, the fleet's backoff and floor, provider, fenced write. */
   private async underLock(ctx: RefreshContext): Promise<RefreshPass> {
     // Inside the lock, re-read: the previous holder may have written just now.
     const again = await this.readShared();
@@ -185,18 +146,16 @@ export class FleetRefresh {
     return token(record, true, !shared);
   }
 
-  /** Lifts this replica's own floor: the provider rejected the token, a new one is needed now. */
   liftLocalFloor(): void {
     this.lastGrantAt = undefined;
   }
 
-  /** Ms left of this replica's own floor (the one it keeps while the store is down). */
   private localHoldMs(): number {
     if (this.lastGrantAt === undefined) return 0;
     return Math.max(0, this.lastGrantAt + this.deps.minRefreshIntervalMs - this.deps.now());
   }
 
-  /** Starts the floor, fleet-wide and here (the store may be down by the next pass). */
+  /** Fleet-wide and here: the store may be down by the next pass. */
   private async holdFleet(record: TokenRecord): Promise<void> {
     this.lastGrantAt = this.deps.now();
     try {
@@ -210,7 +169,6 @@ export class FleetRefresh {
     }
   }
 
-  /** Whether `record` still has the minimum left to be served, now that it has arrived. */
   private servable(record: TokenRecord): boolean {
     return record.expiresAt - this.deps.now() >= MIN_SERVE_MS;
   }
@@ -223,10 +181,7 @@ export class FleetRefresh {
     };
   }
 
-  /**
-   * The shared token, or undefined when there is none or it is unreadable (a corrupt value is
-   * discarded so a fresh token can be written). Throws {@link TokenStoreException}.
-   */
+  /** A corrupt value is discarded so a fresh token can be written. */
   async readShared(): Promise<TokenRecord | undefined> {
     const { store, metrics, logger } = this.deps;
     const stored = await store.read(this.client.id);
@@ -244,10 +199,7 @@ export class FleetRefresh {
     return stored.status === 'found' ? stored.record : undefined;
   }
 
-  /**
-   * Writes the new token to L2; if a newer one is already there, the fence keeps it and the
-   * next read adopts it. Returns whether the store answered (false: push it on recovery).
-   */
+  /** If a newer token is stored, the fence keeps it. False: the store failed, push on recovery. */
   private async publish(record: TokenRecord): Promise<boolean> {
     try {
       const written = await this.deps.store.writeFenced(this.client.id, record);
@@ -264,11 +216,7 @@ export class FleetRefresh {
     }
   }
 
-  /**
-   * Defers the fleet's next provider request by `delayMs` (never shortening a longer deferral
-   * already set) and returns when the fleet's next attempt is due. Without the store, this
-   * replica's own delay.
-   */
+  /** Never shortens a longer deferral already set; without the store, this replica's own delay. */
   private async deferFleet(delayMs: number): Promise<number> {
     try {
       return Math.max(delayMs, await this.deps.store.deferRefresh(this.client.id, delayMs));
@@ -279,14 +227,8 @@ export class FleetRefresh {
   }
 
   /**
-   * The operator's forced refresh: one provider request for the whole fleet, under the refresh
-   * lock (waited for, up to `waitMs`), written with the fence, which notifies every replica.
-   * Ignores the fleet's floor and backoff (an operator asked), but starts the floor after.
-   *
-   * Coalesced: a token the store got after `askedAt` (less {@link FORCED_COALESCE_MS}) is the
-   * fresh token asked for, so N operators or replicas asking at once cost one request. Throws
-   * {@link TokenStoreException} when the store is down (no fleet-wide refresh without it), a
-   * provider exception when the provider refuses.
+   * The operator's forced refresh: one provider request for the fleet under the lock, ignoring
+   * the floor and backoff but starting the floor after; coalesced by {@link FORCED_COALESCE_MS}.
    */
   async forced(askedAt: number, waitMs: number): Promise<Forced> {
     const { store, metrics } = this.deps;
@@ -304,7 +246,6 @@ export class FleetRefresh {
     }
   }
 
-  /** Inside the lock: adopt a token obtained since `askedAt`, or ask the provider for one. */
   private async forcedUnderLock(askedAt: number): Promise<Forced> {
     const found = await this.readShared();
     if (found && found.obtainedAt >= askedAt - FORCED_COALESCE_MS) {
@@ -317,7 +258,6 @@ export class FleetRefresh {
     return { record, fetched: true, written };
   }
 
-  /** Re-reads the credentials now; whether they changed (never what they are). */
   async reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
     return this.deps.credentials.reload();
   }
@@ -330,7 +270,6 @@ export class FleetRefresh {
     );
   }
 
-  /** Asks the provider (see {@link fetchFromProvider}). */
   private fetch(): Promise<TokenRecord> {
     return fetchFromProvider(this.client, this.deps);
   }
@@ -340,17 +279,13 @@ export class FleetRefresh {
   }
 }
 
-/** A forced refresh's token: asked for by this replica (`fetched`), stored (`written`). */
 type Forced = { record: TokenRecord; fetched: boolean; written: boolean };
 
 function token(record: TokenRecord, fetched: boolean, unshared = false): RefreshPass {
   return { kind: 'token', record, fetched, unshared };
 }
 
-/**
- * Logs a shared-store failure at debug level (the store logs its own up/down transitions; one
- * line per failed command flooded the logs). Rethrows anything that is not a store failure.
- */
+/** Debug level: the store logs its own up/down transitions, and a line per command flooded. */
 export function noteStoreFailure(logger: Logger, clientId: string, err: unknown): void {
   if (!(err instanceof TokenStoreException)) throw err;
   logger.debug({ client: clientId, err: err.message }, 'shared store unavailable');

@@ -1,10 +1,7 @@
-/** A Host header fit to be echoed into the metadata document. */
+/** A Host fit to be echoed into the metadata document. */
 const HOST = /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/;
 
-/**
- * The issuer the metadata names: the configured one, else the origin the caller used (a Host
- * that is not a plain host name and port falls back to the listener's address).
- */
+/** Else the origin the caller used; an odd Host falls back to the listener's address. */
 export function issuerFor(
   http: { issuer?: string | undefined; host: string; port: number },
   req: { protocol: string; host?: string | undefined },

@@ -2,40 +2,37 @@ import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
 import type { CallerAuthMode } from '../config/caller-auth.schema';
 import { OAuthErrorCode, OAuthException } from './oauth.exception';
 
-/** RFC 7523 §2.2: the one client assertion type accepted. */
+/** RFC 7523 §2.2. */
 export const JWT_BEARER_ASSERTION = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
 
 /** Largest form body read: a service-account assertion is ~1 KiB, the rest a few names. */
 export const OAUTH_BODY_LIMIT_BYTES = 16_384;
 
 /**
- * What Kubernetes signs service-account tokens with; the kubernetes authenticator's
- * `SERVICE_ACCOUNT_ALGORITHMS` (a unit spec keeps them equal). Not imported from there: that
- * file loads the JWT stack, which the other modes never load.
+ * The kubernetes authenticator's `SERVICE_ACCOUNT_ALGORITHMS` (a unit spec keeps them equal), not
+ * imported: that file loads the JWT stack, which the other modes never load.
  */
 export const ASSERTION_ALGORITHMS = ['RS256', 'ES256'];
 
-/** How a stock client authenticated (RFC 6749 §2.3.1, RFC 7523 §2.2); `none` sent nothing. */
-export type OAuthClientAuthMethod =
+/** RFC 6749 §2.3.1, RFC 7523 §2.2; `none` sent nothing. */
+type OAuthClientAuthMethod =
   | 'client_secret_basic'
   | 'client_secret_post'
   | 'client_assertion'
   | 'none';
 
-/** A well-formed `grant_type=client_credentials` request, before any credential is checked. */
+/** Before any credential is checked. */
 export interface OAuthTokenRequest {
   readonly method: OAuthClientAuthMethod;
-  /** The credential as the configured authenticator reads it: `Bearer <key or JWT>`. */
+  /** As the configured authenticator reads it: `Bearer <key or JWT>`. */
   readonly authorization: string | undefined;
-  /** The client id the caller named (Basic, post, or an assertion's optional `client_id`). */
   readonly clientId: string | undefined;
-  /** Which provider client the caller asked for, and through which parameter. */
   readonly target:
     | { readonly param: 'resource' | 'audience' | 'scope'; readonly value: string }
     | undefined;
 }
 
-/** Parameters the endpoint understands; any other is ignored (RFC 6749 §3.2). */
+/** Any other parameter is ignored (RFC 6749 §3.2). */
 const KNOWN = [
   'grant_type',
   'client_id',
@@ -54,10 +51,8 @@ const FORM = /^application\/x-www-form-urlencoded\s*(;|$)/i;
 const invalid = (message: string) => new OAuthException(OAuthErrorCode.InvalidRequest, message);
 
 /**
- * Parses a `POST /oauth2/token` request: the media type, the form, the grant type, exactly one
- * client authentication method (two is `invalid_request`, RFC 6749 §2.3), and the target.
- * Throws an {@link OAuthException}; messages never quote a submitted value, since most of
- * them are secrets. The credential itself is checked later, by the caller authenticator.
+ * Exactly one client authentication method (two is `invalid_request`, RFC 6749 §2.3). Messages
+ * never quote a submitted value: most are secrets.
  */
 export function parseOAuthTokenRequest(
   contentType: string | undefined,
@@ -128,7 +123,6 @@ function clientAuthentication(
   return { method: 'none', authorization: undefined, clientId: p.client_id };
 }
 
-/** `client_secret_basic`: the one Authorization scheme accepted. */
 function basicAuthentication(
   p: Partial<Record<Known, string>>,
   authorization: string,
@@ -144,7 +138,7 @@ function basicAuthentication(
   return { method: 'client_secret_basic', authorization: `Bearer ${secret}`, clientId: id };
 }
 
-/** A method the caller-auth mode does not take; the Basic challenge answers a Basic header. */
+/** The Basic challenge answers a Basic header. */
 function unsupported(method: string, mode: CallerAuthMode, basicChallenge: boolean) {
   return new OAuthException(
     OAuthErrorCode.InvalidClient,
@@ -176,10 +170,7 @@ function basicCredentials(authorization: string): [string, string] {
   }
 }
 
-/**
- * The provider client asked for: `resource` (RFC 8707), else `audience`, else `scope`; the
- * first present wins and names a configured client id. Two of them must agree.
- */
+/** `resource` (RFC 8707), else `audience`, else `scope`; two of them must agree. */
 function target(p: Partial<Record<Known, string>>): OAuthTokenRequest['target'] {
   const given = (['resource', 'audience', 'scope'] as const).filter((n) => p[n] !== undefined);
   if (given.length === 0) return undefined;
@@ -195,7 +186,7 @@ function target(p: Partial<Record<Known, string>>): OAuthTokenRequest['target'] 
   return { param, value: param === 'scope' ? value.trim() : value };
 }
 
-/** `token_endpoint_auth_methods_supported` (RFC 8414) for a caller-auth mode. */
+/** `token_endpoint_auth_methods_supported` (RFC 8414). */
 export function methodsFor(mode: CallerAuthMode): string[] {
   switch (mode) {
     case 'api-key':

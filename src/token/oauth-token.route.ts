@@ -27,12 +27,10 @@ import { TokenResponder } from './token-responder';
 import { TokenErrorCode, TokenException } from './token.exception';
 import { TokenService } from './token.service';
 
-/** The token endpoint's path; the metadata document points at it. */
-export const OAUTH_TOKEN_PATH = '/oauth2/token';
+const OAUTH_TOKEN_PATH = '/oauth2/token';
 /** RFC 8414 §3: where discovery-based clients look. */
-export const OAUTH_METADATA_PATH = '/.well-known/oauth-authorization-server';
+const OAUTH_METADATA_PATH = '/.well-known/oauth-authorization-server';
 
-/** What a request got to before it was answered, for the audit line and error translation. */
 interface Progress {
   request?: OAuthTokenRequest;
   caller?: Caller;
@@ -40,17 +38,9 @@ interface Progress {
 }
 
 /**
- * `POST /oauth2/token`: the RFC 6749 client-credentials grant over the same grants, L1 cache
- * and audit as `GET /token`, so a stock OAuth client (Spring, Go's clientcredentials,
- * openid-client, simple-oauth2, curl) gets the fleet's token by changing only its token URL.
- * Plus the RFC 8414 metadata document for clients that discover the endpoint.
- *
- * The caller authenticates as stock clients do (see {@link parseOAuthTokenRequest}); the
- * credential is then checked by the configured {@link CallerAuthenticator}, exactly as a
- * `Bearer` credential on `GET /token` (an API key's constant-time hash match, or a verified
- * service-account JWT). Which provider client: `resource`, else `audience`, else `scope`,
- * naming a configured client id; none given, the caller's only granted client, or the only
- * configured one. Answers are RFC 6749 §5.1/§5.2, never a problem document.
+ * `POST /oauth2/token`: the RFC 6749 client-credentials grant over the same grants, cache and
+ * audit as `GET /token`, so a stock OAuth client gets the fleet's token by changing only its
+ * token URL; plus the RFC 8414 metadata. Answers are RFC 6749 §5.1/§5.2, never a problem document.
  */
 @Injectable()
 export class OAuthTokenRoute implements OnModuleInit {
@@ -108,7 +98,6 @@ export class OAuthTokenRoute implements OnModuleInit {
     });
   }
 
-  /** The RFC 8414 document; endpoint URLs from `http.issuer`, else the request's origin. */
   metadata(req: FastifyRequest): Record<string, unknown> {
     const issuer = issuerFor(this.config.http, req);
     const mode = this.config.callerAuth.mode;
@@ -182,7 +171,6 @@ export class OAuthTokenRoute implements OnModuleInit {
     }
   }
 
-  /** `resource` / `audience` / `scope` as a configured client; none: the one implied. */
   private clientFor(caller: Caller, request: OAuthTokenRequest): string {
     if (request.target !== undefined) {
       return this.tokens.resolveClient(request.target.value, caller);
@@ -205,7 +193,7 @@ export class OAuthTokenRoute implements OnModuleInit {
       .send(tokenBody(record, Date.now()));
   }
 
-  /** An RFC 6749 §5.2 error, audited like a refused `GET /token`. */
+  /** Audited like a refused `GET /token`. */
   private refuse(
     err: unknown,
     progress: Progress,
@@ -246,7 +234,7 @@ export class OAuthTokenRoute implements OnModuleInit {
       .send(JSON.stringify({ error: oauth.code, error_description: oauth.message }));
   }
 
-  /** Any failure as the OAuth error a stock client understands; messages are the broker's own. */
+  /** Messages are the broker's own, never the upstream's. */
   private translate(err: unknown, progress: Progress): OAuthException {
     if (err instanceof OAuthException) return err;
     const method = progress.request?.method;
@@ -276,14 +264,12 @@ export class OAuthTokenRoute implements OnModuleInit {
   }
 }
 
-/** Builds the OAuth error for a failure (see `translate`). */
 type OAuthErrorOf = (
   code: OAuthErrorCode,
   message: string,
   retryAfterSeconds?: number,
 ) => OAuthException;
 
-/** A caller-authentication failure as its OAuth error. */
 function callerAuthError(
   err: CallerAuthException,
   as: OAuthErrorOf,
@@ -305,7 +291,6 @@ function callerAuthError(
   }
 }
 
-/** A token failure as its OAuth error. */
 function tokenError(
   err: TokenException,
   as: OAuthErrorOf,

@@ -1,9 +1,6 @@
 import { BrokerException, type BrokerExceptionOptions } from '../errors/broker.exception';
 
-/**
- * RFC 6749 §5.2 error codes (plus RFC 8707's `invalid_target`), as `POST /oauth2/token`
- * answers them. Stock OAuth clients key on these strings, so they are the protocol's, not ours.
- */
+/** RFC 6749 §5.2 (plus RFC 8707's `invalid_target`): stock clients key on these strings. */
 export enum OAuthErrorCode {
   InvalidRequest = 'invalid_request',
   InvalidClient = 'invalid_client',
@@ -15,15 +12,12 @@ export enum OAuthErrorCode {
   ServerError = 'server_error',
 }
 
-export interface OAuthExceptionOptions extends BrokerExceptionOptions {
-  /** `invalid_client` only: the client tried HTTP Basic, so the 401 challenges Basic (§5.2). */
+interface OAuthExceptionOptions extends BrokerExceptionOptions {
+  /** `invalid_client` only: the client tried Basic, so the 401 challenges Basic (§5.2). */
   basicChallenge?: boolean;
 }
 
-/**
- * A token-endpoint request refused in the OAuth vocabulary. Only `POST /oauth2/token` throws
- * and answers it (as `{error, error_description}`, never as a problem document).
- */
+/** Answered as `{error, error_description}`, never as a problem document. */
 export class OAuthException extends BrokerException<OAuthErrorCode> {
   readonly basicChallenge: boolean;
 

@@ -1,9 +1,6 @@
 import type { TokenCipher } from './token-cipher';
 
-/**
- * Stores the token as is. Used only when no cache encryption key is configured; the broker
- * warns at start-up, since anyone who can read Redis could then use the token.
- */
+/** Only without a cache encryption key; the broker warns at start-up. */
 export class PlainTokenCipher implements TokenCipher {
   /** Without a key nothing can be authenticated: anyone who can write Redis can forge. */
   readonly authenticates = false;

@@ -7,8 +7,7 @@ import type { CredentialsCache } from '../secrets/credentials-cache';
 import { type TokenRecord, toRecord, withGeneration } from './token-record';
 import type { FleetBus } from './token-store';
 
-/** What one provider token request needs. */
-export interface ProviderFetchDeps {
+interface ProviderFetchDeps {
   store: Pick<FleetBus, 'generation'>;
   grantor: TokenGrantor;
   credentials: CredentialsCache;
@@ -18,9 +17,8 @@ export interface ProviderFetchDeps {
 }
 
 /**
- * Asks the provider for a token for `client`; after `invalid_client`, with each other version
- * of the credentials. Counts and times the request; takes no lock (the caller holds it, or the
- * store is down and the caller is the replica's single flight).
+ * After `invalid_client`, tries each other version of the credentials. Takes no lock: the caller
+ * holds it, or the store is down and the caller is the replica's single flight.
  */
 export async function fetchFromProvider(
   client: ClientConfig,
@@ -51,8 +49,7 @@ export async function fetchFromProvider(
     const status = err instanceof ProviderException ? err.details.status : undefined;
     observe(status === undefined ? 'none' : `${Math.floor(status / 100)}xx`);
     if (err instanceof ProviderException && err.code === ProviderErrorCode.InvalidClient) {
-      // Rotation: the secret may have changed since we read it, or a rotation may be half
-      // done (the server already holds the pending version, or still the previous one).
+      // The secret may have changed since read, or a rotation be half done.
       const rotated = await credentials.rotate(
         current,
         (fresh) => grantor.requestToken(client, fresh),

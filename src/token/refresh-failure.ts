@@ -1,8 +1,4 @@
-/**
- * What a failed refresh means, as pure functions: whether it needs an operator, how it is
- * counted, how long to wait before the next attempt, and what a caller still waiting is told.
- * The state machine ({@link ClientTokenManager}) only records the verdict.
- */
+/** What a failed refresh means, as pure functions; the state machine only records the verdict. */
 import type { ClientConfig } from '../config/client.schema';
 import type { RefreshResult } from '../metrics/metrics.service';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
@@ -10,30 +6,26 @@ import { SecretsException } from '../secrets/secrets.exception';
 import { MIN_SERVE_MS, neededLifetimeMs, retryDelayMs } from './refresh-schedule';
 import { TokenErrorCode, TokenException } from './token.exception';
 
-/** The verdict on one failed refresh pass. */
-export interface RefreshFailure {
-  /** The caller-facing exception when an operator must act (credentials refused or unreadable). */
+interface RefreshFailure {
+  /** The caller-facing exception when an operator must act. */
   permanent?: TokenException;
-  /** The `refreshes` metric label. */
   result: RefreshResult;
-  /** How long to wait before the next pass (ms). */
   delayMs: number;
 }
 
-/** Inputs of {@link judgeFailure}. Times are epoch milliseconds. */
-export interface FailureContext {
+/** Times are epoch milliseconds. */
+interface FailureContext {
   client: ClientConfig;
-  /** 1-based number of consecutive failures, this one included. */
+  /** Consecutive failures, this one included (1-based). */
   attempt: number;
   backoffBaseMs: number;
   backoffMaxMs: number;
   now: number;
-  /** Expiry of the token still being served, if any: retries speed up as it nears. */
+  /** Expiry of the token still served: retries speed up as it nears. */
   servingUntil?: number;
   random: () => number;
 }
 
-/** Classifies `err` and picks the delay before the next pass. */
 export function judgeFailure(err: unknown, ctx: FailureContext): RefreshFailure {
   const permanent = permanentFailure(err, ctx.client, ctx.backoffMaxMs);
   const result: RefreshResult = permanent
@@ -56,20 +48,16 @@ export function judgeFailure(err: unknown, ctx: FailureContext): RefreshFailure 
 }
 
 /**
- * Whether the whole fleet should back off after `err`: the provider's trouble (429, 5xx,
- * timeouts, garbled answers) is the same for every replica, so one attempt per window is
- * enough. Failures an operator must fix (refused or unreadable credentials) stay per replica:
- * each replica reads its own secret and reports the problem in its own readiness.
+ * The provider's trouble (429, 5xx, timeouts) is the same for every replica: one attempt per
+ * window is enough. Credential failures stay per replica: each reads its own secret.
  */
 export function isFleetWide(err: unknown): boolean {
   return err instanceof ProviderException && err.transient;
 }
 
-/** Where the secret reference a caller is not told can be read. */
 const OPERATORS_KNOW =
   "check the secret named in the broker's log or its readiness report on the admin port; quote the request id";
 
-/** A permanent failure as the caller-facing exception, or undefined when transient. */
 export function permanentFailure(
   err: unknown,
   client: ClientConfig,
@@ -85,8 +73,7 @@ export function permanentFailure(
       {
         retryAfterSeconds,
         cause: err,
-        // Where the refused credentials came from (a reference, never the value) is what the
-        // operator has to fix; they were already re-read once.
+        // The credentials' source (a reference, never the value) is what the operator fixes.
         operatorDetail: rejected
           ? `${err.message}; they were read from ${source.file !== undefined ? `file "${source.file}"` : `Secrets Manager secret "${source.secretId}"`}`
           : err.message,
@@ -107,10 +94,7 @@ export function permanentFailure(
   return undefined;
 }
 
-/**
- * What a caller whose wait ran out is told: the permanent failure if there is one, else a 503
- * whose `Retry-After` points at the next attempt and whose message quotes the last error.
- */
+/** The permanent failure if any, else a 503 whose `Retry-After` points at the next attempt. */
 export function unavailableError(opts: {
   clientId: string;
   permanent?: TokenException;
@@ -140,11 +124,7 @@ export function unavailableError(opts: {
   );
 }
 
-/**
- * The refusal of a caller that even a brand-new token cannot satisfy. With a `min_ttl`
- * (`requestedMs` > 0) that is what it asked for; without one, the provider's lifetime is
- * shorter than what the broker needs to serve a token at all.
- */
+/** A caller even a brand-new token cannot satisfy (its `min_ttl`, or the minimum to serve). */
 export function lifetimeTooShort(
   clientId: string,
   lifetimeMs: number,
@@ -161,10 +141,6 @@ export function lifetimeTooShort(
   );
 }
 
-/**
- * Why the broker cannot serve a provider whose tokens live `lifetimeMs`: readiness and the
- * log say it once per transition, naming the lifetime and the setting involved.
- */
 export function lifetimeProblem(
   clientId: string,
   lifetimeMs: number,
@@ -173,10 +149,7 @@ export function lifetimeProblem(
   return `client "${clientId}": the provider's tokens live ${seconds(lifetimeMs)} s, less than the ${seconds(neededLifetimeMs(minRefreshIntervalMs))} s the broker needs to serve and refresh them (TOKEN_MIN_REFRESH_INTERVAL_MS ${seconds(minRefreshIntervalMs)} s between tokens, plus ${seconds(MIN_SERVE_MS)} s left when served)`;
 }
 
-/**
- * The refusal of a caller whose `min_ttl` needs a new token while the refresh floor holds:
- * a caller cannot make the broker ask the provider more often than once per interval.
- */
+/** A caller cannot make the broker ask the provider more often than once per interval. */
 export function refreshFloorHeld(opts: {
   clientId: string;
   requestedMs: number;
@@ -194,7 +167,7 @@ export function refreshFloorHeld(opts: {
   );
 }
 
-/** Whole seconds for messages; under 10 s with one decimal (a 1.5 s lifetime is not "2 s"). */
+/** Under 10 s with one decimal: a 1.5 s lifetime is not "2 s". */
 function seconds(ms: number): string {
   const s = ms / 1000;
   return s < 10 && !Number.isInteger(s) ? s.toFixed(1).replace(/\.0$/, '') : String(Math.round(s));

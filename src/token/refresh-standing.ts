@@ -21,8 +21,7 @@ import { MIN_SERVE_MS, neededLifetimeMs } from './refresh-schedule';
 import type { TokenWaiters } from './token-waiters';
 import { TokenErrorCode, TokenException } from './token.exception';
 
-/** Collaborators of a {@link RefreshStanding}; the manager's own. */
-export interface StandingDeps {
+interface StandingDeps {
   metrics: Pick<MetricsService, 'refreshes'>;
   logger: Logger;
   settings: TokenSettings;
@@ -31,20 +30,14 @@ export interface StandingDeps {
 }
 
 /**
- * Where one client's refresh stands, and what a caller is told while no token can be had:
- * the failures and holds since the last token (see {@link RefreshPhase}), when the next
- * attempt is due, and the provider's token lifetime. Callers waiting in {@link TokenWaiters}
- * are refused as soon as no token can reach them in time.
+ * Where one client's refresh stands (failures, holds, the provider's lifetime), and what a caller
+ * is told meanwhile: waiters are refused as soon as no token can reach them in time.
  */
 export class RefreshStanding {
-  /** Failures and holds since the last token. */
   private phase: RefreshPhase = SETTLED;
-  /** When the loop's next pass is due (a hold's end, or a short wait for another replica). */
+  /** A hold's end, or a short wait for another replica. */
   nextAttemptAt?: number;
-  /**
-   * Lifetime of the newest token obtained (ms): what a refresh can offer a caller at most;
-   * `problem` while it is too short to serve and refresh (see {@link noteLifetime}).
-   */
+  /** What a refresh can offer a caller at most; `problem` while too short to serve and refresh. */
   private lifetime?: { ms: number; problem?: string };
 
   constructor(
@@ -53,32 +46,26 @@ export class RefreshStanding {
     private readonly waiters: TokenWaiters,
   ) {}
 
-  /** The failure since the last token, if any (`permanent`: an operator must act). */
+  /** `permanent`: an operator must act. */
   get failure(): Failure | undefined {
     return failureOf(this.phase);
   }
 
-  /** Why the provider's tokens are too short-lived to serve and refresh, while they are. */
   get lifetimeError(): string | undefined {
     return this.lifetime?.problem;
   }
 
-  /** A token was obtained: nothing failed, nothing held. */
   settle(): void {
     this.phase = SETTLED;
     this.nextAttemptAt = undefined;
   }
 
-  /**
-   * Throws when a caller needing `minRemainingMs` must be refused before it waits: a
-   * permanent failure, a lifetime no token can meet, or a hold outlasting `waitTimeoutMs`.
-   */
   refuseBeforeWaiting(minRemainingMs: number, waitTimeoutMs: number): void {
     // Fail fast: an operator must fix this; the loop keeps probing in the background.
     const permanent = this.failure?.permanent;
     if (permanent) throw permanent;
-    // Even a brand-new token could not meet this: refuse now instead of fetching one per
-    // such request (a caller looping with a too large min_ttl would hammer the provider).
+    // Even a brand-new token could not meet this: a caller looping with a too large min_ttl
+    // would otherwise hammer the provider.
     const needMs = Math.max(minRemainingMs, MIN_SERVE_MS);
     if (this.lifetime !== undefined && needMs >= this.lifetime.ms) {
       // Without a min_ttl, the next grant may be longer-lived: point at it (or the floor).
@@ -88,17 +75,13 @@ export class RefreshStanding {
           : (this.retryAfter() ?? Math.ceil(this.deps.settings.minRefreshIntervalMs / 1000));
       throw lifetimeTooShort(this.client.id, this.lifetime.ms, minRemainingMs, retryAfter);
     }
-    // The fleet backs off (or the refresh floor holds) past this caller's wait: no token can
-    // come in time, so say at once when the next attempt is instead of holding the caller.
+    // The fleet backs off (or the floor holds) past this caller's wait: say when, at once.
     if ('until' in this.phase && this.phase.until - this.deps.now() > waitTimeoutMs) {
       throw this.unavailable(minRemainingMs);
     }
   }
 
-  /**
-   * Records the provider's lifetime; says once per transition (log and readiness) when it
-   * is too short to serve and refresh under the floor, and once when it no longer is.
-   */
+  /** Says once per transition (log and readiness) when it is too short, and when no longer. */
   noteLifetime(lifetimeMs: number): void {
     const { minRefreshIntervalMs } = this.deps.settings;
     const known = this.lifetime?.problem;
@@ -117,10 +100,7 @@ export class RefreshStanding {
     }
   }
 
-  /**
-   * Records a failed pass and returns how long to wait before the next one. `servingUntil`:
-   * the expiry of the valid token still served, if any.
-   */
+  /** Returns how long to wait before the next pass. */
   failed(err: unknown, servingUntil?: number): number {
     const lastError = err instanceof Error ? err : new Error(String(err));
     const attempt = (this.failure?.count ?? 0) + 1;
@@ -155,10 +135,7 @@ export class RefreshStanding {
     return verdict.delayMs;
   }
 
-  /**
-   * No provider request for `delayMs`. Callers waiting now whose wait cannot outlast that are
-   * refused at once, with the real time of the next attempt in `Retry-After`.
-   */
+  /** Waiters who cannot outwait `delayMs` are refused at once, with the real `Retry-After`. */
   hold(delayMs: number, floor = false): void {
     this.nextAttemptAt = this.deps.now() + delayMs;
     this.phase = holding(this.phase, this.nextAttemptAt, floor);
@@ -167,7 +144,7 @@ export class RefreshStanding {
     }
   }
 
-  /** Seconds until the next attempt, for `Retry-After` (undefined: none planned). */
+  /** Undefined: no attempt planned. */
   retryAfter(): number | undefined {
     const now = this.deps.now();
     return this.nextAttemptAt !== undefined && this.nextAttemptAt > now
@@ -175,11 +152,7 @@ export class RefreshStanding {
       : undefined;
   }
 
-  /**
-   * The 503 (or permanent failure) for a caller no token can reach in time (`requestedMs`:
-   * its min_ttl, 0 when it sent none): a lifetime too short to serve, the refresh floor, or
-   * the last failure, whichever holds the token back.
-   */
+  /** `requestedMs`: the caller's min_ttl, 0 when it sent none. */
   unavailable(requestedMs = 0): TokenException {
     const failure = this.failure;
     if (failure?.permanent) return failure.permanent;

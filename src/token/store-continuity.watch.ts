@@ -4,14 +4,8 @@ import type { StoreHealth } from './token-store';
 import { TokenStoreException } from './token-store.exception';
 
 /**
- * Watches whether the shared store (Redis) lost its data: restarted empty, flushed, or failed
- * over to a node that missed writes. Tokens heal by themselves after that (the next refresh
- * writes a new one); idempotency records do not: an order answered before the loss would be
- * sent again on a repeat, and could be created twice. Nothing can undo that, so the watch makes
- * it loud: `token_broker_redis_data_loss_total`, an error log, and the chart's alert.
- *
- * Plain TypeScript (no Nest import), driven by {@link TokenService}: every `intervalMs` and
- * whenever the store comes back after an outage.
+ * Tokens heal after the store loses its data; idempotency records do not (a repeat of an answered
+ * order could be created twice), so the watch makes it loud: a metric, an error log, an alert.
  */
 export class StoreContinuityWatch {
   private timer?: NodeJS.Timeout;
@@ -25,7 +19,7 @@ export class StoreContinuityWatch {
     private readonly intervalMs: number,
   ) {}
 
-  /** Starts checking; a memory store has nothing to lose and is not watched. */
+  /** A memory store has nothing to lose. */
   start(): void {
     if (this.store.kind !== 'redis' || this.timer) return;
     void this.check();
@@ -38,7 +32,7 @@ export class StoreContinuityWatch {
     this.timer = undefined;
   }
 
-  /** One round over every client; a round already running is joined, not repeated. */
+  /** A round already running is joined, not repeated. */
   check(): Promise<void> {
     if (this.store.kind !== 'redis') return Promise.resolve();
     this.checking ??= this.round().finally(() => (this.checking = undefined));

@@ -1,12 +1,11 @@
 import type { TokenRecord } from './token-record';
 
 /**
- * The 200 body as bytes, built by hand: `access_token` is a validated b64token, so needs no
- * escaping. It changes only when the token or the whole seconds of `expires_in` do, so the
- * bytes are built once per second and shared by every response in it (never mutated).
+ * Built by hand: `access_token` is a validated b64token, so needs no escaping. Built once per
+ * second and shared by every response in it (never mutated).
  */
 export function tokenBody(record: TokenRecord, now: number): Buffer {
-  // Remaining lifetime, rounded down so a caller never believes in time it does not have.
+  // Rounded down: a caller never believes in time it does not have.
   const expiresIn = Math.max(0, Math.floor((record.expiresAt - now) / 1000));
   if (lastBody.record !== record || lastBody.expiresIn !== expiresIn) {
     lastBody.record = record;

@@ -7,10 +7,7 @@ import { AesGcmTokenCipher } from './aes-gcm-token.cipher';
 import { PlainTokenCipher } from './plain-token.cipher';
 import type { TokenCipher } from './token-cipher';
 
-/**
- * The cipher for the token at rest: AES-256-GCM with the configured key(s), else clear text
- * with a loud warning (the config schema already refuses that with Redis in production).
- */
+/** Clear text only with a loud warning (the schema refuses that with Redis in production). */
 export async function createTokenCipher(
   config: BrokerConfig,
   secrets: SecretReader,

@@ -6,15 +6,12 @@ import { HttpMetricsHook } from '../metrics/http-metrics.hook';
 import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-responder';
 
 /**
- * `GET /token`, its only implementation: answered straight from Node's request event, before
- * Fastify, whose request pipeline costs about a third of the CPU per token served. What to
- * answer comes from {@link TokenResponder}; this front parses the query and writes the answer.
- * It takes the path exactly `/token` and nothing else (see {@link tokenQuery}): any other
- * spelling of a target is the router's, which has no `/token` route and answers 404.
+ * `GET /token`, its only implementation: answered from Node's request event, before Fastify,
+ * whose pipeline costs about a third of the CPU per token. It takes exactly `/token`: any other
+ * spelling of a target goes to the router, which has no `/token` route and answers 404.
  */
 @Injectable()
 export class TokenFront {
-  /** The last answer written and its headers as a flat list (see {@link headerList}). */
   private lastAnswer?: TokenAnswer;
   private lastList: string[] = [];
 
@@ -23,7 +20,7 @@ export class TokenFront {
     private readonly httpMetrics: HttpMetricsHook,
   ) {}
 
-  /** Serves `req` if it is `GET` (or `HEAD`) `/token`; returns whether it took the request. */
+  /** Returns whether it took the request. */
   tryServe(req: IncomingMessage, res: ServerResponse): boolean {
     const url = req.url;
     if ((req.method !== 'GET' && req.method !== 'HEAD') || url === undefined) return false;
@@ -40,8 +37,7 @@ export class TokenFront {
 
   private write(res: ServerResponse, answer: TokenAnswer, reqId: string): void {
     const list = this.headerList(answer);
-    // The list is shared by every answer of this token and second; its last value is the
-    // request id, set here and read by writeHead before anything else runs.
+    // Shared by every answer of this token and second; the last value is the request id.
     list[list.length - 1] = reqId;
     res.writeHead(answer.status, list);
     res.end(answer.body);
@@ -49,10 +45,8 @@ export class TokenFront {
   }
 
   /**
-   * `answer`'s headers as the flat name/value list `writeHead` also takes, with `x-request-id`
-   * last. Why a list: given an object, Node walks it with `for...in` and an own-property check
-   * per header, a few microseconds a response; a list is read by index.
-   * Kept for the last answer only: a token's 200 answer is one object for a whole second.
+   * A flat list because, given an object, Node walks it with `for...in` and an own-property check
+   * per header; kept for the last answer only (one object per token and second).
    */
   private headerList(answer: TokenAnswer): string[] {
     if (answer === this.lastAnswer) return this.lastList;
@@ -65,17 +59,11 @@ export class TokenFront {
   }
 }
 
-/** What {@link scanHeaders} found; reused, read at once by the caller. */
 const seen: { authorization?: string; requestId?: string } = {};
 
 /**
- * `Authorization` ({@link REPEATED_AUTHORIZATION} when repeated, as `authorizationOf` says) and
- * `X-Request-Id` (`undefined` when repeated: Node would join the values with ", ", which no
- * request id may contain) in one pass over the raw header lines.
- *
- * Why not `req.headers`: Node builds that object on first access, a lower-cased copy of every
- * header line; the bare server `GET /token` is held to never builds it, and a cache hit needs
- * only these two values.
+ * One pass over the raw lines: `req.headers` is built on first access, a copy a cache hit does
+ * not need. A repeated `X-Request-Id` is dropped: Node would join them with ", ".
  */
 function scanHeaders(raw: readonly string[]): typeof seen {
   seen.authorization = undefined;
@@ -92,16 +80,11 @@ function scanHeaders(raw: readonly string[]): typeof seen {
   return seen;
 }
 
-/** Whether header `name` is `lower` in any case; the two usual spellings need no lower-casing. */
 function isName(name: string, lower: string, usual: string): boolean {
   return name === lower || name === usual || name.toLowerCase() === lower;
 }
 
-/**
- * The query of a request whose path is exactly `/token`, decoded as `URLSearchParams` does
- * (a parameter given twice becomes a list, which the responder refuses as ambiguous);
- * `undefined` for any other target, which the router then answers.
- */
+/** A parameter given twice becomes a list, which the responder refuses as ambiguous. */
 function tokenQuery(url: string): TokenQuery | undefined {
   if (url === '/token') return {};
   if (!url.startsWith('/token?')) return undefined;

@@ -1,25 +1,17 @@
 import { createHash } from 'node:crypto';
 
-/** A token as the broker holds it in every layer (L1 memory, L2 store). */
 export interface TokenRecord {
   readonly accessToken: string;
-  /** Epoch ms when the request that produced it was sent. */
+  /** Epoch ms when the request was sent. */
   readonly obtainedAt: number;
-  /** Epoch ms after which it is never served. */
   readonly expiresAt: number;
-  /** Non-reversible identifier, safe to log, compare and store in clear. */
+  /** Safe to log, compare and store in clear. */
   readonly fingerprint: string;
-  /**
-   * The client's revocation generation when the token was requested (absent: 0). A token of a
-   * generation older than the fleet's is never served nor written (see `TokenStore.revoke`).
-   */
+  /** The client's revocation generation when requested (absent: 0); older ones are never served. */
   readonly generation?: number;
 }
 
-/**
- * A short, non-reversible identifier of a token: the first 16 hex digits of its SHA-256.
- * 64 bits are plenty to tell generations of one client's token apart and reveal nothing.
- */
+/** 64 bits of SHA-256: plenty to tell one client's tokens apart, and reveals nothing. */
 export function fingerprintOf(accessToken: string): string {
   return createHash('sha256').update(accessToken).digest('hex').slice(0, 16);
 }
@@ -37,10 +29,7 @@ export function toRecord(grant: {
   };
 }
 
-/**
- * `record` stamped with revocation generation `generation`; generation 0 (no revoke ever) is
- * left out, the same as absent.
- */
+/** Generation 0 (no revoke ever) is left out, the same as absent. */
 export function withGeneration(record: TokenRecord, generation: number): TokenRecord {
   return generation > 0 ? { ...record, generation } : record;
 }

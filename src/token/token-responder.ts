@@ -16,32 +16,19 @@ import type { TokenRecord } from './token-record';
 import { TokenService } from './token.service';
 import { inCallerSpan } from '../tracing/spans';
 
-/** `GET /token`'s query as parsed by either front: a value per name, an array when repeated. */
 export type TokenQuery = Readonly<Record<string, string | string[] | undefined>>;
 
-/**
- * A complete answer to `GET /token`: what either front writes, byte for byte, but for the
- * request's `x-request-id`, which the front adds. A 200 answer is shared by every request served the same token in the same
- * second: never mutate one.
- */
+/** A 200 answer is shared by every request served the same token and second: never mutate one. */
 export interface TokenAnswer {
   readonly status: number;
-  /**
-   * Every header but `x-request-id` (the front adds the request's own), `date` and connection
-   * management (the server's).
-   */
+  /** Every header but `x-request-id`, `date` and connection management. */
   readonly headers: Readonly<Record<string, string>>;
   readonly body: Buffer;
 }
 
 /**
- * `GET /token`, once: caller admission, `?client=` and `min_ttl`, the L1 read or the bounded
- * wait, the audit line, and the answer (status, headers, body) for a token or a problem;
- * {@link TokenFront} adds nothing but the transport.
- *
- * The answer is synchronous whenever no I/O is needed (a known caller, a token in L1), so the
- * hot path allocates no promise; otherwise a promise of it. It never throws or rejects: every
- * failure is an answer (a problem), logged when it is unexpected.
+ * `GET /token`, once: admission, query, L1 read or bounded wait, audit and answer. Synchronous
+ * when no I/O is needed, so the hot path allocates no promise; never throws: failures are answers.
  */
 @Injectable()
 export class TokenResponder {
@@ -53,14 +40,9 @@ export class TokenResponder {
     @Inject(LOGGER) private readonly logger: Logger,
   ) {}
 
-  /** The 200 answer last built, shared while its body is the current one. */
   private lastIssued: TokenAnswer = issuedAnswer(Buffer.alloc(0));
 
-  /**
-   * The answer to `GET /token?<query>` with this `Authorization` header and request ids.
-   * `req`'s headers are read only when the caller has to wait: a traced wait continues the
-   * caller's W3C trace; an L1 hit never looks at them (Node builds `headers` on first access).
-   */
+  /** `req`'s headers are read only for a wait (trace context): Node builds them on first access. */
   respond(
     query: TokenQuery,
     authorization: string | undefined,
@@ -82,11 +64,7 @@ export class TokenResponder {
     return this.serve(caller, query, ids, req);
   }
 
-  /**
-   * A token for a caller already admitted to `clientId` (`POST /oauth2/token`), with the same
-   * L1 read, miss count, bounded wait and "token issued" audit line as `GET /token`.
-   * Synchronous on an L1 hit; throws or rejects a token problem otherwise.
-   */
+  /** `POST /oauth2/token`: same L1 read, wait and audit as `GET /token`. */
   tokenFor(caller: Caller, clientId: string, ids: RequestIds): TokenRecord | Promise<TokenRecord> {
     assertScope(caller, 'token');
     assertMayUse(caller, clientId);
@@ -102,7 +80,6 @@ export class TokenResponder {
     });
   }
 
-  /** The "token refused" audit line for a refusal answered outside this class. */
   auditRefused(
     ids: RequestIds,
     caller: Caller | undefined,
@@ -166,7 +143,7 @@ export class TokenResponder {
     return this.lastIssued;
   }
 
-  /** A problem answer, audited (the problem code is the result; the client once validated). */
+  /** Audited; the problem code is the result. */
   private refuse(
     err: unknown,
     caller: Caller | undefined,
@@ -177,8 +154,7 @@ export class TokenResponder {
     if (problem.status >= 500 && problem.code === 'internal_error') {
       this.logger.error({ err, ...ids }, 'unhandled error');
     }
-    // A client outside the caller's grant is refused alike whether it exists or not; the
-    // audit line still says which (`reason`).
+    // A client outside the grant is refused alike whether it exists or not; the audit says which.
     const hidden = err instanceof CallerAuthException ? err.audit : {};
     this.audit.refused({
       ...ids,
@@ -191,7 +167,7 @@ export class TokenResponder {
   }
 }
 
-/** The 200 answer carrying `body` (a token): the same for every caller served it. */
+/** The same for every caller served `body`. */
 function issuedAnswer(body: Buffer): TokenAnswer {
   return {
     status: 200,
@@ -206,7 +182,7 @@ function issuedAnswer(body: Buffer): TokenAnswer {
   };
 }
 
-/** A query parameter given at most once; a repeated one is ambiguous and refused. */
+/** A repeated parameter is ambiguous and refused. */
 function single(query: TokenQuery, name: string): string | undefined {
   const v = query[name];
   if (Array.isArray(v)) {
@@ -218,12 +194,8 @@ function single(query: TokenQuery, name: string): string | undefined {
   return v === '' ? undefined : v;
 }
 
-/**
- * `min_ttl` in seconds, at most `maxSeconds` (the refresh-ahead lead): a larger one would let
- * any caller make the broker ask the provider for a token before the fleet's own refresh, as
- * often as the refresh floor allows. Both fronts answer through here.
- */
-export function parseMinTtl(value: string, maxSeconds: number): number {
+/** At most the refresh-ahead lead: more would let a caller trigger early provider fetches. */
+function parseMinTtl(value: string, maxSeconds: number): number {
   if (!/^\d{1,6}$/.test(value) || Number(value) > maxSeconds) {
     throw new RequestException(
       RequestErrorCode.InvalidRequest,

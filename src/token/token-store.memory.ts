@@ -20,20 +20,14 @@ interface Entry {
   invalidatedAt?: number;
 }
 
-/**
- * The store when `REDIS_URL` is unset: one replica, so "shared" means this process. It keeps
- * the same fence and invalidation rules as the Redis store so behaviour does not change with
- * the deployment, only its reach.
- */
+/** One replica, with the same fence and invalidation rules as the Redis store. */
 export class MemoryTokenStore implements TokenRecords, RefreshLock, FleetBus, StoreHealth {
   readonly kind = 'memory' as const;
   readonly healthy = true;
   private readonly entries = new Map<string, Entry>();
   private readonly locks = new Set<string>();
   private readonly listeners: Array<(e: TokenStoreEvent) => void> = [];
-  /** Local epoch ms before which no provider request should be made, per client. */
   private readonly deferredUntil = new Map<string, number>();
-  /** Local epoch ms before which no further token may be requested (the refresh floor). */
   private readonly heldUntil = new Map<string, { until: number; lifetimeMs: number }>();
 
   private readonly generations = new Map<string, number>();
@@ -157,7 +151,7 @@ export class MemoryTokenStore implements TokenRecords, RefreshLock, FleetBus, St
     this.entries.clear();
   }
 
-  /** One replica: nobody else to ask (the admin route reloads this one itself). */
+  /** The admin route reloads this replica itself. */
   async requestReload(): Promise<number> {
     return 0;
   }

@@ -10,11 +10,7 @@ import { TokenFront } from './token-front';
 import { TokenResponder } from './token-responder';
 import { TokenService } from './token.service';
 
-/**
- * The token lifecycle and `GET /token`. Build it with {@link TokenModule.withStore}: the shared
- * store implements this folder's `TokenStore` port, so this folder cannot import it (a folder
- * cycle); the app module hands it in.
- */
+/** The store implements this folder's port, so it is handed in by {@link TokenModule.withStore}. */
 @Module({
   imports: [ProviderModule, SecretsModule, MetricsModule, CallerAuthModule],
   providers: [
@@ -36,7 +32,6 @@ import { TokenService } from './token.service';
   exports: [TokenService, CLIENT_RESOLVER],
 })
 export class TokenModule {
-  /** This module with `store`, the module exporting `TOKEN_STORE`. Import the one result everywhere. */
   static withStore(store: Type): DynamicModule {
     return { module: TokenModule, imports: [store] };
   }

@@ -31,16 +31,11 @@ import {
 import { tracedGrantor, tracedTokenStore } from './traced-ports';
 import { TokenErrorCode, TokenException } from './token.exception';
 
-/**
- * The token layer as every other module sees it: client resolution, a synchronous L1 read for
- * the hot path, a bounded get, the replacement of a token the provider rejected, and status.
- * The per-client {@link ClientTokenManager}s behind it are private; nothing outside
- * `src/token/` reaches into them.
- */
+/** The token layer as other modules see it; the per-client managers behind it stay private. */
 @Injectable()
 export class TokenService implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly managers = new Map<string, ClientTokenManager>();
-  /** The client used when a request names none: only when exactly one is configured. */
+  /** Used when a request names no client: only when exactly one is configured. */
   private readonly soleClient?: ClientTokenManager;
   private readonly continuity: StoreContinuityWatch;
 
@@ -106,10 +101,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     this.continuity.start();
   }
 
-  /**
-   * Before the adapters close: let in-flight refreshes finish and release their locks. Bounded
-   * by half the shutdown grace period, so closing the listener and Redis still fits in it.
-   */
+  /** Bounded by half the shutdown grace, so closing the listener and Redis still fits in it. */
   async beforeApplicationShutdown(): Promise<void> {
     this.continuity.stop();
     const timeoutMs = Math.min(5000, Math.floor(this.config.http.shutdownGraceMs / 2));
@@ -117,12 +109,8 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   /**
-   * The configured client a request means: `requested` (`?client=`), or the sole client when
-   * none is named. Throws 400/404 problems that say what to send.
-   *
-   * With `caller`, it also admits the caller, and answers so that the caller learns nothing
-   * about clients outside its grant: a client it may not use is 403 whether it is configured
-   * or not, and the 400 for a missing `client` lists only the clients it may use.
+   * `requested` (`?client=`), or the sole client. With `caller`, a client outside its grant is
+   * 403 whether configured or not, and the 400 lists only clients it may use: it learns nothing.
    */
   resolveClient(requested: string | undefined, caller?: Caller): string {
     if (caller !== undefined) {
@@ -142,10 +130,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return id;
   }
 
-  /**
-   * Hot path: the L1 token of `clientId` if it has at least `minRemainingMs` left, counted as
-   * an L1 hit; `undefined` on a miss or an unknown client. No I/O, no promise.
-   */
+  /** Hot path, counted as an L1 hit. No I/O, no promise. */
   peek(clientId: string, minRemainingMs: number): TokenRecord | undefined {
     const m = this.managers.get(clientId);
     if (m === undefined) return undefined;
@@ -155,18 +140,13 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   /**
-   * The largest `min_ttl` (seconds) a caller may ask for: the refresh-ahead lead. Every token
-   * is replaced that long before it expires, so a larger one could only make the broker ask
-   * the provider before the fleet's own refresh, as often as the refresh floor lets it.
+   * The largest `min_ttl` (seconds): the refresh-ahead lead. A larger one could only make the
+   * broker ask the provider before the fleet's own refresh.
    */
   get maxMinTtlSeconds(): number {
     return this.config.token.refreshAheadSeconds;
   }
 
-  /**
-   * A token for `clientId` with at least `minRemainingMs` left: from L1, or after waiting for
-   * the single refresh, at most `waitTimeoutMs` (then a 503 problem with `Retry-After`).
-   */
   async getToken(
     clientId: string,
     minRemainingMs: number,
@@ -176,16 +156,13 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   /**
-   * The provider rejected the token with `fingerprint` (a 401 on a call made with it). It is
-   * dropped if still current, here and in the shared store (fenced: a storm of rejections of
-   * one token costs one refresh), and never handed out again: the next {@link getToken} returns
-   * a different token, or waits for one. Returns whether this call invalidated it.
+   * The provider rejected the token with `fingerprint`: dropped if still current (fenced: a storm
+   * of rejections costs one refresh) and never handed out again.
    */
   async replaceRejected(clientId: string, fingerprint: string): Promise<boolean> {
     return this.manager(clientId).invalidate(fingerprint);
   }
 
-  /** What each client's lifecycle looks like, and the shared store's health, for readiness. */
   status(): {
     store: { kind: string; healthy: boolean; configurationError?: string };
     clients: ClientTokenStatus[];
@@ -200,13 +177,6 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     };
   }
 
-  // ---- Admin: forced refresh, revoke, reload, status -----------------------------
-
-  /**
-   * Forces a new token for `clientId`, fleet-wide (see `FleetRefresh.forced`): one provider
-   * request under the refresh lock, coalesced with any other asked for since `askedAt`.
-   * Throws `TokenStoreException` when the shared store is down.
-   */
   async forceRefresh(
     clientId: string,
     askedAt: number,
@@ -215,36 +185,26 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return { fingerprint: record.fingerprint, expiresAt: record.expiresAt, fetched, written };
   }
 
-  /**
-   * Revokes `clientId`'s token fleet-wide (see `TokenStore.revoke`); every replica drops it on
-   * the notification and acknowledges. Throws `TokenStoreException` when the store is down.
-   */
+  /** Every replica drops the token on the notification and acknowledges. */
   async revoke(clientId: string): Promise<Revocation> {
     this.manager(clientId);
     return this.store.revoke(clientId);
   }
 
-  /** Asks every replica to reload credentials and grants (see `TokenStore.requestReload`). */
   requestFleetReload(): Promise<number> {
     return this.store.requestReload();
   }
 
-  /** `listener` runs when another replica asks the fleet to reload; `from` names it. */
   onFleetReloadRequested(listener: (from: string) => void): void {
     this.store.onReloadRequested((from) => {
       if (from !== REPLICA_ID) listener(from);
     });
   }
 
-  /** How many replicas acknowledged revocation `generation` of `clientId`. */
   revocationAcks(clientId: string, generation: number): Promise<number> {
     return this.store.revocationAcks(clientId, generation);
   }
 
-  /**
-   * Re-reads every client's credentials now: which changed, which this replica read for the
-   * first time (it had never needed them), which could not be read.
-   */
   async reloadCredentials(): Promise<{ changed: string[]; firstRead: string[]; failed: string[] }> {
     const changed: string[] = [];
     const firstRead: string[] = [];
@@ -267,16 +227,11 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return { changed: changed.sort(), firstRead: firstRead.sort(), failed: failed.sort() };
   }
 
-  /**
-   * Every client in `clientIds` as this replica sees it (fingerprints, never tokens), who holds
-   * its refresh lock, and the store's mode, nodes and state.
-   */
   async adminStatus(clientIds: readonly string[]): Promise<{
     store: StoreTopology;
     clients: Array<
       ReturnType<ClientTokenManager['adminStatus']> & {
         client: string;
-        /** How the client asks for its token (the dialect and client authentication). */
         tokenRequest: { grant: TokenGrant; auth: ClientAuthMethod };
         lock: LockState | { error: string };
       }
@@ -295,7 +250,6 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return { store: this.store.topology(), clients };
   }
 
-  /** The configured client ids, in configuration order. */
   clientIds(): string[] {
     return [...this.managers.keys()];
   }

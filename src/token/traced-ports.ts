@@ -2,11 +2,7 @@ import type { TokenGrantor } from '../provider/auth-server.client';
 import { inLeadSpan, inSpan, spansEnabled } from '../tracing/spans';
 import type { TokenStore } from './token-store';
 
-/**
- * The refresh pass's ports with a span around each call (see `tracing/spans.ts`); without
- * tracing, the ports themselves.
- */
-/** The token store with a span around each command of the refresh pass. */
+/** Without tracing, the ports themselves. */
 export function tracedTokenStore(store: TokenStore): TokenStore {
   if (!spansEnabled()) return store;
   const traced = Object.create(store) as TokenStore;
@@ -31,7 +27,7 @@ export function tracedTokenStore(store: TokenStore): TokenStore {
   return traced;
 }
 
-/** The grantor with a span around each token request (the HTTP call is its child). */
+/** The HTTP call is the span's child. */
 export function tracedGrantor(grantor: TokenGrantor): TokenGrantor {
   if (!spansEnabled()) return grantor;
   return {

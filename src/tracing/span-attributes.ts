@@ -1,6 +1,6 @@
 import type { Attributes } from '@opentelemetry/api';
 
-/** Commands that name no key, or whose arguments are credentials (`AUTH`, `HELLO`). */
+/** No key named, or credentials as arguments (`AUTH`, `HELLO`). */
 const KEYLESS = new Set([
   'auth',
   'hello',
@@ -28,17 +28,12 @@ const KEYLESS = new Set([
   'sunsubscribe',
 ]);
 
-/** Commands whose every argument is a key. */
 const ALL_KEYS = new Set(['del', 'unlink', 'exists', 'touch', 'mget', 'watch']);
 
-/** Scripts: `EVAL script numkeys key... arg...` and its siblings. */
+/** `EVAL script numkeys key... arg...` and its siblings. */
 const SCRIPTED = new Set(['eval', 'evalsha', 'eval_ro', 'evalsha_ro', 'fcall', 'fcall_ro']);
 
-/**
- * The `db.query.text` of a Redis span: the command and the key names, never the other
- * arguments. Script arguments are the stored token records, lock values and order answers, and
- * a span exporter is not a place a sealed token or a stored order may go.
- */
+/** Key names only: script arguments are token records and order answers, unfit for an exporter. */
 export function redisStatement(command: string, args: ReadonlyArray<unknown>): string {
   const name = command.toLowerCase();
   return [name, ...redisKeys(name, args).map(String)].join(' ');
@@ -54,11 +49,7 @@ function redisKeys(name: string, args: ReadonlyArray<unknown>): ReadonlyArray<un
   return args.slice(0, 1);
 }
 
-/**
- * Attributes that replace the undici instrumentation's URL attributes: the URL without its query
- * string. Passthrough callers put what they like in a query (order references, customer ids);
- * the path and the host are enough to follow a request.
- */
+/** Without the query string: passthrough callers put what they like there (customer ids). */
 export function outgoingUrlAttributes(request: { origin: string; path: string }): Attributes {
   const url = new URL(request.path, request.origin);
   url.search = '';

@@ -2,19 +2,12 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { Attributes, Span, SpanKind, Tracer } from '@opentelemetry/api';
 
 /**
- * The broker's own spans, through the OpenTelemetry API only, taken when tracing is turned on
- * (see `tracing.ts`), after the SDK has registered: without it (no OTEL_* variables) every
- * helper here returns its argument untouched or calls straight through.
- *
- * Spans exist only where the broker does I/O: a `GET /token` that waits (the L1 hit never gets
- * here), the refresh pass (lock, provider request, fenced write), `POST /orders`, and the
- * Secrets Manager read (the AWS SDK's own instrumentation). Redis commands and provider
- * requests become child spans through the ioredis and undici instrumentations.
+ * The broker's own spans, through the OpenTelemetry API only; without tracing every helper calls
+ * straight through. Spans exist only where the broker does I/O.
  */
-/** The API and the broker's tracer, once tracing is on ({@link enableSpans}). */
 let otel: { api: typeof import('@opentelemetry/api'); tracer: Tracer } | undefined;
 
-/** Handed to `fn` when spans are off: every call on it is a no-op, as on the API's own. */
+/** Every call on it is a no-op, as on the API's own. */
 const NO_SPAN: Span = {
   spanContext: () => ({ traceId: '0'.repeat(32), spanId: '0'.repeat(16), traceFlags: 0 }),
   setAttribute: () => NO_SPAN,
@@ -29,7 +22,7 @@ const NO_SPAN: Span = {
   recordException: () => undefined,
 };
 
-/** Called once the SDK has started: loads the API, and from then on the helpers create spans. */
+/** Called once the SDK has started. */
 export async function enableSpans(): Promise<void> {
   const api = await import('@opentelemetry/api');
   otel = { api, tracer: api.trace.getTracer('token-broker') };
@@ -39,7 +32,7 @@ export function spansEnabled(): boolean {
   return otel !== undefined;
 }
 
-/** Runs `fn` in a span that ends when it settles, recording a thrown error. */
+/** Ends when `fn` settles, recording a thrown error. */
 export function inSpan<T>(
   name: string,
   attributes: Attributes,
@@ -65,10 +58,7 @@ export function inSpan<T>(
   );
 }
 
-/**
- * Runs `fn` in a server span that continues the caller's trace: W3C `traceparent` and
- * `tracestate` are taken from the request headers (malformed ones start a new trace).
- */
+/** Continues the caller's W3C trace; malformed headers start a new one. */
 export function inCallerSpan<T>(
   headers: IncomingHttpHeaders | undefined,
   name: string,
@@ -82,9 +72,8 @@ export function inCallerSpan<T>(
 }
 
 /**
- * Runs `fn` in a span that covers only its lead-in: the span ends when `fn` calls `leave(rest)`
- * (or settles), and `rest` runs in the caller's context, beside the span rather than below it.
- * For a lock: taking it is the span; the work done while holding it is not.
+ * The span covers only `fn`'s lead-in, until it calls `leave(rest)`; `rest` runs beside it. For a
+ * lock: taking it is the span, the work done holding it is not.
  */
 export function inLeadSpan<T>(
   name: string,

@@ -2,11 +2,7 @@ import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
 import { outgoingUrlAttributes, redisStatement } from './span-attributes';
 import { enableSpans } from './spans';
 
-/**
- * Whether the standard OpenTelemetry variables configure a trace exporter: an OTLP endpoint
- * (`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) or an explicit
- * `OTEL_TRACES_EXPORTER` other than `none`; `OTEL_SDK_DISABLED=true` turns it off.
- */
+/** An OTLP endpoint or an explicit `OTEL_TRACES_EXPORTER` other than `none`, unless disabled. */
 export function tracesConfigured(env: NodeJS.ProcessEnv): boolean {
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false;
   const exporter = env.OTEL_TRACES_EXPORTER?.trim();
@@ -14,13 +10,9 @@ export function tracesConfigured(env: NodeJS.ProcessEnv): boolean {
   return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT);
 }
 
-/** The exporters the broker ships: OTLP over HTTP (protobuf or JSON) and the console. */
 type ExporterKind = 'otlp-proto' | 'otlp-json' | 'console';
 
-/**
- * Which exporter the variables ask for; throws naming the variable for one the broker does not
- * ship (gRPC, Zipkin, Jaeger), rather than silently exporting nothing.
- */
+/** Throws for an exporter the broker does not ship, rather than silently exporting nothing. */
 export function exporterKind(env: NodeJS.ProcessEnv): ExporterKind {
   const exporter = (env.OTEL_TRACES_EXPORTER?.trim() || 'otlp').toLowerCase();
   if (exporter === 'console') return 'console';
@@ -41,16 +33,9 @@ export function exporterKind(env: NodeJS.ProcessEnv): ExporterKind {
 }
 
 /**
- * Starts tracing when {@link tracesConfigured}, before the instrumented libraries (ioredis,
- * undici, the AWS SDK) are loaded; otherwise loads nothing. The OpenTelemetry packages read the
- * standard variables themselves (endpoint, headers, timeouts, `OTEL_TRACES_SAMPLER`,
- * `OTEL_BSP_*`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`); the broker picks the exporter
- * and names the service `token-broker` unless told otherwise. Traces only: metrics stay on
- * `/metrics` and logs on stdout. The tracer provider, span processor and exporters are the
- * SDK's own, not `@opentelemetry/sdk-node`, whose gRPC exporters would ship gRPC and
- * protobuf.js (and with them `@types/node`) in the image.
- *
- * Returns a shutdown that flushes pending spans, or undefined when tracing is off.
+ * Before the instrumented libraries load; otherwise loads nothing. The SDK's own provider and
+ * exporters, not `@opentelemetry/sdk-node`, whose gRPC exporters would ship gRPC and protobuf.js
+ * in the image. Returns a shutdown that flushes pending spans.
  */
 export async function startTracing(
   env: NodeJS.ProcessEnv = process.env,
@@ -87,8 +72,7 @@ export async function startTracing(
     tracerProvider: provider,
     instrumentations: [
       new UndiciInstrumentation({ startSpanHook: outgoingUrlAttributes }),
-      // Only commands made inside a broker span (the refresh, orders): the health pings and
-      // background checks would otherwise be a trace each, every second.
+      // Only inside a broker span: health pings would otherwise be a trace each, every second.
       new IORedisInstrumentation({
         requireParentSpan: true,
         dbStatementSerializer: redisStatement,
@@ -100,7 +84,7 @@ export async function startTracing(
   return () => provider.shutdown();
 }
 
-/** The span exporter of that kind; each OTLP package is loaded only when it is chosen. */
+/** Each OTLP package is loaded only when chosen. */
 async function spanExporter(
   kind: ExporterKind,
   ConsoleSpanExporter: new () => SpanExporter,
