@@ -1,42 +1,31 @@
 import type { ForwardMethod, ForwardRule } from '../config/client.schema';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
 
-/** Where the passthrough lives: `/provider/<client>/<provider path>?<query>`. */
 export const FORWARD_ROUTE_PREFIX = '/provider/';
 
-/** A request target the passthrough accepted, split for the provider call. */
 export interface ForwardTarget {
-  /** The `<client>` segment as sent (the guard decides whether the caller may use it). */
+  /** As sent: the guard decides whether the caller may use it. */
   readonly clientId: string;
-  /** The provider path, exactly as sent (percent-encoding kept), starting with `/`. */
+  /** Exactly as sent (percent-encoding kept), starting with `/`. */
   readonly path: string;
-  /** The query string with its `?`, exactly as sent, or `''`. */
+  /** With its `?`, exactly as sent, or `''`. */
   readonly query: string;
 }
 
-/** Raw bytes no provider path may hold: controls, space, backslash, `#`, non-ASCII. */
 // eslint-disable-next-line no-control-regex -- refusing control characters is the point
 const RAW_FORBIDDEN = /[\x00-\x20\x7f-\uffff\\#]/;
 /**
- * What no segment may decode to: a slash or backslash (an encoded separator), `%` (double
- * encoding), `;` (raw or `%3B`), controls. Java servers (Tomcat, Spring, Jetty) drop a
- * segment's `;parameters` before resolving dot segments, so `..;` would climb out of the
- * allow-list there; no provider path needs `;`, so it is refused outright.
+ * `;` too: Java servers (Tomcat, Spring, Jetty) drop a segment's `;parameters` before resolving
+ * dot segments, so `..;` would climb out of the allow-list there; no provider path needs `;`.
  */
 // eslint-disable-next-line no-control-regex -- refusing control characters is the point
 const DECODED_FORBIDDEN = /[/\\%;\x00-\x1f\x7f]/;
-/** A percent sign not followed by two hex digits. */
 const BAD_ESCAPE = /%(?![0-9A-Fa-f]{2})/;
 
 /**
- * Splits a raw request target (`req.raw.url`, before any decoding) into client, provider path
- * and query, or throws 400 `forward_path_invalid`. It refuses rather than normalises anything a
- * server on the way could read differently from the allow-list: `.` and `..` segments (also
- * percent-encoded, `%2e%2e`), encoded slashes and backslashes (`%2f`, `%5c`), double encoding
- * (`%25`), backslashes, empty segments (`//`), controls and NUL (raw or encoded), malformed
- * escapes, `;` path parameters (`..;`, `%3B`), and anything but an origin-form target
- * (`GET http://evil/...`). What passes is sent byte for byte, so the path matched is the path
- * the provider receives.
+ * Refuses rather than normalises anything a server on the way could read differently from the
+ * allow-list; what passes is sent byte for byte, so the path matched is the path the provider
+ * receives.
  */
 export function parseForwardTarget(rawUrl: string): ForwardTarget {
   if (!rawUrl.startsWith(FORWARD_ROUTE_PREFIX)) {
@@ -87,11 +76,7 @@ function assertPlainPath(path: string): void {
   }
 }
 
-/**
- * The rule of `rules` that lets `method` and `path` (checked by {@link parseForwardTarget})
- * pass; throws 403 `forward_not_allowed` naming the client's rules otherwise. Prefixes end in
- * `/`, so `/api/marketing/v1/` never matches `/api/marketing/v1-admin/`.
- */
+/** Prefixes end in `/`, so `/api/marketing/v1/` never matches `/api/marketing/v1-admin/`. */
 export function allowedBy(
   clientId: string,
   rules: readonly ForwardRule[],

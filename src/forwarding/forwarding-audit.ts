@@ -8,12 +8,8 @@ import type { ForwardingAudit } from './forwarding';
 import { requestIdsOf } from '../http/request-id';
 
 /**
- * A forwarding route's audit trail (`"audit":"orders"`, `"audit":"forward"`): its logger,
- * and the budget its refusals share, as token refusals do (`audit.refusalsPerSecond`, per kind:
- * see {@link AuditRateLimit}). Only refusals are budgeted: a request that reached the provider
- * (`attempts` > 0) may have created something there, and is always written. The rest are
- * counted in a `<msg> refusals suppressed` line, written with the next admitted refusal, every
- * `audit.intervalSeconds` and at shutdown.
+ * Only refusals are budgeted (`audit.refusalsPerSecond`): a request that reached the provider
+ * may have created something there, so its line is always written.
  */
 export class ForwardingAuditTrail {
   private readonly refusals: AuditRateLimit;
@@ -34,10 +30,9 @@ export class ForwardingAuditTrail {
     party: { caller?: Caller | undefined; client?: string | undefined },
     audit: ForwardingAudit,
     outcome: { result: string; err?: unknown },
-    now = Date.now(),
   ): boolean {
     if (outcome.err === undefined || audit.attempts > 0) return true;
-    const admitted = this.refusals.admit(outcome.result, now, {
+    const admitted = this.refusals.admit(outcome.result, Date.now(), {
       caller: party.caller?.name,
       client: party.client,
     });
@@ -45,8 +40,7 @@ export class ForwardingAuditTrail {
     return admitted;
   }
 
-  /** Writes the count of refusals left out, if any. */
-  reportSuppressed(): void {
+  private reportSuppressed(): void {
     const left = this.refusals.takeSuppressed();
     if (left === undefined || !this.enabled) return;
     this.logger.info(
@@ -62,12 +56,10 @@ export class ForwardingAuditTrail {
     );
   }
 
-  /** Whether lines are written at all (the logger's level). */
   get enabled(): boolean {
     return this.logger.isLevelEnabled('info');
   }
 
-  /** At shutdown: stops the timer and reports what is left. */
   close(): void {
     clearInterval(this.timer);
     this.reportSuppressed();
@@ -75,12 +67,8 @@ export class ForwardingAuditTrail {
 }
 
 /**
- * The audit line of a forwarded request (`POST /orders`, the passthrough): caller, client,
- * token fingerprint (never the token), idempotency key hash, attempts, outcome; fields not known
- * (yet) are left out, as pino leaves out `undefined`.
- *
- * @param err The refusal, if any: a caller-auth refusal adds what the caller was not told.
- * @param extra Fields of the route's own, written after the client.
+ * Never the token, only its fingerprint. A caller-auth refusal adds what the caller was not
+ * told.
  */
 export function writeForwardingAudit(
   trail: ForwardingAuditTrail,

@@ -2,7 +2,6 @@ import type { BrokerExceptionOptions } from '../errors/broker.exception';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
 import { ORDERS_PROBLEMS, OrdersErrorCode, OrdersException } from './orders.exception';
 
-/** The ways a forwarded call ends without the provider's own answer. */
 export type ForwardingFailure =
   | 'inFlight'
   | 'outcomeUnknown'
@@ -17,18 +16,14 @@ export type ForwardingFailure =
   | 'echoedToken'
   | 'callerLimit';
 
-/** The two uses of the core: `POST /orders`, and the provider passthrough. */
+/** `POST /orders`, and the provider passthrough. */
 export type ForwardingProfile = 'orders' | 'forward';
 
 type ForwardingCode = OrdersErrorCode | ForwardErrorCode;
 
-/** A failure whose code is the same for both uses. */
 const both = (code: OrdersErrorCode) => ({ orders: code, forward: code });
 
-/**
- * The one table of the core's failures and the codes callers key on: the idempotency codes are
- * shared, the rest say which route answered (`order_*`, `forward_*`).
- */
+/** The idempotency codes are shared; the rest say which route answered. */
 export const FAILURE_CODES: Record<ForwardingFailure, Record<ForwardingProfile, ForwardingCode>> = {
   inFlight: { orders: OrdersErrorCode.InFlight, forward: ForwardErrorCode.InFlight },
   outcomeUnknown: {
@@ -56,10 +51,7 @@ export const FAILURE_CODES: Record<ForwardingFailure, Record<ForwardingProfile, 
   callerLimit: both(OrdersErrorCode.IdempotencyRecordsExceeded),
 };
 
-/**
- * How each use names what it forwards in messages (`order`, `request`), what is uncertain when
- * an answer is lost, and its `providerLatency` metric's `call` label.
- */
+/** How each use words its messages, and its `providerLatency` `call` label. */
 export const PROFILES: Record<
   ForwardingProfile,
   { noun: string; uncertain: string; call: string }
@@ -72,7 +64,6 @@ export const PROFILES: Record<
   },
 };
 
-/** The caller-facing exception for `failure` as `profile` answers it. */
 export function forwardingProblem(
   profile: ForwardingProfile,
   failure: ForwardingFailure,

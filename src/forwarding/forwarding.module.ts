@@ -16,12 +16,6 @@ import { ForwardingRoute } from './forwarding.route';
 import { ForwardingService } from './forwarding.service';
 import type { IdempotencyStore } from './idempotency-store';
 
-/**
- * `POST /orders` and `/provider/<client>/...`: one forwarding route and service. Its ports
- * come from the adapters: the provider API client, and from the shared-store module the
- * idempotency store and the rate limiter (`FORWARD_RATE_LIMITER`). Build it with
- * {@link ForwardingModule.with}.
- */
 @Module({
   imports: [CallerAuthModule, MetricsModule, ProviderModule],
   providers: [
@@ -52,10 +46,8 @@ import type { IdempotencyStore } from './idempotency-store';
 })
 export class ForwardingModule {
   /**
-   * This module with the app's token module (`TokenModule.withStore(...)`, the same instance
-   * the app imports) and `store`, the module exporting `IDEMPOTENCY_STORE` and
-   * `FORWARD_RATE_LIMITER`. The store implements this folder's ports, so this folder cannot
-   * import it (a folder cycle).
+   * `store` exports `IDEMPOTENCY_STORE` and `FORWARD_RATE_LIMITER`; it implements this folder's
+   * ports, so this folder cannot import it (a folder cycle).
    */
   static with(token: DynamicModule, store: Type): DynamicModule {
     return { module: ForwardingModule, imports: [token, store] };

@@ -46,7 +46,6 @@ const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/
 
 const JSON_ONLY = 'send the order as Content-Type: application/json (UTF-8)';
 
-/** How each URL of the route is registered, limited, traced and audited. */
 const ROUTES: Record<
   ForwardingProfile,
   {
@@ -54,7 +53,6 @@ const ROUTES: Record<
     readonly bodyLimit: (config: BrokerConfig) => number;
     readonly bodyLimitSetting: string;
     readonly span: (method: string) => string;
-    /** The audit line's message; its logger's `audit` field is the profile's name. */
     readonly msg: string;
   }
 > = {
@@ -81,28 +79,13 @@ const ROUTES: Record<
 const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
 
 /**
- * The forwarding route, one profile per URL, on the one {@link ForwardingService}:
- *
- * - `POST /orders` (`orders`): the client's fixed target `{base_url}{ordersPath}`, JSON only
- *   (415), `ORDERS_BODY_LIMIT_BYTES`, `order_*` codes, audit `orders`, no rate limit;
- * - `/provider/<client>/<provider path>?<query>` (`forward`), methods GET, HEAD, POST, PUT,
- *   PATCH, DELETE: the provider passthrough. In `onRequest`, in this order: the caller (401,
- *   scope `forward` 403), the target's shape (400: nothing of the path is looked at for a caller
- *   who may not forward), the client (403/404 without enumeration), the client's allow-list
- *   (403), the rate limits (429).
- *
- * Each is registered on Fastify in its own encapsulated context rather than as a Nest
- * controller, for two reasons: the body must reach the provider byte for byte, so the context
- * replaces Fastify's parsers with one that keeps the raw bytes of any media type (up to the
- * body limit), and that parser must not apply to any other route; and the caller is
- * authenticated in `onRequest`, so an unauthenticated or forbidden request is refused before
- * its body is read. Errors, including Fastify's own, become problem+json here. Once the server
- * starts closing (SIGTERM), every answer carries `Connection: close`, so a request still in
- * flight does not leave its keep-alive connection holding the closing server open.
+ * Each profile is an encapsulated Fastify context rather than a Nest controller: its raw-bytes
+ * parser (the body reaches the provider byte for byte) must apply to no other route, and the
+ * caller is authorised in `onRequest`, before the body is read. While closing, answers carry
+ * `Connection: close` so an in-flight keep-alive connection does not hold the server open.
  */
 @Injectable()
 export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
-  /** Per profile: one line per request (never the token), and the refusals' budget. */
   private readonly trails: Record<ForwardingProfile, ForwardingAuditTrail>;
   private readonly clients: ReadonlyMap<string, ClientConfig>;
 
@@ -159,7 +142,10 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     });
   }
 
-  /** Before the body is read: who is calling, and may it send this request. */
+  /**
+   * Before the body is read. The target's shape is checked only after the caller may forward,
+   * so nothing of the path is looked at for a caller who may not.
+   */
   private async admit(profile: ForwardingProfile, req: FastifyRequest): Promise<void> {
     if (profile === 'orders') {
       const { clientId } = await this.guard.authorize(req, 'forward');
@@ -250,7 +236,6 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     }
   }
 
-  /** Counts, audits and answers a request the broker refused or could not complete. */
   private refuse(
     profile: ForwardingProfile,
     err: unknown,
@@ -264,7 +249,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     return sendProblem(reply, err, req.id);
   }
 
-  /** Passthrough requests per client, caller and outcome, once the guard knows both. */
+  /** Only once the guard knows both the caller and the client. */
   private count(profile: ForwardingProfile, req: FastifyRequest, outcome: string): void {
     if (profile !== 'forward') return;
     const seen = partialCallerContext(req);
@@ -273,7 +258,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome).inc();
   }
 
-  /** The audit line; the passthrough's adds the method and checked path (never the query). */
+  /** The passthrough's adds the method and checked path, never the query. */
   private log(
     profile: ForwardingProfile,
     req: FastifyRequest,
@@ -288,7 +273,6 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     writeForwardingAudit(this.trails[profile], req, reply, audit, outcome, extra);
   }
 
-  /** Fastify's own body errors, in the profile's words. */
   private translate(profile: ForwardingProfile, err: unknown): unknown {
     switch ((err as { code?: unknown } | null)?.code) {
       case 'FST_ERR_CTP_BODY_TOO_LARGE':
@@ -313,7 +297,6 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   }
 }
 
-/** Those of the {@link PASSED_HEADERS} the caller sent. */
 function passedHeaders(headers: FastifyRequest['headers']): Record<string, string> {
   const passed: Record<string, string> = {};
   for (const name of PASSED_HEADERS) {

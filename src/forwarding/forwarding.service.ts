@@ -21,34 +21,27 @@ import type { TokenRecord } from '../token/token-record';
 import type { TokenService } from '../token/token.service';
 import type { ForwardTarget } from './forward-target';
 
-/** A checked request of either route, ready to forward. */
 export interface ForwardCall {
-  /** `orders` (`POST /orders`) or `forward` (the passthrough): see {@link ForwardingService}. */
   readonly profile: ForwardingProfile;
   readonly client: ClientConfig;
-  /** The caller's name: its `Idempotency-Key`s are its own. */
+  /** Its `Idempotency-Key`s are its own. */
   readonly caller: string;
   readonly method: string;
   readonly target: ForwardTarget;
-  /** Idempotency key, request id and trace context (`readOrderHeaders`). */
   readonly headers: OrderHeaders;
-  /** Further headers the provider sees (the caller's content type, accept...; JSON for orders). */
+  /** Further headers the provider sees besides `headers`. */
   readonly passed: Readonly<Record<string, string>>;
-  /** The request body (bounded by the route's body limit), or none. */
   readonly body?: Buffer;
 }
 
-/** The provider's answer as the route relays it. */
 export interface ForwardReply {
   readonly status: number;
-  /** The provider's headers that are safe to return (see {@link RETURNED_HEADERS}). */
   readonly headers: Readonly<Record<string, string>>;
   /** Streams unless it was collected for an `Idempotency-Key` or replayed. */
   readonly body: Readable | Buffer;
   readonly replayed: boolean;
 }
 
-/** What an answer carries to the core: headers filtered, body streamed or whole. */
 interface PassAnswer {
   readonly kind: 'answered';
   readonly status: number;
@@ -57,9 +50,8 @@ interface PassAnswer {
 }
 
 /**
- * Provider headers the passthrough returns to the caller. Anything else stays at the broker: `Set-Cookie`
- * (a provider session is not the caller's), `WWW-Authenticate`, hop-by-hop headers, and any
- * header this list does not know. The provider's `X-Request-Id` comes back renamed, since the
+ * Anything else stays at the broker: `Set-Cookie` (a provider session is not the caller's),
+ * `WWW-Authenticate`, hop-by-hop and unknown headers. `X-Request-Id` comes back renamed: the
  * broker's own request id owns the name.
  */
 const RETURNED_HEADERS = new Map<string, string>([
@@ -87,40 +79,19 @@ const ORDER_HEADERS = new Map([
   ['retry-after', 'retry-after'],
 ]);
 
-/** Methods whose `Idempotency-Key` the broker honours (claim, replay, 409, 422). */
 const KEYED_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
-/** Methods retried once when the connection was refused before anything was sent. */
 const SAFE_METHODS = new Set(['GET', 'HEAD']);
 
-/** What a profile does its own way; the rest is the one path below. */
 interface Use {
   readonly forwarding: Forwarding;
   /** The key's name in the store, and the fingerprint a repeat must match. */
   identity(call: ForwardCall, key: string): { keyHash: string; bodyHash: string };
-  /** The answer's limits, and whether it is collected whole. */
   readonly response: Pick<ApiRequest, 'maxResponseBytes' | 'limitSetting' | 'whole'>;
-  /** Largest answer kept for replays. */
   readonly maxStoredBytes: number;
   readonly returned: ReadonlyMap<string, string>;
 }
 
-/**
- * The provider call of both forwarding routes, as uses of the {@link Forwarding} core (401 →
- * fenced invalidate + one retry, nothing that may have arrived sent again, idempotency), one
- * profile each:
- *
- * - `orders` (`POST /orders`): the client's fixed target `{base_url}{ordersPath}`, the answer
- *   collected whole within `ORDERS_MAX_RESPONSE_BYTES`, its type and `Retry-After` returned; the
- *   bare key's hash as idempotency identity (records written before the passthrough stay valid)
- *   and the body's bytes as fingerprint; `order_*` codes.
- * - `forward` (`/provider/<client>/...`): the caller's path and query, answers streamed back
- *   (collected, bounded, only when an `Idempotency-Key` needs them stored), GET and HEAD retried
- *   once when the connection was refused before sending, keys scoped by method and path (the
- *   query and body make up the fingerprint); `forward_*` codes.
- *
- * Plain TypeScript, built by `ForwardingModule`'s factory: no Nest import, so it is unit tested
- * without the framework.
- */
+/** No Nest import, so it is unit tested without the framework. */
 export class ForwardingService {
   private readonly uses: Record<ForwardingProfile, Use>;
 
@@ -141,6 +112,7 @@ export class ForwardingService {
     this.uses = {
       orders: {
         forwarding: core('orders', orders.idempotencyTtlSeconds, 0),
+        // The bare key's hash: records written before the passthrough existed stay valid.
         identity: (call, key) => ({
           keyHash: idempotencyKeyHash(key),
           bodyHash: bodyFingerprint(call.body ?? Buffer.alloc(0)),
@@ -176,7 +148,6 @@ export class ForwardingService {
     };
   }
 
-  /** Forwards `call` (or replays what its key recorded); throws its profile's or token problems. */
   async forward(call: ForwardCall, audit: ForwardingAudit): Promise<ForwardReply> {
     const use = this.uses[call.profile];
     const key = KEYED_METHODS.has(call.method) ? call.headers.idempotencyKey : undefined;
@@ -208,7 +179,6 @@ export class ForwardingService {
     return { ...result.answer, replayed: false };
   }
 
-  /** Sends `call` with `token`, and once more if a GET or HEAD was refused before sending. */
   private async callProvider(
     call: ForwardCall,
     use: Use,
@@ -240,7 +210,6 @@ export class ForwardingService {
 /** How much of a streamed answer is read before its status is relayed, to screen it whole. */
 const SCREEN_BEFORE_RELAY_BYTES = 64 * 1024;
 
-/** The answer unless it echoes a token (see {@link Exchange.screen}). */
 async function screened(
   answer: PassAnswer,
   tokens: readonly string[],
@@ -261,7 +230,6 @@ async function screened(
   return 'echoed' in result ? 'echoed' : { ...answer, body: result.body };
 }
 
-/** The answer with its returned headers, body still streaming. */
 function passed(outcome: ApiOutcome, names: ReadonlyMap<string, string>): PassAnswer | ApiFailure {
   if (outcome.kind === 'failed') return outcome;
   return {
@@ -272,10 +240,7 @@ function passed(outcome: ApiOutcome, names: ReadonlyMap<string, string>): PassAn
   };
 }
 
-/**
- * The answer collected whole, for the idempotency record: at most `limit` bytes, else a
- * failure whose outcome is unknown (the provider did process it).
- */
+/** At most `limit` bytes, else outcome unknown: the provider did process it. */
 async function collected(
   outcome: ApiOutcome,
   limit: number,
@@ -312,7 +277,6 @@ async function collected(
   return { kind: 'answered', status: outcome.status, headers, body: Buffer.concat(chunks, size) };
 }
 
-/** An answer too large to keep for replays: sent and processed, so its outcome is unknown. */
 function tooLargeToStore(status: number, limit: number): ApiFailure {
   return {
     kind: 'failed',
@@ -325,7 +289,6 @@ function tooLargeToStore(status: number, limit: number): ApiFailure {
   };
 }
 
-/** The provider's `headers` that `names` returns, under the names it gives them. */
 function returned(
   headers: Record<string, string | string[] | undefined>,
   names: ReadonlyMap<string, string>,

@@ -25,78 +25,52 @@ import {
 /** A request must leave with a token that outlives the trip to the provider. */
 const TOKEN_MIN_REMAINING_MS = 2000;
 
-/** The provider's answer as the core sees it; the use decides how its body travels. */
-export interface ForwardedAnswer {
+interface ForwardedAnswer {
   readonly kind: 'answered';
   readonly status: number;
 }
 
-/** One call to forward: the client, its idempotency identity, and how to send it once. */
 export interface Exchange<A extends ForwardedAnswer> {
   readonly clientId: string;
-  /**
-   * Present with an `Idempotency-Key`: the caller it belongs to, the key's hash (scoped by the
-   * use) and the body's.
-   */
+  /** Present with an `Idempotency-Key`; the key's hash is scoped by the use. */
   readonly idempotency?: {
     readonly caller: string;
     readonly keyHash: string;
     readonly bodyHash: string;
   };
-  /** Sends the request once with `token`. Never throws for a transport failure. */
+  /** Never throws for a transport failure. */
   send(token: TokenRecord): Promise<A | ApiFailure>;
   /** Lets go of a 401 answer that will not be relayed (drains a streamed body). */
   discard(answer: A): void;
   /**
-   * The answer, unless what would be relayed (its body, and the headers a use returns)
-   * contains one of `tokens` (the tokens sent for this exchange): then `'echoed'`, and the
-   * answer is let go. A streamed body may be read in part to decide; a token found after
-   * relaying has begun cuts it off and calls `onLateEcho`.
+   * `'echoed'` when what would be relayed contains a token sent for this exchange; a token
+   * found after relaying has begun cuts the body off and calls `onLateEcho`.
    */
   screen(
     answer: A,
     tokens: readonly string[],
     onLateEcho: () => void,
   ): Promise<A | ApiFailure | 'echoed'>;
-  /** What to record for replays; only called for an exchange with `idempotency`. */
+  /** Only called for an exchange with `idempotency`. */
   stored(answer: A): StoredResponse;
 }
 
-/** What happened: the provider's answer, live, or the recorded answer of an earlier request. */
-export type ForwardingResult<A> =
+type ForwardingResult<A> =
   | { readonly kind: 'live'; readonly answer: A }
   | { readonly kind: 'replayed'; readonly response: StoredResponse };
 
-/** Filled in as a request goes through, for the route's audit line. Never holds a secret. */
+/** For the route's audit line: never holds a secret. */
 export interface ForwardingAudit {
-  /** Fingerprint of the token of the last provider call (never the token). */
   tokenFingerprint?: string;
-  /** First 16 hex digits of the SHA-256 of the `Idempotency-Key`. */
   idempotencyKeyHash?: string;
   /** Provider calls made: 0 (replayed or refused), 1, or 2 (after a 401). */
   attempts: number;
 }
 
 /**
- * The one implementation of "call the provider for a caller" that `POST /orders` and the
- * provider passthrough share:
- *
- * - The broker itself never repeats a request that may have reached the provider. The one
- *   retry is after a 401: the provider refused the token before looking at the request. The
- *   rejected token is invalidated by fingerprint (fenced: only if it is still the current one),
- *   so a storm of 401s across the fleet costs one token request, and the retry waits for a
- *   token *different* from the rejected one.
- * - With an `Idempotency-Key`, the key is claimed atomically before anything is sent, and the
- *   outcome is recorded: the provider's answer (replayed to repeats), or "unknown" when the
- *   request was sent and its answer lost (repeats get 409 for the whole TTL, because sending
- *   it again could act twice). A claim that certainly did nothing (not sent, 401 twice, 429,
- *   no token) is released so the caller may retry.
- * - If the idempotency store is down, requests with a key are refused (503): the broker cannot
- *   promise no duplicate. Requests without a key do not need the store and are forwarded.
- * - An answer that contains a token the broker sent for this request is neither relayed
- *   nor stored (502, logged and counted): it would hand the fleet's token to a caller.
- *
- * Plain TypeScript: no Nest import, so it is unit tested without the framework.
+ * Never repeats a request that may have reached the provider; the one retry follows a 401,
+ * which the provider answers before looking at the request. The rejected token is invalidated
+ * fenced, so a storm of 401s across the fleet costs one token request.
  */
 export class Forwarding {
   private readonly claims: IdempotencyClaims;
@@ -118,11 +92,6 @@ export class Forwarding {
     this.claims = new IdempotencyClaims(store, config, policy, metrics, logger, profile);
   }
 
-  /**
-   * Forwards `exchange` (or answers from what is recorded for its key) and returns the
-   * provider's answer, whatever its status. Throws the profile's forwarding or {@link TokenException}
-   * problems.
-   */
   async forward<A extends ForwardedAnswer>(
     exchange: Exchange<A>,
     audit: ForwardingAudit,
@@ -171,7 +140,6 @@ export class Forwarding {
     return this.conclude(exchange, outcome, ledger, idempotency !== undefined);
   }
 
-  /** Logs and counts an answer withheld (or cut off) for echoing the token; never the token. */
   private echoed(clientId: string, status: number, late: boolean): void {
     this.metrics.upstreamTokenEchoes.labels(clientId, this.words.call).inc();
     this.logger.error(
@@ -182,10 +150,7 @@ export class Forwarding {
     );
   }
 
-  /**
-   * Sends, and once more after a 401 with a token different from the rejected one: the token
-   * layer never hands a rejected token out again ({@link TokenService.replaceRejected}).
-   */
+  /** The token layer never hands a rejected token out again (`replaceRejected`). */
   private async send<A extends ForwardedAnswer>(
     exchange: Exchange<A>,
     audit: ForwardingAudit,
@@ -233,7 +198,6 @@ export class Forwarding {
     return outcome;
   }
 
-  /** Records the outcome and turns it into the caller's answer. */
   private async conclude<A extends ForwardedAnswer>(
     exchange: Exchange<A>,
     outcome: A | ApiFailure,
@@ -280,7 +244,7 @@ export class Forwarding {
   }
 }
 
-/** Every token refused with 401: carries the caller's problem out of `send`. */
+/** Carries the caller's problem out of `send`. */
 class TokenRejected extends Error {
   constructor(readonly problem: Error) {
     super(problem.message);

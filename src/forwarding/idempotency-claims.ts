@@ -21,14 +21,13 @@ import {
 /** Slack on an in-flight lease for event-loop delays (the store's clock sets and reads it). */
 const LEASE_MARGIN_MS = 5000;
 
-/** How long one use keeps its idempotency records, and how many a caller may hold. */
 export interface IdempotencyPolicy {
   readonly ttlSeconds: number;
-  /** Most records per caller and client at once; 0: no bound. */
+  /** Per caller and client at once; 0: no bound. */
   readonly maxRecordsPerCaller: number;
 }
 
-/** How the record of an idempotency claim is settled; a no-op without a key. */
+/** A no-op without a key ({@link NO_LEDGER}). */
 export interface Ledger {
   complete(response: StoredResponse): Promise<void>;
   markUnknown(): Promise<void>;
@@ -41,16 +40,10 @@ export const NO_LEDGER: Ledger = {
   release: async () => undefined,
 };
 
-/**
- * The idempotency half of forwarding: claims an `Idempotency-Key` atomically before anything
- * is sent, answers repeats from what is recorded (replay, 409 or 422), and hands back the
- * {@link Ledger} that settles the claim once the outcome is known. If the store is down, a
- * request with a key is refused (503): the broker cannot promise no duplicate.
- */
+/** Claims an `Idempotency-Key` atomically before anything is sent. */
 export class IdempotencyClaims {
   private readonly ttlMs: number;
   private readonly maxPerCaller: number;
-  /** How long a claim's holder is presumed alive: its longest possible run, plus slack. */
   private readonly leaseMs: number;
   private readonly words: (typeof PROFILES)[ForwardingProfile];
 
@@ -71,7 +64,6 @@ export class IdempotencyClaims {
     this.maxPerCaller = policy.maxRecordsPerCaller;
   }
 
-  /** Claims the key, or answers from what is recorded for it (replay, 409 or 422). */
   async claim(
     ref: IdempotencyRef,
     bodyHash: string,

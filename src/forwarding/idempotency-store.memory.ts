@@ -20,10 +20,8 @@ interface Entry {
 const SWEEP_INTERVAL_MS = 60_000;
 
 /**
- * The store when `REDIS_URL` is unset: one replica, so "shared" means this process. Same rules
- * as the Redis store (atomic claim, owner-checked settling, TTL), so behaviour does not change
- * with the deployment, only its reach. Node runs each method to completion before the next
- * starts, which makes `claim` atomic without a lock.
+ * One replica, with the same rules as the Redis store. Node runs each method to completion
+ * before the next starts, which makes `claim` atomic without a lock.
  */
 export class MemoryIdempotencyStore implements IdempotencyStore {
   readonly kind = 'memory' as const;
@@ -98,7 +96,6 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     return true;
   }
 
-  /** The caller's live bounded records (expired ones dropped). */
   private held(ref: IdempotencyRef): Set<string> {
     const key = callerId(ref);
     let held = this.byCaller.get(key);

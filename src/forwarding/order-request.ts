@@ -5,21 +5,15 @@ import { spansEnabled } from '../tracing/spans';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
 
 /**
- * What the caller sent that may travel on to the provider. Everything else stays at the
- * broker: the caller's `Authorization` (a broker credential, useless and dangerous upstream),
- * cookies, `Host`, proxy headers and hop-by-hop headers.
+ * Everything else stays at the broker: the caller's `Authorization` (a broker credential,
+ * useless and dangerous upstream), cookies, `Host`, proxy headers and hop-by-hop headers.
  */
 export interface OrderHeaders {
-  /** The caller's `Idempotency-Key`, validated; the broker deduplicates on it either way. */
   readonly idempotencyKey?: string;
-  /** Lowercased names to values, ready to hand to the provider API client. */
   readonly forward: Readonly<Record<string, string>>;
 }
 
-/**
- * RFC 9110 §7.6.1 hop-by-hop fields, never forwarded. The allow-list below already excludes
- * them; this list also covers a header nominated by `Connection`.
- */
+/** RFC 9110 §7.6.1; also covers a header nominated by `Connection`. */
 const HOP_BY_HOP = new Set([
   'connection',
   'keep-alive',
@@ -39,16 +33,10 @@ const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 const TRACESTATE = /^[\x20-\x7e]{1,512}$/;
 
 /**
- * Picks the headers to forward: `Idempotency-Key` (validated: a malformed key is a 400, since
- * silently dropping it would drop the caller's protection against duplicates), `X-Request-Id`
- * (the broker's request id, which is the caller's when it gave a sane one), and the caller's
- * W3C trace context when well formed (tracing is best effort: a bad `traceparent` is dropped,
- * not refused) and the broker does not trace itself: when it does, the provider request carries
- * the broker's own span (injected by the undici instrumentation), a child of the caller's. A
- * header the caller's `Connection` header nominates is hop-by-hop and stays here.
- *
- * @param rawHeaders Node's `rawHeaders`, to tell a repeated `Idempotency-Key` (Node joins
- *   repeats with ", ") from one key that contains a comma.
+ * A malformed `Idempotency-Key` is a 400: dropping it would drop the caller's protection
+ * against duplicates. A bad `traceparent` is dropped (tracing is best effort), and none is
+ * passed on when the broker traces itself: its own span, a child of the caller's, goes instead.
+ * `rawHeaders` tells a repeated key (Node joins repeats with ", ") from one with a comma.
  */
 export function readOrderHeaders(
   headers: IncomingHttpHeaders,
@@ -113,10 +101,7 @@ function isValidTraceparent(value: string): boolean {
   return version !== 'ff' && !/^0+$/.test(traceId) && !/^0+$/.test(parentId);
 }
 
-/**
- * Whether `Content-Type` says JSON the provider can read: `application/json`, with at most a
- * UTF-8 charset (RFC 8259 §8.1: JSON exchanged between systems is UTF-8).
- */
+/** At most a UTF-8 charset: RFC 8259 §8.1, JSON exchanged between systems is UTF-8. */
 export function isJsonContentType(header: string | undefined): boolean {
   if (header === undefined) return false;
   const [type, ...params] = header.split(';');
@@ -134,10 +119,7 @@ export function isJsonContentType(header: string | undefined): boolean {
   });
 }
 
-/**
- * Checks that `body` is a JSON object in UTF-8, without changing it: the bytes checked are the
- * bytes forwarded. Throws 400 problems that say what is wrong.
- */
+/** Checks without changing it: the bytes checked are the bytes forwarded. */
 export function assertJsonObject(body: Buffer | undefined): Buffer {
   if (body === undefined || body.length === 0) {
     throw new OrdersException(
@@ -166,15 +148,14 @@ export function assertJsonObject(body: Buffer | undefined): Buffer {
 }
 
 /**
- * The body's fingerprint for idempotency: SHA-256 of the exact bytes. Bytes rather than parsed
- * JSON on purpose: the provider receives these bytes, so "the same request" means the same
- * bytes; a re-serialised body with keys in another order counts as a different request.
+ * Bytes rather than parsed JSON: the provider receives these bytes, so a re-serialised body
+ * with keys in another order counts as a different request.
  */
 export function bodyFingerprint(body: Buffer): string {
   return createHash('sha256').update(body).digest('hex');
 }
 
-/** The store's name for an `Idempotency-Key`: its SHA-256, so Redis never holds the key. */
+/** So Redis never holds the key. */
 export function idempotencyKeyHash(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
 }

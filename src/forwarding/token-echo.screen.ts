@@ -1,12 +1,8 @@
 import { Readable } from 'node:stream';
 
 /**
- * Finds the access tokens the broker sent in what the provider answered. An answer that echoes
- * the request's `Authorization` (debugging endpoints, error pages, the emulator's echo) would
- * otherwise hand the fleet's token to a caller that may only have calls forwarded, and an
- * `Idempotency-Key` would keep it in Redis for the whole TTL.
- *
- * Fed chunk by chunk, it keeps the last `longest - 1` bytes of what it saw, so a token split
+ * An answer echoing the request's `Authorization` would hand the fleet's token to a caller that
+ * may only have calls forwarded. Keeps the last `longest - 1` bytes seen, so a token split
  * across two chunks is found too.
  */
 export class TokenEchoScanner {
@@ -20,7 +16,6 @@ export class TokenEchoScanner {
     this.overlap = Math.max(0, ...this.needles.map((n) => n.length - 1));
   }
 
-  /** Whether a token appears in everything seen so far, `chunk` included. */
   push(chunk: Buffer): boolean {
     const window = this.tail.length > 0 ? Buffer.concat([this.tail, chunk]) : chunk;
     if (this.needles.some((n) => window.includes(n))) return true;
@@ -29,26 +24,22 @@ export class TokenEchoScanner {
     return false;
   }
 
-  /** Bytes that may still be the start of a token (held back from the caller until the next chunk). */
+  /** Bytes held back from the caller until the next chunk: they may start a token. */
   get heldBack(): number {
     return this.overlap;
   }
 }
 
-/** Whether `body` contains any of `tokens`. */
 export function echoesToken(body: Buffer, tokens: readonly string[]): boolean {
   return new TokenEchoScanner(tokens).push(body);
 }
 
-/** What {@link screenStream} found before the caller saw a byte. */
-export type ScreenedStream = { readonly echoed: true } | { readonly body: Buffer | Readable };
+type ScreenedStream = { readonly echoed: true } | { readonly body: Buffer | Readable };
 
 /**
- * Reads up to `decideBytes` of a streamed answer before anything is relayed: an answer that
- * ends within them (error pages, echoes, most API answers) is screened whole and can still be
- * refused with a status. A longer one streams on, screened as it goes: a token found later
- * cuts the answer off (the status is already sent) and `onLateEcho` is called; the bytes
- * that could be the start of a token are never relayed before the next chunk shows they are not.
+ * Reads up to `decideBytes` before relaying, so a short answer can still be refused with a
+ * status; a longer one is screened as it streams and cut off at a late token. Bytes that could
+ * start a token are held back until the next chunk shows they do not.
  */
 export async function screenStream(
   body: Readable,

@@ -1,12 +1,7 @@
 import { CLIENT_AUTH_METHODS, TOKEN_GRANTS } from '../config/client.schema';
 import { z } from 'zod';
 
-/**
- * The reusable parts of the OpenAPI document. The JSON bodies the broker answers with are zod
- * schemas, turned into `components.schemas` by zod's own `z.toJSONSchema` (JSON Schema 2020-12,
- * the dialect of OpenAPI 3.1). Objects are loose: a field added to an answer is not a breaking
- * change.
- */
+// Objects are loose: a field added to an answer is not a breaking change.
 
 export type Json = Record<string, unknown>;
 const dateTime = z.string().meta({ format: 'date-time' });
@@ -145,7 +140,6 @@ const HealthReport = z.looseObject({
   details: report,
 });
 
-/** Every named schema of the document, by its name in `#/components/schemas`. */
 const SCHEMAS = {
   TokenResponse,
   Problem,
@@ -169,7 +163,6 @@ export const NO_STORE = {
 };
 export const REPLAYED = { 'Idempotent-Replayed': header('Idempotent-Replayed') };
 
-/** A 200 whose body is JSON of `schema`. */
 export function ok(
   description: string,
   schema: Json,
@@ -179,7 +172,6 @@ export function ok(
   return { description, headers, content: { 'application/json': { schema, example } } };
 }
 
-/** An operation's parameter; path parameters are required. */
 export const param = (
   name: string,
   where: string,
@@ -197,7 +189,6 @@ export const param = (
 
 export const BEARER = [{ bearer: [] }];
 
-/** A header's description and JSON Schema; every header here is required unless said. */
 const headerOf = (description: string, schema: Json, required = true) => ({
   description,
   ...(required && { required }),

@@ -10,8 +10,6 @@ import {
 } from './openapi.components';
 import { CALLER_AUTH, type Code, GENERIC, NOT_FOUND, problems } from './openapi.problems';
 
-/** The operators' paths of the OpenAPI document: health, metrics, the admin routes, itself. */
-
 const ADMIN_CLIENT = param(
   'id',
   'path',
@@ -20,14 +18,13 @@ const ADMIN_CLIENT = param(
   'acme-prod',
 );
 
-/** An admin operation: scope `admin`, JSON of component `schema` on success. */
 interface AdminOperation {
   operationId: string;
   summary: string;
   answer: string;
   schema: SchemaName;
   codes: Code[];
-  /** Whether the path names a client: `{id}`. */
+  /** The path names a client: `{id}`. */
   client?: boolean;
 }
 
@@ -42,7 +39,6 @@ function admin({ operationId, summary, answer, schema, codes, client }: AdminOpe
   };
 }
 
-/** An unauthenticated `GET` of the operations tag. */
 function operation(id: string, summary: string, responses: Json): Json {
   return { tags: ['operations'], operationId: id, summary, responses };
 }

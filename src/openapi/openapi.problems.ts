@@ -1,18 +1,11 @@
 import { header, type Json, NO_STORE, ref } from './openapi.components';
 import { type ProblemCode, statusFor } from './problem-statuses';
 
-/**
- * The error answers of the OpenAPI document. Each operation lists the problem codes it can
- * answer; their statuses and titles come from the problem mapping, so a code cannot be
- * documented at a status it is not sent with.
- */
-
-/** A problem code as callers see it: any value of the domains' code enums. */
 export type Code = `${ProblemCode}`;
-/** The status and title a code is answered with: the one place the document reads them. */
+/** From the problem mapping, so no code is documented at a status it is not sent with. */
 const titleOf = (code: Code) => statusFor(code as ProblemCode);
 
-/** What a caller can do about a code, where its title alone does not say. */
+/** Where the title alone does not say what a caller can do. */
 const HINTS: Partial<Record<Code, string>> = {
   request_timeout:
     'the request line and headers, or the whole request, did not arrive in time (HTTP_HEADERS_TIMEOUT_MS, HTTP_REQUEST_TIMEOUT_MS)',
@@ -40,10 +33,7 @@ const HINTS: Partial<Record<Code, string>> = {
   admin_store_unavailable: 'Redis does not answer; retry',
 };
 
-/**
- * The problem+json answers of an operation that can answer `codes`, one per status. With
- * `relayed`, each status may also be the provider's own JSON answer, passed through.
- */
+/** With `relayed`, each status may also be the provider's own JSON answer, passed through. */
 export function problems(codes: Code[], relayed = false): Record<string, Json> {
   const byStatus = new Map<number, Code[]>();
   for (const code of codes) {
@@ -78,7 +68,6 @@ export function problems(codes: Code[], relayed = false): Record<string, Json> {
   return Object.fromEntries(entries);
 }
 
-/** An RFC 6749 §5.2 error answer of `POST /oauth2/token`. */
 export function oauthError(description: string, errors: string[], headers: Json = {}): Json {
   return {
     description: `${description}. \`error\`: ${errors.map((c) => `\`${c}\``).join(', ')}.`,
@@ -103,7 +92,6 @@ export const GENERIC: Code[] = [
 ];
 export const CALLER_AUTH: Code[] = ['unauthenticated', 'forbidden'];
 export const NOT_FOUND: Code[] = ['unknown_client', 'not_found'];
-/** No token, or no one to ask for one: 503. */
 export const UNAVAILABLE: Code[] = [
   'token_unavailable',
   'credentials_rejected',
@@ -111,7 +99,6 @@ export const UNAVAILABLE: Code[] = [
   'shutting_down',
   'caller_auth_unavailable',
 ];
-/** The idempotency ledger's codes, which the passthrough shares with `POST /orders`. */
 export const IDEMPOTENCY: Code[] = [
   'idempotency_key_invalid',
   'idempotency_key_reused',
@@ -119,7 +106,6 @@ export const IDEMPOTENCY: Code[] = [
   'idempotency_record_tampered',
   'idempotency_records_exceeded',
 ];
-/** What `POST /orders` and the passthrough answer besides their own codes. */
 export const FORWARDING: Code[] = [
   'invalid_request',
   ...CALLER_AUTH,

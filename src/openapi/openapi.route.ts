@@ -4,22 +4,17 @@ import type { FastifyInstance } from 'fastify';
 import { describedRoutes, OPENAPI_DOCUMENT } from './openapi';
 import { SECURITY_HEADERS } from '../http/security-headers';
 
-/** Where the OpenAPI description is served. */
-export const OPENAPI_PATH = '/openapi.json';
+const OPENAPI_PATH = '/openapi.json';
 
 /**
- * `GET /openapi.json`: {@link OPENAPI_DOCUMENT}, serialised once. No caller authentication: it
- * holds no secret and no configuration value.
- *
- * It also watches every route Fastify registers (from construction, before any module
- * registers one) and, at start-up, logs them at debug level and warns about any route the
- * document does not describe or any described route nothing serves: the test of the document
+ * No caller authentication: the document holds no secret and no configuration value. At
+ * start-up it warns about routes the document and Fastify disagree on; the document's test
  * reads that line from real broker processes.
  */
 @Injectable()
 export class OpenApiRoute implements OnModuleInit {
   private readonly body = JSON.stringify(OPENAPI_DOCUMENT);
-  /** Routes served; `GET /token` is answered before the router (`TokenFront`). */
+  /** `GET /token` is answered before the router (`TokenFront`). */
   private readonly registered: string[] = ['GET /token'];
   private readonly logger = new Logger('OpenApi');
 

@@ -23,14 +23,8 @@ import {
 } from './openapi.problems';
 import { OPERATOR_PATHS } from './openapi.operator-paths';
 
-/**
- * The broker's OpenAPI 3.1 description, served at `GET /openapi.json`: the callers' paths
- * here, the operators' in `openapi.operator-paths.ts`, bodies and headers in
- * `openapi.components.ts`, error answers in `openapi.problems.ts`. `test/openapi.e2e-spec.ts`
- * validates real answers of running brokers against it and checks that the described routes
- * are exactly those Fastify registers. Nothing in it depends on configuration: it holds no
- * host, client id or secret.
- */
+// Nothing in the document depends on configuration: it holds no host, client id or secret.
+// test/openapi.e2e-spec.ts validates real answers of running brokers against it.
 
 const TOKEN_EXAMPLE = {
   access_token: 'eyJhbGciOi…',
@@ -48,11 +42,11 @@ const CLIENT_QUERY = param(
 );
 const KEY = { type: 'string', minLength: 1, maxLength: 255 };
 
-/** The passthrough in the document; Fastify registers it as `/provider/*`. */
+/** Fastify registers it as `/provider/*`. */
 const FORWARD_PATH = '/provider/{client}/{providerPath}';
 const FORWARD_ROUTE = '/provider/*';
 
-/** One method of `/provider/{client}/{providerPath}` (HEAD is described by GET). */
+/** HEAD is described by GET. */
 function forwardOperation(method: string): Json {
   return {
     tags: ['passthrough'],
@@ -288,7 +282,6 @@ export const OPENAPI_DOCUMENT: Json = {
   components: COMPONENTS,
 };
 
-/** `METHOD /path` of every operation in the document. */
 export function describedRoutes(): string[] {
   // Fastify names path parameters `:id` where OpenAPI writes `{id}`.
   return Object.entries(PATHS).flatMap(([path, item]) =>

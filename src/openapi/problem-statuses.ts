@@ -9,7 +9,6 @@ import { REQUEST_PROBLEMS, type RequestErrorCode } from '../http/request.excepti
 import { ORDERS_PROBLEMS, type OrdersErrorCode } from '../forwarding/orders.exception';
 import { TOKEN_PROBLEMS, type TokenErrorCode } from '../token/token.exception';
 
-/** Every `code` a problem answer can carry: the caller-facing domains' codes, and the 500's. */
 export type ProblemCode =
   | TokenErrorCode
   | CallerAuthErrorCode
@@ -31,7 +30,6 @@ const STATUSES: Readonly<Record<ProblemCode, ProblemStatus>> = {
   internal_error: { status: 500, title: 'Internal error' },
 };
 
-/** The status and title a problem code is answered with. */
 export function statusFor(code: ProblemCode): ProblemStatus {
   return STATUSES[code];
 }
