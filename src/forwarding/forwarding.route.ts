@@ -34,7 +34,7 @@ import type { ForwardingAudit } from './forwarding';
 import { ForwardingAuditTrail, writeForwardingAudit } from './forwarding-audit';
 import { FORWARD_RATE_LIMITER } from './forwarding.constants';
 import { forwardingProblem, type ForwardingProfile, PROFILES } from './forwarding-problems';
-import { ForwardingService } from './forwarding.service';
+import { type ForwardReply, ForwardingService } from './forwarding.service';
 import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
 import { OrdersErrorCode, OrdersException } from './orders.exception';
 
@@ -221,16 +221,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
       const outcome = result.replayed ? 'replayed' : 'forwarded';
       this.count(profile, req, outcome);
       this.log(profile, req, reply, audit, { status: result.status, result: outcome });
-      reply.code(result.status).headers(result.headers);
-      if (result.headers['cache-control'] === undefined) reply.header('cache-control', 'no-store');
-      if (result.replayed) reply.header('idempotent-replayed', 'true');
-      if (req.method === 'HEAD') {
-        if (!Buffer.isBuffer(result.body)) result.body.resume();
-        return reply.send();
-      }
-      // An empty order answer goes without a body (and so without Fastify's octet-stream type).
-      const empty = orders && Buffer.isBuffer(result.body) && result.body.length === 0;
-      return reply.send(empty ? undefined : result.body);
+      return send(profile, req, reply, result);
     } catch (err) {
       return this.refuse(profile, err, req, reply, audit);
     }
@@ -304,4 +295,23 @@ function passedHeaders(headers: FastifyRequest['headers']): Record<string, strin
     if (typeof value === 'string') passed[name] = value;
   }
   return passed;
+}
+
+/** The provider's answer, live or replayed, to the caller. */
+function send(
+  profile: ForwardingProfile,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  result: ForwardReply,
+): FastifyReply {
+  reply.code(result.status).headers(result.headers);
+  if (result.headers['cache-control'] === undefined) reply.header('cache-control', 'no-store');
+  if (result.replayed) reply.header('idempotent-replayed', 'true');
+  if (req.method === 'HEAD') {
+    if (!Buffer.isBuffer(result.body)) result.body.resume();
+    return reply.send();
+  }
+  // An empty order answer goes without a body (and so without Fastify's octet-stream type).
+  const empty = profile === 'orders' && Buffer.isBuffer(result.body) && result.body.length === 0;
+  return reply.send(empty ? undefined : result.body);
 }

@@ -103,49 +103,12 @@ export class ForwardingService {
     metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'>,
     logger: Logger,
   ) {
-    const { orders, forward } = config;
     const core = (profile: ForwardingProfile, ttlSeconds: number, maxRecordsPerCaller: number) =>
       new Forwarding(tokens, store, config, metrics, logger, profile, {
         ttlSeconds,
         maxRecordsPerCaller,
       });
-    this.uses = {
-      orders: {
-        forwarding: core('orders', orders.idempotencyTtlSeconds, 0),
-        // The bare key's hash: records written before the passthrough existed stay valid.
-        identity: (call, key) => ({
-          keyHash: idempotencyKeyHash(key),
-          bodyHash: bodyFingerprint(call.body ?? Buffer.alloc(0)),
-        }),
-        response: {
-          maxResponseBytes: orders.maxResponseBytes,
-          limitSetting: 'ORDERS_MAX_RESPONSE_BYTES',
-          whole: true,
-        },
-        maxStoredBytes: orders.maxResponseBytes,
-        returned: ORDER_HEADERS,
-      },
-      forward: {
-        forwarding: core(
-          'forward',
-          forward.idempotencyTtlSeconds,
-          forward.maxIdempotencyRecordsPerCaller,
-        ),
-        identity: (call, key) => ({
-          keyHash: idempotencyKeyHash(`forward ${call.method} ${call.target.path}\n${key}`),
-          bodyHash: createHash('sha256')
-            .update(`${call.target.query}\n${call.passed['content-type'] ?? ''}\n`)
-            .update(call.body ?? Buffer.alloc(0))
-            .digest('hex'),
-        }),
-        response: {
-          maxResponseBytes: forward.maxResponseBytes,
-          limitSetting: 'FORWARD_MAX_RESPONSE_BYTES',
-        },
-        maxStoredBytes: forward.maxStoredResponseBytes,
-        returned: RETURNED_HEADERS,
-      },
-    };
+    this.uses = profileUses(config, core);
   }
 
   async forward(call: ForwardCall, audit: ForwardingAudit): Promise<ForwardReply> {
@@ -312,4 +275,48 @@ function readFailed(cause: unknown) {
         ? cause
         : translateTransportError(cause, 'reading the provider answer'),
   } as const;
+}
+
+/** What differs between the two profiles: idempotency identity, answer limits, headers. */
+function profileUses(
+  { orders, forward }: Pick<BrokerConfig, 'orders' | 'forward'>,
+  core: (profile: ForwardingProfile, ttlSeconds: number, maxRecordsPerCaller: number) => Forwarding,
+): Record<ForwardingProfile, Use> {
+  return {
+    orders: {
+      forwarding: core('orders', orders.idempotencyTtlSeconds, 0),
+      // The bare key's hash: records written before the passthrough existed stay valid.
+      identity: (call, key) => ({
+        keyHash: idempotencyKeyHash(key),
+        bodyHash: bodyFingerprint(call.body ?? Buffer.alloc(0)),
+      }),
+      response: {
+        maxResponseBytes: orders.maxResponseBytes,
+        limitSetting: 'ORDERS_MAX_RESPONSE_BYTES',
+        whole: true,
+      },
+      maxStoredBytes: orders.maxResponseBytes,
+      returned: ORDER_HEADERS,
+    },
+    forward: {
+      forwarding: core(
+        'forward',
+        forward.idempotencyTtlSeconds,
+        forward.maxIdempotencyRecordsPerCaller,
+      ),
+      identity: (call, key) => ({
+        keyHash: idempotencyKeyHash(`forward ${call.method} ${call.target.path}\n${key}`),
+        bodyHash: createHash('sha256')
+          .update(`${call.target.query}\n${call.passed['content-type'] ?? ''}\n`)
+          .update(call.body ?? Buffer.alloc(0))
+          .digest('hex'),
+      }),
+      response: {
+        maxResponseBytes: forward.maxResponseBytes,
+        limitSetting: 'FORWARD_MAX_RESPONSE_BYTES',
+      },
+      maxStoredBytes: forward.maxStoredResponseBytes,
+      returned: RETURNED_HEADERS,
+    },
+  };
 }
