@@ -85,12 +85,14 @@ describe('Redis topologies', () => {
           obtainedAt: now,
           expiresAt: now + 60_000,
         });
-        // The subscriber may still be subscribing: write until its event arrives.
+        // The subscriber may still be subscribing: write until its event arrives. Each write
+        // is a newer token, or the fence would refuse it and nothing would be published again.
+        let attempt = 0;
         await waitFor(
           async () => {
             await writer.writeFenced(client, {
               ...record,
-              expiresAt: record.expiresAt + events.length,
+              expiresAt: record.expiresAt + attempt++,
             });
             return events.some((e) => e.clientId === client && e.type === 'updated');
           },
