@@ -8,6 +8,7 @@ import { PlainTokenCipher } from '../src/token/plain-token.cipher';
 import { type TokenRecord, toRecord } from '../src/token/token-record';
 import type { TokenStoreEvent } from '../src/token/token-store';
 import { TokenStoreException } from '../src/token/token-store.exception';
+import { RedisCluster } from './support/redis/cluster';
 import { StandaloneRedis } from './support/redis/standalone';
 import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis/topology';
 import { holdRefreshLock } from './support/refresh-lock';
@@ -557,5 +558,59 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
         what: 'Redis to answer again',
       }).then((c) => expect(c).toBe('lost'));
     });
+  });
+});
+
+/**
+ * Until its replicas have replicated something, `CLUSTER SLOTS` leaves them out, and ioredis drops
+ * them from its pool: a subscriber it had placed on one moves to another node, and the SUBSCRIBE
+ * sent there meanwhile is resent about 100 ms after the client is ready.
+ */
+describe(`${RedisTokenStore.name} on a Redis Cluster just created, with replicas`, () => {
+  let cluster: RedisCluster;
+  const stores: RedisTokenStore[] = [];
+
+  function newStore(): RedisTokenStore {
+    const settings = redisSettingsSchema.parse({ ...cluster.settings(), pingIntervalMs: 100 });
+    const store = new RedisTokenStore(
+      createRedisConnection(settings, 'command'),
+      createRedisConnection(settings, 'subscriber'),
+      new PlainTokenCipher(),
+      settings,
+      LOCK_TTL_MS,
+      [CLIENT],
+    );
+    stores.push(store);
+    return store;
+  }
+
+  beforeAll(async () => {
+    cluster = await RedisCluster.start(1);
+  });
+
+  afterAll(async () => {
+    await Promise.all(stores.splice(0).map((s) => s.close()));
+    await cluster?.stop();
+  });
+
+  it('hears what another replica publishes once waitUntilReady returns', async () => {
+    // Each pair's subscriber lands on a replica about every other time: six pairs, one publish
+    // each, and nothing written that would make the replicas show in `CLUSTER SLOTS`.
+    for (let pair = 0; pair < 6; pair++) {
+      const a = newStore();
+      const b = newStore();
+      expect(await Promise.all([a.waitUntilReady(5000), b.waitUntilReady(5000)])).toEqual([
+        true,
+        true,
+      ]);
+      const heard: string[] = [];
+      b.onReloadRequested((from) => heard.push(from));
+      await a.requestReload();
+      await waitFor(() => heard.length > 0, {
+        timeoutMs: 1000,
+        what: `pair ${pair}'s reload request`,
+      });
+      await Promise.all(stores.splice(0).map((s) => s.close()));
+    }
   });
 });

@@ -31,6 +31,8 @@ export class RedisTokenStore implements TokenStore {
   private readonly records: RedisTokenRecords;
   private readonly lock: RedisRefreshLock;
   private readonly bus: RedisFleetBus;
+  /** Settles once Redis confirmed the subscription, or refused it. */
+  private readonly subscribed: Promise<unknown>;
 
   constructor(
     redis: RedisClient,
@@ -58,7 +60,9 @@ export class RedisTokenStore implements TokenStore {
       const clientId = channels.get(channel);
       if (clientId !== undefined) this.records.deliver(clientId, message);
     });
-    void subscriber.subscribe(...channels.keys(), redisKeys.reloadChannel).catch(() => undefined);
+    this.subscribed = subscriber
+      .subscribe(...channels.keys(), redisKeys.reloadChannel)
+      .catch(() => undefined);
   }
 
   /** Tests replace it to play a skewed replica. */
@@ -158,8 +162,23 @@ export class RedisTokenStore implements TokenStore {
     this.health.onRecovered(listener);
   }
 
-  waitUntilReady(timeoutMs: number): Promise<boolean> {
-    return this.health.waitUntilReady(timeoutMs);
+  /**
+   * Also waits, within `timeoutMs`, for the subscription: the token managers read the store once
+   * this returns, and an event published after that read must reach this replica. A Cluster
+   * client may move its subscriber off a seed node once the slots are known, and its SUBSCRIBE
+   * is then resent about 100 ms after the client is ready (`retryDelayOnFailover`).
+   */
+  async waitUntilReady(timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    const ready = await this.health.waitUntilReady(timeoutMs);
+    if (!ready) return false;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.subscribed,
+      new Promise((resolve) => (timer = setTimeout(resolve, deadline - Date.now()))),
+    ]);
+    clearTimeout(timer);
+    return ready;
   }
 
   close(): Promise<void> {
