@@ -19,7 +19,7 @@ import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
 import { echoedRequestId, requestIdsOf } from '../http/request-id';
-import { LOGGER } from '../logging/logger';
+import { auditLogger, LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import { inCallerSpan } from '../tracing/spans';
 import { ForwardErrorCode, ForwardException } from './forward.exception';
@@ -99,7 +99,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     @Inject(LOGGER) logger: Logger,
   ) {
     const trail = (profile: ForwardingProfile) =>
-      new ForwardingAuditTrail(logger.child({ audit: profile }), ROUTES[profile].msg, config.audit);
+      new ForwardingAuditTrail(auditLogger(logger, profile), ROUTES[profile].msg, config.audit);
     this.trails = { orders: trail('orders'), forward: trail('forward') };
     this.clients = new Map(config.clients.map((c) => [c.id, c]));
   }

@@ -5,7 +5,7 @@ import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { type AuditAggregate, AuditAggregator } from '../logging/audit-aggregator';
 import { AuditRateLimit } from '../logging/audit-rate-limit';
-import { FLAT_REDACT_PATHS, flushLoggerSync, LOGGER } from '../logging/logger';
+import { auditLogger, flushLoggerSync, LOGGER } from '../logging/logger';
 import type { RequestIds } from '../http/request-id';
 import type { TokenRecord } from './token-record';
 
@@ -46,10 +46,7 @@ export class TokenAuditTrail implements OnApplicationShutdown {
   private closed = false;
 
   constructor(@Inject(BROKER_CONFIG) config: BrokerConfig, @Inject(LOGGER) logger: Logger) {
-    this.audit = logger.child(
-      { audit: 'token' },
-      { redact: { paths: FLAT_REDACT_PATHS, censor: '[redacted]' } },
-    );
+    this.audit = auditLogger(logger, 'token');
     this.issuedLines = new AuditAggregator(this.audit, 'token issued', {
       perRequest: config.audit.perRequest,
     });
