@@ -65,19 +65,14 @@ export class TokenResponder {
   }
 
   /** `POST /oauth2/token`: same L1 read, wait and audit as `GET /token`. */
-  tokenFor(caller: Caller, clientId: string, ids: RequestIds): TokenRecord | Promise<TokenRecord> {
+  async tokenFor(caller: Caller, clientId: string, ids: RequestIds): Promise<TokenRecord> {
     assertScope(caller, 'token');
     assertMayUse(caller, clientId);
     const hit = this.tokens.peek(clientId, 0);
-    if (hit) {
-      this.audit.issued(ids, caller, clientId, hit, Date.now());
-      return hit;
-    }
-    this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
-    return this.tokens.getToken(clientId, 0).then((record) => {
-      this.audit.issued(ids, caller, clientId, record, Date.now());
-      return record;
-    });
+    if (hit === undefined) this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
+    const record = hit ?? (await this.tokens.getToken(clientId, 0));
+    this.audit.issued(ids, caller, clientId, record, Date.now());
+    return record;
   }
 
   auditRefused(
