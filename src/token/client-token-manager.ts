@@ -62,6 +62,7 @@ export class ClientTokenManager {
   private readonly now: () => number;
   private readonly random: () => number;
   readonly l1Hits: HitCell;
+  private readonly credentials: CredentialsCache;
 
   constructor(
     readonly client: ClientConfig,
@@ -71,15 +72,16 @@ export class ClientTokenManager {
     this.random = deps.random ?? Math.random;
     this.held = new HeldToken(client.id, { metrics: deps.metrics, now: this.now });
     this.l1Hits = deps.metrics.l1HitCell(client.id);
+    this.credentials = new CredentialsCache(
+      (stage) => deps.loadCredentials(client, stage),
+      deps.settings.credentialsReloadSeconds * 1000,
+      this.now,
+      client.credentials.secretId !== undefined ? SECRETS_MANAGER_ROTATION_STAGES : [],
+    );
     this.refresh = new FleetRefresh(client, {
       store: deps.store,
       grantor: deps.grantor,
-      credentials: new CredentialsCache(
-        (stage) => deps.loadCredentials(client, stage),
-        deps.settings.credentialsReloadSeconds * 1000,
-        this.now,
-        client.credentials.secretId !== undefined ? SECRETS_MANAGER_ROTATION_STAGES : [],
-      ),
+      credentials: this.credentials,
       metrics: deps.metrics,
       logger: deps.logger,
       storeGraceMs: deps.storeGraceMs,
@@ -234,7 +236,7 @@ export class ClientTokenManager {
   }
 
   reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
-    return this.refresh.reloadCredentials();
+    return this.credentials.reload();
   }
 
   /** Fingerprints, never tokens. */

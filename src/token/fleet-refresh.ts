@@ -1,13 +1,13 @@
 import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
-import type { MetricsService, RefreshResult } from '../metrics/metrics.service';
+import type { MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { CredentialsCache } from '../secrets/credentials-cache';
 import { isFleetWide } from './refresh-failure';
 import { MIN_SERVE_MS } from './refresh-schedule';
 import { fetchFromProvider } from './provider-fetch';
 import type { TokenRecord } from './token-record';
-import type { FleetBus, RefreshLock, TokenRecords } from './token-store';
+import type { FleetBus, Locked, RefreshLock, TokenRecords } from './token-store';
 import { TokenStoreException } from './token-store.exception';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -75,28 +75,19 @@ export class FleetRefresh {
   ) {}
 
   async run(ctx: RefreshContext): Promise<RefreshPass> {
-    const { store, metrics } = this.deps;
     const id = this.client.id;
     try {
       const held = ctx.held();
       if (held && ctx.goodEnough(held)) return token(held, false);
       const found = await this.readShared();
       this.storeFailingSince = undefined;
-      if (found && ctx.goodEnough(found)) {
-        this.countRefresh('adopted');
-        return token(found, false);
-      }
-      const locked = await store.withRefreshLock(id, () => {
-        metrics.lockAttempts.labels(id, 'acquired').inc();
-        return this.underLock(ctx);
-      });
-      if (locked.acquired) return locked.value;
-      metrics.lockAttempts.labels(id, 'held_elsewhere').inc();
-      return { kind: 'wait' };
+      if (found && ctx.goodEnough(found)) return this.adopted(found);
+      const locked = await this.locked(() => this.underLock(ctx));
+      return locked.acquired ? locked.value : { kind: 'wait' };
     } catch (err) {
       if (!(err instanceof TokenStoreException)) throw err;
       noteStoreFailure(this.deps.logger, id, err);
-      metrics.lockAttempts.labels(id, 'error').inc();
+      this.deps.metrics.lockAttempts.labels(id, 'error').inc();
       // One slow command is not an outage (under CPU pressure a reply can miss its timeout
       // while Redis is fine): fetching at once would refresh beside the fleet's lock holder.
       const now = this.deps.now();
@@ -116,10 +107,7 @@ export class FleetRefresh {
   private async underLock(ctx: RefreshContext): Promise<RefreshPass> {
     // Inside the lock, re-read: the previous holder may have written just now.
     const again = await this.readShared();
-    if (again && ctx.goodEnough(again)) {
-      this.countRefresh('adopted');
-      return token(again, false);
-    }
+    if (again && ctx.goodEnough(again)) return this.adopted(again);
     const heldNow = ctx.held();
     if (heldNow && ctx.goodEnough(heldNow)) return token(heldNow, false);
     // The fleet backs off as one: after a 429 or a failure, the next request waits for the
@@ -231,35 +219,36 @@ export class FleetRefresh {
    * the floor and backoff but starting the floor after; coalesced by {@link FORCED_COALESCE_MS}.
    */
   async forced(askedAt: number, waitMs: number): Promise<Forced> {
-    const { store, metrics } = this.deps;
-    const id = this.client.id;
     const deadline = this.deps.now() + waitMs;
     for (;;) {
-      const locked = await store.withRefreshLock(id, () => {
-        metrics.lockAttempts.labels(id, 'acquired').inc();
-        return this.forcedUnderLock(askedAt);
-      });
+      const locked = await this.locked(() => this.forcedUnderLock(askedAt));
       if (locked.acquired) return locked.value;
-      metrics.lockAttempts.labels(id, 'held_elsewhere').inc();
       if (this.deps.now() >= deadline) return this.lockBusy();
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   }
 
+  /** Counted whether acquired or held elsewhere. */
+  private async locked<T>(fn: () => Promise<T>): Promise<Locked<T>> {
+    const attempts = this.deps.metrics.lockAttempts;
+    const locked = await this.deps.store.withRefreshLock(this.client.id, () => {
+      attempts.labels(this.client.id, 'acquired').inc();
+      return fn();
+    });
+    if (!locked.acquired) attempts.labels(this.client.id, 'held_elsewhere').inc();
+    return locked;
+  }
+
   private async forcedUnderLock(askedAt: number): Promise<Forced> {
     const found = await this.readShared();
     if (found && found.obtainedAt >= askedAt - FORCED_COALESCE_MS) {
-      this.countRefresh('adopted');
+      this.deps.metrics.refreshes.labels(this.client.id, 'adopted').inc();
       return { record: found, fetched: false, written: false };
     }
     const record = await this.fetch();
     await this.holdFleet(record);
     const written = await this.deps.store.writeFenced(this.client.id, record);
     return { record, fetched: true, written };
-  }
-
-  async reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
-    return this.deps.credentials.reload();
   }
 
   private lockBusy(): never {
@@ -274,8 +263,9 @@ export class FleetRefresh {
     return fetchFromProvider(this.client, this.deps);
   }
 
-  private countRefresh(result: RefreshResult): void {
-    this.deps.metrics.refreshes.labels(this.client.id, result).inc();
+  private adopted(record: TokenRecord): RefreshPass {
+    this.deps.metrics.refreshes.labels(this.client.id, 'adopted').inc();
+    return token(record, false);
   }
 }
 
