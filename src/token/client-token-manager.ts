@@ -150,12 +150,10 @@ export class ClientTokenManager {
    * of rejections of one stale token costs one refresh; never adopt it again.
    */
   async invalidate(fingerprint: string): Promise<boolean> {
-    const dropped = this.held.reject(fingerprint);
+    let invalidated = this.held.reject(fingerprint);
     // Its replacement is needed now, whatever the floor (the store lifts the fleet's).
     this.refresh.liftLocalFloor();
-    let invalidated = false;
-    if (dropped) {
-      invalidated = true;
+    if (invalidated) {
       this.deps.logger.warn(
         { client: this.client.id, fingerprint },
         'provider rejected the current token; refreshing',

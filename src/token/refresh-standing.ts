@@ -176,7 +176,6 @@ export class RefreshStanding {
     }
     return unavailableError({
       clientId: this.client.id,
-      permanent: failure?.permanent,
       lastError: failure?.lastError,
       nextAttemptAt: this.nextAttemptAt,
       now,
