@@ -97,12 +97,8 @@ async function createKubernetesAuthenticator(
     'caller authentication: Kubernetes service-account tokens',
   );
   return new KubernetesAuthenticator({
+    ...settings,
     issuer: settings.issuer!,
-    audience: settings.audience,
-    subjects: settings.subjects,
     getKey: keys.getKey,
-    cacheSize: settings.cacheSize,
-    clockToleranceSeconds: settings.clockToleranceSeconds,
-    maxTokenLifetimeSeconds: settings.maxTokenLifetimeSeconds,
   });
 }
