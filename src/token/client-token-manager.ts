@@ -40,7 +40,6 @@ export interface ClientTokenStatus {
   lastError?: string;
   /** Set while the provider's tokens live too short to serve and refresh them. */
   lifetimeError?: string;
-  nextAttemptAt?: number;
   everObtained: boolean;
 }
 
@@ -293,7 +292,6 @@ export class ClientTokenManager {
         : undefined,
       lastError: failure?.lastError.message,
       lifetimeError: this.standing.lifetimeError,
-      nextAttemptAt: this.standing.nextAttemptAt,
       everObtained: this.held.everObtained,
     };
   }

@@ -175,13 +175,12 @@ export class OAuthTokenRoute implements OnModuleInit {
     if (oauth.code === OAuthErrorCode.ServerError) {
       this.logger.error({ err, ...requestIdsOf(req) }, 'unhandled error');
     }
-    const hidden = err instanceof CallerAuthException ? err.audit : {};
     this.responder.auditRefused(
       requestIdsOf(req),
+      err,
       progress.caller,
-      progress.clientId ?? hidden.client,
+      progress.clientId,
       oauth.code,
-      hidden.reason,
     );
     const headers: Record<string, string> = { ...OAUTH_HEADERS };
     let status = 400;

@@ -75,14 +75,22 @@ export class TokenResponder {
     return record;
   }
 
+  /** A client outside the grant is refused alike whether it exists or not; the audit says which. */
   auditRefused(
     ids: RequestIds,
+    err: unknown,
     caller: Caller | undefined,
     clientId: string | undefined,
     result: string,
-    reason?: string,
   ): void {
-    this.audit.refused({ ...ids, caller: caller?.name, client: clientId, result, reason });
+    const hidden = err instanceof CallerAuthException ? err.audit : {};
+    this.audit.refused({
+      ...ids,
+      caller: caller?.name,
+      client: clientId ?? hidden.client,
+      result,
+      reason: hidden.reason,
+    });
   }
 
   private serve(
@@ -149,15 +157,7 @@ export class TokenResponder {
     if (problem.status >= 500 && problem.code === 'internal_error') {
       this.logger.error({ err, ...ids }, 'unhandled error');
     }
-    // A client outside the grant is refused alike whether it exists or not; the audit says which.
-    const hidden = err instanceof CallerAuthException ? err.audit : {};
-    this.audit.refused({
-      ...ids,
-      caller: caller?.name,
-      client: clientId ?? hidden.client,
-      result: problem.code,
-      reason: hidden.reason,
-    });
+    this.auditRefused(ids, err, caller, clientId, problem.code);
     return { status: problem.status, headers, body };
   }
 }
