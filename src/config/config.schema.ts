@@ -10,6 +10,7 @@ import {
   tokenSettingsSchema,
 } from './provider.schema';
 import { redisConfigured, redisSettingsSchema } from './redis.schema';
+import { issueAt } from './schema-parts';
 
 /**
  * Shape and defaults only: the loader feeds it from the environment and an optional file. Secret
@@ -58,28 +59,23 @@ export const brokerConfigSchema = brokerConfigFields
     const seen = new Set<string>();
     cfg.clients.forEach((c, i) => {
       if (seen.has(c.id)) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['clients', i, 'id'],
-          message: 'duplicate client id',
-        });
+        issueAt(ctx, ['clients', i, 'id'], 'duplicate client id');
       }
       seen.add(c.id);
     });
     if (cfg.token.refreshAheadSeconds >= cfg.token.defaultLifetimeSeconds) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['token', 'refreshAheadSeconds'],
-        message: 'must be shorter than token.defaultLifetimeSeconds',
-      });
+      issueAt(
+        ctx,
+        ['token', 'refreshAheadSeconds'],
+        'must be shorter than token.defaultLifetimeSeconds',
+      );
     }
     if (cfg.token.minRefreshIntervalMs + 1000 > cfg.token.defaultLifetimeSeconds * 1000) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['token', 'minRefreshIntervalMs'],
-        message:
-          'must be at least 1 s shorter than token.defaultLifetimeSeconds: tokens of that lifetime could not be served between two refreshes',
-      });
+      issueAt(
+        ctx,
+        ['token', 'minRefreshIntervalMs'],
+        'must be at least 1 s shorter than token.defaultLifetimeSeconds: tokens of that lifetime could not be served between two refreshes',
+      );
     }
   });
 
