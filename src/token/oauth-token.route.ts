@@ -213,14 +213,8 @@ export class OAuthTokenRoute implements OnModuleInit {
           code === OAuthErrorCode.InvalidClient &&
           (method === 'client_secret_basic' || (method === 'none' && mode === 'api-key')),
       });
-    if (err instanceof CallerAuthException) {
-      const oauth = callerAuthError(err, as, method, mode);
-      if (oauth !== undefined) return oauth;
-    }
-    if (err instanceof TokenException) {
-      const oauth = tokenError(err, as, progress);
-      if (oauth !== undefined) return oauth;
-    }
+    if (err instanceof CallerAuthException) return callerAuthError(err, as, method, mode);
+    if (err instanceof TokenException) return tokenError(err, as, progress);
     if (err instanceof RequestException) return as(OAuthErrorCode.InvalidRequest, err.message);
     return as(
       OAuthErrorCode.ServerError,
@@ -240,7 +234,7 @@ function callerAuthError(
   as: OAuthErrorOf,
   method: OAuthTokenRequest['method'] | undefined,
   mode: BrokerConfig['callerAuth']['mode'],
-): OAuthException | undefined {
+): OAuthException {
   switch (err.code) {
     case CallerAuthErrorCode.Unauthenticated:
       return as(
@@ -256,11 +250,7 @@ function callerAuthError(
   }
 }
 
-function tokenError(
-  err: TokenException,
-  as: OAuthErrorOf,
-  progress: Progress,
-): OAuthException | undefined {
+function tokenError(err: TokenException, as: OAuthErrorOf, progress: Progress): OAuthException {
   switch (err.code) {
     case TokenErrorCode.UnknownClient:
       return as(
