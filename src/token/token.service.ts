@@ -245,7 +245,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
         const lock = await this.store.lockState(id).catch(() => ({
           error: 'the shared store did not answer',
         }));
-        const { grant, auth } = this.config.clients.find((c) => c.id === id)!.tokenRequest;
+        const { grant, auth } = m.client.tokenRequest;
         return { client: id, tokenRequest: { grant, auth }, ...m.adminStatus(), lock };
       }),
     );
