@@ -58,21 +58,11 @@ export class CallerAuthGuard implements CanActivate {
     SEEN.set(req, seen);
     const caller = await this.auth.authenticate(authorizationOf(req.raw));
     seen.caller = caller;
-    const context = this.grant(caller, pathClient ?? (() => clientParam(req.query)), scope, seen);
-    seen.authorized = true;
-    return context;
-  }
-
-  private grant(
-    caller: Caller,
-    requestedClient: () => string | undefined,
-    scope: CallerScope,
-    seen?: Seen,
-  ): CallerContext {
     assertScope(caller, scope);
-    const clientId = this.resolveClient(requestedClient(), caller);
-    if (seen) seen.clientId = clientId;
+    const clientId = this.resolveClient(pathClient ? pathClient() : clientParam(req.query), caller);
+    seen.clientId = clientId;
     assertMayUse(caller, clientId);
+    seen.authorized = true;
     return { caller, clientId };
   }
 }

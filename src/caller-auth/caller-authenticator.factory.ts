@@ -1,10 +1,13 @@
 import type { Logger } from 'pino';
 import type { BrokerConfig } from '../config/config.schema';
 import type { SecretReader } from '../secrets/secret-reader';
-import { AllowAllAuthenticator } from './allow-all.authenticator';
 import { ApiKeyAuthenticator } from './api-key.authenticator';
 import { loadApiKeyGrants } from './api-key-grants.loader';
-import type { CallerAuthenticator } from './caller';
+import { CALLER_SCOPES } from '../config/caller-auth.schema';
+import type { Caller, CallerAuthenticator } from './caller';
+
+/** Mode `none` (development only): every request is this caller. */
+const ANONYMOUS: Caller = { name: 'anonymous', clients: '*', scopes: new Set(CALLER_SCOPES) };
 
 /** Fails start-up if the keys cannot be read. */
 export async function createCallerAuthenticator(
@@ -20,7 +23,7 @@ export async function createCallerAuthenticator(
         { mode: 'none', host: config.http.host },
         `CALLER AUTHENTICATION IS OFF (CALLER_AUTH_MODE=none): anyone who can reach ${config.http.host}:${config.http.port} can take the merchants' tokens. Local development only.`,
       );
-      return new AllowAllAuthenticator();
+      return { authenticate: () => ANONYMOUS };
     case 'api-key':
       return createApiKeyAuthenticator(config, secrets, logger);
     case 'kubernetes':
@@ -94,12 +97,8 @@ async function createKubernetesAuthenticator(
     'caller authentication: Kubernetes service-account tokens',
   );
   return new KubernetesAuthenticator({
+    ...settings,
     issuer: settings.issuer!,
-    audience: settings.audience,
-    subjects: settings.subjects,
     getKey: keys.getKey,
-    cacheSize: settings.cacheSize,
-    clockToleranceSeconds: settings.clockToleranceSeconds,
-    maxTokenLifetimeSeconds: settings.maxTokenLifetimeSeconds,
   });
 }

@@ -1,6 +1,7 @@
 import { hash } from 'node:crypto';
 import { errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from 'jose';
 import {
+  type CallerAuthSettings,
   DEFAULT_CALLER_SCOPES,
   SERVICE_ACCOUNT_SUBJECT,
   type SubjectGrant,
@@ -14,18 +15,11 @@ import { VerifiedTokenCache } from './verified-token.cache';
 /** Kubernetes signs service-account tokens with RSA or ECDSA keys. */
 export const SERVICE_ACCOUNT_ALGORITHMS = ['RS256', 'ES256'];
 
-interface KubernetesAuthOptions {
+/** The settings, with the issuer required and the cluster's JWKS (by `kid`) to verify with. */
+type KubernetesAuthOptions = Omit<CallerAuthSettings['kubernetes'], 'jwksUrl' | 'issuer'> & {
   issuer: string;
-  /** The projected volume's `audience`. */
-  audience: string;
-  /** `"*"`: all clients. */
-  subjects: Readonly<Record<string, SubjectGrant>>;
-  /** The cluster's JWKS, by `kid`. */
   getKey: JWTVerifyGetKey;
-  cacheSize: number;
-  clockToleranceSeconds: number;
-  maxTokenLifetimeSeconds: number;
-}
+};
 
 /** A verified service account nobody granted: every route answers 403 on the client. */
 const NO_GRANT: SubjectGrant = { clients: [], scopes: [...DEFAULT_CALLER_SCOPES] };

@@ -30,14 +30,8 @@ interface ServiceAccountKeysOptions {
   timeoutMs?: number;
   /** Between refetches for unknown `kid`s. @default 30000 */
   cooldownMs?: number;
-  /** Refetched when older, even without an unknown `kid`. @default 600000 */
-  maxAgeMs?: number;
   /** No fetch for this long after a failure. @default 2000 */
   failureBackoffMs?: number;
-  /** @default 1048576 (1 MiB) */
-  maxBytes?: number;
-  /** @default 100 */
-  maxKeys?: number;
   onFetchFailure?: (err: unknown) => void;
 }
 
@@ -59,8 +53,9 @@ export function remoteServiceAccountKeys(
   const jwks = createRemoteJWKSet(new URL(jwksUrl), {
     timeoutDuration: options.timeoutMs ?? 3000,
     cooldownDuration: options.cooldownMs ?? 30_000,
-    cacheMaxAge: options.maxAgeMs ?? 600_000,
-    [customFetch]: boundedJwksFetch(options.maxBytes ?? 1_048_576, options.maxKeys ?? 100),
+    // Refetched when older, even without an unknown `kid`.
+    cacheMaxAge: 600_000,
+    [customFetch]: boundedJwksFetch(1_048_576, 100),
   });
   const backoffMs = options.failureBackoffMs ?? 2000;
   let failedUntil = 0;

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CLIENT_ID_PATTERN, credentialsSourceSchema } from './client.schema';
-import { flag, httpUrl, seconds } from './schema-parts';
+import { flag, httpUrl, issueAt, seconds } from './schema-parts';
 
 /** Client ids a caller may use; `"*"` grants every configured client. */
 const clientGrantSchema = z
@@ -55,11 +55,7 @@ export const apiKeyGrantListSchema = z.array(apiKeyGrantSchema).superRefine((key
   const seen = new Set<string>();
   keys.forEach((k, i) => {
     if (seen.has(k.sha256)) {
-      ctx.addIssue({
-        code: 'custom',
-        path: [i, 'sha256'],
-        message: 'the same key is listed twice',
-      });
+      issueAt(ctx, [i, 'sha256'], 'the same key is listed twice');
     }
     seen.add(k.sha256);
   });
@@ -132,11 +128,7 @@ const kubernetesCallerAuthSchema = z
         z.record(z.string(), subjectGrantSchema).superRefine((subjects, ctx) => {
           for (const subject of Object.keys(subjects)) {
             if (!SERVICE_ACCOUNT_SUBJECT.test(subject)) {
-              ctx.addIssue({
-                code: 'custom',
-                path: [subject],
-                message: 'must be system:serviceaccount:<namespace>:<name>',
-              });
+              issueAt(ctx, [subject], 'must be system:serviceaccount:<namespace>:<name>');
             }
           }
         }),

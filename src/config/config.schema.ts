@@ -9,7 +9,8 @@ import {
   providerSettingsSchema,
   tokenSettingsSchema,
 } from './provider.schema';
-import { type RedisMode, redisConfigured, redisSettingsSchema } from './redis.schema';
+import { redisConfigured, redisSettingsSchema } from './redis.schema';
+import { issueAt } from './schema-parts';
 
 /**
  * Shape and defaults only: the loader feeds it from the environment and an optional file. Secret
@@ -29,7 +30,7 @@ const cacheEncryptionSchema = z
   })
   .strict();
 
-export const brokerConfigSchema = z
+const brokerConfigFields = z
   .object({
     http: httpSettingsSchema.default(httpSettingsSchema.parse({})),
     log: logSettingsSchema.default(logSettingsSchema.parse({})),
@@ -50,34 +51,31 @@ export const brokerConfigSchema = z
     callerAuth: z.preprocess((v) => v ?? {}, callerAuthSettingsSchema),
     cacheEncryption: cacheEncryptionSchema.default({}),
   })
-  .strict()
+  .strict();
+
+export const brokerConfigSchema = brokerConfigFields
   .superRefine((cfg, ctx) => refineSecurity(cfg, ctx))
   .superRefine((cfg, ctx) => {
     const seen = new Set<string>();
     cfg.clients.forEach((c, i) => {
       if (seen.has(c.id)) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['clients', i, 'id'],
-          message: 'duplicate client id',
-        });
+        issueAt(ctx, ['clients', i, 'id'], 'duplicate client id');
       }
       seen.add(c.id);
     });
     if (cfg.token.refreshAheadSeconds >= cfg.token.defaultLifetimeSeconds) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['token', 'refreshAheadSeconds'],
-        message: 'must be shorter than token.defaultLifetimeSeconds',
-      });
+      issueAt(
+        ctx,
+        ['token', 'refreshAheadSeconds'],
+        'must be shorter than token.defaultLifetimeSeconds',
+      );
     }
     if (cfg.token.minRefreshIntervalMs + 1000 > cfg.token.defaultLifetimeSeconds * 1000) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['token', 'minRefreshIntervalMs'],
-        message:
-          'must be at least 1 s shorter than token.defaultLifetimeSeconds: tokens of that lifetime could not be served between two refreshes',
-      });
+      issueAt(
+        ctx,
+        ['token', 'minRefreshIntervalMs'],
+        'must be at least 1 s shorter than token.defaultLifetimeSeconds: tokens of that lifetime could not be served between two refreshes',
+      );
     }
   });
 
@@ -102,21 +100,14 @@ function isLoopbackHost(host: string): boolean {
   return family !== 0 && LOOPBACK.check(host, family === 4 ? 'ipv4' : 'ipv6');
 }
 
-/** The settings the security checks read. */
-interface SecuritySettings {
-  nodeEnv: string;
-  http: { host: string };
-  clients: readonly { id: string }[];
-  redis: { mode: RedisMode; url?: string };
-  callerAuth: CallerAuthSettings;
-  cacheEncryption: { key?: unknown };
-}
+/** What the security checks read. */
+type ParsedFields = z.output<typeof brokerConfigFields>;
 
 /** Reports a custom issue at a config path. */
 type AddIssue = (path: (string | number)[], message: string) => void;
 
 /** Cross-field checks of caller authentication and cache encryption. */
-function refineSecurity(cfg: SecuritySettings, ctx: z.RefinementCtx): void {
+function refineSecurity(cfg: ParsedFields, ctx: z.RefinementCtx): void {
   const issue: AddIssue = (path, message) => ctx.addIssue({ code: 'custom', path, message });
   const production = !isDevelopmentEnv(cfg.nodeEnv);
   const auth = cfg.callerAuth;
@@ -136,7 +127,7 @@ function refineSecurity(cfg: SecuritySettings, ctx: z.RefinementCtx): void {
 }
 
 /** Mode `none`: development only, on loopback, and turned off explicitly. */
-function checkNoCallerAuth(cfg: SecuritySettings, production: boolean, issue: AddIssue): void {
+function checkNoCallerAuth(cfg: ParsedFields, production: boolean, issue: AddIssue): void {
   if (production) {
     issue(
       ['callerAuth', 'mode'],
@@ -187,7 +178,7 @@ function checkKubernetesCallerAuth(auth: CallerAuthSettings, issue: AddIssue): v
 }
 
 /** Every caller's grant names configured clients. */
-function checkGrants(cfg: SecuritySettings, issue: AddIssue): void {
+function checkGrants(cfg: ParsedFields, issue: AddIssue): void {
   const auth = cfg.callerAuth;
   // A grant naming an unconfigured client is a typo that would surface as a puzzling 403.
   const ids = new Set(cfg.clients.map((c) => c.id));
@@ -201,7 +192,7 @@ function checkGrants(cfg: SecuritySettings, issue: AddIssue): void {
   }
 }
 
-function checkCacheEncryption(cfg: SecuritySettings, production: boolean, issue: AddIssue): void {
+function checkCacheEncryption(cfg: ParsedFields, production: boolean, issue: AddIssue): void {
   if (production && redisConfigured(cfg.redis) && cfg.cacheEncryption.key === undefined) {
     issue(
       ['cacheEncryption', 'key'],

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { credentialsSourceSchema } from './client.schema';
-import { flag, millis } from './schema-parts';
+import { commaList, flag, millis } from './schema-parts';
 
 /** The Redis topologies the broker speaks, each through ioredis's own support. */
 const REDIS_MODES = ['standalone', 'sentinel', 'cluster'] as const;
@@ -20,13 +20,7 @@ const hostPort = z
 
 /** A list of `host:port`, also accepted comma-separated (the environment variable form). */
 const hostPortList = z.preprocess(
-  (v) =>
-    typeof v === 'string'
-      ? v
-          .split(',')
-          .map((s) => s.trim())
-          .filter((s) => s !== '')
-      : v,
+  commaList,
   z.array(hostPort).min(1, { message: 'list at least one host:port' }),
 );
 

@@ -42,3 +42,8 @@ export const flag = z.union([z.boolean(), z.stringbool()]);
 
 export const seconds = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 export const millis = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+
+/** A custom issue at `path`, relative to the schema being refined. */
+export function issueAt(ctx: z.RefinementCtx, path: PropertyKey[], message: string): void {
+  ctx.addIssue({ code: 'custom', path, message });
+}

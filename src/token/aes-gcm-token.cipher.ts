@@ -62,15 +62,8 @@ export class AesGcmTokenCipher implements TokenCipher {
    * clear fields were edited, moved to another client, or put back after a revoke fails to open.
    */
   seal(clientId: string, accessToken: string, context = '', generation = 0): string {
-    const iv = randomBytes(IV_BYTES);
-    const cipher = createCipheriv(ALGORITHM, this.current.key, iv, { authTagLength: TAG_BYTES });
-    cipher.setAAD(boundData(clientId, context, generation));
-    const body = Buffer.concat([
-      iv,
-      cipher.update(accessToken, 'utf8'),
-      cipher.final(),
-      cipher.getAuthTag(),
-    ]);
+    const aad = boundData(clientId, context, generation);
+    const body = encrypt(this.current.key, aad, Buffer.from(accessToken, 'utf8'));
     return `${PREFIX}${this.current.id}:${body.toString('base64url')}`;
   }
 
@@ -83,21 +76,8 @@ export class AesGcmTokenCipher implements TokenCipher {
     const idEnd = sealed.indexOf(':', PREFIX.length);
     const keys = idEnd > 0 ? this.byId.get(sealed.slice(PREFIX.length, idEnd)) : undefined;
     if (keys === undefined) throw new Error('sealed with a key this broker does not have');
-    const body = Buffer.from(sealed.slice(idEnd + 1), 'base64url');
-    if (body.length < IV_BYTES + TAG_BYTES) throw new Error('sealed value too short');
-    const iv = body.subarray(0, IV_BYTES);
-    const tag = body.subarray(body.length - TAG_BYTES);
-    const text = body.subarray(IV_BYTES, body.length - TAG_BYTES);
-    for (const key of keys) {
-      try {
-        const decipher = createDecipheriv(ALGORITHM, key, iv, { authTagLength: TAG_BYTES });
-        decipher.setAAD(aad);
-        decipher.setAuthTag(tag);
-        return Buffer.concat([decipher.update(text), decipher.final()]).toString('utf8');
-      } catch {
-        // Wrong key, another client's value, or tampered: try the next key with this id.
-      }
-    }
+    const opened = decrypt(keys, aad, Buffer.from(sealed.slice(idEnd + 1), 'base64url'));
+    if (opened !== undefined) return opened.toString('utf8');
     throw new Error(
       'sealed value failed authentication (wrong key, tampered, another client or generation)',
     );
@@ -105,15 +85,9 @@ export class AesGcmTokenCipher implements TokenCipher {
 
   /** `context` is the associated data: the value only opens for the record it was written for. */
   sealBytes(context: readonly string[], bytes: Buffer): Buffer {
-    const iv = randomBytes(IV_BYTES);
-    const cipher = createCipheriv(ALGORITHM, this.current.key, iv, { authTagLength: TAG_BYTES });
-    cipher.setAAD(lengthPrefixed(context));
     return Buffer.concat([
       Buffer.from(`${BYTES_PREFIX}${this.current.id}:`, 'latin1'),
-      iv,
-      cipher.update(bytes),
-      cipher.final(),
-      cipher.getAuthTag(),
+      encrypt(this.current.key, lengthPrefixed(context), bytes),
     ]);
   }
 
@@ -125,20 +99,8 @@ export class AesGcmTokenCipher implements TokenCipher {
         ? this.byId.get(sealed.subarray(BYTES_PREFIX.length, header - 1).toString('latin1'))
         : undefined;
     if (keys === undefined) throw new Error('not sealed bytes, or sealed with an unknown key');
-    if (sealed.length < header + IV_BYTES + TAG_BYTES) throw new Error('sealed value too short');
-    const iv = sealed.subarray(header, header + IV_BYTES);
-    const tag = sealed.subarray(sealed.length - TAG_BYTES);
-    const text = sealed.subarray(header + IV_BYTES, sealed.length - TAG_BYTES);
-    for (const key of keys) {
-      try {
-        const decipher = createDecipheriv(ALGORITHM, key, iv, { authTagLength: TAG_BYTES });
-        decipher.setAAD(lengthPrefixed(context));
-        decipher.setAuthTag(tag);
-        return Buffer.concat([decipher.update(text), decipher.final()]);
-      } catch {
-        // Wrong key with this id, tampered, or another record's: try the next key.
-      }
-    }
+    const opened = decrypt(keys, lengthPrefixed(context), sealed.subarray(header));
+    if (opened !== undefined) return opened;
     throw new Error('sealed bytes failed authentication (wrong key, tampered, or another record)');
   }
 
@@ -158,6 +120,33 @@ export class AesGcmTokenCipher implements TokenCipher {
       return expected.length === given.length && timingSafeEqual(expected, given);
     });
   }
+}
+
+/** `iv ‖ ciphertext ‖ tag`, with a random IV. */
+function encrypt(key: Buffer, aad: Buffer, plain: Buffer): Buffer {
+  const iv = randomBytes(IV_BYTES);
+  const cipher = createCipheriv(ALGORITHM, key, iv, { authTagLength: TAG_BYTES });
+  cipher.setAAD(aad);
+  return Buffer.concat([iv, cipher.update(plain), cipher.final(), cipher.getAuthTag()]);
+}
+
+/** Undefined when no key opens it. */
+function decrypt(keys: readonly Buffer[], aad: Buffer, body: Buffer): Buffer | undefined {
+  if (body.length < IV_BYTES + TAG_BYTES) throw new Error('sealed value too short');
+  const iv = body.subarray(0, IV_BYTES);
+  const tag = body.subarray(body.length - TAG_BYTES);
+  const text = body.subarray(IV_BYTES, body.length - TAG_BYTES);
+  for (const key of keys) {
+    try {
+      const decipher = createDecipheriv(ALGORITHM, key, iv, { authTagLength: TAG_BYTES });
+      decipher.setAAD(aad);
+      decipher.setAuthTag(tag);
+      return Buffer.concat([decipher.update(text), decipher.final()]);
+    } catch {
+      // Wrong key with this id, tampered, or another client's or record's: try the next key.
+    }
+  }
+  return undefined;
 }
 
 function associatedData(clientId: string, context: string): Buffer {

@@ -40,7 +40,6 @@ export interface ClientTokenStatus {
   lastError?: string;
   /** Set while the provider's tokens live too short to serve and refresh them. */
   lifetimeError?: string;
-  nextAttemptAt?: number;
   everObtained: boolean;
 }
 
@@ -62,6 +61,7 @@ export class ClientTokenManager {
   private readonly now: () => number;
   private readonly random: () => number;
   readonly l1Hits: HitCell;
+  private readonly credentials: CredentialsCache;
 
   constructor(
     readonly client: ClientConfig,
@@ -71,15 +71,16 @@ export class ClientTokenManager {
     this.random = deps.random ?? Math.random;
     this.held = new HeldToken(client.id, { metrics: deps.metrics, now: this.now });
     this.l1Hits = deps.metrics.l1HitCell(client.id);
+    this.credentials = new CredentialsCache(
+      (stage) => deps.loadCredentials(client, stage),
+      deps.settings.credentialsReloadSeconds * 1000,
+      this.now,
+      client.credentials.secretId !== undefined ? SECRETS_MANAGER_ROTATION_STAGES : [],
+    );
     this.refresh = new FleetRefresh(client, {
       store: deps.store,
       grantor: deps.grantor,
-      credentials: new CredentialsCache(
-        (stage) => deps.loadCredentials(client, stage),
-        deps.settings.credentialsReloadSeconds * 1000,
-        this.now,
-        client.credentials.secretId !== undefined ? SECRETS_MANAGER_ROTATION_STAGES : [],
-      ),
+      credentials: this.credentials,
       metrics: deps.metrics,
       logger: deps.logger,
       storeGraceMs: deps.storeGraceMs,
@@ -148,12 +149,10 @@ export class ClientTokenManager {
    * of rejections of one stale token costs one refresh; never adopt it again.
    */
   async invalidate(fingerprint: string): Promise<boolean> {
-    const dropped = this.held.reject(fingerprint);
+    let invalidated = this.held.reject(fingerprint);
     // Its replacement is needed now, whatever the floor (the store lifts the fleet's).
     this.refresh.liftLocalFloor();
-    let invalidated = false;
-    if (dropped) {
-      invalidated = true;
+    if (invalidated) {
       this.deps.logger.warn(
         { client: this.client.id, fingerprint },
         'provider rejected the current token; refreshing',
@@ -234,7 +233,7 @@ export class ClientTokenManager {
   }
 
   reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
-    return this.refresh.reloadCredentials();
+    return this.credentials.reload();
   }
 
   /** Fingerprints, never tokens. */
@@ -293,7 +292,6 @@ export class ClientTokenManager {
         : undefined,
       lastError: failure?.lastError.message,
       lifetimeError: this.standing.lifetimeError,
-      nextAttemptAt: this.standing.nextAttemptAt,
       everObtained: this.held.everObtained,
     };
   }

@@ -1,13 +1,13 @@
 import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
-import type { MetricsService, RefreshResult } from '../metrics/metrics.service';
+import type { MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
+import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import type { CredentialsCache } from '../secrets/credentials-cache';
 import { isFleetWide } from './refresh-failure';
 import { MIN_SERVE_MS } from './refresh-schedule';
-import { fetchFromProvider } from './provider-fetch';
-import type { TokenRecord } from './token-record';
-import type { FleetBus, RefreshLock, TokenRecords } from './token-store';
+import { type TokenRecord, toRecord, withGeneration } from './token-record';
+import type { FleetBus, Locked, RefreshLock, TokenRecords } from './token-store';
 import { TokenStoreException } from './token-store.exception';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -75,28 +75,19 @@ export class FleetRefresh {
   ) {}
 
   async run(ctx: RefreshContext): Promise<RefreshPass> {
-    const { store, metrics } = this.deps;
     const id = this.client.id;
     try {
       const held = ctx.held();
       if (held && ctx.goodEnough(held)) return token(held, false);
       const found = await this.readShared();
       this.storeFailingSince = undefined;
-      if (found && ctx.goodEnough(found)) {
-        this.countRefresh('adopted');
-        return token(found, false);
-      }
-      const locked = await store.withRefreshLock(id, () => {
-        metrics.lockAttempts.labels(id, 'acquired').inc();
-        return this.underLock(ctx);
-      });
-      if (locked.acquired) return locked.value;
-      metrics.lockAttempts.labels(id, 'held_elsewhere').inc();
-      return { kind: 'wait' };
+      if (found && ctx.goodEnough(found)) return this.adopted(found);
+      const locked = await this.locked(() => this.underLock(ctx));
+      return locked.acquired ? locked.value : { kind: 'wait' };
     } catch (err) {
       if (!(err instanceof TokenStoreException)) throw err;
       noteStoreFailure(this.deps.logger, id, err);
-      metrics.lockAttempts.labels(id, 'error').inc();
+      this.deps.metrics.lockAttempts.labels(id, 'error').inc();
       // One slow command is not an outage (under CPU pressure a reply can miss its timeout
       // while Redis is fine): fetching at once would refresh beside the fleet's lock holder.
       const now = this.deps.now();
@@ -116,10 +107,7 @@ export class FleetRefresh {
   private async underLock(ctx: RefreshContext): Promise<RefreshPass> {
     // Inside the lock, re-read: the previous holder may have written just now.
     const again = await this.readShared();
-    if (again && ctx.goodEnough(again)) {
-      this.countRefresh('adopted');
-      return token(again, false);
-    }
+    if (again && ctx.goodEnough(again)) return this.adopted(again);
     const heldNow = ctx.held();
     if (heldNow && ctx.goodEnough(heldNow)) return token(heldNow, false);
     // The fleet backs off as one: after a 429 or a failure, the next request waits for the
@@ -231,35 +219,36 @@ export class FleetRefresh {
    * the floor and backoff but starting the floor after; coalesced by {@link FORCED_COALESCE_MS}.
    */
   async forced(askedAt: number, waitMs: number): Promise<Forced> {
-    const { store, metrics } = this.deps;
-    const id = this.client.id;
     const deadline = this.deps.now() + waitMs;
     for (;;) {
-      const locked = await store.withRefreshLock(id, () => {
-        metrics.lockAttempts.labels(id, 'acquired').inc();
-        return this.forcedUnderLock(askedAt);
-      });
+      const locked = await this.locked(() => this.forcedUnderLock(askedAt));
       if (locked.acquired) return locked.value;
-      metrics.lockAttempts.labels(id, 'held_elsewhere').inc();
       if (this.deps.now() >= deadline) return this.lockBusy();
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   }
 
+  /** Counted whether acquired or held elsewhere. */
+  private async locked<T>(fn: () => Promise<T>): Promise<Locked<T>> {
+    const attempts = this.deps.metrics.lockAttempts;
+    const locked = await this.deps.store.withRefreshLock(this.client.id, () => {
+      attempts.labels(this.client.id, 'acquired').inc();
+      return fn();
+    });
+    if (!locked.acquired) attempts.labels(this.client.id, 'held_elsewhere').inc();
+    return locked;
+  }
+
   private async forcedUnderLock(askedAt: number): Promise<Forced> {
     const found = await this.readShared();
     if (found && found.obtainedAt >= askedAt - FORCED_COALESCE_MS) {
-      this.countRefresh('adopted');
+      this.deps.metrics.refreshes.labels(this.client.id, 'adopted').inc();
       return { record: found, fetched: false, written: false };
     }
     const record = await this.fetch();
     await this.holdFleet(record);
     const written = await this.deps.store.writeFenced(this.client.id, record);
     return { record, fetched: true, written };
-  }
-
-  async reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
-    return this.deps.credentials.reload();
   }
 
   private lockBusy(): never {
@@ -270,12 +259,62 @@ export class FleetRefresh {
     );
   }
 
-  private fetch(): Promise<TokenRecord> {
-    return fetchFromProvider(this.client, this.deps);
+  /**
+   * After `invalid_client`, tries each other version of the credentials. Takes no lock: the caller
+   * holds it, or the store is down and this is the replica's single flight.
+   */
+  private async fetch(): Promise<TokenRecord> {
+    const { grantor, credentials, logger, metrics } = this.deps;
+    const client = this.client;
+    const current = await credentials.get();
+    const started = this.deps.now();
+    const observe = (statusClass: string) =>
+      metrics.providerLatency
+        .labels('token', statusClass)
+        .observe((this.deps.now() - started) / 1000);
+    // The generation it is requested in: a revoke arriving meanwhile fences it out.
+    const generation = this.deps.store.generation(client.id);
+    try {
+      const grant = await grantor.requestToken(client, current);
+      observe('2xx');
+      metrics.refreshes.labels(client.id, 'fetched').inc();
+      const record = withGeneration(toRecord(grant), generation);
+      logger.info(
+        {
+          client: client.id,
+          fingerprint: record.fingerprint,
+          lifetimeSeconds: grant.lifetimeSeconds,
+        },
+        'new token obtained from the provider',
+      );
+      return record;
+    } catch (err) {
+      const status = err instanceof ProviderException ? err.details.status : undefined;
+      observe(status === undefined ? 'none' : `${Math.floor(status / 100)}xx`);
+      if (err instanceof ProviderException && err.code === ProviderErrorCode.InvalidClient) {
+        // The secret may have changed since read, or a rotation be half done.
+        const rotated = await credentials.rotate(
+          current,
+          (fresh) => grantor.requestToken(client, fresh),
+          (e): e is ProviderException =>
+            e instanceof ProviderException && e.code === ProviderErrorCode.InvalidClient,
+        );
+        if (rotated) {
+          logger.info(
+            { client: client.id, stage: rotated.stage ?? 'current' },
+            'credentials refused; the server accepted another version of them',
+          );
+          metrics.refreshes.labels(client.id, 'fetched').inc();
+          return withGeneration(toRecord(rotated.result), generation);
+        }
+      }
+      throw err;
+    }
   }
 
-  private countRefresh(result: RefreshResult): void {
-    this.deps.metrics.refreshes.labels(this.client.id, result).inc();
+  private adopted(record: TokenRecord): RefreshPass {
+    this.deps.metrics.refreshes.labels(this.client.id, 'adopted').inc();
+    return token(record, false);
   }
 }
 

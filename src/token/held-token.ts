@@ -1,7 +1,9 @@
 import type { MetricsService } from '../metrics/metrics.service';
 import { MIN_SERVE_MS } from './refresh-schedule';
-import { RejectedFingerprints } from './rejected-fingerprints';
 import type { TokenRecord } from './token-record';
+
+/** A rejected token leaves the store within a refresh or two; this covers reads in flight. */
+const REMEMBERED_REJECTIONS = 16;
 
 export interface LastRefresh {
   at: number;
@@ -20,7 +22,7 @@ interface HeldTokenDeps {
 export class HeldToken {
   private record?: TokenRecord;
   /** Refused fingerprints: never adopted again, even from a pass or message already started. */
-  private readonly rejected = new RejectedFingerprints();
+  private readonly rejected = new Set<string>();
   /** The fleet's revocation generation as this replica knows it. */
   private knownGeneration = 0;
   private obtained = false;
@@ -79,12 +81,16 @@ export class HeldToken {
   }
 
   refuse(fingerprint: string): void {
+    this.rejected.delete(fingerprint);
     this.rejected.add(fingerprint);
+    if (this.rejected.size > REMEMBERED_REJECTIONS) {
+      this.rejected.delete(this.rejected.values().next().value!);
+    }
   }
 
   /** Whether the token was the one held (then dropped). */
   reject(fingerprint: string): boolean {
-    this.rejected.add(fingerprint);
+    this.refuse(fingerprint);
     if (this.record?.fingerprint !== fingerprint) return false;
     this.drop();
     return true;
@@ -122,7 +128,7 @@ export class HeldToken {
   revoke(generation: number, setAside?: TokenRecord): TokenRecord | undefined {
     this.knownGeneration = generation;
     for (const r of [this.record, setAside]) {
-      if (r !== undefined && !this.ofGeneration(r)) this.rejected.add(r.fingerprint);
+      if (r !== undefined && !this.ofGeneration(r)) this.refuse(r.fingerprint);
     }
     const dropped = this.record;
     if (dropped === undefined || this.ofGeneration(dropped)) return undefined;

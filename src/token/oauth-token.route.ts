@@ -13,7 +13,6 @@ import { RequestException } from '../http/request.exception';
 import { SECURITY_HEADERS } from '../http/security-headers';
 import { LOGGER } from '../logging/logger';
 import { OAuthErrorCode, OAuthException } from './oauth.exception';
-import { issuerFor } from './oauth-metadata';
 import {
   ASSERTION_ALGORITHMS,
   methodsFor,
@@ -22,7 +21,6 @@ import {
   parseOAuthTokenRequest,
 } from './oauth-token-request';
 import { tokenBody } from './token-body';
-import type { TokenRecord } from './token-record';
 import { TokenResponder } from './token-responder';
 import { TokenErrorCode, TokenException } from './token.exception';
 import { TokenService } from './token.service';
@@ -30,6 +28,14 @@ import { TokenService } from './token.service';
 const OAUTH_TOKEN_PATH = '/oauth2/token';
 /** RFC 8414 §3: where discovery-based clients look. */
 const OAUTH_METADATA_PATH = '/.well-known/oauth-authorization-server';
+
+/** RFC 6749 §5.1: token answers are never cached. */
+const OAUTH_HEADERS = {
+  'content-type': 'application/json; charset=utf-8',
+  'cache-control': 'no-store',
+  pragma: 'no-cache',
+  ...SECURITY_HEADERS,
+};
 
 interface Progress {
   request?: OAuthTokenRequest;
@@ -115,36 +121,18 @@ export class OAuthTokenRoute implements OnModuleInit {
     };
   }
 
-  private handle(req: FastifyRequest, reply: FastifyReply): FastifyReply | Promise<FastifyReply> {
+  private async handle(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
     const progress: Progress = {};
     try {
-      progress.request = parseOAuthTokenRequest(
+      const request = parseOAuthTokenRequest(
         req.headers['content-type'],
         typeof req.body === 'string' ? req.body : '',
         authorizationOf(req.raw),
         this.config.callerAuth.mode,
       );
-      const caller = this.auth.authenticate(progress.request.authorization);
-      if (caller instanceof Promise) {
-        return caller
-          .then((c) => this.serve(c, progress, req, reply))
-          .catch((err: unknown) => this.refuse(err, progress, req, reply));
-      }
-      return this.serve(caller, progress, req, reply);
-    } catch (err) {
-      return this.refuse(err, progress, req, reply);
-    }
-  }
-
-  private serve(
-    caller: Caller,
-    progress: Progress,
-    req: FastifyRequest,
-    reply: FastifyReply,
-  ): FastifyReply | Promise<FastifyReply> {
-    try {
+      progress.request = request;
+      const caller = await this.auth.authenticate(request.authorization);
       progress.caller = caller;
-      const request = progress.request!;
       // The secret proved a caller; the client id must name that same caller. Same answer as a
       // wrong secret, so ids cannot be probed. (Mode none has no callers to name.)
       if (
@@ -159,13 +147,8 @@ export class OAuthTokenRoute implements OnModuleInit {
       }
       const clientId = this.clientFor(caller, request);
       progress.clientId = clientId;
-      const record = this.responder.tokenFor(caller, clientId, requestIdsOf(req));
-      if (record instanceof Promise) {
-        return record
-          .then((r) => this.issue(r, reply))
-          .catch((err: unknown) => this.refuse(err, progress, req, reply));
-      }
-      return this.issue(record, reply);
+      const record = await this.responder.tokenFor(caller, clientId, requestIdsOf(req));
+      return reply.code(200).headers(OAUTH_HEADERS).send(tokenBody(record, Date.now()));
     } catch (err) {
       return this.refuse(err, progress, req, reply);
     }
@@ -181,18 +164,6 @@ export class OAuthTokenRoute implements OnModuleInit {
     return this.tokens.resolveClient(undefined, caller);
   }
 
-  private issue(record: TokenRecord, reply: FastifyReply): FastifyReply {
-    return reply
-      .code(200)
-      .headers({
-        'content-type': 'application/json; charset=utf-8',
-        'cache-control': 'no-store',
-        pragma: 'no-cache',
-        ...SECURITY_HEADERS,
-      })
-      .send(tokenBody(record, Date.now()));
-  }
-
   /** Audited like a refused `GET /token`. */
   private refuse(
     err: unknown,
@@ -204,20 +175,14 @@ export class OAuthTokenRoute implements OnModuleInit {
     if (oauth.code === OAuthErrorCode.ServerError) {
       this.logger.error({ err, ...requestIdsOf(req) }, 'unhandled error');
     }
-    const hidden = err instanceof CallerAuthException ? err.audit : {};
     this.responder.auditRefused(
       requestIdsOf(req),
+      err,
       progress.caller,
-      progress.clientId ?? hidden.client,
+      progress.clientId,
       oauth.code,
-      hidden.reason,
     );
-    const headers: Record<string, string> = {
-      'content-type': 'application/json; charset=utf-8',
-      'cache-control': 'no-store',
-      pragma: 'no-cache',
-      ...SECURITY_HEADERS,
-    };
+    const headers: Record<string, string> = { ...OAUTH_HEADERS };
     let status = 400;
     if (oauth.code === OAuthErrorCode.InvalidClient && oauth.basicChallenge) {
       status = 401;
@@ -248,14 +213,8 @@ export class OAuthTokenRoute implements OnModuleInit {
           code === OAuthErrorCode.InvalidClient &&
           (method === 'client_secret_basic' || (method === 'none' && mode === 'api-key')),
       });
-    if (err instanceof CallerAuthException) {
-      const oauth = callerAuthError(err, as, method, mode);
-      if (oauth !== undefined) return oauth;
-    }
-    if (err instanceof TokenException) {
-      const oauth = tokenError(err, as, progress);
-      if (oauth !== undefined) return oauth;
-    }
+    if (err instanceof CallerAuthException) return callerAuthError(err, as, method, mode);
+    if (err instanceof TokenException) return tokenError(err, as, progress);
     if (err instanceof RequestException) return as(OAuthErrorCode.InvalidRequest, err.message);
     return as(
       OAuthErrorCode.ServerError,
@@ -275,7 +234,7 @@ function callerAuthError(
   as: OAuthErrorOf,
   method: OAuthTokenRequest['method'] | undefined,
   mode: BrokerConfig['callerAuth']['mode'],
-): OAuthException | undefined {
+): OAuthException {
   switch (err.code) {
     case CallerAuthErrorCode.Unauthenticated:
       return as(
@@ -291,11 +250,7 @@ function callerAuthError(
   }
 }
 
-function tokenError(
-  err: TokenException,
-  as: OAuthErrorOf,
-  progress: Progress,
-): OAuthException | undefined {
+function tokenError(err: TokenException, as: OAuthErrorOf, progress: Progress): OAuthException {
   switch (err.code) {
     case TokenErrorCode.UnknownClient:
       return as(
@@ -317,4 +272,18 @@ function tokenError(
       return as(OAuthErrorCode.TemporarilyUnavailable, err.message, Number(retry ?? 1));
     }
   }
+}
+
+/** A Host fit to be echoed into the metadata document. */
+const HOST = /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/;
+
+/** Else the origin the caller used; an odd Host falls back to the listener's address. */
+export function issuerFor(
+  http: { issuer?: string | undefined; host: string; port: number },
+  req: { protocol: string; host?: string | undefined },
+): string {
+  if (http.issuer !== undefined) return http.issuer;
+  const given = req.host ?? '';
+  const host = HOST.test(given) ? given : `${http.host}:${http.port}`;
+  return `${req.protocol}://${host}`;
 }

@@ -150,11 +150,6 @@ describe('refresh failure', () => {
         unavailableError({ clientId: 'acme', nextAttemptAt: -5_000, now: 0 }).retryAfterSeconds,
       ).toBe(1);
     });
-
-    it('returns the permanent failure when there is one', () => {
-      const permanent = new TokenException(TokenErrorCode.CredentialsRejected, 'refused');
-      expect(unavailableError({ clientId: 'acme', permanent, now: 0 })).toBe(permanent);
-    });
   });
 
   it(`${lifetimeTooShort.name} states the provider's lifetime and the min_ttl asked`, () => {

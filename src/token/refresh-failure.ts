@@ -94,15 +94,13 @@ export function permanentFailure(
   return undefined;
 }
 
-/** The permanent failure if any, else a 503 whose `Retry-After` points at the next attempt. */
+/** A 503 whose `Retry-After` points at the next attempt. */
 export function unavailableError(opts: {
   clientId: string;
-  permanent?: TokenException;
   lastError?: Error;
   nextAttemptAt?: number;
   now: number;
 }): TokenException {
-  if (opts.permanent) return opts.permanent;
   const retryAfter =
     opts.nextAttemptAt !== undefined
       ? Math.max(1, Math.ceil((opts.nextAttemptAt - opts.now) / 1000))

@@ -118,31 +118,19 @@ export class RefreshLoop {
   }
 
   private afterPass(pass: RefreshPass): number | 'done' {
-    const { standing } = this.deps;
-    if (pass.kind === 'floor') {
-      // Its lifetime tells this replica what the provider grants, even if it was unusable.
-      if (pass.lifetimeMs !== undefined) standing.noteLifetime(pass.lifetimeMs);
-      standing.hold(pass.retryInMs, true);
-      this.holderWaits = 0;
-      return pass.retryInMs;
-    }
-    if (pass.kind === 'unusable') {
-      standing.noteLifetime(pass.lifetimeMs);
-      standing.hold(pass.retryInMs, true);
-      this.holderWaits = 0;
-      return pass.retryInMs;
-    }
+    if (pass.kind === 'token') return this.takeToken(pass);
     if (pass.kind === 'wait') {
       // Another replica holds the lock: wait for its message, or re-read now if it came already.
       return this.alarm.wokenDuringPass ? 0 : Math.min(100 * 2 ** this.holderWaits++, 1000);
     }
-    if (pass.kind !== 'token') {
-      standing.hold(pass.retryInMs);
-      // When the deferral ends the replicas race for the lock again: the losers look again soon.
-      this.holderWaits = 0;
-      return pass.retryInMs;
+    // A floor's lifetime tells this replica what the provider grants, even if it was unusable.
+    if ('lifetimeMs' in pass && pass.lifetimeMs !== undefined) {
+      this.deps.standing.noteLifetime(pass.lifetimeMs);
     }
-    return this.takeToken(pass);
+    this.deps.standing.hold(pass.retryInMs, pass.kind === 'floor' || pass.kind === 'unusable');
+    // When a hold ends the replicas race for the lock again: the losers look again soon.
+    this.holderWaits = 0;
+    return pass.retryInMs;
   }
 
   private takeToken(pass: Extract<RefreshPass, { kind: 'token' }>): number | 'done' {

@@ -65,29 +65,32 @@ export class TokenResponder {
   }
 
   /** `POST /oauth2/token`: same L1 read, wait and audit as `GET /token`. */
-  tokenFor(caller: Caller, clientId: string, ids: RequestIds): TokenRecord | Promise<TokenRecord> {
+  async tokenFor(caller: Caller, clientId: string, ids: RequestIds): Promise<TokenRecord> {
     assertScope(caller, 'token');
     assertMayUse(caller, clientId);
     const hit = this.tokens.peek(clientId, 0);
-    if (hit) {
-      this.audit.issued(ids, caller, clientId, hit, Date.now());
-      return hit;
-    }
-    this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
-    return this.tokens.getToken(clientId, 0).then((record) => {
-      this.audit.issued(ids, caller, clientId, record, Date.now());
-      return record;
-    });
+    if (hit === undefined) this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
+    const record = hit ?? (await this.tokens.getToken(clientId, 0));
+    this.audit.issued(ids, caller, clientId, record, Date.now());
+    return record;
   }
 
+  /** A client outside the grant is refused alike whether it exists or not; the audit says which. */
   auditRefused(
     ids: RequestIds,
+    err: unknown,
     caller: Caller | undefined,
     clientId: string | undefined,
     result: string,
-    reason?: string,
   ): void {
-    this.audit.refused({ ...ids, caller: caller?.name, client: clientId, result, reason });
+    const hidden = err instanceof CallerAuthException ? err.audit : {};
+    this.audit.refused({
+      ...ids,
+      caller: caller?.name,
+      client: clientId ?? hidden.client,
+      result,
+      reason: hidden.reason,
+    });
   }
 
   private serve(
@@ -154,15 +157,7 @@ export class TokenResponder {
     if (problem.status >= 500 && problem.code === 'internal_error') {
       this.logger.error({ err, ...ids }, 'unhandled error');
     }
-    // A client outside the grant is refused alike whether it exists or not; the audit says which.
-    const hidden = err instanceof CallerAuthException ? err.audit : {};
-    this.audit.refused({
-      ...ids,
-      caller: caller?.name,
-      client: clientId ?? hidden.client,
-      result: problem.code,
-      reason: hidden.reason,
-    });
+    this.auditRefused(ids, err, caller, clientId, problem.code);
     return { status: problem.status, headers, body };
   }
 }

@@ -113,21 +113,23 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
    * 403 whether configured or not, and the 400 lists only clients it may use: it learns nothing.
    */
   resolveClient(requested: string | undefined, caller?: Caller): string {
-    if (caller !== undefined) {
-      if (requested !== undefined) assertMayUse(caller, requested, this.managers.has(requested));
-      else if (this.soleClient === undefined) {
-        const usable = [...this.managers.keys()].filter((id) => mayUse(caller, id));
-        throw new TokenException(
-          TokenErrorCode.ClientRequired,
-          usable.length > 0
-            ? `several clients are configured; pass ?client=<id> (one of: ${usable.join(', ')})`
-            : `several clients are configured and caller "${caller.name}" may use none of them; ask the platform team to grant one`,
-        );
-      }
+    if (requested === undefined) {
+      if (this.soleClient === undefined) throw this.clientRequired(caller);
+      if (caller !== undefined) assertMayUse(caller, this.soleClient.client.id);
+      return this.soleClient.client.id;
     }
-    const id = this.manager(requested).client.id;
-    if (caller !== undefined) assertMayUse(caller, id);
-    return id;
+    if (caller !== undefined) assertMayUse(caller, requested, this.managers.has(requested));
+    return this.manager(requested).client.id;
+  }
+
+  private clientRequired(caller: Caller | undefined): TokenException {
+    const usable = [...this.managers.keys()].filter((id) => !caller || mayUse(caller, id));
+    return new TokenException(
+      TokenErrorCode.ClientRequired,
+      usable.length > 0
+        ? `several clients are configured; pass ?client=<id> (one of: ${usable.join(', ')})`
+        : `several clients are configured and caller "${caller!.name}" may use none of them; ask the platform team to grant one`,
+    );
   }
 
   /** Hot path, counted as an L1 hit. No I/O, no promise. */
@@ -243,7 +245,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
         const lock = await this.store.lockState(id).catch(() => ({
           error: 'the shared store did not answer',
         }));
-        const { grant, auth } = this.config.clients.find((c) => c.id === id)!.tokenRequest;
+        const { grant, auth } = m.client.tokenRequest;
         return { client: id, tokenRequest: { grant, auth }, ...m.adminStatus(), lock };
       }),
     );
@@ -254,14 +256,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return [...this.managers.keys()];
   }
 
-  private manager(clientId: string | undefined): ClientTokenManager {
-    if (clientId === undefined) {
-      if (this.soleClient) return this.soleClient;
-      throw new TokenException(
-        TokenErrorCode.ClientRequired,
-        `several clients are configured; pass ?client=<id> (one of: ${[...this.managers.keys()].join(', ')})`,
-      );
-    }
+  private manager(clientId: string): ClientTokenManager {
     const m = this.managers.get(clientId);
     if (!m) {
       // Echo the id only when it could be one: caller input of any length or content (an

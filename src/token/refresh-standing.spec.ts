@@ -1,4 +1,4 @@
-import { afterFailure, failureOf, holding, type RefreshPhase, SETTLED } from './refresh-phase';
+import { afterFailure, failureOf, holding, type RefreshPhase, SETTLED } from './refresh-standing';
 import { TokenErrorCode, TokenException } from './token.exception';
 
 const refused = new TokenException(TokenErrorCode.CredentialsRejected, 'credentials refused');

@@ -1,4 +1,4 @@
-import { issuerFor } from './oauth-metadata';
+import { issuerFor } from './oauth-token.route';
 
 describe(issuerFor.name, () => {
   const http = { host: '0.0.0.0', port: 8080 };
