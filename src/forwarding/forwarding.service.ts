@@ -211,15 +211,9 @@ async function collected(
 ): Promise<PassAnswer | ApiFailure> {
   if (outcome.kind === 'failed') return outcome;
   if (Buffer.isBuffer(outcome.body)) {
-    if (outcome.body.length <= limit) {
-      return {
-        kind: 'answered',
-        status: outcome.status,
-        headers: returned(outcome.headers, names),
-        body: outcome.body,
-      };
-    }
-    return tooLargeToStore(outcome.status, limit);
+    return outcome.body.length <= limit
+      ? passed(outcome, names)
+      : tooLargeToStore(outcome.status, limit);
   }
   const chunks: Buffer[] = [];
   let size = 0;
