@@ -5,7 +5,7 @@ import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
 import { type Exchange, Forwarding, type ForwardingAudit } from './forwarding';
-import type { ForwardingProfile } from './forwarding-problems';
+import type { ForwardingProfile } from './forwarding.exception';
 import type { IdempotencyStore } from './idempotency-store';
 import { bodyFingerprint, idempotencyKeyHash, type OrderHeaders } from './order-request';
 import type {

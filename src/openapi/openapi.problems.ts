@@ -4,9 +4,12 @@ import {
   type CallerAuthErrorCode,
 } from '../caller-auth/caller-auth.exception';
 import type { ProblemStatus } from '../errors/broker.exception';
-import { FORWARD_PROBLEMS, type ForwardErrorCode } from '../forwarding/forward.exception';
+import {
+  FORWARDING_PROBLEMS,
+  type ForwardErrorCode,
+  type OrdersErrorCode,
+} from '../forwarding/forwarding.exception';
 import { REQUEST_PROBLEMS, type RequestErrorCode } from '../http/request.exception';
-import { ORDERS_PROBLEMS, type OrdersErrorCode } from '../forwarding/orders.exception';
 import { TOKEN_PROBLEMS, type TokenErrorCode } from '../token/token.exception';
 import { header, type Json, NO_STORE, ref } from './openapi.components';
 
@@ -25,9 +28,8 @@ const STATUSES: Readonly<Record<Code, ProblemStatus>> = {
   ...TOKEN_PROBLEMS,
   ...CALLER_AUTH_PROBLEMS,
   ...REQUEST_PROBLEMS,
-  ...ORDERS_PROBLEMS,
+  ...FORWARDING_PROBLEMS,
   ...ADMIN_PROBLEMS,
-  ...FORWARD_PROBLEMS,
   internal_error: { status: 500, title: 'Internal error' },
 };
 const titleOf = (code: Code) => STATUSES[code];

@@ -1,5 +1,4 @@
-import { ForwardErrorCode } from '../forwarding/forward.exception';
-import { OrdersErrorCode } from '../forwarding/orders.exception';
+import { ForwardErrorCode, OrdersErrorCode } from '../forwarding/forwarding.exception';
 import {
   BEARER,
   clientParam,
