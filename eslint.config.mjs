@@ -83,7 +83,7 @@ const BOUNDARIES = {
     'http',
     { admin: ['admin\\.exception'] },
     { 'caller-auth': ['caller-auth\\.exception'] },
-    { forwarding: ['orders\\.exception', 'forward\\.exception'] },
+    { forwarding: ['forwarding\\.exception'] },
     { token: ['token\\.exception'] },
   ],
   // The operators' routes: caller auth (scope admin), and the token layer's admin methods.

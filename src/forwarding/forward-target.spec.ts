@@ -1,5 +1,5 @@
 import { DEFAULT_FORWARD_RULES, forwardRuleSchema } from '../config/client.schema';
-import { ForwardErrorCode } from './forward.exception';
+import { ForwardErrorCode } from './forwarding.exception';
 import { allowedBy, parseForwardTarget } from './forward-target';
 
 describe(parseForwardTarget.name, () => {

@@ -1,5 +1,5 @@
 import type { ForwardMethod, ForwardRule } from '../config/client.schema';
-import { ForwardErrorCode, ForwardException } from './forward.exception';
+import { ForwardErrorCode, ForwardingException } from './forwarding.exception';
 
 export const FORWARD_ROUTE_PREFIX = '/provider/';
 
@@ -91,12 +91,12 @@ export function allowedBy(
     rules.length === 0
       ? 'no rules (nothing may be forwarded)'
       : rules.map((r) => `${r.methods.join(', ')} under ${r.prefix}`).join('; ');
-  throw new ForwardException(
+  throw new ForwardingException(
     ForwardErrorCode.NotAllowed,
     `${method} on this path is outside the allow-list of client "${clientId}": ${listed}. Ask the platform team to add a rule (clients[].forward.allow)`,
   );
 }
 
-function invalid(message: string): ForwardException {
-  return new ForwardException(ForwardErrorCode.PathInvalid, message);
+function invalid(message: string): ForwardingException {
+  return new ForwardingException(ForwardErrorCode.PathInvalid, message);
 }

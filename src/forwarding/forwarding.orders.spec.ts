@@ -14,7 +14,7 @@ import {
   type OrderHeaders,
   readOrderHeaders,
 } from './order-request';
-import { OrdersErrorCode, OrdersException } from './orders.exception';
+import { OrdersErrorCode, ForwardingException } from './forwarding.exception';
 import type { ForwardingAudit } from './forwarding';
 import { type ForwardCall, type ForwardReply, ForwardingService } from './forwarding.service';
 
@@ -116,7 +116,7 @@ async function codeOf(promise: Promise<unknown>): Promise<string | undefined> {
   try {
     await promise;
   } catch (err) {
-    if (err instanceof OrdersException || err instanceof TokenException) return err.code;
+    if (err instanceof ForwardingException || err instanceof TokenException) return err.code;
     throw err;
   }
   return undefined;

@@ -22,7 +22,6 @@ import { echoedRequestId, requestIdsOf } from '../http/request-id';
 import { auditLogger, LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import { inCallerSpan } from '../tracing/spans';
-import { ForwardErrorCode, ForwardException } from './forward.exception';
 import type { ForwardRateLimiter } from './forward-rate-limiter';
 import {
   allowedBy,
@@ -33,10 +32,16 @@ import {
 import type { ForwardingAudit } from './forwarding';
 import { ForwardingAuditTrail, writeForwardingAudit } from './forwarding-audit';
 import { FORWARD_RATE_LIMITER } from './forwarding.constants';
-import { forwardingProblem, type ForwardingProfile, PROFILES } from './forwarding-problems';
+import {
+  ForwardErrorCode,
+  ForwardingException,
+  forwardingProblem,
+  type ForwardingProfile,
+  OrdersErrorCode,
+  PROFILES,
+} from './forwarding.exception';
 import { type ForwardReply, ForwardingService } from './forwarding.service';
 import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
-import { OrdersErrorCode, OrdersException } from './orders.exception';
 
 /** Caller headers the passthrough lets the provider see besides idempotency, request id, trace. */
 const PASSED_HEADERS = ['content-type', 'accept', 'accept-language'] as const;
@@ -151,7 +156,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
       const { clientId } = await this.guard.authorize(req, 'forward');
       // Any media type reaches the route as bytes: refused here with a clear message.
       if (!isJsonContentType(req.headers['content-type'])) {
-        throw new OrdersException(OrdersErrorCode.UnsupportedMediaType, JSON_ONLY);
+        throw new ForwardingException(OrdersErrorCode.UnsupportedMediaType, JSON_ONLY);
       }
       const path = this.clients.get(clientId)!.ordersPath;
       TARGETS.set(req, { clientId, path, query: '' });
@@ -170,7 +175,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     if (verdict.degraded) this.metrics.forwardRateLimitFallback.inc();
     if (!verdict.allowed) {
       const seconds = Math.max(1, Math.ceil(verdict.retryAfterMs / 1000));
-      throw new ForwardException(
+      throw new ForwardingException(
         ForwardErrorCode.RateLimited,
         verdict.scope === 'client'
           ? `client "${client.id}" is over its passthrough rate limit (FORWARD_CLIENT_RATE_PER_SECOND, all callers together); retry after ${seconds} s`
@@ -276,7 +281,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
       case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
         // The passthrough answers Fastify's own 400.
         return profile === 'orders'
-          ? new OrdersException(
+          ? new ForwardingException(
               OrdersErrorCode.InvalidBody,
               'the request body does not match its Content-Length',
               { cause: err },

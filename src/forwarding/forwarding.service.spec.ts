@@ -8,8 +8,7 @@ import { readOrderHeaders } from './order-request';
 import type { ApiOutcome, ApiRequest, ProviderApiGateway } from '../provider/provider-api.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { type TokenRecord, toRecord } from '../token/token-record';
-import { OrdersErrorCode, OrdersException } from './orders.exception';
-import { ForwardErrorCode, ForwardException } from './forward.exception';
+import { ForwardErrorCode, ForwardingException, OrdersErrorCode } from './forwarding.exception';
 import { type ForwardCall, ForwardingService } from './forwarding.service';
 import { parseForwardTarget } from './forward-target';
 
@@ -87,7 +86,7 @@ async function codeOf(promise: Promise<unknown>): Promise<string | undefined> {
   try {
     await promise;
   } catch (err) {
-    if (err instanceof ForwardException) return err.code;
+    if (err instanceof ForwardingException) return err.code;
     throw err;
   }
   return undefined;
@@ -240,9 +239,9 @@ describe(ForwardingService.name, () => {
       () => undefined,
       (e: unknown) => e,
     );
-    expect(err).toBeInstanceOf(OrdersException);
-    expect((err as OrdersException).code).toBe(OrdersErrorCode.IdempotencyRecordsExceeded);
-    expect((err as OrdersException).retryAfterSeconds).toBeGreaterThan(0);
+    expect(err).toBeInstanceOf(ForwardingException);
+    expect((err as ForwardingException).code).toBe(OrdersErrorCode.IdempotencyRecordsExceeded);
+    expect((err as ForwardingException).retryAfterSeconds).toBeGreaterThan(0);
     expect(api.calls).toHaveLength(2);
     // Repeats of held keys replay, and requests without a key need no record.
     expect(await svc.forward(callOf('POST', 'b1', '{}'), { attempts: 0 })).toMatchObject({

@@ -5,7 +5,7 @@ import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
 import { type Exchange, Forwarding, type ForwardingAudit } from './forwarding';
-import type { ForwardingProfile } from './forwarding-problems';
+import type { ForwardingProfile } from './forwarding.exception';
 import type { IdempotencyStore } from './idempotency-store';
 import { bodyFingerprint, idempotencyKeyHash, type OrderHeaders } from './order-request';
 import type {
@@ -211,15 +211,9 @@ async function collected(
 ): Promise<PassAnswer | ApiFailure> {
   if (outcome.kind === 'failed') return outcome;
   if (Buffer.isBuffer(outcome.body)) {
-    if (outcome.body.length <= limit) {
-      return {
-        kind: 'answered',
-        status: outcome.status,
-        headers: returned(outcome.headers, names),
-        body: outcome.body,
-      };
-    }
-    return tooLargeToStore(outcome.status, limit);
+    return outcome.body.length <= limit
+      ? passed(outcome, names)
+      : tooLargeToStore(outcome.status, limit);
   }
   const chunks: Buffer[] = [];
   let size = 0;

@@ -20,7 +20,7 @@ import {
   forwardingProblem,
   type ForwardingProfile,
   PROFILES,
-} from './forwarding-problems';
+} from './forwarding.exception';
 
 /** A request must leave with a token that outlives the trip to the provider. */
 const TOKEN_MIN_REMAINING_MS = 2000;

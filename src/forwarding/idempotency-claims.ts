@@ -16,7 +16,7 @@ import {
   forwardingProblem,
   type ForwardingProfile,
   PROFILES,
-} from './forwarding-problems';
+} from './forwarding.exception';
 
 /** Slack on an in-flight lease for event-loop delays (the store's clock sets and reads it). */
 const LEASE_MARGIN_MS = 5000;

@@ -24,7 +24,6 @@ const SWEEP_INTERVAL_MS = 60_000;
  * before the next starts, which makes `claim` atomic without a lock.
  */
 export class MemoryIdempotencyStore implements IdempotencyStore {
-  readonly kind = 'memory' as const;
   private readonly entries = new Map<string, Entry>();
   /** Per client and caller, the ids of its bounded records (some may have expired since). */
   private readonly byCaller = new Map<string, Set<string>>();

@@ -45,7 +45,6 @@ export type ClaimResult =
  * lease cannot overwrite someone else's record.
  */
 export interface IdempotencyStore {
-  readonly kind: 'redis' | 'memory';
   /**
    * Exactly one of any number of concurrent claims wins. A record written before records were
    * per caller is returned only to a claim with the same body hash: only an exact repeat can be

@@ -7,7 +7,7 @@ import {
   isJsonContentType,
   readOrderHeaders,
 } from './order-request';
-import { OrdersErrorCode, OrdersException } from './orders.exception';
+import { OrdersErrorCode, ForwardingException } from './forwarding.exception';
 
 const REQ_ID = 'req-123';
 const TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
@@ -30,11 +30,11 @@ function forwarded(pairs: Array<[string, string]>): Record<string, string> {
   return { ...readOrderHeaders(headers, raw, REQ_ID).forward };
 }
 
-function codeOf(fn: () => unknown): OrdersErrorCode | undefined {
+function codeOf(fn: () => unknown): string | undefined {
   try {
     fn();
   } catch (err) {
-    if (err instanceof OrdersException) return err.code;
+    if (err instanceof ForwardingException) return err.code;
     throw err;
   }
   return undefined;

@@ -2,7 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { spansEnabled } from '../tracing/spans';
-import { OrdersErrorCode, OrdersException } from './orders.exception';
+import { OrdersErrorCode, ForwardingException } from './forwarding.exception';
 
 /**
  * Everything else stays at the broker: the caller's `Authorization` (a broker credential,
@@ -81,13 +81,13 @@ function readIdempotencyKey(
     if (rawHeaders[i].toLowerCase() === 'idempotency-key') count++;
   }
   if (count > 1 || Array.isArray(value)) {
-    throw new OrdersException(
+    throw new ForwardingException(
       OrdersErrorCode.InvalidIdempotencyKey,
       'the Idempotency-Key header is repeated; send it once',
     );
   }
   if (!IDEMPOTENCY_KEY.test(value)) {
-    throw new OrdersException(
+    throw new ForwardingException(
       OrdersErrorCode.InvalidIdempotencyKey,
       'the Idempotency-Key header must be 1-255 printable ASCII characters, e.g. a UUID',
     );
@@ -122,24 +122,31 @@ export function isJsonContentType(header: string | undefined): boolean {
 /** Checks without changing it: the bytes checked are the bytes forwarded. */
 export function assertJsonObject(body: Buffer | undefined): Buffer {
   if (body === undefined || body.length === 0) {
-    throw new OrdersException(
+    throw new ForwardingException(
       OrdersErrorCode.InvalidBody,
       'the request body is empty; send the order as a JSON object',
     );
   }
   if (!isUtf8(body)) {
-    throw new OrdersException(OrdersErrorCode.InvalidBody, 'the request body is not valid UTF-8');
+    throw new ForwardingException(
+      OrdersErrorCode.InvalidBody,
+      'the request body is not valid UTF-8',
+    );
   }
   let parsed: unknown;
   try {
     parsed = JSON.parse(body.toString('utf8'));
   } catch (cause) {
-    throw new OrdersException(OrdersErrorCode.InvalidBody, 'the request body is not valid JSON', {
-      cause,
-    });
+    throw new ForwardingException(
+      OrdersErrorCode.InvalidBody,
+      'the request body is not valid JSON',
+      {
+        cause,
+      },
+    );
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-    throw new OrdersException(
+    throw new ForwardingException(
       OrdersErrorCode.InvalidBody,
       'the request body must be a JSON object (the order), not an array or a scalar',
     );

@@ -1,6 +1,6 @@
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { BrokerException, type ProblemStatus } from '../errors/broker.exception';
-import { OrdersErrorCode, OrdersException } from '../forwarding/orders.exception';
+import { OrdersErrorCode, ForwardingException } from '../forwarding/forwarding.exception';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
 import { TokenErrorCode, TokenException } from '../token/token.exception';
@@ -71,10 +71,10 @@ describe(toProblem.name, () => {
     expect(retry(new TokenException(TokenErrorCode.ShuttingDown, 'x'))).toBe('1');
     expect(retry(new CallerAuthException(CallerAuthErrorCode.Unavailable, 'x'))).toBe('2');
     expect(
-      retry(new OrdersException(OrdersErrorCode.InFlight, 'x', { retryAfterSeconds: 1 })),
+      retry(new ForwardingException(OrdersErrorCode.InFlight, 'x', { retryAfterSeconds: 1 })),
     ).toBe('1');
     // A 503 whose domain has no default and whose thrower gave none: no header.
-    expect(retry(new OrdersException(OrdersErrorCode.IdempotencyUnavailable, 'corrupt'))).toBe(
+    expect(retry(new ForwardingException(OrdersErrorCode.IdempotencyUnavailable, 'corrupt'))).toBe(
       undefined,
     );
     expect(retry(new CallerAuthException(CallerAuthErrorCode.Forbidden, 'x'))).toBe(undefined);

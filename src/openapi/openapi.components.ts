@@ -157,10 +157,8 @@ const SCHEMAS = {
 export type SchemaName = keyof typeof SCHEMAS;
 export const ref = (name: SchemaName) => ({ $ref: `#/components/schemas/${name}` });
 export const header = (name: string) => ({ $ref: `#/components/headers/${name}` });
-export const NO_STORE = {
-  'X-Request-Id': header('X-Request-Id'),
-  'Cache-Control': header('Cache-Control-No-Store'),
-};
+export const REQUEST_ID = { 'X-Request-Id': header('X-Request-Id') };
+export const NO_STORE = { ...REQUEST_ID, 'Cache-Control': header('Cache-Control-No-Store') };
 export const REPLAYED = { 'Idempotent-Replayed': header('Idempotent-Replayed') };
 
 export function ok(
@@ -188,6 +186,10 @@ export const param = (
 });
 
 export const BEARER = [{ bearer: [] }];
+
+/** A configured client id, in a path or the query. */
+export const clientParam = (name: string, where: 'path' | 'query', description: string) =>
+  param(name, where, description, { type: 'string', minLength: 1 }, 'acme-prod');
 
 const headerOf = (description: string, schema: Json, required = true) => ({
   description,

@@ -1,21 +1,20 @@
 import {
   BEARER,
+  clientParam,
   header,
   type Json,
   NO_STORE,
   ok,
-  param,
   ref,
+  REQUEST_ID,
   type SchemaName,
 } from './openapi.components';
 import { CALLER_AUTH, type Code, GENERIC, NOT_FOUND, problems } from './openapi.problems';
 
-const ADMIN_CLIENT = param(
+const ADMIN_CLIENT = clientParam(
   'id',
   'path',
   "The provider client (a configured client id in the caller's grant).",
-  { type: 'string', minLength: 1 },
-  'acme-prod',
 );
 
 interface AdminOperation {
@@ -49,7 +48,7 @@ export const OPERATOR_PATHS: Record<string, Record<string, Json>> = {
       '200': ok(
         'Alive.',
         { type: 'object', required: ['status'], properties: { status: { const: 'ok' } } },
-        { 'X-Request-Id': header('X-Request-Id') },
+        REQUEST_ID,
         { status: 'ok' },
       ),
       ...problems(GENERIC),
@@ -60,7 +59,7 @@ export const OPERATOR_PATHS: Record<string, Record<string, Json>> = {
       '200': ok(
         'Ready (Redis down shows as `degraded`, still ready). The report (`info`, `details`) is answered on the admin port only; elsewhere `{"status":"ok"}`.',
         ref('HealthReport'),
-        { 'X-Request-Id': header('X-Request-Id') },
+        REQUEST_ID,
       ),
       '503': ok(
         'Not ready; on the admin port the report names the cause, elsewhere `{"status":"error"}`.',
@@ -136,7 +135,7 @@ export const OPERATOR_PATHS: Record<string, Record<string, Json>> = {
         'OpenAPI 3.1.',
         { type: 'object', required: ['openapi', 'paths'] },
         {
-          'X-Request-Id': header('X-Request-Id'),
+          ...REQUEST_ID,
           'Cache-Control': header('Cache-Control-Max-Age'),
         },
       ),

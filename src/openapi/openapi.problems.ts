@@ -1,9 +1,38 @@
+import { ADMIN_PROBLEMS, type AdminErrorCode } from '../admin/admin.exception';
+import {
+  CALLER_AUTH_PROBLEMS,
+  type CallerAuthErrorCode,
+} from '../caller-auth/caller-auth.exception';
+import type { ProblemStatus } from '../errors/broker.exception';
+import {
+  FORWARDING_PROBLEMS,
+  type ForwardErrorCode,
+  type OrdersErrorCode,
+} from '../forwarding/forwarding.exception';
+import { REQUEST_PROBLEMS, type RequestErrorCode } from '../http/request.exception';
+import { TOKEN_PROBLEMS, type TokenErrorCode } from '../token/token.exception';
 import { header, type Json, NO_STORE, ref } from './openapi.components';
-import { type ProblemCode, statusFor } from './problem-statuses';
 
-export type Code = `${ProblemCode}`;
-/** From the problem mapping, so no code is documented at a status it is not sent with. */
-const titleOf = (code: Code) => statusFor(code as ProblemCode);
+export type Code = `${
+  | TokenErrorCode
+  | CallerAuthErrorCode
+  | RequestErrorCode
+  | OrdersErrorCode
+  | AdminErrorCode
+  | ForwardErrorCode
+  | 'internal_error'}`;
+
+// The document reads each domain's own table, the one its exceptions carry: it cannot drift
+// from what the problem writer answers, and no code is documented at a status it is not sent with.
+const STATUSES: Readonly<Record<Code, ProblemStatus>> = {
+  ...TOKEN_PROBLEMS,
+  ...CALLER_AUTH_PROBLEMS,
+  ...REQUEST_PROBLEMS,
+  ...FORWARDING_PROBLEMS,
+  ...ADMIN_PROBLEMS,
+  internal_error: { status: 500, title: 'Internal error' },
+};
+const titleOf = (code: Code) => STATUSES[code];
 
 /** Where the title alone does not say what a caller can do. */
 const HINTS: Partial<Record<Code, string>> = {

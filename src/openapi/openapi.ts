@@ -1,7 +1,7 @@
-import { ForwardErrorCode } from '../forwarding/forward.exception';
-import { OrdersErrorCode } from '../forwarding/orders.exception';
+import { ForwardErrorCode, OrdersErrorCode } from '../forwarding/forwarding.exception';
 import {
   BEARER,
+  clientParam,
   COMPONENTS,
   header,
   type Json,
@@ -10,6 +10,7 @@ import {
   param,
   ref,
   REPLAYED,
+  REQUEST_ID,
 } from './openapi.components';
 import {
   CALLER_AUTH,
@@ -33,12 +34,10 @@ const TOKEN_EXAMPLE = {
   expires_at: '2026-11-22T10:30:00.000Z',
 };
 
-const CLIENT_QUERY = param(
+const CLIENT_QUERY = clientParam(
   'client',
   'query',
   'The provider client (a configured client id). Optional when the caller may use exactly one client, or only one is configured.',
-  { type: 'string', minLength: 1 },
-  'acme-prod',
 );
 const KEY = { type: 'string', minLength: 1, maxLength: 255 };
 
@@ -56,13 +55,7 @@ function forwardOperation(method: string): Json {
       "Sent to `{base_url}/{providerPath}?{query}` with the provider's headers and the client's bearer token; the provider's status, safe headers and body come back (streamed). Allowed only where the client's allow-list (`clients[].forward.allow`) lets the method and path pass; `..`, encoded slashes, `//` and the like are refused, never normalised. Requires scope `forward`. On POST, PUT, PATCH and DELETE an `Idempotency-Key` replays the stored answer to a repeat (keys are scoped by method and path). Rate limited per client and per caller (429 `forward_rate_limited`). A provider 429 is passed back with its `Retry-After`.",
     security: BEARER,
     parameters: [
-      param(
-        'client',
-        'path',
-        'The provider client (a configured client id).',
-        { type: 'string', minLength: 1 },
-        'acme-prod',
-      ),
+      clientParam('client', 'path', 'The provider client (a configured client id).'),
       param(
         'providerPath',
         'path',
@@ -90,7 +83,7 @@ function forwardOperation(method: string): Json {
       default: {
         description:
           "The provider's answer, passed through: status, body and the safe headers (content type and length, cache headers, `Retry-After`, `Location`, the provider's request id as `X-Provider-Request-Id`; never `Set-Cookie`). The broker's own refusals are problem+json with the codes below.",
-        headers: { 'X-Request-Id': header('X-Request-Id'), ...REPLAYED },
+        headers: { ...REQUEST_ID, ...REPLAYED },
         content: { '*/*': { schema: {} } },
       },
       ...problems([...Object.values(ForwardErrorCode), ...IDEMPOTENCY, ...FORWARDING], true),
@@ -238,7 +231,7 @@ const PATHS: Record<string, Record<string, Json>> = {
         '4XX': ok(
           "The provider's own refusal, passed through (not problem+json; the broker's refusals below are).",
           ref('ProviderAnswer'),
-          { 'X-Request-Id': header('X-Request-Id'), ...REPLAYED },
+          { ...REQUEST_ID, ...REPLAYED },
         ),
         ...problems(
           [

@@ -115,7 +115,6 @@ type RedisWithIdempotencyScripts = RedisClient & {
  * sealed like the token, so whoever can read Redis cannot read it.
  */
 export class RedisIdempotencyStore implements IdempotencyStore {
-  readonly kind = 'redis' as const;
   private readonly redis: RedisWithIdempotencyScripts;
 
   constructor(

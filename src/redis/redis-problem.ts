@@ -87,6 +87,15 @@ export function tlsMismatch(brokerUsesTls: boolean): RedisProblem {
   };
 }
 
+/**
+ * What a TLS mismatch looks like from the client: a TLS server drops a clear client, a plain
+ * server waits on a handshake until timeout.
+ */
+export function isDroppedConnection(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  return code === 'ECONNRESET' || code === 'EPIPE' || code === 'ETIMEDOUT';
+}
+
 function causes(err: unknown): Error[] {
   const found: Error[] = [];
   let next: unknown = err;

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { classifyRedisError, type RedisProblem } from './redis-problem';
+import { classifyRedisError, isDroppedConnection, type RedisProblem } from './redis-problem';
 
 /** `down`: an outage (degraded, ready); `misconfigured`: will not pass by itself (not ready). */
 type RedisState = 'up' | 'down' | 'misconfigured';
@@ -103,12 +103,6 @@ function isOutage(cause: unknown): boolean {
     code === 'ETIMEDOUT' ||
     code === 'EAI_AGAIN'
   );
-}
-
-/** What a TLS mismatch looks like from the client. */
-function isDroppedConnection(cause: unknown): boolean {
-  const code = (cause as NodeJS.ErrnoException | undefined)?.code;
-  return code === 'ECONNRESET' || code === 'EPIPE' || code === 'ETIMEDOUT';
 }
 
 function reasonOf(cause: unknown): string {

@@ -4,7 +4,12 @@ import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis'
 import type { CredentialsSource } from '../config/client.schema';
 import type { RedisSettings } from '../config/config.schema';
 import type { SecretReader } from '../secrets/secret-reader';
-import { explainRedisError, type RedisProblem, tlsMismatch } from './redis-problem';
+import {
+  explainRedisError,
+  isDroppedConnection,
+  type RedisProblem,
+  tlsMismatch,
+} from './redis-problem';
 import { speaksOtherProtocol } from './redis-tls.probe';
 
 /** `Redis` (standalone or Sentinel) or `Cluster`: ioredis routes commands, nothing here does. */
@@ -194,12 +199,6 @@ function watchTlsMismatch(client: Redis, url: string, settings: RedisSettings): 
       client.emit('error', report);
     });
   });
-}
-
-/** A TLS server drops a clear client; a plain server waits on a handshake until timeout. */
-function isDroppedConnection(err: Error): boolean {
-  const code = (err as NodeJS.ErrnoException).code;
-  return code === 'ECONNRESET' || code === 'EPIPE' || code === 'ETIMEDOUT';
 }
 
 interface EarlyErrors {

@@ -192,14 +192,10 @@ function checkedExpiry(
   writerExp: string | null | undefined,
 ): number | undefined {
   const writerExpiresAt = Number(writerExp);
+  const expiresAt = localExpiry(expRedis, offset, writerExpiresAt);
   // Redis computes `exp`, so it is not authenticated; the writer's expiry is.
-  if (
-    Number.isFinite(writerExpiresAt) &&
-    localExpiry(expRedis, offset, writerExpiresAt) > writerExpiresAt + MAX_WRITER_SKEW_MS
-  ) {
-    return undefined;
-  }
-  return localExpiry(expRedis, offset, writerExpiresAt);
+  const overclaims = expiresAt > writerExpiresAt + MAX_WRITER_SKEW_MS;
+  return Number.isFinite(writerExpiresAt) && overclaims ? undefined : expiresAt;
 }
 
 /** The fields kept in clear. */

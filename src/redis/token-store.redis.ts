@@ -9,9 +9,7 @@ import type {
   LockState,
   RefreshHold,
   Revocation,
-  StoreContinuity,
   StoredToken,
-  StoreTopology,
 } from '../token/token-store';
 import { RedisFleetBus } from './fleet-bus.redis';
 import type { RedisClient } from './redis.connection';
@@ -22,12 +20,11 @@ import { RedisStoreHealth } from './store-health.redis';
 import { RedisTokenRecords } from './token-records.redis';
 
 /**
- * One part per port, wired to one pair of connections. No replica's wall clock decides anything
- * here: replicas send durations, and every absolute time is Redis's (`TIME` in the scripts).
+ * The store's health owns the connections; one part per other port, wired to them. No replica's
+ * wall clock decides anything here: replicas send durations, and every absolute time is Redis's
+ * (`TIME` in the scripts).
  */
-export class RedisTokenStore implements TokenStore {
-  readonly kind = 'redis' as const;
-  private readonly health: RedisStoreHealth;
+export class RedisTokenStore extends RedisStoreHealth implements TokenStore {
   private readonly records: RedisTokenRecords;
   private readonly lock: RedisRefreshLock;
   private readonly bus: RedisFleetBus;
@@ -43,16 +40,10 @@ export class RedisTokenStore implements TokenStore {
     clientIds: readonly string[],
     logger?: StateLogger | Logger,
   ) {
-    this.health = new RedisStoreHealth(
-      redis,
-      subscriber,
-      settings,
-      clientIds[0] ?? 'probe',
-      logger,
-    );
-    this.bus = new RedisFleetBus(this.health);
-    this.records = new RedisTokenRecords(this.health, this.bus, cipher);
-    this.lock = new RedisRefreshLock(this.health, lockTtlMs, settings.commandTimeoutMs);
+    super(redis, subscriber, settings, clientIds[0] ?? 'probe', logger);
+    this.bus = new RedisFleetBus(this);
+    this.records = new RedisTokenRecords(this, this.bus, cipher);
+    this.lock = new RedisRefreshLock(this, lockTtlMs, settings.commandTimeoutMs);
 
     const channels = new Map(clientIds.map((id) => [redisKeys.events(id), id]));
     subscriber.on('message', (channel: string, message: string) => {
@@ -63,15 +54,6 @@ export class RedisTokenStore implements TokenStore {
     this.subscribed = subscriber
       .subscribe(...channels.keys(), redisKeys.reloadChannel)
       .catch(() => undefined);
-  }
-
-  /** Tests replace it to play a skewed replica. */
-  get now(): () => number {
-    return this.health.now;
-  }
-
-  set now(clock: () => number) {
-    this.health.now = clock;
   }
 
   read(clientId: string): Promise<StoredToken> {
@@ -142,35 +124,15 @@ export class RedisTokenStore implements TokenStore {
     this.bus.onReloadRequested(listener);
   }
 
-  get healthy(): boolean {
-    return this.health.healthy;
-  }
-
-  get configurationError(): string | undefined {
-    return this.health.configurationError;
-  }
-
-  topology(): StoreTopology {
-    return this.health.topology();
-  }
-
-  checkContinuity(clientId: string): Promise<StoreContinuity> {
-    return this.health.checkContinuity(clientId);
-  }
-
-  onRecovered(listener: () => void): void {
-    this.health.onRecovered(listener);
-  }
-
   /**
    * Also waits, within `timeoutMs`, for the subscription: the token managers read the store once
    * this returns, and an event published after that read must reach this replica. A Cluster
    * client may move its subscriber off a seed node once the slots are known, and its SUBSCRIBE
    * is then resent about 100 ms after the client is ready (`retryDelayOnFailover`).
    */
-  async waitUntilReady(timeoutMs: number): Promise<boolean> {
+  override async waitUntilReady(timeoutMs: number): Promise<boolean> {
     const deadline = Date.now() + timeoutMs;
-    const ready = await this.health.waitUntilReady(timeoutMs);
+    const ready = await super.waitUntilReady(timeoutMs);
     if (!ready) return false;
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
@@ -179,9 +141,5 @@ export class RedisTokenStore implements TokenStore {
     ]);
     clearTimeout(timer);
     return ready;
-  }
-
-  close(): Promise<void> {
-    return this.health.close();
   }
 }
