@@ -1,7 +1,7 @@
 import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance } from 'fastify';
-import { describedRoutes, OPENAPI_DOCUMENT } from './openapi';
+import { describedRoutes, openApiDocument } from './openapi';
 import { SECURITY_HEADERS } from '../http/security-headers';
 
 const OPENAPI_PATH = '/openapi.json';
@@ -13,7 +13,8 @@ const OPENAPI_PATH = '/openapi.json';
  */
 @Injectable()
 export class OpenApiRoute implements OnModuleInit {
-  private readonly body = JSON.stringify(OPENAPI_DOCUMENT);
+  /** Serialized on the first request: most replicas are never asked. */
+  private body?: string;
   /** `GET /token` is answered before the router (`TokenFront`). */
   private readonly registered: string[] = ['GET /token'];
   private readonly logger = new Logger('OpenApi');
@@ -44,7 +45,7 @@ export class OpenApiRoute implements OnModuleInit {
             'cache-control': 'max-age=300',
             ...SECURITY_HEADERS,
           })
-          .send(this.body),
+          .send((this.body ??= JSON.stringify(openApiDocument()))),
     });
   }
 
