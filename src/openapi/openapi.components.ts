@@ -197,52 +197,56 @@ const headerOf = (description: string, schema: Json, required = true) => ({
   schema,
 });
 
-/** Built when the document is asked for, not at start-up. */
+const SECURITY_SCHEMES = {
+  bearer: {
+    type: 'http',
+    scheme: 'bearer',
+    description:
+      "Mode `api-key`: the caller's API key. Mode `kubernetes`: the projected service-account token (audience `token-broker`).",
+  },
+  basic: {
+    type: 'http',
+    scheme: 'basic',
+    description: 'client_secret_basic: caller name and API key (or send them as form fields).',
+  },
+};
+
+const HEADERS = {
+  'X-Request-Id': headerOf(
+    "The caller's own X-Request-Id when it sent a valid one (`[A-Za-z0-9._:-]{1,128}`), else the broker's id of the request. A problem's `requestId` is always the broker's id, logged as `reqId` (the caller's as `callerRequestId`): quote that.",
+    { type: 'string' },
+  ),
+  'Cache-Control-No-Store': headerOf('Never cache: tokens and errors are of the moment.', {
+    const: 'no-store',
+  }),
+  'Cache-Control-Max-Age': headerOf('May be cached briefly.', {
+    type: 'string',
+    pattern: '^max-age=\\d+$',
+  }),
+  Pragma: headerOf('RFC 6749 §5.1.', { const: 'no-cache' }),
+  'Retry-After': headerOf('Seconds to wait before trying again.', {
+    type: 'string',
+    pattern: '^\\d+$',
+  }),
+  'WWW-Authenticate-Bearer': headerOf('The scheme to authenticate with.', {
+    const: 'Bearer realm="token-broker"',
+  }),
+  'WWW-Authenticate-Basic': headerOf(
+    'HTTP Basic, as RFC 6749 §5.2 requires after a failed Basic authentication.',
+    { type: 'string', pattern: '^Basic realm="token-broker"' },
+  ),
+  'Idempotent-Replayed': headerOf(
+    '`true` when this is the stored answer of an earlier request with the same key.',
+    { const: 'true' },
+    false,
+  ),
+};
+
+/** Built when the document is asked for (its JSON Schemas are generated then), not at start-up. */
 export function components(): Json {
   return {
-    securitySchemes: {
-      bearer: {
-        type: 'http',
-        scheme: 'bearer',
-        description:
-          "Mode `api-key`: the caller's API key. Mode `kubernetes`: the projected service-account token (audience `token-broker`).",
-      },
-      basic: {
-        type: 'http',
-        scheme: 'basic',
-        description: 'client_secret_basic: caller name and API key (or send them as form fields).',
-      },
-    },
-    headers: {
-      'X-Request-Id': headerOf(
-        "The caller's own X-Request-Id when it sent a valid one (`[A-Za-z0-9._:-]{1,128}`), else the broker's id of the request. A problem's `requestId` is always the broker's id, logged as `reqId` (the caller's as `callerRequestId`): quote that.",
-        { type: 'string' },
-      ),
-      'Cache-Control-No-Store': headerOf('Never cache: tokens and errors are of the moment.', {
-        const: 'no-store',
-      }),
-      'Cache-Control-Max-Age': headerOf('May be cached briefly.', {
-        type: 'string',
-        pattern: '^max-age=\\d+$',
-      }),
-      Pragma: headerOf('RFC 6749 §5.1.', { const: 'no-cache' }),
-      'Retry-After': headerOf('Seconds to wait before trying again.', {
-        type: 'string',
-        pattern: '^\\d+$',
-      }),
-      'WWW-Authenticate-Bearer': headerOf('The scheme to authenticate with.', {
-        const: 'Bearer realm="token-broker"',
-      }),
-      'WWW-Authenticate-Basic': headerOf(
-        'HTTP Basic, as RFC 6749 §5.2 requires after a failed Basic authentication.',
-        { type: 'string', pattern: '^Basic realm="token-broker"' },
-      ),
-      'Idempotent-Replayed': headerOf(
-        '`true` when this is the stored answer of an earlier request with the same key.',
-        { const: 'true' },
-        false,
-      ),
-    },
+    securitySchemes: SECURITY_SCHEMES,
+    headers: HEADERS,
     schemas: Object.fromEntries(
       Object.entries(SCHEMAS).map(([name, schema]) => {
         const json = z.toJSONSchema(schema);
