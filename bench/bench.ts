@@ -405,6 +405,11 @@ async function main(): Promise<void> {
   if (SECTIONS.has('replica')) await benchReplicaSection();
 }
 
+// Killed (Ctrl-C): exit through 'exit', whose hook kills every broker, emulator and Redis this
+// bench started, and removes their folders.
+process.once('SIGINT', () => process.exit(130));
+process.once('SIGTERM', () => process.exit(143));
+
 main().then(
   () => {
     console.log(

@@ -1,7 +1,5 @@
 import { type ChildProcess, fork } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { get } from 'node:http';
-import { createServer } from 'node:net';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
@@ -11,6 +9,9 @@ import {
   ProviderEmulator,
   type ProviderKnobs,
 } from '../emulator/provider-emulator';
+import { type BrokerProcess, spawnBroker } from '../test/support/broker-process';
+import { adoptChild } from '../test/support/managed-process';
+import { freePort } from '../test/support/ports';
 import { brokerMain } from './paths';
 
 /** One measured configuration, as the main bench harness prints it. */
@@ -126,20 +127,23 @@ const EMULATOR_ARG = '--orders-bench-emulator';
  */
 export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBenchReport> {
   const rounds = opts.rounds ?? 3;
-  const dir = mkdtempSync(join(tmpdir(), 'tb-orders-bench-'));
-  let broker: ChildProcess | undefined;
+  let broker: BrokerProcess | undefined;
   let forwarder: ChildProcess | undefined;
   let getForwarder: ChildProcess | undefined;
   const emulator = await startEmulatorProcess();
+  // The credentials file's folder goes with the emulator's process, also if the bench is killed.
+  const dir = mkdtempSync(join(tmpdir(), 'tb-orders-bench-'));
+  adoptChild(emulator.child, dir);
   try {
     const credentialsFile = join(dir, 'credentials.json');
     writeFileSync(credentialsFile, JSON.stringify(CREDENTIALS), { mode: 0o600 });
-    const port = await freePort();
-    broker = fork(brokerMain(), [], {
-      stdio: 'ignore',
+    broker = await spawnBroker({
+      name: 'broker (orders)',
+      script: brokerMain(),
+      // To a file, as a container runtime's log driver takes it: read through a pipe here, the
+      // audit lines would cost the load generator's CPU.
+      outputToFile: true,
       env: {
-        PATH: process.env.PATH,
-        PORT: String(port),
         HOST: '127.0.0.1',
         PROVIDER_AUTH_URL: emulator.url,
         PROVIDER_BASE_URL: emulator.url,
@@ -153,8 +157,8 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
         FORWARD_CALLER_RATE_PER_SECOND: '100000',
       },
     });
-    const brokerUrl = `http://127.0.0.1:${port}`;
-    await waitReady(brokerUrl, broker);
+    await broker.waitReady();
+    const brokerUrl = broker.url;
     // The emulator checks the bearer token: direct calls use the broker's own token.
     const token = await brokerToken(brokerUrl);
     const ordersUrl = `${emulator.url}${PROVIDER_ORDERS_PATHS[0]}`;
@@ -230,15 +234,16 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
     ]);
     return { instant, delayed, sequential, forwarded };
   } finally {
-    for (const child of [broker, forwarder, getForwarder]) {
+    await broker?.stop();
+    for (const child of [forwarder, getForwarder]) {
       if (child && child.exitCode === null) {
         const exited = new Promise((resolve) => child.once('exit', resolve));
         child.kill('SIGTERM');
         await exited;
       }
     }
+    // Its exit removes `dir` (adoptChild).
     await emulator.close();
-    rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -257,6 +262,7 @@ interface Target {
 async function startForwarder(port: number, target: string, token: string): Promise<ChildProcess> {
   const script = join(__dirname, 'bare-forwarder.js');
   const child = fork(script, [String(port), target, token], { stdio: 'ignore' });
+  adoptChild(child);
   await new Promise<void>((resolve, reject) => {
     child.once('message', () => resolve());
     child.once('exit', (code) => reject(new Error(`the bare forwarder exited with ${code}`)));
@@ -312,6 +318,7 @@ async function sequentialLatency(
 }
 
 interface EmulatorProcess {
+  child: ChildProcess;
   url: string;
   /** Clears the emulator's stats (the orders it keeps), resolved once done. */
   reset(): Promise<void>;
@@ -335,6 +342,7 @@ async function startEmulatorProcess(): Promise<EmulatorProcess> {
       child.send(message);
     });
   return {
+    child,
     url,
     reset: () => request({ command: 'reset' }),
     setKnobs: (knobs) => request({ command: 'knobs', knobs }),
@@ -422,37 +430,4 @@ async function brokerToken(baseUrl: string): Promise<string> {
   const res = await fetch(`${baseUrl}/token`);
   if (res.status !== 200) throw new Error(`GET /token answered ${res.status}`);
   return ((await res.json()) as { access_token: string }).access_token;
-}
-
-async function waitReady(baseUrl: string, child: ChildProcess, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`the broker exited with code ${child.exitCode}`);
-    if ((await status(`${baseUrl}/health/ready`).catch(() => 0)) === 200) return;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  throw new Error(`the broker at ${baseUrl} was not ready within ${timeoutMs} ms`);
-}
-
-async function status(url: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = get(url, { agent: false, timeout: 1000 }, (res) => {
-      res.resume();
-      res.once('end', () => resolve(res.statusCode ?? 0));
-    });
-    req.once('timeout', () => req.destroy(new Error('timeout')));
-    req.once('error', reject);
-  });
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }

@@ -288,6 +288,20 @@ function readTail(file: string, maxLines: number): string[] {
 }
 
 /**
+ * Registers a child started elsewhere (a benchmark's forked helper, which talks over IPC) for
+ * the same cleanup as {@link ManagedProcess}: killed, and `dir` removed, if the runner exits
+ * first.
+ */
+export function adoptChild(child: ChildProcess, dir?: string): void {
+  const registry = childRegistry();
+  registry.set(child, dir);
+  child.once('exit', () => {
+    registry.delete(child);
+    removeDir(dir);
+  });
+}
+
+/**
  * Kills every child process started through this module that is still alive, and removes the
  * folders they own. Synchronous, so it can run from a process 'exit' hook.
  */
