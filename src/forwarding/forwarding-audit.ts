@@ -41,19 +41,7 @@ export class ForwardingAuditTrail {
   }
 
   private reportSuppressed(): void {
-    const left = this.refusals.takeSuppressed();
-    if (left === undefined || !this.enabled) return;
-    this.logger.info(
-      {
-        suppressed: left.suppressed,
-        results: left.results,
-        callers: left.callers,
-        clients: left.clients,
-        first: new Date(left.first).toISOString(),
-        last: new Date(left.last).toISOString(),
-      },
-      `${this.msg} refusals suppressed`,
-    );
+    this.refusals.reportSuppressed(this.logger, this.msg);
   }
 
   get enabled(): boolean {

@@ -1,3 +1,5 @@
+import type { Logger } from 'pino';
+
 interface SuppressedAudit {
   suppressed: number;
   /** Per result (e.g. a problem code). */
@@ -79,6 +81,23 @@ export class AuditRateLimit {
       ...(callers.size > 0 && { callers: Object.fromEntries(callers) }),
       ...(clients.size > 0 && { clients: Object.fromEntries(clients) }),
     };
+  }
+
+  /** Writes what was suppressed since the last report as one line `<trail> refusals suppressed`. */
+  reportSuppressed(logger: Logger, trail: string): void {
+    const left = this.takeSuppressed();
+    if (left === undefined) return;
+    logger.info(
+      {
+        suppressed: left.suppressed,
+        results: left.results,
+        callers: left.callers,
+        clients: left.clients,
+        first: new Date(left.first).toISOString(),
+        last: new Date(left.last).toISOString(),
+      },
+      `${trail} refusals suppressed`,
+    );
   }
 }
 

@@ -112,18 +112,6 @@ export class TokenAuditTrail implements OnApplicationShutdown {
   }
 
   private reportSuppressed(): void {
-    const left = this.refusals.takeSuppressed();
-    if (left === undefined) return;
-    this.audit.info(
-      {
-        suppressed: left.suppressed,
-        results: left.results,
-        callers: left.callers,
-        clients: left.clients,
-        first: new Date(left.first).toISOString(),
-        last: new Date(left.last).toISOString(),
-      },
-      'token refusals suppressed',
-    );
+    this.refusals.reportSuppressed(this.audit, 'token');
   }
 }
