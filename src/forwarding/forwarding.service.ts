@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
-import { type Exchange, Forwarding, type ForwardingAudit } from './forwarding';
+import { type ForwardedAnswer, Forwarding, type ForwardingAudit, readFailed } from './forwarding';
 import type { ForwardingProfile } from './forwarding.exception';
 import type { IdempotencyStore } from './idempotency-store';
 import { bodyFingerprint, idempotencyKeyHash, type OrderHeaders } from './order-request';
@@ -15,8 +15,6 @@ import type {
   ProviderApiGateway,
 } from '../provider/provider-api.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
-import { translateTransportError } from '../provider/provider-http';
-import { echoesToken, screenStream } from './token-echo.screen';
 import type { TokenRecord } from '../token/token-record';
 import type { TokenService } from '../token/token.service';
 import type { ForwardTarget } from './forward-target';
@@ -40,13 +38,6 @@ export interface ForwardReply {
   /** Streams unless it was collected for an `Idempotency-Key` or replayed. */
   readonly body: Readable | Buffer;
   readonly replayed: boolean;
-}
-
-interface PassAnswer {
-  readonly kind: 'answered';
-  readonly status: number;
-  readonly headers: Record<string, string>;
-  readonly body: Readable | Buffer;
 }
 
 /**
@@ -115,21 +106,14 @@ export class ForwardingService {
     const use = this.uses[call.profile];
     const key = KEYED_METHODS.has(call.method) ? call.headers.idempotencyKey : undefined;
     const withKey = key !== undefined;
-    const exchange: Exchange<PassAnswer> = {
-      clientId: call.client.id,
-      idempotency: withKey ? { caller: call.caller, ...use.identity(call, key) } : undefined,
-      send: (token) => this.callProvider(call, use, token, withKey),
-      discard: (answer) => {
-        if (!Buffer.isBuffer(answer.body)) answer.body.resume();
+    const result = await use.forwarding.forward(
+      {
+        clientId: call.client.id,
+        idempotency: withKey ? { caller: call.caller, ...use.identity(call, key) } : undefined,
+        send: (token) => this.callProvider(call, use, token, withKey),
       },
-      screen: (answer, tokens, onLateEcho) => screened(answer, tokens, onLateEcho),
-      stored: (answer) => ({
-        status: answer.status,
-        contentType: answer.headers['content-type'],
-        body: answer.body as Buffer,
-      }),
-    };
-    const result = await use.forwarding.forward(exchange, audit);
+      audit,
+    );
     if (result.kind === 'replayed') {
       const { status, contentType, body } = result.response;
       return {
@@ -147,7 +131,7 @@ export class ForwardingService {
     use: Use,
     token: TokenRecord,
     withKey: boolean,
-  ): Promise<PassAnswer | ApiFailure> {
+  ): Promise<ForwardedAnswer | ApiFailure> {
     const { client, method, target } = call;
     const send = () =>
       this.api.call({
@@ -170,30 +154,10 @@ export class ForwardingService {
   }
 }
 
-/** How much of a streamed answer is read before its status is relayed, to screen it whole. */
-const SCREEN_BEFORE_RELAY_BYTES = 64 * 1024;
-
-async function screened(
-  answer: PassAnswer,
-  tokens: readonly string[],
-  onLateEcho: () => void,
-): Promise<PassAnswer | ApiFailure | 'echoed'> {
-  // The returned headers too: a debugging redirect may carry it in `Location`.
-  if (echoesToken(Buffer.from(Object.values(answer.headers).join('\n')), tokens)) {
-    if (!Buffer.isBuffer(answer.body)) answer.body.destroy();
-    return 'echoed';
-  }
-  if (Buffer.isBuffer(answer.body)) return echoesToken(answer.body, tokens) ? 'echoed' : answer;
-  let result;
-  try {
-    result = await screenStream(answer.body, tokens, SCREEN_BEFORE_RELAY_BYTES, onLateEcho);
-  } catch (cause) {
-    return readFailed(cause);
-  }
-  return 'echoed' in result ? 'echoed' : { ...answer, body: result.body };
-}
-
-function passed(outcome: ApiOutcome, names: ReadonlyMap<string, string>): PassAnswer | ApiFailure {
+function passed(
+  outcome: ApiOutcome,
+  names: ReadonlyMap<string, string>,
+): ForwardedAnswer | ApiFailure {
   if (outcome.kind === 'failed') return outcome;
   return {
     kind: 'answered',
@@ -208,7 +172,7 @@ async function collected(
   outcome: ApiOutcome,
   limit: number,
   names: ReadonlyMap<string, string>,
-): Promise<PassAnswer | ApiFailure> {
+): Promise<ForwardedAnswer | ApiFailure> {
   if (outcome.kind === 'failed') return outcome;
   if (Buffer.isBuffer(outcome.body)) {
     return outcome.body.length <= limit
@@ -257,18 +221,6 @@ function returned(
     out[as] = Array.isArray(value) ? value.join(', ') : value;
   }
   return out;
-}
-
-/** An answer whose body failed while being read: it may have been acted on, so never resent. */
-function readFailed(cause: unknown) {
-  return {
-    kind: 'failed',
-    delivered: 'maybe',
-    error:
-      cause instanceof ProviderException
-        ? cause
-        : translateTransportError(cause, 'reading the provider answer'),
-  } as const;
 }
 
 /** What differs between the two profiles: idempotency identity, answer limits, headers. */

@@ -1,9 +1,12 @@
+import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { BrokerConfig } from '../config/config.schema';
 import type { BrokerExceptionOptions } from '../errors/broker.exception';
 import type { MetricsService } from '../metrics/metrics.service';
 import type { ApiFailure } from '../provider/provider-api.client';
-import { ProviderErrorCode } from '../provider/provider.exception';
+import { translateTransportError } from '../provider/provider-http';
+import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
+import { echoesToken, screenStream } from './token-echo.screen';
 import type { TokenRecord } from '../token/token-record';
 import { TokenException } from '../token/token.exception';
 import type { TokenService } from '../token/token.service';
@@ -25,12 +28,15 @@ import {
 /** A request must leave with a token that outlives the trip to the provider. */
 const TOKEN_MIN_REMAINING_MS = 2000;
 
-interface ForwardedAnswer {
+/** A provider answer on its way back: the body streams unless collected for a key. */
+export interface ForwardedAnswer {
   readonly kind: 'answered';
   readonly status: number;
+  readonly headers: Record<string, string>;
+  readonly body: Readable | Buffer;
 }
 
-export interface Exchange<A extends ForwardedAnswer> {
+export interface Exchange {
   readonly clientId: string;
   /** Present with an `Idempotency-Key`; the key's hash is scoped by the use. */
   readonly idempotency?: {
@@ -38,25 +44,12 @@ export interface Exchange<A extends ForwardedAnswer> {
     readonly keyHash: string;
     readonly bodyHash: string;
   };
-  /** Never throws for a transport failure. */
-  send(token: TokenRecord): Promise<A | ApiFailure>;
-  /** Lets go of a 401 answer that will not be relayed (drains a streamed body). */
-  discard(answer: A): void;
-  /**
-   * `'echoed'` when what would be relayed contains a token sent for this exchange; a token
-   * found after relaying has begun cuts the body off and calls `onLateEcho`.
-   */
-  screen(
-    answer: A,
-    tokens: readonly string[],
-    onLateEcho: () => void,
-  ): Promise<A | ApiFailure | 'echoed'>;
-  /** Only called for an exchange with `idempotency`. */
-  stored(answer: A): StoredResponse;
+  /** Never throws for a transport failure; a collected (keyed) answer has a Buffer body. */
+  send(token: TokenRecord): Promise<ForwardedAnswer | ApiFailure>;
 }
 
-type ForwardingResult<A> =
-  | { readonly kind: 'live'; readonly answer: A }
+type ForwardingResult =
+  | { readonly kind: 'live'; readonly answer: ForwardedAnswer }
   | { readonly kind: 'replayed'; readonly response: StoredResponse };
 
 /** For the route's audit line: never holds a secret. */
@@ -92,10 +85,7 @@ export class Forwarding {
     this.claims = new IdempotencyClaims(store, config, policy, metrics, logger, profile);
   }
 
-  async forward<A extends ForwardedAnswer>(
-    exchange: Exchange<A>,
-    audit: ForwardingAudit,
-  ): Promise<ForwardingResult<A>> {
+  async forward(exchange: Exchange, audit: ForwardingAudit): Promise<ForwardingResult> {
     const { clientId, idempotency } = exchange;
     let ledger = NO_LEDGER;
     if (idempotency !== undefined) {
@@ -105,7 +95,7 @@ export class Forwarding {
       if ('replay' in claim) return { kind: 'replayed', response: claim.replay };
       ledger = claim.ledger;
     }
-    let outcome: A | ApiFailure;
+    let outcome: ForwardedAnswer | ApiFailure;
     const sent: string[] = [];
     try {
       outcome = await this.send(exchange, audit, sent);
@@ -118,10 +108,10 @@ export class Forwarding {
     }
     if (outcome.kind === 'answered') {
       const status = outcome.status;
-      const screened = await exchange.screen(outcome, sent, () =>
+      const checked = await screened(outcome, sent, () =>
         this.echoed(exchange.clientId, status, true),
       );
-      if (screened === 'echoed') {
+      if (checked === 'echoed') {
         this.echoed(exchange.clientId, status, false);
         // Processed, or refused: the provider answered, and only a 429 certainly did nothing.
         await (status === 429 ? ledger.release() : ledger.markUnknown());
@@ -135,7 +125,7 @@ export class Forwarding {
           `the provider answered HTTP ${status} with an answer that contains the access token the broker sent it, so the answer is withheld (neither relayed nor stored); the ${noun} may have been processed.${repeat} Check with the provider, and have the provider endpoint fixed so that it does not echo the Authorization header`,
         );
       }
-      outcome = screened;
+      outcome = checked;
     }
     return this.conclude(exchange, outcome, ledger, idempotency !== undefined);
   }
@@ -151,17 +141,17 @@ export class Forwarding {
   }
 
   /** The token layer never hands a rejected token out again (`replaceRejected`). */
-  private async send<A extends ForwardedAnswer>(
-    exchange: Exchange<A>,
+  private async send(
+    exchange: Exchange,
     audit: ForwardingAudit,
     sent: string[],
-  ): Promise<A | ApiFailure> {
+  ): Promise<ForwardedAnswer | ApiFailure> {
     const { clientId } = exchange;
     const first = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
     sent.push(first.accessToken);
     const outcome = await this.attempt(exchange, first, audit);
     if (!isUnauthorized(outcome)) return outcome;
-    exchange.discard(outcome);
+    discard(outcome);
 
     // Fenced: a no-op when another request (or replica) already replaced this token.
     await this.tokens.replaceRejected(clientId, first.fingerprint);
@@ -169,7 +159,7 @@ export class Forwarding {
     sent.push(fresh.accessToken);
     const retried = await this.attempt(exchange, fresh, audit);
     if (!isUnauthorized(retried)) return retried;
-    exchange.discard(retried);
+    discard(retried);
 
     await this.tokens.replaceRejected(clientId, fresh.fingerprint);
     const noun = this.words.noun;
@@ -181,11 +171,11 @@ export class Forwarding {
     );
   }
 
-  private async attempt<A extends ForwardedAnswer>(
-    exchange: Exchange<A>,
+  private async attempt(
+    exchange: Exchange,
     token: TokenRecord,
     audit: ForwardingAudit,
-  ): Promise<A | ApiFailure> {
+  ): Promise<ForwardedAnswer | ApiFailure> {
     audit.attempts++;
     audit.tokenFingerprint = token.fingerprint;
     const started = performance.now();
@@ -198,18 +188,25 @@ export class Forwarding {
     return outcome;
   }
 
-  private async conclude<A extends ForwardedAnswer>(
-    exchange: Exchange<A>,
-    outcome: A | ApiFailure,
+  private async conclude(
+    exchange: Exchange,
+    outcome: ForwardedAnswer | ApiFailure,
     ledger: Ledger,
     withKey: boolean,
-  ): Promise<ForwardingResult<A>> {
+  ): Promise<ForwardingResult> {
     const noun = this.words.noun;
     if (outcome.kind === 'answered') {
       // 429: rate limited, refused before processing, so a retry under the same key is safe
       // (and replaying a stale 429 for a day would block it).
       if (outcome.status === 429) await ledger.release();
-      else if (withKey) await ledger.complete(exchange.stored(outcome));
+      else if (withKey) {
+        const { status, headers, body } = outcome;
+        await ledger.complete({
+          status,
+          contentType: headers['content-type'],
+          body: body as Buffer,
+        });
+      }
       return { kind: 'live', answer: outcome };
     }
     const { error } = outcome;
@@ -251,6 +248,50 @@ class TokenRejected extends Error {
   }
 }
 
-function isUnauthorized<A extends ForwardedAnswer>(outcome: A | ApiFailure): outcome is A {
+function isUnauthorized(outcome: ForwardedAnswer | ApiFailure): outcome is ForwardedAnswer {
   return outcome.kind === 'answered' && outcome.status === 401;
+}
+
+/** Lets go of a 401 answer that will not be relayed. */
+function discard(answer: ForwardedAnswer): void {
+  if (!Buffer.isBuffer(answer.body)) answer.body.resume();
+}
+
+/** How much of a streamed answer is read before its status is relayed, to screen it whole. */
+const SCREEN_BEFORE_RELAY_BYTES = 64 * 1024;
+
+/**
+ * `'echoed'` when what would be relayed contains a token sent for this exchange; a token found
+ * after relaying has begun cuts the body off and calls `onLateEcho`.
+ */
+async function screened(
+  answer: ForwardedAnswer,
+  tokens: readonly string[],
+  onLateEcho: () => void,
+): Promise<ForwardedAnswer | ApiFailure | 'echoed'> {
+  // The returned headers too: a debugging redirect may carry it in `Location`.
+  if (echoesToken(Buffer.from(Object.values(answer.headers).join('\n')), tokens)) {
+    if (!Buffer.isBuffer(answer.body)) answer.body.destroy();
+    return 'echoed';
+  }
+  if (Buffer.isBuffer(answer.body)) return echoesToken(answer.body, tokens) ? 'echoed' : answer;
+  let result;
+  try {
+    result = await screenStream(answer.body, tokens, SCREEN_BEFORE_RELAY_BYTES, onLateEcho);
+  } catch (cause) {
+    return readFailed(cause);
+  }
+  return 'echoed' in result ? 'echoed' : { ...answer, body: result.body };
+}
+
+/** An answer whose body failed while being read: it may have been acted on, so never resent. */
+export function readFailed(cause: unknown) {
+  return {
+    kind: 'failed',
+    delivered: 'maybe',
+    error:
+      cause instanceof ProviderException
+        ? cause
+        : translateTransportError(cause, 'reading the provider answer'),
+  } as const;
 }
