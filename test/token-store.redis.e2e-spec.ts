@@ -9,6 +9,7 @@ import { type TokenRecord, toRecord } from '../src/token/token-record';
 import type { TokenStoreEvent } from '../src/token/token-store';
 import { TokenStoreException } from '../src/token/token-store.exception';
 import { RedisCluster } from './support/redis/cluster';
+import { adminCommand } from './support/redis/node';
 import { StandaloneRedis } from './support/redis/standalone';
 import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis/topology';
 import { holdRefreshLock } from './support/refresh-lock';
@@ -570,8 +571,8 @@ describe(`${RedisTokenStore.name} on a Redis Cluster just created, with replicas
   let cluster: RedisCluster;
   const stores: RedisTokenStore[] = [];
 
-  function newStore(): RedisTokenStore {
-    const settings = redisSettingsSchema.parse({ ...cluster.settings(), pingIntervalMs: 100 });
+  function newStore(pingIntervalMs = 100): RedisTokenStore {
+    const settings = redisSettingsSchema.parse({ ...cluster.settings(), pingIntervalMs });
     const store = new RedisTokenStore(
       createRedisConnection(settings, 'command'),
       createRedisConnection(settings, 'subscriber'),
@@ -612,5 +613,38 @@ describe(`${RedisTokenStore.name} on a Redis Cluster just created, with replicas
       });
       await Promise.all(stores.splice(0).map((s) => s.close()));
     }
+  });
+
+  // Last: it kills a node for good.
+  it("re-reads when its subscriber's node dies, and hears again afterwards", async () => {
+    // No pings: a command failing while the cluster is down would fire the recovery by itself.
+    const b = newStore(60_000);
+    expect(await b.waitUntilReady(5000)).toBe(true);
+    const subscriberNode = await waitFor(
+      async () => {
+        for (const node of cluster.servers) {
+          const clients = String(await adminCommand(node.address, 'CLIENT', 'LIST'));
+          if (/ name=\S*token-broker-subscriber .* cmd=subscribe /.test(clients)) return node;
+        }
+        return undefined;
+      },
+      { timeoutMs: 3000, what: "the node of b's subscriber" },
+    );
+    const a = newStore();
+    expect(await a.waitUntilReady(5000)).toBe(true);
+    let recovered = 0;
+    b.onRecovered(() => recovered++);
+    const heard: string[] = [];
+    b.onReloadRequested((from) => heard.push(from));
+
+    await subscriberNode.stop();
+    await waitFor(() => recovered > 0, { timeoutMs: 10_000, what: 'b to re-read' });
+    await waitFor(
+      async () => {
+        await a.requestReload().catch(() => undefined);
+        return heard.length > 0;
+      },
+      { timeoutMs: 10_000, intervalMs: 200, what: "b to hear a's reload request" },
+    );
   });
 });

@@ -26,7 +26,7 @@ export class RedisStoreHealth implements StoreHealth {
   private readonly epochs = new Map<string, { id: string; seq: number }>();
   private readonly tracker: RedisStateTracker;
   private readonly pingTimer: NodeJS.Timeout;
-  private closing = false;
+  protected closing = false;
 
   /** @param probeClient whose keys the health probe touches (an ACL grants per client). */
   constructor(
@@ -56,7 +56,7 @@ export class RedisStoreHealth implements StoreHealth {
     // A resubscribed subscriber missed what was published meanwhile: re-read, as after an outage.
     let subscribedBefore = false;
     subscriber.on('ready', () => {
-      if (subscribedBefore) for (const l of this.recoveredListeners) l();
+      if (subscribedBefore) this.recovered();
       subscribedBefore = true;
     });
     this.pingTimer = setInterval(() => void this.ping(), settings.pingIntervalMs);
@@ -140,7 +140,11 @@ export class RedisStoreHealth implements StoreHealth {
 
   /** A success that did not go through {@link run} (the lock's acquisition, say). */
   markHealthy(probe = false): void {
-    if (!this.tracker.succeeded(probe)) return;
+    if (this.tracker.succeeded(probe)) this.recovered();
+  }
+
+  /** What this replica heard or wrote may be stale: every listener re-reads. */
+  protected recovered(): void {
     for (const l of this.recoveredListeners) l();
   }
 

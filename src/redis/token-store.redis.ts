@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { RedisSettings } from '../config/config.schema';
 import type { TokenCipher } from '../token/token-cipher';
@@ -19,6 +20,10 @@ import { RedisRefreshLock } from './refresh-lock.redis';
 import { RedisStoreHealth } from './store-health.redis';
 import { RedisTokenRecords } from './token-records.redis';
 
+/** As `retryDelayOnFailover`. */
+const RESUBSCRIBE_DELAY_MS = 100;
+const RESYNC_INTERVAL_MS = 1000;
+
 /**
  * The store's health owns the connections; one part per other port, wired to them. No replica's
  * wall clock decides anything here: replicas send durations, and every absolute time is Redis's
@@ -30,6 +35,9 @@ export class RedisTokenStore extends RedisStoreHealth implements TokenStore {
   private readonly bus: RedisFleetBus;
   /** Settles once Redis confirmed the subscription, or refused it. */
   private readonly subscribed: Promise<unknown>;
+  private readonly channels: string[];
+  private resubscribing = false;
+  private nodeLeft = false;
 
   constructor(
     redis: RedisClient,
@@ -51,9 +59,17 @@ export class RedisTokenStore extends RedisStoreHealth implements TokenStore {
       const clientId = channels.get(channel);
       if (clientId !== undefined) this.records.deliver(clientId, message);
     });
-    this.subscribed = subscriber
-      .subscribe(...channels.keys(), redisKeys.reloadChannel)
-      .catch(() => undefined);
+    this.channels = [...channels.keys(), redisKeys.reloadChannel];
+    this.subscribed = subscriber.subscribe(...this.channels).catch(() => undefined);
+    // A Cluster moves its subscriber off a node that died or left and resubscribes elsewhere,
+    // reporting the move on neither client: a node leaving the topology is the public sign.
+    // Nodes leave at start-up too (replicas that replicated nothing yet), before anything was
+    // read that could be stale.
+    void this.subscribed.then(() => {
+      for (const client of [redis, subscriber]) {
+        client.on('-node', () => void this.resubscribe(subscriber));
+      }
+    });
   }
 
   read(clientId: string): Promise<StoredToken> {
@@ -122,6 +138,35 @@ export class RedisTokenStore extends RedisStoreHealth implements TokenStore {
 
   onReloadRequested(listener: (from: string) => void): void {
     this.bus.onReloadRequested(listener);
+  }
+
+  /**
+   * Re-reads once the subscription is confirmed again, so that the re-read and the subscription
+   * leave nothing between them; then at most once per {@link RESYNC_INTERVAL_MS} while nodes
+   * keep leaving: a dead node that commands re-add to the pool leaves again at each one, until
+   * the cluster fails it over.
+   */
+  private async resubscribe(subscriber: RedisClient): Promise<void> {
+    this.nodeLeft = true;
+    if (this.resubscribing) return;
+    this.resubscribing = true;
+    while (this.nodeLeft && !this.closing) {
+      this.nodeLeft = false;
+      // The client picks its new subscriber on the same event, a listener later; a SUBSCRIBE
+      // still sent to the old one fails, and is tried again.
+      await sleep(RESUBSCRIBE_DELAY_MS, undefined, { ref: false });
+      const confirmed = await subscriber.subscribe(...this.channels).then(
+        () => true,
+        () => false,
+      );
+      if (!confirmed) {
+        this.nodeLeft = true;
+        continue;
+      }
+      this.recovered();
+      await sleep(RESYNC_INTERVAL_MS, undefined, { ref: false });
+    }
+    this.resubscribing = false;
   }
 
   /**
