@@ -20,7 +20,6 @@ import { arrivedOnAdminListener, markAdminConnection } from './http/listeners';
 import { RequestErrorCode, RequestException } from './http/request.exception';
 import { callerRequestIdFrom, newRequestId } from './http/request-id';
 import { SECURITY_HEADERS } from './http/security-headers';
-import { lazyChildLogger } from './logging/lazy-request-logger';
 import { TokenErrorCode, TokenException } from './token/token.exception';
 import { TokenFront } from './token/token-front';
 import { DrainState } from './health/drain-state';
@@ -142,7 +141,6 @@ function createAdapter(
     loggerInstance: logger,
     // Per-request logs would cost more than the GET /token hot path; features write audit lines.
     logController: new LogController({ disableRequestLogging: true }),
-    childLoggerFactory: lazyChildLogger,
     // The broker's own id: the caller's X-Request-Id is logged beside it, never as it.
     genReqId: () => newRequestId(),
     routerOptions: { maxParamLength: 200 },
