@@ -168,7 +168,8 @@ function addAdminListener(
     const served = listenersOf(req.routeOptions.url);
     const on = arrivedOnAdminListener(req.raw.socket) ? 'admin' : 'api';
     if (served === 'both' || served === on) return done();
-    void sendProblem(reply, notFound(), req.id);
+    const notFound = 'no such route; see the README for the API';
+    void sendProblem(reply, new RequestException(RequestErrorCode.NotFound, notFound), req.id);
   });
   fastify.addHook('onListen', (done) => {
     adminServer.once('error', done);
@@ -205,11 +206,4 @@ function shuttingDown(req: IncomingMessage, res: ServerResponse): void {
     connection: 'close',
   });
   res.end(body);
-}
-
-function notFound(): RequestException {
-  return new RequestException(
-    RequestErrorCode.NotFound,
-    'no such route; see the README for the API',
-  );
 }

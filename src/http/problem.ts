@@ -13,11 +13,6 @@ export interface Problem {
   requestId?: string;
 }
 
-interface ProblemResponse {
-  problem: Problem;
-  headers: Record<string, string>;
-}
-
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
 const INTERNAL_ERROR: ProblemStatus = { status: 500, title: 'Internal error' };
@@ -51,7 +46,10 @@ export function problemAnswer(err: unknown, requestId: string): ProblemAnswer {
  * A caller-facing exception keeps its message and status; anything else (internal domains
  * included) is a generic 500 that echoes nothing: its text may quote an upstream body or secret.
  */
-export function toProblem(err: unknown, requestId?: string): ProblemResponse {
+export function toProblem(
+  err: unknown,
+  requestId?: string,
+): { problem: Problem; headers: Record<string, string> } {
   const framework = err instanceof HttpException || isFastifyError(err);
   const known: BrokerException | undefined = framework
     ? fromHttpStatus(err)
@@ -81,15 +79,10 @@ function problemOf(
   return { type: `urn:token-broker:problem:${code}`, title, status, detail, code, requestId };
 }
 
-function isFastifyError(
-  err: unknown,
-): err is { statusCode: number; code?: string; message: string } {
+function isFastifyError(err: unknown): err is { statusCode: number; message: string } {
+  const e = typeof err === 'object' ? (err as { statusCode?: unknown; code?: unknown }) : null;
   return (
-    typeof err === 'object' &&
-    err !== null &&
-    typeof (err as { statusCode?: unknown }).statusCode === 'number' &&
-    typeof (err as { code?: unknown }).code === 'string' &&
-    String((err as { code: string }).code).startsWith('FST_')
+    typeof e?.statusCode === 'number' && typeof e.code === 'string' && e.code.startsWith('FST_')
   );
 }
 
