@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import { NotFoundException } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import {
@@ -58,10 +59,7 @@ function answerClientError(err: Error & { code?: string }, socket: Socket): void
 }
 
 /** Both listeners are made here, so a slow or malformed request is handled alike on either. */
-function createListener(
-  http: BrokerConfig['http'],
-  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
-): Server {
+function createListener(http: BrokerConfig['http'], onRequest: NodeHandler): Server {
   const server = createServer(
     {
       maxHeaderSize: MAX_HEADER_BYTES,
@@ -79,11 +77,7 @@ function createListener(
   return server;
 }
 
-interface Front {
-  fastify?: (req: IncomingMessage, res: ServerResponse) => void;
-  token?: TokenFront;
-  drain?: DrainState;
-}
+type NodeHandler = (req: IncomingMessage, res: ServerResponse) => void;
 
 /** Shared by `main.ts`, the sandbox and the test stack, so all run the production wiring. */
 export async function createBrokerApp(
@@ -91,53 +85,48 @@ export async function createBrokerApp(
   logger: Logger,
 ): Promise<NestFastifyApplication> {
   const adminPort = adminPortOf(config.http);
-  const front: Front = {};
-  const onRequest = frontHandler(front);
-  const adapter = createAdapter(config, logger, front, onRequest);
+  // Set before `listen`, so before any request arrives.
+  let fastifyHandler: NodeHandler;
+  let token: TokenFront;
+  let drain: DrainState;
+  const onRequest: NodeHandler = (req, res) => {
+    // Draining: the keep-alive connection ends with this answer, so the next one goes elsewhere.
+    if (drain.draining) res.shouldKeepAlive = false;
+    if (drain.closing) return shuttingDown(req, res);
+    // GET /token is answered before Fastify (see TokenFront).
+    if (arrivedOnAdminListener(req.socket) || !token.tryServe(req, res)) fastifyHandler(req, res);
+  };
+  const adapter = createAdapter(logger, (handler) => {
+    fastifyHandler = handler;
+    return createListener(config.http, onRequest);
+  });
   const app = await NestFactory.create<NestFastifyApplication>(
     AppModule.forRoot(config, logger),
     adapter,
     { logger: new PinoNestLogger(logger), bufferLogs: false },
   );
+  token = app.get(TokenFront);
+  drain = app.get(DrainState);
   const fastify = app.getHttpAdapter().getInstance();
   fastify.addHook('onSend', (req, reply, payload, done) => {
     reply.header('x-request-id', callerRequestIdFrom(req.headers['x-request-id']) ?? req.id);
     reply.headers(SECURITY_HEADERS);
     done(null, payload);
   });
-  // GET /token is answered before Fastify (see TokenFront).
-  front.token = app.get(TokenFront);
-  front.drain = app.get(DrainState);
   fastify.addHook('preClose', (done) => {
-    front.drain?.close();
+    drain.close();
     done();
   });
   if (adminPort !== undefined) addAdminListener(fastify, config.http, adminPort, onRequest);
   return app;
 }
 
-function frontHandler(front: Front): (req: IncomingMessage, res: ServerResponse) => void {
-  return (req: IncomingMessage, res: ServerResponse): void => {
-    // Draining: the keep-alive connection ends with this answer, so the next one goes elsewhere.
-    if (front.drain?.draining === true) res.shouldKeepAlive = false;
-    if (front.drain?.closing === true) return shuttingDown(req, res);
-    if (arrivedOnAdminListener(req.socket) || front.token?.tryServe(req, res) !== true) {
-      front.fastify!(req, res);
-    }
-  };
-}
-
 function createAdapter(
-  config: BrokerConfig,
   logger: Logger,
-  front: Front,
-  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+  serverFactory: (fastifyHandler: NodeHandler) => Server,
 ): FastifyAdapter {
   return new FastifyAdapter({
-    serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) => {
-      front.fastify = handler;
-      return createListener(config.http, onRequest);
-    },
+    serverFactory,
     loggerInstance: logger,
     // Per-request logs would cost more than the GET /token hot path; features write audit lines.
     logController: new LogController({ disableRequestLogging: true }),
@@ -159,7 +148,7 @@ function addAdminListener(
   fastify: FastifyInstance,
   http: BrokerConfig['http'],
   adminPort: number,
-  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+  onRequest: NodeHandler,
 ): void {
   const adminServer = createListener(http, onRequest);
   adminServer.on('connection', markAdminConnection);
@@ -168,8 +157,8 @@ function addAdminListener(
     const served = listenersOf(req.routeOptions.url);
     const on = arrivedOnAdminListener(req.raw.socket) ? 'admin' : 'api';
     if (served === 'both' || served === on) return done();
-    const notFound = 'no such route; see the README for the API';
-    void sendProblem(reply, new RequestException(RequestErrorCode.NotFound, notFound), req.id);
+    // Answered as a route that does not exist.
+    void sendProblem(reply, new NotFoundException(), req.id);
   });
   fastify.addHook('onListen', (done) => {
     adminServer.once('error', done);
