@@ -86,24 +86,21 @@ function isFastifyError(err: unknown): err is { statusCode: number; message: str
   );
 }
 
-/** Our own wording; undefined (a 500) for a server error. */
+/** Our own wording for the framework's client errors. */
+const FRAMEWORK_ERRORS: Partial<Record<number, readonly [RequestErrorCode, string]>> = {
+  400: [RequestErrorCode.InvalidRequest, 'the request is malformed'],
+  404: [RequestErrorCode.NotFound, 'no such route; see the README for the API'],
+  405: [RequestErrorCode.MethodNotAllowed, 'method not allowed on this route'],
+  413: [RequestErrorCode.PayloadTooLarge, 'the request body is too large'],
+  415: [RequestErrorCode.UnsupportedMediaType, 'send application/json'],
+};
+
+/** Undefined (a 500) for a server error. */
 function fromHttpStatus(err: HttpException | { statusCode: number }): RequestException | undefined {
   const status = err instanceof HttpException ? err.getStatus() : err.statusCode;
-  const as = (code: RequestErrorCode, detail: string) => new RequestException(code, detail);
-  switch (status) {
-    case 400:
-      return as(RequestErrorCode.InvalidRequest, 'the request is malformed');
-    case 404:
-      return as(RequestErrorCode.NotFound, 'no such route; see the README for the API');
-    case 405:
-      return as(RequestErrorCode.MethodNotAllowed, 'method not allowed on this route');
-    case 413:
-      return as(RequestErrorCode.PayloadTooLarge, 'the request body is too large');
-    case 415:
-      return as(RequestErrorCode.UnsupportedMediaType, 'send application/json');
-    default:
-      return status >= 400 && status < 500
-        ? as(RequestErrorCode.InvalidRequest, 'the request was refused')
-        : undefined;
-  }
+  const [code, detail] = FRAMEWORK_ERRORS[status] ?? [
+    RequestErrorCode.InvalidRequest,
+    'the request was refused',
+  ];
+  return status >= 400 && status < 500 ? new RequestException(code, detail) : undefined;
 }
