@@ -17,10 +17,7 @@ export class HttpMetricsHook implements OnModuleInit {
   }
 
   onModuleInit(): void {
-    // Absent in a Nest application context without HTTP (a test module).
-    const adapter = this.adapterHost.httpAdapter as HttpAdapterHost['httpAdapter'] | undefined;
-    if (adapter === undefined) return;
     // Hooks are bound to routes when Fastify becomes ready, after onModuleInit.
-    this.requests.attach(adapter.getInstance<FastifyInstance>());
+    this.requests.attach(this.adapterHost.httpAdapter.getInstance<FastifyInstance>());
   }
 }
