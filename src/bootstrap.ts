@@ -113,10 +113,7 @@ export async function createBrokerApp(
     reply.headers(SECURITY_HEADERS);
     done(null, payload);
   });
-  fastify.addHook('preClose', (done) => {
-    drain.close();
-    done();
-  });
+  fastify.addHook('preClose', async () => drain.close());
   if (adminPort !== undefined) addAdminListener(fastify, config.http, adminPort, onRequest);
   return app;
 }
@@ -166,14 +163,11 @@ function addAdminListener(
   });
   // Closed as Fastify closes its own listener, at the same time; the app's close waits for both.
   let adminClosed = Promise.resolve();
-  fastify.addHook('preClose', (done) => {
+  fastify.addHook('preClose', async () => {
     adminClosed = new Promise((resolve) => adminServer.close(() => resolve()));
     adminServer.closeIdleConnections();
-    done();
   });
-  fastify.addHook('onClose', (_instance, done) => {
-    void adminClosed.then(() => done());
-  });
+  fastify.addHook('onClose', () => adminClosed);
 }
 
 /** `undefined`: no route matched, the not-found answer on either listener. */

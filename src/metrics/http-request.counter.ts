@@ -60,15 +60,13 @@ export class HttpRequestCounter {
       byStatus = [];
       byMethod.set(method, byStatus);
     }
-    const cell = byStatus[status] ?? this.newCell(byStatus, route, method, status);
+    let cell = byStatus[status];
+    if (cell === undefined) {
+      cell = { labels: { route, method, status: String(status) }, count: 0, reported: 0 };
+      byStatus[status] = cell;
+      this.allCells.push(cell);
+    }
     cell.count++;
-  }
-
-  private newCell(byStatus: Cell[], route: string, method: string, status: number): Cell {
-    const cell: Cell = { labels: { route, method, status: String(status) }, count: 0, reported: 0 };
-    byStatus[status] = cell;
-    this.allCells.push(cell);
-    return cell;
   }
 
   private flush(): void {
