@@ -11,9 +11,8 @@ type HttpLabel = 'route' | 'method' | 'status';
 
 interface Cell {
   readonly labels: Readonly<Record<HttpLabel, string>>;
+  /** Since the last scrape. */
   count: number;
-  /** How much of `count` prom-client was given already. */
-  reported: number;
 }
 
 /**
@@ -62,7 +61,7 @@ export class HttpRequestCounter {
     }
     let cell = byStatus[status];
     if (cell === undefined) {
-      cell = { labels: { route, method, status: String(status) }, count: 0, reported: 0 };
+      cell = { labels: { route, method, status: String(status) }, count: 0 };
       byStatus[status] = cell;
       this.allCells.push(cell);
     }
@@ -71,11 +70,8 @@ export class HttpRequestCounter {
 
   private flush(): void {
     for (const cell of this.allCells) {
-      const delta = cell.count - cell.reported;
-      if (delta > 0) {
-        this.counter.inc(cell.labels, delta);
-        cell.reported = cell.count;
-      }
+      if (cell.count > 0) this.counter.inc(cell.labels, cell.count);
+      cell.count = 0;
     }
   }
 }
