@@ -17,16 +17,14 @@ export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
 const INTERNAL_ERROR: ProblemStatus = { status: 500, title: 'Internal error' };
 
-/** For a front that writes to Node's response itself. */
-interface ProblemAnswer {
-  readonly problem: Problem;
-  /** Every header but `x-request-id` (the front adds it) and connection management. */
-  readonly headers: Readonly<Record<string, string>>;
-  readonly body: Buffer;
-}
-
-/** The same status, headers and bytes a Fastify route sends, for `GET /token`'s raw front. */
-export function problemAnswer(err: unknown, requestId: string): ProblemAnswer {
+/**
+ * The same status, headers and bytes a Fastify route sends, for a front that writes to Node's
+ * response itself: every header but `x-request-id` (the front adds it) and connection management.
+ */
+export function problemAnswer(
+  err: unknown,
+  requestId: string,
+): { problem: Problem; headers: Record<string, string>; body: Buffer } {
   const { problem, headers } = toProblem(err, requestId);
   const body = Buffer.from(JSON.stringify(problem));
   return {
