@@ -85,10 +85,8 @@ export async function createBrokerApp(
   logger: Logger,
 ): Promise<NestFastifyApplication> {
   const adminPort = adminPortOf(config.http);
-  // Set before `listen`, so before any request arrives.
+  // It and the app's parts it reads are all set before `listen`, so before any request arrives.
   let fastifyHandler: NodeHandler;
-  let token: TokenFront;
-  let drain: DrainState;
   const onRequest: NodeHandler = (req, res) => {
     // Draining: the keep-alive connection ends with this answer, so the next one goes elsewhere.
     if (drain.draining) res.shouldKeepAlive = false;
@@ -105,8 +103,8 @@ export async function createBrokerApp(
     adapter,
     { logger: new PinoNestLogger(logger), bufferLogs: false },
   );
-  token = app.get(TokenFront);
-  drain = app.get(DrainState);
+  const token = app.get(TokenFront);
+  const drain = app.get(DrainState);
   const fastify = app.getHttpAdapter().getInstance();
   fastify.addHook('onSend', (req, reply, payload, done) => {
     reply.header('x-request-id', callerRequestIdFrom(req.headers['x-request-id']) ?? req.id);
