@@ -8,7 +8,7 @@ import type { BrokerConfig } from './config/config.schema';
 import { ForwardingModule } from './forwarding/forwarding.module';
 import { HealthModule } from './health/health.module';
 import { OpenApiRoute } from './openapi/openapi.route';
-import { ProblemFilter } from './http/problem.filter';
+import { ProblemFilter } from './http/problem.reply';
 import { LoggingModule } from './logging/logging.module';
 import { MetricsModule } from './metrics/metrics.module';
 import { ProviderModule } from './provider/provider.module';

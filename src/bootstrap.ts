@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import { NotFoundException } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import {
@@ -20,7 +21,6 @@ import { arrivedOnAdminListener, markAdminConnection } from './http/listeners';
 import { RequestErrorCode, RequestException } from './http/request.exception';
 import { callerRequestIdFrom, newRequestId } from './http/request-id';
 import { SECURITY_HEADERS } from './http/security-headers';
-import { lazyChildLogger } from './logging/lazy-request-logger';
 import { TokenErrorCode, TokenException } from './token/token.exception';
 import { TokenFront } from './token/token-front';
 import { DrainState } from './health/drain-state';
@@ -59,10 +59,7 @@ function answerClientError(err: Error & { code?: string }, socket: Socket): void
 }
 
 /** Both listeners are made here, so a slow or malformed request is handled alike on either. */
-function createListener(
-  http: BrokerConfig['http'],
-  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
-): Server {
+function createListener(http: BrokerConfig['http'], onRequest: NodeHandler): Server {
   const server = createServer(
     {
       maxHeaderSize: MAX_HEADER_BYTES,
@@ -80,11 +77,7 @@ function createListener(
   return server;
 }
 
-interface Front {
-  fastify?: (req: IncomingMessage, res: ServerResponse) => void;
-  token?: TokenFront;
-  drain?: DrainState;
-}
+type NodeHandler = (req: IncomingMessage, res: ServerResponse) => void;
 
 /** Shared by `main.ts`, the sandbox and the test stack, so all run the production wiring. */
 export async function createBrokerApp(
@@ -92,57 +85,46 @@ export async function createBrokerApp(
   logger: Logger,
 ): Promise<NestFastifyApplication> {
   const adminPort = adminPortOf(config.http);
-  const front: Front = {};
-  const onRequest = frontHandler(front);
-  const adapter = createAdapter(config, logger, front, onRequest);
+  // It and the app's parts it reads are all set before `listen`, so before any request arrives.
+  let fastifyHandler: NodeHandler;
+  const onRequest: NodeHandler = (req, res) => {
+    // Draining: the keep-alive connection ends with this answer, so the next one goes elsewhere.
+    if (drain.draining) res.shouldKeepAlive = false;
+    if (drain.closing) return shuttingDown(req, res);
+    // GET /token is answered before Fastify (see TokenFront).
+    if (arrivedOnAdminListener(req.socket) || !token.tryServe(req, res)) fastifyHandler(req, res);
+  };
+  const adapter = createAdapter(logger, (handler) => {
+    fastifyHandler = handler;
+    return createListener(config.http, onRequest);
+  });
   const app = await NestFactory.create<NestFastifyApplication>(
     AppModule.forRoot(config, logger),
     adapter,
     { logger: new PinoNestLogger(logger), bufferLogs: false },
   );
+  const token = app.get(TokenFront);
+  const drain = app.get(DrainState);
   const fastify = app.getHttpAdapter().getInstance();
   fastify.addHook('onSend', (req, reply, payload, done) => {
     reply.header('x-request-id', callerRequestIdFrom(req.headers['x-request-id']) ?? req.id);
     reply.headers(SECURITY_HEADERS);
     done(null, payload);
   });
-  // GET /token is answered before Fastify (see TokenFront).
-  front.token = app.get(TokenFront);
-  front.drain = app.get(DrainState);
-  fastify.addHook('preClose', (done) => {
-    front.drain?.close();
-    done();
-  });
+  fastify.addHook('preClose', async () => drain.close());
   if (adminPort !== undefined) addAdminListener(fastify, config.http, adminPort, onRequest);
   return app;
 }
 
-function frontHandler(front: Front): (req: IncomingMessage, res: ServerResponse) => void {
-  return (req: IncomingMessage, res: ServerResponse): void => {
-    // Draining: the keep-alive connection ends with this answer, so the next one goes elsewhere.
-    if (front.drain?.draining === true) res.shouldKeepAlive = false;
-    if (front.drain?.closing === true) return shuttingDown(req, res);
-    if (arrivedOnAdminListener(req.socket) || front.token?.tryServe(req, res) !== true) {
-      front.fastify!(req, res);
-    }
-  };
-}
-
 function createAdapter(
-  config: BrokerConfig,
   logger: Logger,
-  front: Front,
-  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+  serverFactory: (fastifyHandler: NodeHandler) => Server,
 ): FastifyAdapter {
   return new FastifyAdapter({
-    serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) => {
-      front.fastify = handler;
-      return createListener(config.http, onRequest);
-    },
+    serverFactory,
     loggerInstance: logger,
     // Per-request logs would cost more than the GET /token hot path; features write audit lines.
     logController: new LogController({ disableRequestLogging: true }),
-    childLoggerFactory: lazyChildLogger,
     // The broker's own id: the caller's X-Request-Id is logged beside it, never as it.
     genReqId: () => newRequestId(),
     routerOptions: { maxParamLength: 200 },
@@ -161,7 +143,7 @@ function addAdminListener(
   fastify: FastifyInstance,
   http: BrokerConfig['http'],
   adminPort: number,
-  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+  onRequest: NodeHandler,
 ): void {
   const adminServer = createListener(http, onRequest);
   adminServer.on('connection', markAdminConnection);
@@ -170,7 +152,8 @@ function addAdminListener(
     const served = listenersOf(req.routeOptions.url);
     const on = arrivedOnAdminListener(req.raw.socket) ? 'admin' : 'api';
     if (served === 'both' || served === on) return done();
-    void sendProblem(reply, notFound(), req.id);
+    // Answered as a route that does not exist.
+    void sendProblem(reply, new NotFoundException(), req.id);
   });
   fastify.addHook('onListen', (done) => {
     adminServer.once('error', done);
@@ -178,14 +161,11 @@ function addAdminListener(
   });
   // Closed as Fastify closes its own listener, at the same time; the app's close waits for both.
   let adminClosed = Promise.resolve();
-  fastify.addHook('preClose', (done) => {
+  fastify.addHook('preClose', async () => {
     adminClosed = new Promise((resolve) => adminServer.close(() => resolve()));
     adminServer.closeIdleConnections();
-    done();
   });
-  fastify.addHook('onClose', (_instance, done) => {
-    void adminClosed.then(() => done());
-  });
+  fastify.addHook('onClose', () => adminClosed);
 }
 
 /** `undefined`: no route matched, the not-found answer on either listener. */
@@ -207,11 +187,4 @@ function shuttingDown(req: IncomingMessage, res: ServerResponse): void {
     connection: 'close',
   });
   res.end(body);
-}
-
-function notFound(): RequestException {
-  return new RequestException(
-    RequestErrorCode.NotFound,
-    'no such route; see the README for the API',
-  );
 }

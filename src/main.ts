@@ -1,4 +1,6 @@
 import type { NestFastifyApplication } from '@nestjs/platform-fastify';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from 'pino';
 import type { BrokerConfig } from './config/config.schema';
 import { loadConfig } from './config/config.loader';
 import { ConfigException } from './config/config.exception';
@@ -6,9 +8,8 @@ import { adminPortOf } from './config/http.schema';
 import { redisConfigured } from './config/redis.schema';
 import { createLogger } from './logging/logger';
 import { startTracing } from './tracing/tracing';
-import type { DrainState } from './health/drain-state';
-
-type Logger = ReturnType<typeof createLogger>;
+// No imports of its own: loading it before tracing starts hooks nothing too early.
+import { DrainState } from './health/drain-state';
 
 /**
  * On SIGTERM the replica drains: readiness answers 503 and every answer closes its connection for
@@ -31,11 +32,10 @@ async function main(): Promise<void> {
   }
   if (stopTracing) logger.info('OpenTelemetry tracing on (OTEL_* variables)');
   const { createBrokerApp } = await import('./bootstrap');
-  const { DrainState } = await import('./health/drain-state');
   const app = await createBrokerApp(config, logger);
   await app.listen({ port: config.http.port, host: config.http.host });
   logListening(config, logger);
-  const shutdown = shutdownHandler(app, DrainState, config, logger, stopTracing);
+  const shutdown = shutdownHandler(app, config, logger, stopTracing);
   process.once('SIGTERM', shutdown);
   process.once('SIGINT', shutdown);
 }
@@ -45,11 +45,9 @@ function loadConfigOrExit(): BrokerConfig {
   try {
     return loadConfig(process.env);
   } catch (err) {
-    if (err instanceof ConfigException) {
-      process.stderr.write(`${err.message}\n`);
-      process.exit(78); // EX_CONFIG
-    }
-    throw err;
+    if (!(err instanceof ConfigException)) throw err;
+    process.stderr.write(`${err.message}\n`);
+    process.exit(78); // EX_CONFIG
   }
 }
 
@@ -75,25 +73,20 @@ function logListening(config: BrokerConfig, logger: Logger): void {
 /** Drain, close, flush the last spans, exit. */
 function shutdownHandler(
   app: NestFastifyApplication,
-  drainState: typeof DrainState,
   config: BrokerConfig,
   logger: Logger,
   stopTracing: Awaited<ReturnType<typeof startTracing>>,
 ): (signal: NodeJS.Signals) => void {
   const { shutdownDrainDelayMs: drainMs, shutdownGraceMs: graceMs } = config.http;
   return (signal: NodeJS.Signals): void => {
-    app.get(drainState).begin();
+    app.get(DrainState).begin();
     logger.info({ signal, drainMs, graceMs }, 'shutting down');
     // The grace period starts when the listener stops, after the drain.
     setTimeout(() => {
       logger.error('shutdown grace period exceeded; exiting');
       process.exit(1);
     }, drainMs + graceMs).unref();
-    const drained =
-      drainMs > 0
-        ? new Promise<void>((resolve) => setTimeout(resolve, drainMs))
-        : Promise.resolve();
-    drained
+    (drainMs > 0 ? sleep(drainMs) : Promise.resolve())
       .then(() => app.close())
       .then(
         async () => {
@@ -112,7 +105,7 @@ function shutdownHandler(
 }
 
 /** A start-up failure after the config is read is a JSON line. */
-let startupLogger: ReturnType<typeof createLogger> | undefined;
+let startupLogger: Logger | undefined;
 
 main().catch((err: unknown) => {
   const message = `token broker failed to start: ${err instanceof Error ? err.message : String(err)}`;

@@ -1,4 +1,5 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import type { FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
 import { authorizationOf } from '../caller-auth/bearer-credential';
@@ -47,7 +48,7 @@ export class AdminService implements OnModuleInit {
 
   /** Writes the audit line either way. */
   async run<T>(
-    req: AdminRequest,
+    req: FastifyRequest,
     action: AdminAction,
     clientId: string | undefined,
     work: (caller: Caller, clientId: string | undefined) => Promise<T>,
@@ -101,12 +102,7 @@ export class AdminService implements OnModuleInit {
   }
 
   /** Waits up to {@link ACK_WAIT_MS} for the replicas it reached to acknowledge. */
-  async revoke(clientId: string): Promise<{
-    client: string;
-    generation: number;
-    revokedFingerprint?: string;
-    replicas: { notified: number; acknowledged: number };
-  }> {
+  async revoke(clientId: string) {
     const revocation = await this.tokens.revoke(clientId);
     const deadline = Date.now() + ACK_WAIT_MS;
     let acknowledged = await this.tokens.revocationAcks(clientId, revocation.generation);
@@ -123,7 +119,7 @@ export class AdminService implements OnModuleInit {
   }
 
   /** Here, and every other replica asked through Redis (`notified`: subscribers, this one too). */
-  async reload(): Promise<ReloadResult & { replicas: { notified: number } | { error: string } }> {
+  async reload() {
     const [here, replicas] = await Promise.all([
       this.reloadHere(),
       this.tokens.requestFleetReload().then(
@@ -137,7 +133,8 @@ export class AdminService implements OnModuleInit {
     return { ...here, replicas };
   }
 
-  private async reloadHere(): Promise<ReloadResult> {
+  /** Names only, never a value. */
+  private async reloadHere() {
     const credentials = await this.tokens.reloadCredentials();
     let callers: { added: string[]; removed: string[] } | { error: string };
     try {
@@ -163,12 +160,6 @@ function assertGrantsEveryClient(caller: Caller, action: AdminAction): void {
   );
 }
 
-/** Names only, never a value. */
-interface ReloadResult {
-  credentials: { changed: string[]; firstRead: string[]; failed: string[] };
-  callers: { added: string[]; removed: string[] } | { error: string };
-}
-
 /** A fleet-wide action without Redis is refused (503); a provider refusal names its code only. */
 function translate(err: unknown): never {
   if (err instanceof TokenStoreException) {
@@ -189,14 +180,7 @@ function translate(err: unknown): never {
 }
 
 /** `requestId` is the broker's own id (the line's existing name), `callerRequestId` beside it. */
-function auditIds(req: AdminRequest): { requestId: string; callerRequestId?: string } {
-  const { reqId, callerRequestId } = requestIdsOf({ id: req.id, headers: req.raw.headers });
+function auditIds(req: FastifyRequest): { requestId: string; callerRequestId?: string } {
+  const { reqId, callerRequestId } = requestIdsOf(req);
   return { requestId: reqId, ...(callerRequestId !== undefined && { callerRequestId }) };
-}
-
-interface AdminRequest {
-  id: string;
-  raw: Parameters<typeof authorizationOf>[0] & {
-    readonly headers: Readonly<Record<string, string | string[] | undefined>>;
-  };
 }

@@ -4,29 +4,21 @@
  * A plain object, so the Node request handler reads it without a container lookup.
  */
 export class DrainState {
-  private since: number | undefined;
-  private stopped = false;
+  /** When the drain began; later calls to {@link begin} keep the first time. */
+  startedAt: number | undefined;
+  /** A request still arriving on an open connection is answered 503 `shutting_down`. */
+  closing = false;
 
-  /** Later calls keep the first time. */
   begin(now = Date.now()): void {
-    this.since ??= now;
+    this.startedAt ??= now;
   }
 
   get draining(): boolean {
-    return this.since !== undefined;
-  }
-
-  get startedAt(): number | undefined {
-    return this.since;
+    return this.startedAt !== undefined;
   }
 
   /** The listeners stop; in-flight requests finish. */
   close(): void {
-    this.stopped = true;
-  }
-
-  /** A request still arriving on an open connection is answered 503 `shutting_down`. */
-  get closing(): boolean {
-    return this.stopped;
+    this.closing = true;
   }
 }

@@ -58,7 +58,8 @@ export class HealthController {
 
   private tokenIndicator() {
     const session = this.indicators.check('tokens');
-    const clients = this.tokens.status().clients.map((c) => ({
+    const status = this.tokens.status().clients;
+    const clients = status.map((c) => ({
       client: c.client,
       hasToken: c.hasToken,
       expiresAt: c.expiresAt !== undefined ? new Date(c.expiresAt).toISOString() : undefined,
@@ -70,15 +71,13 @@ export class HealthController {
     }));
     // A replica holding a valid token stays ready until it expires: every replica shares the
     // credentials, so the first refused refresh would otherwise fail callers of valid tokens.
-    const failing = this.tokens
-      .status()
-      .clients.filter(
-        (c) =>
-          (c.permanentError !== undefined && !c.hasToken) ||
-          !c.everObtained ||
-          c.lifetimeError !== undefined,
-      );
-    return failing.length === 0 ? session.up({ clients }) : session.down({ clients });
+    const failing = status.some(
+      (c) =>
+        (c.permanentError !== undefined && !c.hasToken) ||
+        !c.everObtained ||
+        c.lifetimeError !== undefined,
+    );
+    return failing ? session.down({ clients }) : session.up({ clients });
   }
 
   private storeIndicator() {

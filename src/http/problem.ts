@@ -13,25 +13,18 @@ export interface Problem {
   requestId?: string;
 }
 
-interface ProblemResponse {
-  problem: Problem;
-  headers: Record<string, string>;
-}
-
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
 const INTERNAL_ERROR: ProblemStatus = { status: 500, title: 'Internal error' };
 
-/** For a front that writes to Node's response itself. */
-interface ProblemAnswer {
-  readonly problem: Problem;
-  /** Every header but `x-request-id` (the front adds it) and connection management. */
-  readonly headers: Readonly<Record<string, string>>;
-  readonly body: Buffer;
-}
-
-/** The same status, headers and bytes a Fastify route sends, for `GET /token`'s raw front. */
-export function problemAnswer(err: unknown, requestId: string): ProblemAnswer {
+/**
+ * The same status, headers and bytes a Fastify route sends, for a front that writes to Node's
+ * response itself: every header but `x-request-id` (the front adds it) and connection management.
+ */
+export function problemAnswer(
+  err: unknown,
+  requestId: string,
+): { problem: Problem; headers: Record<string, string>; body: Buffer } {
   const { problem, headers } = toProblem(err, requestId);
   const body = Buffer.from(JSON.stringify(problem));
   return {
@@ -51,7 +44,10 @@ export function problemAnswer(err: unknown, requestId: string): ProblemAnswer {
  * A caller-facing exception keeps its message and status; anything else (internal domains
  * included) is a generic 500 that echoes nothing: its text may quote an upstream body or secret.
  */
-export function toProblem(err: unknown, requestId?: string): ProblemResponse {
+export function toProblem(
+  err: unknown,
+  requestId?: string,
+): { problem: Problem; headers: Record<string, string> } {
   const framework = err instanceof HttpException || isFastifyError(err);
   const known: BrokerException | undefined = framework
     ? fromHttpStatus(err)
@@ -81,36 +77,28 @@ function problemOf(
   return { type: `urn:token-broker:problem:${code}`, title, status, detail, code, requestId };
 }
 
-function isFastifyError(
-  err: unknown,
-): err is { statusCode: number; code?: string; message: string } {
+function isFastifyError(err: unknown): err is { statusCode: number; message: string } {
+  const e = typeof err === 'object' ? (err as { statusCode?: unknown; code?: unknown }) : null;
   return (
-    typeof err === 'object' &&
-    err !== null &&
-    typeof (err as { statusCode?: unknown }).statusCode === 'number' &&
-    typeof (err as { code?: unknown }).code === 'string' &&
-    String((err as { code: string }).code).startsWith('FST_')
+    typeof e?.statusCode === 'number' && typeof e.code === 'string' && e.code.startsWith('FST_')
   );
 }
 
-/** Our own wording; undefined (a 500) for a server error. */
+/** Our own wording for the framework's client errors. */
+const FRAMEWORK_ERRORS: Partial<Record<number, readonly [RequestErrorCode, string]>> = {
+  400: [RequestErrorCode.InvalidRequest, 'the request is malformed'],
+  404: [RequestErrorCode.NotFound, 'no such route; see the README for the API'],
+  405: [RequestErrorCode.MethodNotAllowed, 'method not allowed on this route'],
+  413: [RequestErrorCode.PayloadTooLarge, 'the request body is too large'],
+  415: [RequestErrorCode.UnsupportedMediaType, 'send application/json'],
+};
+
+/** Undefined (a 500) for a server error. */
 function fromHttpStatus(err: HttpException | { statusCode: number }): RequestException | undefined {
   const status = err instanceof HttpException ? err.getStatus() : err.statusCode;
-  const as = (code: RequestErrorCode, detail: string) => new RequestException(code, detail);
-  switch (status) {
-    case 400:
-      return as(RequestErrorCode.InvalidRequest, 'the request is malformed');
-    case 404:
-      return as(RequestErrorCode.NotFound, 'no such route; see the README for the API');
-    case 405:
-      return as(RequestErrorCode.MethodNotAllowed, 'method not allowed on this route');
-    case 413:
-      return as(RequestErrorCode.PayloadTooLarge, 'the request body is too large');
-    case 415:
-      return as(RequestErrorCode.UnsupportedMediaType, 'send application/json');
-    default:
-      return status >= 400 && status < 500
-        ? as(RequestErrorCode.InvalidRequest, 'the request was refused')
-        : undefined;
-  }
+  const [code, detail] = FRAMEWORK_ERRORS[status] ?? [
+    RequestErrorCode.InvalidRequest,
+    'the request was refused',
+  ];
+  return status >= 400 && status < 500 ? new RequestException(code, detail) : undefined;
 }

@@ -19,10 +19,6 @@ export class AuditAggregate {
 
 type AuditFields = Readonly<Record<string, string | number>>;
 
-interface AuditAggregatorOptions {
-  perRequest: boolean;
-}
-
 /**
  * Events with the same fixed fields are written as one line per interval with `count`, `first`,
  * `last` and a few `reqIds`: at tens of thousands of tokens a second, a line per token was most of
@@ -38,7 +34,7 @@ export class AuditAggregator {
   constructor(
     private readonly logger: Logger,
     private readonly msg: string,
-    private readonly options: AuditAggregatorOptions,
+    private readonly options: { perRequest: boolean },
   ) {}
 
   /** The logger's level. */

@@ -66,10 +66,6 @@ export class AuditRateLimit {
     return false;
   }
 
-  get hasSuppressed(): boolean {
-    return this.left !== undefined;
-  }
-
   /** Resets the count. */
   takeSuppressed(): SuppressedAudit | undefined {
     const left = this.left;

@@ -10,6 +10,6 @@ export class MetricsController {
   @Header('content-type', 'text/plain; version=0.0.4; charset=utf-8')
   @Header('cache-control', 'no-store')
   render(): Promise<string> {
-    return this.metrics.render();
+    return this.metrics.registry.metrics();
   }
 }

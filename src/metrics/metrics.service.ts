@@ -139,8 +139,4 @@ export class MetricsService {
     }
     return cell;
   }
-
-  async render(): Promise<string> {
-    return this.registry.metrics();
-  }
 }

@@ -1,6 +1,6 @@
 import type { CredentialsSource } from '../config/client.schema';
 import type { SecretReader } from './secret-reader';
-import { SecretsErrorCode, SecretsException } from './secrets.exception';
+import { SecretsException } from './secrets.exception';
 
 /** `current` writes, every key reads. Never log this object. */
 interface CacheKeys {
@@ -28,12 +28,12 @@ export async function loadCacheKeys(
     json = JSON.parse(text);
   } catch {
     // No cause: a parser message may quote the text, which holds the keys.
-    throw malformed(where, `the keyring in "${where}" (${SETTING}) is not JSON`);
+    throw SecretsException.malformed(where, `the keyring in "${where}" (${SETTING}) is not JSON`);
   }
   const ring = json as { current?: unknown; previous?: unknown };
   const previous = ring.previous ?? [];
   if (typeof ring.current !== 'string' || !Array.isArray(previous)) {
-    throw malformed(
+    throw SecretsException.malformed(
       where,
       `the keyring in "${where}" (${SETTING}) must be {"current": "<base64 key>", "previous": ["<base64 key>", ...]}`,
     );
@@ -52,14 +52,10 @@ function decodeKey(text: string, where: string, which: string): Buffer {
   if (key?.length !== KEY_BYTES) {
     // The length is safe to print and tells a hex or truncated key apart; the value is not.
     const got = key ? `it decodes to ${key.length} bytes` : 'it is not base64';
-    throw malformed(
+    throw SecretsException.malformed(
       where,
       `${which} in "${where}" (${SETTING}) must be a base64-encoded ${KEY_BYTES}-byte AES-256 key, but ${got}; ${HOW}`,
     );
   }
   return key;
-}
-
-function malformed(where: string, message: string): SecretsException {
-  return new SecretsException(SecretsErrorCode.Malformed, message, { source: where });
 }

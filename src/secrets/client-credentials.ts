@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { ClientAuthMethod, ClientCredentialsSource } from '../config/client.schema';
 import type { SecretReader } from './secret-reader';
-import { SecretsErrorCode, SecretsException } from './secrets.exception';
+import { SecretsException } from './secrets.exception';
 
 /** Never log this object. */
 export interface ClientCredentials {
@@ -27,16 +27,15 @@ const credentialsJson = z.object({
   certificate: z.string().min(1).optional(),
 });
 
+const SHARED_SECRET = {
+  fields: ['client_secret'],
+  example: '{"client_id": "...", "client_secret": "..."}',
+};
+
 /** What each method needs; a secret beside a key is refused. */
 const NEEDS: Record<ClientAuthMethod, { fields: readonly string[]; example: string }> = {
-  client_secret_basic: {
-    fields: ['client_secret'],
-    example: '{"client_id": "...", "client_secret": "..."}',
-  },
-  client_secret_post: {
-    fields: ['client_secret'],
-    example: '{"client_id": "...", "client_secret": "..."}',
-  },
+  client_secret_basic: SHARED_SECRET,
+  client_secret_post: SHARED_SECRET,
   private_key_jwt: {
     fields: ['private_key'],
     example: '{"client_id": "...", "private_key": "-----BEGIN PRIVATE KEY-----..." or a JWK}',
@@ -91,12 +90,15 @@ export function parseClientCredentials(
     json = JSON.parse(text);
   } catch {
     // No cause: the parser's message quotes the text, which is the secret.
-    throw malformed(where, `credentials in "${where}" are not JSON; expected ${example}`);
+    throw SecretsException.malformed(
+      where,
+      `credentials in "${where}" are not JSON; expected ${example}`,
+    );
   }
   const parsed = credentialsJson.safeParse(json);
   if (!parsed.success) {
     const bad = [...new Set(parsed.error.issues.map((i) => i.path.join('.') || '(root)'))];
-    throw malformed(
+    throw SecretsException.malformed(
       where,
       `credentials in "${where}" lack a valid ${bad.join(', ')}; expected ${example}`,
     );
@@ -104,14 +106,14 @@ export function parseClientCredentials(
   const c = parsed.data;
   const missing = fields.filter((f) => c[f as keyof typeof c] === undefined);
   if (missing.length > 0) {
-    throw malformed(
+    throw SecretsException.malformed(
       where,
       `credentials in "${where}" lack ${missing.join(', ')}, which auth "${auth}" needs; expected ${example}`,
     );
   }
   // A secret beside a key would be sent nowhere: refuse it rather than keep it in memory.
   if (fields.includes('private_key') && c.client_secret !== undefined) {
-    throw malformed(
+    throw SecretsException.malformed(
       where,
       `credentials in "${where}" hold a client_secret, but auth "${auth}" uses a key and no shared secret; remove client_secret, expected ${example}`,
     );
@@ -131,8 +133,4 @@ export function sameCredentials(a: ClientCredentials, b: ClientCredentials): boo
     a.privateKey === b.privateKey &&
     a.certificate === b.certificate
   );
-}
-
-function malformed(where: string, message: string): SecretsException {
-  return new SecretsException(SecretsErrorCode.Malformed, message, { source: where });
 }

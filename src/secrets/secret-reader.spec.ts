@@ -51,7 +51,7 @@ describe(AwsSecretReader.name, () => {
       expect(performance.now() - started).toBeLessThan(500 + 400);
       expect(seen).toBe(1);
     } finally {
-      reader.destroy();
+      reader.onApplicationShutdown();
     }
   });
 });

@@ -42,7 +42,8 @@ export class AwsSecretReader implements SecretReader {
       : this.readFromAws(ref.secretId, ref.versionStage);
   }
 
-  destroy(): void {
+  /** Nest calls it on the factory's instance at shutdown. */
+  onApplicationShutdown(): void {
     this.client?.destroy();
   }
 
@@ -66,10 +67,9 @@ export class AwsSecretReader implements SecretReader {
       throw translateAwsError(secretId, cause, sdk.SecretsManagerServiceException);
     }
     if (value === undefined || value === '') {
-      throw new SecretsException(
-        SecretsErrorCode.Malformed,
+      throw SecretsException.malformed(
+        secretId,
         `Secrets Manager secret "${secretId}" has no SecretString; store the JSON as a string secret`,
-        { source: secretId },
       );
     }
     return value;

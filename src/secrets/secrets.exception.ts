@@ -24,6 +24,11 @@ export class SecretsException extends BrokerException<SecretsErrorCode> {
     this.source = options.source;
   }
 
+  /** Read, but not what it should hold. */
+  static malformed(source: string, message: string): SecretsException {
+    return new SecretsException(SecretsErrorCode.Malformed, message, { source });
+  }
+
   /** A later attempt may succeed without anyone changing anything. */
   get transient(): boolean {
     return this.code === SecretsErrorCode.Unavailable;

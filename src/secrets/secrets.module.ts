@@ -1,4 +1,4 @@
-import { Module, type OnApplicationShutdown, Inject } from '@nestjs/common';
+import { Module } from '@nestjs/common';
 import { AwsSecretReader } from './secret-reader';
 import { SECRET_READER } from './secrets.constants';
 
@@ -6,10 +6,4 @@ import { SECRET_READER } from './secrets.constants';
   providers: [{ provide: SECRET_READER, useFactory: () => new AwsSecretReader() }],
   exports: [SECRET_READER],
 })
-export class SecretsModule implements OnApplicationShutdown {
-  constructor(@Inject(SECRET_READER) private readonly reader: AwsSecretReader) {}
-
-  onApplicationShutdown(): void {
-    this.reader.destroy();
-  }
-}
+export class SecretsModule {}

@@ -1,6 +1,6 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Registry } from 'prom-client';
-import { HTTP_REQUESTS_METRIC, HttpRequestCounter, UNMATCHED_ROUTE } from './http-request.counter';
+import { HTTP_REQUESTS_METRIC, HttpRequestCounter, UNMATCHED_ROUTE } from './http-metrics.hook';
 
 /** Value of one series in a scrape, or undefined when the series does not exist. */
 function sample(scrape: string, route: string, method: string, status: number): number | undefined {
