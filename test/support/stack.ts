@@ -499,33 +499,42 @@ async function startInProcess(
   const { loadConfig } = await import('../../src/config/config.loader');
   const { createLogger } = await import('../../src/logging/logger');
   const { createBrokerApp } = await import('../../src/bootstrap');
-  const port = env.PORT !== undefined ? Number(env.PORT) : await freePort();
-  const adminPort = admin ? await freePort() : undefined;
-  const lines: string[] = [];
-  let app: NestFastifyApplication;
-  try {
-    const config = loadConfig({
-      ...env,
-      PORT: String(port),
-      ...(adminPort !== undefined && { ADMIN_PORT: String(adminPort) }),
-    });
-    const logger = createLogger(config.log.level, {
-      write(chunk: string) {
-        for (const line of chunk.split('\n')) if (line !== '') lines.push(line);
-      },
-    });
-    app = await createBrokerApp(config, logger);
-    const built = app;
-    await built.listen({ port: config.http.port, host: config.http.host }).catch(async (err) => {
-      await built.close();
-      throw err;
-    });
-  } catch (err) {
-    // What main.ts would print before exiting: the error, then the log lines.
-    const reason = err instanceof Error ? err.message : String(err);
-    throw new Error(`${name} did not start in-process: ${reason}\n${lines.join('\n')}`, {
-      cause: err,
-    });
+  let port = 0;
+  let adminPort: number | undefined;
+  let lines: string[] = [];
+  let app: NestFastifyApplication | undefined;
+  // A port free a moment ago can be taken (another worker's process, an outgoing connection)
+  // while the app is built: then the next ports, unless the test chose the port.
+  for (let attempt = 1; app === undefined; attempt++) {
+    port = env.PORT !== undefined ? Number(env.PORT) : await freePort();
+    adminPort = admin ? await freePort() : undefined;
+    lines = [];
+    try {
+      const config = loadConfig({
+        ...env,
+        PORT: String(port),
+        ...(adminPort !== undefined && { ADMIN_PORT: String(adminPort) }),
+      });
+      const logger = createLogger(config.log.level, {
+        write(chunk: string) {
+          for (const line of chunk.split('\n')) if (line !== '') lines.push(line);
+        },
+      });
+      const built = await createBrokerApp(config, logger);
+      await built.listen({ port: config.http.port, host: config.http.host }).catch(async (err) => {
+        await built.close();
+        throw err;
+      });
+      app = built;
+    } catch (err) {
+      const taken = (err as NodeJS.ErrnoException | undefined)?.code === 'EADDRINUSE';
+      if (taken && env.PORT === undefined && attempt < 3) continue;
+      // What main.ts would print before exiting: the error, then the log lines.
+      const reason = err instanceof Error ? err.message : String(err);
+      throw new Error(`${name} did not start in-process: ${reason}\n${lines.join('\n')}`, {
+        cause: err,
+      });
+    }
   }
   let stopped: Promise<void> | undefined;
   return {
