@@ -18,6 +18,24 @@ import { waitFor } from './support/wait';
 const CLIENT = 'acme-preprod';
 const LOCK_TTL_MS = 600;
 
+/** A store on `settings` for `clientIds`, as a replica builds it; kept in `stores` to close. */
+function openStore(
+  settings: ReturnType<typeof redisSettingsSchema.parse>,
+  clientIds: string[],
+  stores: RedisTokenStore[],
+): RedisTokenStore {
+  const store = new RedisTokenStore(
+    createRedisConnection(settings, 'command'),
+    createRedisConnection(settings, 'subscriber'),
+    new PlainTokenCipher(),
+    settings,
+    LOCK_TTL_MS,
+    clientIds,
+  );
+  stores.push(store);
+  return store;
+}
+
 function record(token: string, obtainedAt: number, lifetimeMs: number): TokenRecord {
   return toRecord({ accessToken: token, obtainedAt, expiresAt: obtainedAt + lifetimeMs });
 }
@@ -34,16 +52,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       commandTimeoutMs,
       pingIntervalMs: 100,
     });
-    const store = new RedisTokenStore(
-      createRedisConnection(settings, 'command'),
-      createRedisConnection(settings, 'subscriber'),
-      new PlainTokenCipher(),
-      settings,
-      LOCK_TTL_MS,
-      [CLIENT, 'other'],
-    );
-    stores.push(store);
-    return store;
+    return openStore(settings, [CLIENT, 'other'], stores);
   }
 
   /** Two stores, `b`'s events collected in `seen` once its subscription answers. */
@@ -573,16 +582,7 @@ describe(`${RedisTokenStore.name} on a Redis Cluster just created, with replicas
 
   function newStore(pingIntervalMs = 100): RedisTokenStore {
     const settings = redisSettingsSchema.parse({ ...cluster.settings(), pingIntervalMs });
-    const store = new RedisTokenStore(
-      createRedisConnection(settings, 'command'),
-      createRedisConnection(settings, 'subscriber'),
-      new PlainTokenCipher(),
-      settings,
-      LOCK_TTL_MS,
-      [CLIENT],
-    );
-    stores.push(store);
-    return store;
+    return openStore(settings, [CLIENT], stores);
   }
 
   beforeAll(async () => {
