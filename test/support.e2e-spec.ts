@@ -17,6 +17,7 @@ import { Redis, type RedisOptions } from 'ioredis';
 import ts from 'typescript';
 import { type BrokerProcess, spawnBroker } from './support/broker-process';
 import { FaultProxy } from './support/fault-proxy';
+import { adoptChild, killAllManagedProcesses } from './support/managed-process';
 import { hammer } from './support/load';
 import { freePort } from './support/ports';
 import { startRedis, type TestRedis } from './support/redis/standalone';
@@ -264,6 +265,44 @@ describe('startRedis', () => {
       });
       expect(readdirSync(childTmp)).toEqual([]);
     } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe(adoptChild.name, () => {
+  /** A child that idles until killed, and a folder of its own. */
+  function idleChild() {
+    const dir = mkdtempSync(join(tmpdir(), 'tb-adopted-'));
+    const child = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], {
+      stdio: 'ignore',
+    });
+    const exit = new Promise<NodeJS.Signals | null>((done) =>
+      child.once('exit', (_code, signal) => done(signal)),
+    );
+    adoptChild(child, dir);
+    // Bounded: a child nothing killed fails the test instead of hanging it.
+    const exited = Promise.race([exit, delay(3000).then(() => 'still running')]);
+    return { child, dir, exited };
+  }
+
+  it("removes the child's folder once it exits", async () => {
+    const { child, dir, exited } = idleChild();
+    expect(existsSync(dir)).toBe(true);
+    child.kill('SIGTERM');
+    expect(await exited).toBe('SIGTERM');
+    expect(existsSync(dir)).toBe(false);
+  });
+
+  it('puts the child in the exit hook: killed and its folder removed if the runner exits first', async () => {
+    const { child, dir, exited } = idleChild();
+    try {
+      // What the runner's 'exit' hook calls.
+      killAllManagedProcesses();
+      expect(existsSync(dir)).toBe(false);
+      expect(await exited).toBe('SIGKILL');
+    } finally {
+      child.kill('SIGKILL');
       rmSync(dir, { recursive: true, force: true });
     }
   });
