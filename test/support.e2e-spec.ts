@@ -113,6 +113,24 @@ describe('freePort', () => {
     });
     await new Promise<void>((done) => server.close(() => done()));
   });
+
+  it('skips a taken port, and never hands out one the kernel may give a connection', async () => {
+    const ephemeralStart = Number(
+      readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').split(/\s+/)[0],
+    );
+    const taken = createServer();
+    const first = await freePort();
+    await new Promise<void>((done) => taken.listen(first + 1, '127.0.0.1', done));
+    try {
+      const ports = [first];
+      for (let i = 0; i < 5; i++) ports.push(await freePort());
+      expect(ports).not.toContain(first + 1);
+      expect(new Set(ports).size).toBe(ports.length);
+      for (const port of ports) expect(port).toBeLessThan(ephemeralStart);
+    } finally {
+      await new Promise<void>((done) => taken.close(() => done()));
+    }
+  });
 });
 
 describe('startRedis', () => {
