@@ -120,10 +120,7 @@ export class ClientTokenManager {
     return this.held.servable(minRemainingMs);
   }
 
-  async get(
-    minRemainingMs: number,
-    waitTimeoutMs = this.deps.settings.waitTimeoutMs,
-  ): Promise<TokenRecord> {
+  async get(minRemainingMs: number): Promise<TokenRecord> {
     const hit = this.peek(minRemainingMs);
     if (hit) return hit;
     if (this.resyncing !== undefined) {
@@ -132,6 +129,7 @@ export class ClientTokenManager {
       if (back) return back;
     }
     if (this.loop.stopped) throw shuttingDown();
+    const { waitTimeoutMs } = this.deps.settings;
     this.standing.refuseBeforeWaiting(minRemainingMs, waitTimeoutMs);
     const needUntil = this.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
     const result = this.waiters.wait(

@@ -149,12 +149,8 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return this.config.token.refreshAheadSeconds;
   }
 
-  async getToken(
-    clientId: string,
-    minRemainingMs: number,
-    waitTimeoutMs?: number,
-  ): Promise<TokenRecord> {
-    return this.manager(clientId).get(minRemainingMs, waitTimeoutMs);
+  async getToken(clientId: string, minRemainingMs: number): Promise<TokenRecord> {
+    return this.manager(clientId).get(minRemainingMs);
   }
 
   /**
