@@ -6,7 +6,7 @@ import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { CredentialsCache, SECRETS_MANAGER_ROTATION_STAGES } from '../secrets/credentials-cache';
 import { FleetRefresh, noteStoreFailure } from './fleet-refresh';
-import { HeldToken, type LastRefresh } from './held-token';
+import { HeldToken } from './held-token';
 import { lifetimeTooShort } from './refresh-failure';
 import { RefreshLoop } from './refresh-loop';
 import { MIN_SERVE_MS } from './refresh-schedule';
@@ -235,15 +235,7 @@ export class ClientTokenManager {
   }
 
   /** Fingerprints, never tokens. */
-  adminStatus(): {
-    fingerprint?: string;
-    expiresAt?: number;
-    obtainedAt?: number;
-    generation: number;
-    lastRefresh?: LastRefresh;
-    lastError?: string;
-    refreshing: boolean;
-  } {
+  adminStatus() {
     const r = this.held.valid();
     const failure = this.standing.failure;
     return {

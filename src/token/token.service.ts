@@ -8,7 +8,6 @@ import type { Logger } from 'pino';
 import type { Caller } from '../caller-auth/caller';
 import { assertMayUse, CLIENT_ID_SHAPE, mayUse } from '../caller-auth/caller-authorization';
 import { BROKER_CONFIG } from '../config/config.constants';
-import type { ClientAuthMethod, TokenGrant } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
@@ -17,17 +16,10 @@ import type { TokenGrantor } from '../provider/auth-server.client';
 import { loadClientCredentials } from '../secrets/client-credentials';
 import type { SecretReader } from '../secrets/secret-reader';
 import { SECRET_READER } from '../secrets/secrets.constants';
-import { ClientTokenManager, type ClientTokenStatus } from './client-token-manager';
+import { ClientTokenManager } from './client-token-manager';
 import { StoreContinuityWatch } from './store-continuity.watch';
 import type { TokenRecord } from './token-record';
-import {
-  type LockState,
-  REPLICA_ID,
-  type Revocation,
-  type StoreTopology,
-  TOKEN_STORE,
-  type TokenStore,
-} from './token-store';
+import { REPLICA_ID, type Revocation, TOKEN_STORE, type TokenStore } from './token-store';
 import { tracedGrantor, tracedTokenStore } from './traced-ports';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -161,10 +153,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return this.manager(clientId).invalidate(fingerprint);
   }
 
-  status(): {
-    store: { kind: string; healthy: boolean; configurationError?: string };
-    clients: ClientTokenStatus[];
-  } {
+  status() {
     return {
       store: {
         kind: this.store.kind,
@@ -175,10 +164,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     };
   }
 
-  async forceRefresh(
-    clientId: string,
-    askedAt: number,
-  ): Promise<{ fingerprint: string; expiresAt: number; fetched: boolean; written: boolean }> {
+  async forceRefresh(clientId: string, askedAt: number) {
     const { record, fetched, written } = await this.manager(clientId).forceRefresh(askedAt);
     return { fingerprint: record.fingerprint, expiresAt: record.expiresAt, fetched, written };
   }
@@ -225,16 +211,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return { changed: changed.sort(), firstRead: firstRead.sort(), failed: failed.sort() };
   }
 
-  async adminStatus(clientIds: readonly string[]): Promise<{
-    store: StoreTopology;
-    clients: Array<
-      ReturnType<ClientTokenManager['adminStatus']> & {
-        client: string;
-        tokenRequest: { grant: TokenGrant; auth: ClientAuthMethod };
-        lock: LockState | { error: string };
-      }
-    >;
-  }> {
+  async adminStatus(clientIds: readonly string[]) {
     const clients = await Promise.all(
       clientIds.map(async (id) => {
         const m = this.manager(id);
