@@ -292,9 +292,9 @@ export class ClientTokenManager {
    */
   private adopt(record: TokenRecord, fetched = false, forced = false): void {
     const held = this.held.keep(record, forced);
-    this.standing.noteLifetime(held.expiresAt - held.obtainedAt);
-    this.loop.schedule(held);
     const lifetimeMs = held.expiresAt - held.obtainedAt;
+    this.standing.noteLifetime(lifetimeMs);
+    this.loop.schedule(held);
     this.waiters.offer(
       held,
       fetched
