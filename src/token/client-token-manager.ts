@@ -78,12 +78,8 @@ export class ClientTokenManager {
       client.credentials.secretId !== undefined ? SECRETS_MANAGER_ROTATION_STAGES : [],
     );
     this.refresh = new FleetRefresh(client, {
-      store: deps.store,
-      grantor: deps.grantor,
+      ...deps,
       credentials: this.credentials,
-      metrics: deps.metrics,
-      logger: deps.logger,
-      storeGraceMs: deps.storeGraceMs,
       minRefreshIntervalMs: deps.settings.minRefreshIntervalMs,
       now: this.now,
     });
@@ -159,7 +155,7 @@ export class ClientTokenManager {
     try {
       invalidated = (await this.deps.store.invalidate(this.client.id, fingerprint)) || invalidated;
     } catch (err) {
-      this.noteStoreFailure(err);
+      noteStoreFailure(this.deps.logger, this.client.id, err);
     }
     if (invalidated) this.loop.ensureRefreshing('invalidated');
     return invalidated;
@@ -217,7 +213,7 @@ export class ClientTokenManager {
     } catch (err) {
       // Down again: back to serving what this replica holds, as during any outage.
       this.held.restore(held);
-      this.noteStoreFailure(err);
+      noteStoreFailure(this.deps.logger, this.client.id, err);
     }
   }
 
@@ -265,7 +261,7 @@ export class ClientTokenManager {
     }
     this.deps.store
       .acknowledgeRevocation(this.client.id, generation)
-      .catch((err: unknown) => this.noteStoreFailure(err));
+      .catch((err: unknown) => noteStoreFailure(this.deps.logger, this.client.id, err));
     if (this.held.current === undefined) this.loop.ensureRefreshing('revoked');
   }
 
@@ -314,12 +310,8 @@ export class ClientTokenManager {
         this.held.noteRefresh('adopted');
       }
     } catch (err) {
-      this.noteStoreFailure(err);
+      noteStoreFailure(this.deps.logger, this.client.id, err);
     }
-  }
-
-  private noteStoreFailure(err: unknown): void {
-    noteStoreFailure(this.deps.logger, this.client.id, err);
   }
 }
 
