@@ -24,7 +24,6 @@ interface ManagerDeps {
   metrics: MetricsService;
   logger: Logger;
   settings: TokenSettings;
-  /** How long the store must keep failing before this replica refreshes alone. */
   storeGraceMs: number;
   now?: () => number;
   random?: () => number;
@@ -138,10 +137,6 @@ export class ClientTokenManager {
     return result;
   }
 
-  /**
-   * The provider rejected the token with `fingerprint`: drop it only if still current, so a storm
-   * of rejections of one stale token costs one refresh; never adopt it again.
-   */
   async invalidate(fingerprint: string): Promise<boolean> {
     let invalidated = this.held.reject(fingerprint);
     // Its replacement is needed now, whatever the floor (the store lifts the fleet's).
@@ -179,13 +174,9 @@ export class ClientTokenManager {
     // is re-read, and the adoption keeps whichever of the two expires later.
     const cur = this.held.current;
     if (cur !== undefined && event.fingerprint === cur.fingerprint) return;
-    if (this.loop.running) {
-      // The loop is waiting for exactly this: let it re-read now instead of at its next poll
-      // (asleep: wake it; inside a pass: it looks again once the pass ends).
-      this.loop.ring();
-    } else {
-      void this.adoptFromStore();
-    }
+    // A running loop is waiting for exactly this: it re-reads now instead of at its next poll.
+    if (this.loop.running) this.loop.ring();
+    else void this.adoptFromStore();
   }
 
   /** The store is back after an outage; concurrent calls (both connections) share one run. */

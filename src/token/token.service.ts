@@ -81,8 +81,6 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    // Wait (bounded) for Redis before the first refresh: a replica that started without it
-    // would fetch its own token instead of sharing the fleet's.
     const ready = await this.store.waitUntilReady(this.config.redis.connectTimeoutMs);
     if (!ready) {
       this.logger.warn(
@@ -146,8 +144,8 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   /**
-   * The provider rejected the token with `fingerprint`: dropped if still current (fenced: a storm
-   * of rejections costs one refresh) and never handed out again.
+   * The provider rejected the token with `fingerprint`: never handed out again, and dropped (here
+   * and in the store) only if still current, so a storm of rejections costs one refresh.
    */
   async replaceRejected(clientId: string, fingerprint: string): Promise<boolean> {
     return this.manager(clientId).invalidate(fingerprint);
