@@ -131,10 +131,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return hit;
   }
 
-  /**
-   * The largest `min_ttl` (seconds): the refresh-ahead lead. A larger one could only make the
-   * broker ask the provider before the fleet's own refresh.
-   */
+  /** The largest `min_ttl` (seconds) a caller may ask: the refresh-ahead lead. */
   get maxMinTtlSeconds(): number {
     return this.config.token.refreshAheadSeconds;
   }
