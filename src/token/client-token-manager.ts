@@ -106,7 +106,7 @@ export class ClientTokenManager {
   }
 
   /** Waiters are failed last, so callers of a refresh in flight at SIGTERM get its token. */
-  async stop(timeoutMs = 5000): Promise<void> {
+  async stop(timeoutMs: number): Promise<void> {
     await this.loop.stop(timeoutMs);
     this.waiters.rejectAll(shuttingDown());
   }
