@@ -6,7 +6,7 @@ import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { CredentialsCache, SECRETS_MANAGER_ROTATION_STAGES } from '../secrets/credentials-cache';
 import { FleetRefresh, noteStoreFailure } from './fleet-refresh';
-import { HeldToken, type LastRefresh } from './held-token';
+import { HeldToken } from './held-token';
 import { lifetimeTooShort } from './refresh-failure';
 import { RefreshLoop } from './refresh-loop';
 import { MIN_SERVE_MS } from './refresh-schedule';
@@ -24,7 +24,6 @@ interface ManagerDeps {
   metrics: MetricsService;
   logger: Logger;
   settings: TokenSettings;
-  /** How long the store must keep failing before this replica refreshes alone. */
   storeGraceMs: number;
   now?: () => number;
   random?: () => number;
@@ -78,12 +77,8 @@ export class ClientTokenManager {
       client.credentials.secretId !== undefined ? SECRETS_MANAGER_ROTATION_STAGES : [],
     );
     this.refresh = new FleetRefresh(client, {
-      store: deps.store,
-      grantor: deps.grantor,
+      ...deps,
       credentials: this.credentials,
-      metrics: deps.metrics,
-      logger: deps.logger,
-      storeGraceMs: deps.storeGraceMs,
       minRefreshIntervalMs: deps.settings.minRefreshIntervalMs,
       now: this.now,
     });
@@ -111,7 +106,7 @@ export class ClientTokenManager {
   }
 
   /** Waiters are failed last, so callers of a refresh in flight at SIGTERM get its token. */
-  async stop(timeoutMs = 5000): Promise<void> {
+  async stop(timeoutMs: number): Promise<void> {
     await this.loop.stop(timeoutMs);
     this.waiters.rejectAll(shuttingDown());
   }
@@ -120,10 +115,7 @@ export class ClientTokenManager {
     return this.held.servable(minRemainingMs);
   }
 
-  async get(
-    minRemainingMs: number,
-    waitTimeoutMs = this.deps.settings.waitTimeoutMs,
-  ): Promise<TokenRecord> {
+  async get(minRemainingMs: number): Promise<TokenRecord> {
     const hit = this.peek(minRemainingMs);
     if (hit) return hit;
     if (this.resyncing !== undefined) {
@@ -132,6 +124,7 @@ export class ClientTokenManager {
       if (back) return back;
     }
     if (this.loop.stopped) throw shuttingDown();
+    const { waitTimeoutMs } = this.deps.settings;
     this.standing.refuseBeforeWaiting(minRemainingMs, waitTimeoutMs);
     const needUntil = this.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
     const result = this.waiters.wait(
@@ -144,10 +137,6 @@ export class ClientTokenManager {
     return result;
   }
 
-  /**
-   * The provider rejected the token with `fingerprint`: drop it only if still current, so a storm
-   * of rejections of one stale token costs one refresh; never adopt it again.
-   */
   async invalidate(fingerprint: string): Promise<boolean> {
     let invalidated = this.held.reject(fingerprint);
     // Its replacement is needed now, whatever the floor (the store lifts the fleet's).
@@ -161,7 +150,7 @@ export class ClientTokenManager {
     try {
       invalidated = (await this.deps.store.invalidate(this.client.id, fingerprint)) || invalidated;
     } catch (err) {
-      this.noteStoreFailure(err);
+      noteStoreFailure(this.deps.logger, this.client.id, err);
     }
     if (invalidated) this.loop.ensureRefreshing('invalidated');
     return invalidated;
@@ -185,13 +174,9 @@ export class ClientTokenManager {
     // is re-read, and the adoption keeps whichever of the two expires later.
     const cur = this.held.current;
     if (cur !== undefined && event.fingerprint === cur.fingerprint) return;
-    if (this.loop.running) {
-      // The loop is waiting for exactly this: let it re-read now instead of at its next poll
-      // (asleep: wake it; inside a pass: it looks again once the pass ends).
-      this.loop.ring();
-    } else {
-      void this.adoptFromStore();
-    }
+    // A running loop is waiting for exactly this: it re-reads now instead of at its next poll.
+    if (this.loop.running) this.loop.ring();
+    else void this.adoptFromStore();
   }
 
   /** The store is back after an outage; concurrent calls (both connections) share one run. */
@@ -219,7 +204,7 @@ export class ClientTokenManager {
     } catch (err) {
       // Down again: back to serving what this replica holds, as during any outage.
       this.held.restore(held);
-      this.noteStoreFailure(err);
+      noteStoreFailure(this.deps.logger, this.client.id, err);
     }
   }
 
@@ -237,15 +222,7 @@ export class ClientTokenManager {
   }
 
   /** Fingerprints, never tokens. */
-  adminStatus(): {
-    fingerprint?: string;
-    expiresAt?: number;
-    obtainedAt?: number;
-    generation: number;
-    lastRefresh?: LastRefresh;
-    lastError?: string;
-    refreshing: boolean;
-  } {
+  adminStatus() {
     const r = this.held.valid();
     const failure = this.standing.failure;
     return {
@@ -275,7 +252,7 @@ export class ClientTokenManager {
     }
     this.deps.store
       .acknowledgeRevocation(this.client.id, generation)
-      .catch((err: unknown) => this.noteStoreFailure(err));
+      .catch((err: unknown) => noteStoreFailure(this.deps.logger, this.client.id, err));
     if (this.held.current === undefined) this.loop.ensureRefreshing('revoked');
   }
 
@@ -302,9 +279,9 @@ export class ClientTokenManager {
    */
   private adopt(record: TokenRecord, fetched = false, forced = false): void {
     const held = this.held.keep(record, forced);
-    this.standing.noteLifetime(held.expiresAt - held.obtainedAt);
-    this.loop.schedule(held);
     const lifetimeMs = held.expiresAt - held.obtainedAt;
+    this.standing.noteLifetime(lifetimeMs);
+    this.loop.schedule(held);
     this.waiters.offer(
       held,
       fetched
@@ -324,12 +301,8 @@ export class ClientTokenManager {
         this.held.noteRefresh('adopted');
       }
     } catch (err) {
-      this.noteStoreFailure(err);
+      noteStoreFailure(this.deps.logger, this.client.id, err);
     }
-  }
-
-  private noteStoreFailure(err: unknown): void {
-    noteStoreFailure(this.deps.logger, this.client.id, err);
   }
 }
 

@@ -52,11 +52,7 @@ export type RefreshPass =
   /** The fleet is backing off, or this pass's request failed; `retryInMs`: the next attempt. */
   | { kind: 'deferred' | 'failed'; retryInMs: number }
   /** A token was granted less than the refresh floor ago. */
-  | {
-      kind: 'floor';
-      retryInMs: number;
-      lifetimeMs?: number;
-    }
+  | { kind: 'floor'; retryInMs: number; lifetimeMs?: number }
   /** The provider granted a token too short-lived to serve; the floor started with it. */
   | { kind: 'unusable'; lifetimeMs: number; retryInMs: number };
 

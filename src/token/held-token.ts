@@ -99,10 +99,11 @@ export class HeldToken {
   /** `forced`: whatever the one held. Returns the token held afterwards. */
   keep(record: TokenRecord, forced = false): TokenRecord {
     const cur = this.record;
-    if (forced) this.record = record;
-    else if (!cur || record.expiresAt > cur.expiresAt || record.fingerprint !== cur.fingerprint) {
-      if (!cur || record.expiresAt >= cur.expiresAt) this.record = record;
-    }
+    const replaces =
+      !cur ||
+      record.expiresAt > cur.expiresAt ||
+      (record.expiresAt === cur.expiresAt && record.fingerprint !== cur.fingerprint);
+    if (forced || replaces) this.record = record;
     const held = this.record!;
     this.obtained = true;
     this.remainingGauge.set(Math.max(0, (held.expiresAt - this.deps.now()) / 1000));

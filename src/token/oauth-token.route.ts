@@ -172,16 +172,11 @@ export class OAuthTokenRoute implements OnModuleInit {
     reply: FastifyReply,
   ): FastifyReply {
     const oauth = this.translate(err, progress);
+    const ids = requestIdsOf(req);
     if (oauth.code === OAuthErrorCode.ServerError) {
-      this.logger.error({ err, ...requestIdsOf(req) }, 'unhandled error');
+      this.logger.error({ err, ...ids }, 'unhandled error');
     }
-    this.responder.auditRefused(
-      requestIdsOf(req),
-      err,
-      progress.caller,
-      progress.clientId,
-      oauth.code,
-    );
+    this.responder.auditRefused(ids, err, progress.caller, progress.clientId, oauth.code);
     const headers: Record<string, string> = { ...OAUTH_HEADERS };
     let status = 400;
     if (oauth.code === OAuthErrorCode.InvalidClient && oauth.basicChallenge) {

@@ -37,9 +37,9 @@ export function judgeFailure(err: unknown, ctx: FailureContext): RefreshFailure 
   const delayMs = retryDelayMs({
     attempt: ctx.attempt,
     baseMs: ctx.backoffBaseMs,
-    // An operator has to act on a permanent failure: probe slowly until they do.
     maxMs: ctx.backoffMaxMs,
     now: ctx.now,
+    // An operator has to act on a permanent failure: probe slowly until they do.
     expiresAt: permanent ? undefined : ctx.servingUntil,
     retryAfterMs: permanent ? ctx.backoffMaxMs : retryAfterMs,
     random: ctx.random,

@@ -195,16 +195,13 @@ export class RefreshStanding {
       });
     }
     const now = this.deps.now();
-    if (
-      this.phase.kind === 'floor' &&
-      this.nextAttemptAt !== undefined &&
-      this.nextAttemptAt > now
-    ) {
+    const retryAfterMs = (this.nextAttemptAt ?? now) - now;
+    if (this.phase.kind === 'floor' && retryAfterMs > 0) {
       return refreshFloorHeld({
         clientId: this.client.id,
         requestedMs,
         minRefreshIntervalMs: this.deps.settings.minRefreshIntervalMs,
-        retryAfterMs: this.nextAttemptAt - now,
+        retryAfterMs,
       });
     }
     return unavailableError({

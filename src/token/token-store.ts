@@ -3,8 +3,7 @@ import type { TokenRecord } from './token-record';
 
 /** Names the new token by fingerprint, not expiry: replicas' clocks differ. */
 export type TokenStoreEvent =
-  | { type: 'updated'; clientId: string; fingerprint: string }
-  | { type: 'invalidated'; clientId: string; fingerprint: string }
+  | { type: 'updated' | 'invalidated'; clientId: string; fingerprint: string }
   /** No token of a generation older than `generation` may be served or written again. */
   | { type: 'revoked'; clientId: string; generation: number; fingerprint?: string };
 

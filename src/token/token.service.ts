@@ -8,7 +8,6 @@ import type { Logger } from 'pino';
 import type { Caller } from '../caller-auth/caller';
 import { assertMayUse, CLIENT_ID_SHAPE, mayUse } from '../caller-auth/caller-authorization';
 import { BROKER_CONFIG } from '../config/config.constants';
-import type { ClientAuthMethod, TokenGrant } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
@@ -17,17 +16,10 @@ import type { TokenGrantor } from '../provider/auth-server.client';
 import { loadClientCredentials } from '../secrets/client-credentials';
 import type { SecretReader } from '../secrets/secret-reader';
 import { SECRET_READER } from '../secrets/secrets.constants';
-import { ClientTokenManager, type ClientTokenStatus } from './client-token-manager';
+import { ClientTokenManager } from './client-token-manager';
 import { StoreContinuityWatch } from './store-continuity.watch';
 import type { TokenRecord } from './token-record';
-import {
-  type LockState,
-  REPLICA_ID,
-  type Revocation,
-  type StoreTopology,
-  TOKEN_STORE,
-  type TokenStore,
-} from './token-store';
+import { REPLICA_ID, type Revocation, TOKEN_STORE, type TokenStore } from './token-store';
 import { tracedGrantor, tracedTokenStore } from './traced-ports';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -89,8 +81,6 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    // Wait (bounded) for Redis before the first refresh: a replica that started without it
-    // would fetch its own token instead of sharing the fleet's.
     const ready = await this.store.waitUntilReady(this.config.redis.connectTimeoutMs);
     if (!ready) {
       this.logger.warn(
@@ -141,34 +131,24 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return hit;
   }
 
-  /**
-   * The largest `min_ttl` (seconds): the refresh-ahead lead. A larger one could only make the
-   * broker ask the provider before the fleet's own refresh.
-   */
+  /** The largest `min_ttl` (seconds) a caller may ask: the refresh-ahead lead. */
   get maxMinTtlSeconds(): number {
     return this.config.token.refreshAheadSeconds;
   }
 
-  async getToken(
-    clientId: string,
-    minRemainingMs: number,
-    waitTimeoutMs?: number,
-  ): Promise<TokenRecord> {
-    return this.manager(clientId).get(minRemainingMs, waitTimeoutMs);
+  async getToken(clientId: string, minRemainingMs: number): Promise<TokenRecord> {
+    return this.manager(clientId).get(minRemainingMs);
   }
 
   /**
-   * The provider rejected the token with `fingerprint`: dropped if still current (fenced: a storm
-   * of rejections costs one refresh) and never handed out again.
+   * The provider rejected the token with `fingerprint`: never handed out again, and dropped (here
+   * and in the store) only if still current, so a storm of rejections costs one refresh.
    */
   async replaceRejected(clientId: string, fingerprint: string): Promise<boolean> {
     return this.manager(clientId).invalidate(fingerprint);
   }
 
-  status(): {
-    store: { kind: string; healthy: boolean; configurationError?: string };
-    clients: ClientTokenStatus[];
-  } {
+  status() {
     return {
       store: {
         kind: this.store.kind,
@@ -179,10 +159,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     };
   }
 
-  async forceRefresh(
-    clientId: string,
-    askedAt: number,
-  ): Promise<{ fingerprint: string; expiresAt: number; fetched: boolean; written: boolean }> {
+  async forceRefresh(clientId: string, askedAt: number) {
     const { record, fetched, written } = await this.manager(clientId).forceRefresh(askedAt);
     return { fingerprint: record.fingerprint, expiresAt: record.expiresAt, fetched, written };
   }
@@ -229,16 +206,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return { changed: changed.sort(), firstRead: firstRead.sort(), failed: failed.sort() };
   }
 
-  async adminStatus(clientIds: readonly string[]): Promise<{
-    store: StoreTopology;
-    clients: Array<
-      ReturnType<ClientTokenManager['adminStatus']> & {
-        client: string;
-        tokenRequest: { grant: TokenGrant; auth: ClientAuthMethod };
-        lock: LockState | { error: string };
-      }
-    >;
-  }> {
+  async adminStatus(clientIds: readonly string[]) {
     const clients = await Promise.all(
       clientIds.map(async (id) => {
         const m = this.manager(id);
