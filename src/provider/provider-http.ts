@@ -100,7 +100,7 @@ function parseRetryAfter(value: string | string[] | undefined): number | undefin
   return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
 }
 
-/** The body is never quoted. `check`: what an operator checks when the client is refused. */
+/** The body is never quoted. */
 function tokenErrorForStatus(
   what: string,
   status: number,
@@ -157,6 +157,7 @@ interface TokenCall {
 export async function postTokenRequest(call: TokenCall): Promise<GrantedToken> {
   const { url, settings, what } = call;
   let response: Dispatcher.ResponseData;
+  let body: string | undefined;
   try {
     response = await call.dispatcher.request({
       origin: url.origin,
@@ -168,11 +169,6 @@ export async function postTokenRequest(call: TokenCall): Promise<GrantedToken> {
       bodyTimeout: settings.responseTimeoutMs,
       signal: AbortSignal.timeout(tokenCallDeadlineMs(settings)),
     });
-  } catch (cause) {
-    throw translateTransportError(cause, what);
-  }
-  let body: string | undefined;
-  try {
     body = await readCapped(response.body, settings.maxTokenResponseBytes);
   } catch (cause) {
     throw translateTransportError(cause, what);
