@@ -1,7 +1,7 @@
 import { type ApiKeyGrant, apiKeyGrantListSchema } from '../config/caller-auth.schema';
 import type { CredentialsSource } from '../config/client.schema';
 import type { SecretReader } from '../secrets/secret-reader';
-import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
+import { SecretsException } from '../secrets/secrets.exception';
 
 const EXPECTED =
   'expected a JSON list like [{"name": "checkout", "sha256": "<64 hex digits>", "clients": ["acme-prod"]}]';
@@ -20,27 +20,23 @@ export async function loadApiKeyGrants(
     json = JSON.parse(text);
   } catch {
     // No cause: a parser message may quote the text.
-    throw malformed(where, `API keys in "${where}" are not JSON; ${EXPECTED}`);
+    throw SecretsException.malformed(where, `API keys in "${where}" are not JSON; ${EXPECTED}`);
   }
   const parsed = apiKeyGrantListSchema.safeParse(json);
   if (!parsed.success) {
     const at = [...new Set(parsed.error.issues.map((i) => `[${i.path.map(String).join('.')}]`))];
-    throw malformed(
+    throw SecretsException.malformed(
       where,
       `API keys in "${where}" are malformed at ${at.join(', ')} (hashes only, never keys); ${EXPECTED}`,
     );
   }
   parsed.data.forEach((g, i) => {
     if (g.clients.some((c) => c !== '*' && !knownClients.has(c))) {
-      throw malformed(
+      throw SecretsException.malformed(
         where,
         `API key ${i} ("${g.name}") in "${where}" grants a client that is not configured; fix the client id or configure the client`,
       );
     }
   });
   return parsed.data;
-}
-
-function malformed(where: string, message: string): SecretsException {
-  return new SecretsException(SecretsErrorCode.Malformed, message, { source: where });
 }

@@ -132,7 +132,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
 
   private lookup(key: string): Caller | undefined {
     if (key.length > MAX_CREDENTIAL_LENGTH) return undefined;
-    // latin1, not a Buffer: a Buffer result allocates an ArrayBuffer per call, twice the cost.
+    // latin1, not a Buffer: a Buffer result allocates an ArrayBuffer per call.
     const digest = hash('sha256', key, 'binary');
     const bucket = this.byBucket.get(bucketOf(digest));
     if (bucket === undefined) return undefined;

@@ -6,7 +6,7 @@ import { SecretsModule } from '../secrets/secrets.module';
 import { CALLER_AUTHENTICATOR, type CallerAuthenticator } from './caller';
 import { createCallerAuthenticator } from './caller-authenticator.factory';
 
-/** Every route but health and metrics. */
+/** Every route but health, metrics and the OpenAPI document. */
 @Module({
   imports: [SecretsModule],
   providers: [

@@ -16,8 +16,7 @@ export async function createCallerAuthenticator(
   rootLogger: Logger,
 ): Promise<CallerAuthenticator> {
   const logger = rootLogger.child({ component: 'caller-auth' });
-  const settings = config.callerAuth;
-  switch (settings.mode) {
+  switch (config.callerAuth.mode) {
     case 'none':
       logger.warn(
         { mode: 'none', host: config.http.host },
@@ -57,7 +56,7 @@ async function createApiKeyAuthenticator(
       }
     });
   }
-  const callers = [...new Set([...apiKeys].map((k) => k.name))];
+  const callers = [...new Set(apiKeys.map((k) => k.name))];
   logger.info(
     { mode: 'api-key', keyCount: auth.size, inlineCallers: callers, source: apiKeysSource },
     'caller authentication: API keys',

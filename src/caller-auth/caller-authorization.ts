@@ -25,16 +25,13 @@ export function assertMayUse(caller: Caller, clientId: string, configured = true
   );
 }
 
-/** `"*"` for all. */
-function grantedClients(clients: readonly string[]): ReadonlySet<string> | '*' {
-  return clients.includes('*') ? '*' : new Set(clients);
-}
-
+/** A `"*"` among the clients grants them all. */
 export function grantedCaller(
   name: string,
   grant: { readonly clients: readonly string[]; readonly scopes: readonly CallerScope[] },
 ): Caller {
-  return { name, clients: grantedClients(grant.clients), scopes: new Set(grant.scopes) };
+  const clients = grant.clients.includes('*') ? '*' : new Set(grant.clients);
+  return { name, clients, scopes: new Set(grant.scopes) };
 }
 
 const SCOPE_ACTION: Record<CallerScope, string> = {

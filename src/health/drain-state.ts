@@ -9,8 +9,8 @@ export class DrainState {
   /** A request still arriving on an open connection is answered 503 `shutting_down`. */
   closing = false;
 
-  begin(now = Date.now()): void {
-    this.startedAt ??= now;
+  begin(): void {
+    this.startedAt ??= Date.now();
   }
 
   get draining(): boolean {

@@ -52,7 +52,7 @@ export function toProblem(
   const known: BrokerException | undefined = framework
     ? fromHttpStatus(err)
     : err instanceof BrokerException
-      ? (err as BrokerException)
+      ? err
       : undefined;
   const answer = known?.problemStatus;
   if (known === undefined || answer === undefined) {

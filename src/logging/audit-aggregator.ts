@@ -21,9 +21,8 @@ type AuditFields = Readonly<Record<string, string | number>>;
 
 /**
  * Events with the same fixed fields are written as one line per interval with `count`, `first`,
- * `last` and a few `reqIds`: at tens of thousands of tokens a second, a line per token was most of
- * the authenticated hot path's cost, and gigabytes a day of lines saying the same thing. After
- * {@link close} an event is written at once, so none waits for a flush that will not come.
+ * `last` and a few `reqIds`: a line per token was most of the hot path's cost. After {@link close}
+ * an event is written at once, so none waits for a flush that will not come.
  */
 export class AuditAggregator {
   private readonly byFields = new Map<string, AuditAggregate>();

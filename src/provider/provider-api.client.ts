@@ -4,8 +4,8 @@ import type { ClientConfig } from '../config/client.schema';
 import { ordersCallDeadlineMs, type OrdersSettings } from '../config/config.schema';
 import { trimTrailingSlashes } from '../config/schema-parts';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
-import { translateTransportError } from './provider-http';
-import { Agent, type Dispatcher, errors as undiciErrors } from 'undici';
+import { failedToConnect, translateTransportError } from './provider-http';
+import { Agent, type Dispatcher } from 'undici';
 
 /** One provider call, as `POST /orders` or the passthrough hands it over. */
 export interface ApiRequest {
@@ -55,19 +55,6 @@ export interface ProviderApiGateway {
 }
 
 /**
- * Errors raised while connecting: the request was never written, so it cannot have been acted
- * on. Anything later (reset, timeout, a socket closed mid-exchange) may have.
- */
-const CONNECT_ERROR_CODES = new Set([
-  'ECONNREFUSED',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'UND_ERR_CONNECT_TIMEOUT',
-]);
-
-/**
  * Its own pool, not the token endpoint's: the auth server usually shares the host, and a slow API
  * holding every connection must never delay a token refresh.
  */
@@ -80,12 +67,6 @@ export function createCheckoutAgent(settings: OrdersSettings): Agent {
     keepAliveMaxTimeout: 60_000,
     connections: 128,
   });
-}
-
-function wasNeverSent(cause: unknown): boolean {
-  if (cause instanceof undiciErrors.ConnectTimeoutError) return true;
-  const code = (cause as { code?: unknown } | undefined)?.code;
-  return typeof code === 'string' && CONNECT_ERROR_CODES.has(code);
 }
 
 /**
@@ -191,7 +172,8 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     this.headers = responseHeaders;
     this.chunks = [];
     this.size = 0;
-    const announced = Number(firstHeader(responseHeaders['content-length']));
+    const length = responseHeaders['content-length'];
+    const announced = Number(Array.isArray(length) ? length[0] : length);
     if (this.request.whole || announced <= Math.min(SMALL_ANSWER_BYTES, this.limit)) return;
     this.stream = new Readable({
       read: () => controller.resume(),
@@ -252,7 +234,7 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     this.resolve({
       kind: 'failed',
       // Once an answer started, the request certainly reached the provider.
-      delivered: this.status === 0 && wasNeverSent(cause) ? 'no' : 'maybe',
+      delivered: this.status === 0 && failedToConnect(cause) ? 'no' : 'maybe',
       error: this.tooLarge ?? translateTransportError(cause, this.what),
     });
   }
@@ -283,8 +265,4 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     if (!this.stream) clearTimeout(this.deadline);
     this.settle(outcome);
   }
-}
-
-function firstHeader(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value[0] : value;
 }

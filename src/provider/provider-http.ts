@@ -21,13 +21,31 @@ export function createProviderAgent(
   });
 }
 
+const CONNECT_ERROR_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
+
+/**
+ * Errors raised while connecting: the request was never written, so it cannot have been acted
+ * on. Anything later (reset, timeout, a socket closed mid-exchange) may have.
+ */
+export function failedToConnect(cause: unknown): boolean {
+  const code = (cause as { code?: unknown } | undefined)?.code;
+  return (
+    cause instanceof undiciErrors.ConnectTimeoutError ||
+    (typeof code === 'string' && CONNECT_ERROR_CODES.has(code))
+  );
+}
+
 export function translateTransportError(cause: unknown, what: string): ProviderException {
   if (cause instanceof ProviderException) return cause;
   const code = (cause as { code?: string } | undefined)?.code ?? '';
-  if (
-    cause instanceof undiciErrors.ConnectTimeoutError ||
-    ['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH'].includes(code)
-  ) {
+  if (failedToConnect(cause)) {
     return new ProviderException(
       ProviderErrorCode.Unreachable,
       `${what}: cannot connect to the provider (${code || 'connect timeout'})`,
@@ -74,18 +92,15 @@ export async function readCapped(
 }
 
 /** Seconds or an HTTP date, into milliseconds. */
-function parseRetryAfter(
-  value: string | string[] | undefined,
-  now = Date.now(),
-): number | undefined {
+function parseRetryAfter(value: string | string[] | undefined): number | undefined {
   const v = Array.isArray(value) ? value[0] : value;
   if (v === undefined) return undefined;
   if (/^\d+$/.test(v.trim())) return Number(v.trim()) * 1000;
   const date = Date.parse(v);
-  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
+  return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
 }
 
-/** The body is never quoted. `check`: what an operator checks when the client is refused. */
+/** The body is never quoted. */
 function tokenErrorForStatus(
   what: string,
   status: number,
@@ -142,6 +157,7 @@ interface TokenCall {
 export async function postTokenRequest(call: TokenCall): Promise<GrantedToken> {
   const { url, settings, what } = call;
   let response: Dispatcher.ResponseData;
+  let body: string | undefined;
   try {
     response = await call.dispatcher.request({
       origin: url.origin,
@@ -153,11 +169,6 @@ export async function postTokenRequest(call: TokenCall): Promise<GrantedToken> {
       bodyTimeout: settings.responseTimeoutMs,
       signal: AbortSignal.timeout(tokenCallDeadlineMs(settings)),
     });
-  } catch (cause) {
-    throw translateTransportError(cause, what);
-  }
-  let body: string | undefined;
-  try {
     body = await readCapped(response.body, settings.maxTokenResponseBytes);
   } catch (cause) {
     throw translateTransportError(cause, what);

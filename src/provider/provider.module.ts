@@ -39,13 +39,11 @@ import { createProviderAgent } from './provider-http';
         ),
     },
     {
-      // Its own pool, sized and timed for orders (ORDERS_*), apart from the token endpoint's.
       provide: CHECKOUT_AGENT,
       inject: [BROKER_CONFIG],
       useFactory: (config: BrokerConfig): Agent => createCheckoutAgent(config.orders),
     },
     {
-      // One client for POST /orders and the passthrough: the same host, pool and timeouts.
       provide: PROVIDER_API_GATEWAY,
       inject: [CHECKOUT_AGENT, BROKER_CONFIG],
       useFactory: (agent: Agent, config: BrokerConfig) =>

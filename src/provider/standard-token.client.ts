@@ -78,7 +78,6 @@ export class StandardTokenClient implements TokenGrantor {
     headers: Record<string, string>,
     what: string,
   ): Promise<Dispatcher> {
-    let dispatcher = this.dispatcher;
     switch (client.tokenRequest.auth) {
       case 'client_secret_basic': {
         // RFC 6749 §2.3.1: id and secret are form-urlencoded before Basic encoding.
@@ -86,23 +85,21 @@ export class StandardTokenClient implements TokenGrantor {
           `${formEncode(credentials.clientId)}:${formEncode(need(credentials.clientSecret, what, 'client_secret'))}`,
         ).toString('base64');
         headers.authorization = `Basic ${basic}`;
-        break;
+        return this.dispatcher;
       }
       case 'client_secret_post':
         form.set('client_id', credentials.clientId);
         form.set('client_secret', need(credentials.clientSecret, what, 'client_secret'));
-        break;
+        return this.dispatcher;
       case 'private_key_jwt':
         form.set('client_id', credentials.clientId);
         form.set('client_assertion_type', ASSERTION_TYPE);
         form.set('client_assertion', await this.assertion(client, credentials, what));
-        break;
+        return this.dispatcher;
       case 'tls_client_auth':
         form.set('client_id', credentials.clientId);
-        dispatcher = this.tlsAgent(client.id, credentials, what);
-        break;
+        return this.tlsAgent(client.id, credentials, what);
     }
-    return dispatcher;
   }
 
   /** The shared pool belongs to the module. */

@@ -12,18 +12,16 @@ export class TokenGrantorRouter implements TokenGrantor {
     private readonly standard: StandardTokenClient,
   ) {}
 
-  requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken> {
+  async requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken> {
     if (client.tokenRequest.grant === 'rfc6749') {
       return this.standard.requestToken(client, credentials);
     }
     const { clientSecret } = credentials;
     if (clientSecret === undefined) {
       // The credentials loader refuses this for client_secret_basic; a wiring error otherwise.
-      return Promise.reject(
-        new ProviderException(
-          ProviderErrorCode.Rejected,
-          `token request for client "${client.id}": the credentials lack client_secret`,
-        ),
+      throw new ProviderException(
+        ProviderErrorCode.Rejected,
+        `token request for client "${client.id}": the credentials lack client_secret`,
       );
     }
     return this.providerQuery.requestToken(client, { ...credentials, clientSecret });

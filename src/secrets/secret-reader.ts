@@ -58,9 +58,7 @@ export class AwsSecretReader implements SecretReader {
           SecretId: secretId,
           ...(versionStage !== undefined && { VersionStage: versionStage }),
         }),
-        {
-          abortSignal: AbortSignal.timeout(this.timeoutMs),
-        },
+        { abortSignal: AbortSignal.timeout(this.timeoutMs) },
       );
       value = out.SecretString;
     } catch (cause) {
