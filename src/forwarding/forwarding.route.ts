@@ -254,7 +254,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome).inc();
   }
 
-  /** The passthrough's adds the method and checked path, never the query. */
+  /** The passthrough's line adds the method and checked path, never the query. */
   private log(
     profile: ForwardingProfile,
     req: FastifyRequest,

@@ -90,11 +90,11 @@ function tlsOptions(settings: RedisSettings): ConnectionOptions | undefined {
   };
 }
 
-/** Pure, for tests. */
 type ConnectionPlan =
   | { kind: 'redis'; url?: string; options: RedisOptions }
   | { kind: 'cluster'; nodes: Array<{ host: string; port: number }>; options: ClusterOptions };
 
+/** Pure, for tests. */
 export function connectionPlan(
   settings: RedisSettings,
   role: RedisRole,

@@ -183,7 +183,7 @@ export class RedisTokenRecords implements TokenRecords {
   }
 }
 
-/** Beyond any clock skew the fleet tolerates (30 s is tested), far below a token's lifetime. */
+/** Beyond any clock skew the fleet tolerates, far below a token's lifetime. */
 const MAX_WRITER_SKEW_MS = 5 * 60_000;
 
 function checkedExpiry(
