@@ -82,8 +82,8 @@ export class RedisStoreHealth implements StoreHealth {
 
   async checkContinuity(clientId: string): Promise<StoreContinuity> {
     const sentAt = this.now();
-    const [id, seq, redisNow] = await this.run(() =>
-      this.redis.tbEpochAdvance(redisKeys.epoch(clientId), randomUUID()),
+    const [id, seq, redisNow] = await this.run((redis) =>
+      redis.tbEpochAdvance(redisKeys.epoch(clientId), randomUUID()),
     );
     this.clock.observe(sentAt, this.now(), Number(redisNow));
     const seen = this.epochs.get(clientId);
@@ -114,8 +114,8 @@ export class RedisStoreHealth implements StoreHealth {
   private async ping(): Promise<void> {
     try {
       await this.run(
-        () =>
-          this.redis.tbProbe(
+        (redis) =>
+          redis.tbProbe(
             redisKeys.token(this.probeClient),
             `tb:{${this.probeClient}}:probe-never-exists`,
             `tb:{${this.probeClient}}:probe`,
@@ -128,9 +128,9 @@ export class RedisStoreHealth implements StoreHealth {
   }
 
   /** `probe`: the only success that clears an ACL problem (a read says nothing about scripts). */
-  async run<T>(command: () => Promise<T>, probe = false): Promise<T> {
+  async run<T>(command: (redis: RedisWithScripts) => Promise<T>, probe = false): Promise<T> {
     try {
-      const result = await command();
+      const result = await command(this.redis);
       this.markHealthy(probe);
       return result;
     } catch (cause) {

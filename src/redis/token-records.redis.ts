@@ -31,8 +31,8 @@ export class RedisTokenRecords implements TokenRecords {
 
   async read(clientId: string): Promise<StoredToken> {
     const sentAt = this.health.now();
-    const fields = await this.health.run(() =>
-      this.health.redis.tbRead(redisKeys.token(clientId), redisKeys.generation(clientId)),
+    const fields = await this.health.run((redis) =>
+      redis.tbRead(redisKeys.token(clientId), redisKeys.generation(clientId)),
     );
     const arrivedAt = this.health.now();
     const [exp, obt, fp, val, inv, writerExp, redisNowText, generationText] = fields;
@@ -90,8 +90,8 @@ export class RedisTokenRecords implements TokenRecords {
     );
     // Durations from this replica's clock: whatever its offset, it cancels out here.
     const remainingMs = record.expiresAt - this.health.now();
-    const [written, generation] = await this.health.run(() =>
-      this.health.redis.tbWriteFenced(
+    const [written, generation] = await this.health.run((redis) =>
+      redis.tbWriteFenced(
         redisKeys.token(clientId),
         redisKeys.generation(clientId),
         remainingMs,
@@ -109,8 +109,8 @@ export class RedisTokenRecords implements TokenRecords {
   }
 
   async invalidate(clientId: string, fingerprint: string): Promise<boolean> {
-    const done = await this.health.run(() =>
-      this.health.redis.tbInvalidate(
+    const done = await this.health.run((redis) =>
+      redis.tbInvalidate(
         redisKeys.token(clientId),
         redisKeys.floor(clientId),
         fingerprint,
@@ -122,12 +122,8 @@ export class RedisTokenRecords implements TokenRecords {
 
   async discardCorrupt(clientId: string): Promise<void> {
     const seen = this.lastCorrupt.get(clientId) ?? '';
-    await this.health.run(() =>
-      this.health.redis.tbDiscardCorrupt(
-        redisKeys.token(clientId),
-        redisKeys.floor(clientId),
-        seen,
-      ),
+    await this.health.run((redis) =>
+      redis.tbDiscardCorrupt(redisKeys.token(clientId), redisKeys.floor(clientId), seen),
     );
     this.lastCorrupt.delete(clientId);
   }
