@@ -245,17 +245,17 @@ export function parseHostPort(value: string): { host: string; port: number } {
 
 /**
  * QUIT, then disconnect: in mode `sentinel` QUIT leaves the detector's subscriptions open. QUIT
- * only on a connection that is up, and bounded: on one still connecting, ioredis queues it behind
- * the offline queue, which drains only once Redis answers.
+ * only on a connection that is up, and for a second at most: on one still connecting, ioredis
+ * queues it behind the offline queue, which drains only once Redis answers.
  */
-export async function closeRedisClient(client: RedisClient, quitTimeoutMs = 1000): Promise<void> {
+export async function closeRedisClient(client: RedisClient): Promise<void> {
   if (client.status === 'ready') {
     let timer: NodeJS.Timeout | undefined;
     try {
       await Promise.race([
         client.quit(),
         new Promise((resolve) => {
-          timer = setTimeout(resolve, quitTimeoutMs);
+          timer = setTimeout(resolve, 1000);
         }),
       ]);
     } catch {
