@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import type { Logger } from 'pino';
 import type { RedisSettings } from '../config/config.schema';
 import type { StoreContinuity, StoreHealth, StoreTopology } from '../token/token-store';
 import { TokenStoreErrorCode, TokenStoreException } from '../token/token-store.exception';
@@ -34,7 +33,7 @@ export class RedisStoreHealth implements StoreHealth {
     private readonly subscriber: RedisClient,
     private readonly settings: RedisSettings,
     private readonly probeClient: string,
-    logger: StateLogger | Logger = SILENT,
+    logger: StateLogger = SILENT,
   ) {
     this.tracker = new RedisStateTracker(logger, describeRedis(settings));
     this.redis = defineTokenStoreScripts(redis);

@@ -1,5 +1,4 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Logger } from 'pino';
 import type { RedisSettings } from '../config/config.schema';
 import type { TokenCipher } from '../token/token-cipher';
 import type { TokenRecord } from '../token/token-record';
@@ -46,7 +45,7 @@ export class RedisTokenStore extends RedisStoreHealth implements TokenStore {
     settings: RedisSettings,
     lockTtlMs: number,
     clientIds: readonly string[],
-    logger?: StateLogger | Logger,
+    logger?: StateLogger,
   ) {
     super(redis, subscriber, settings, clientIds[0] ?? 'probe', logger);
     this.bus = new RedisFleetBus(this);
@@ -174,14 +173,13 @@ export class RedisTokenStore extends RedisStoreHealth implements TokenStore {
    */
   override async waitUntilReady(timeoutMs: number): Promise<boolean> {
     const deadline = Date.now() + timeoutMs;
-    const ready = await super.waitUntilReady(timeoutMs);
-    if (!ready) return false;
+    if (!(await super.waitUntilReady(timeoutMs))) return false;
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       this.subscribed,
       new Promise((resolve) => (timer = setTimeout(resolve, deadline - Date.now()))),
     ]);
     clearTimeout(timer);
-    return ready;
+    return true;
   }
 }
