@@ -169,8 +169,7 @@ const TLS_PROBE_INTERVAL_MS = 5000;
 function watchTlsMismatch(client: Redis, url: string, settings: RedisSettings): void {
   const { hostname, port } = new URL(url);
   const target = {
-    host: hostname.replace(/^\[(.*)\]$/, '$1'),
-    port: Number(port || 6379),
+    ...parseHostPort(`${hostname}:${port || 6379}`),
     tls: settings.tls.enabled,
     serverName: settings.tls.serverName,
     timeoutMs: settings.connectTimeoutMs,
