@@ -66,16 +66,8 @@ export class RedisTokenRecords implements TokenRecords {
     const offset = this.health.clock.observe(sentAt, arrivedAt, redisNow);
     const expiresAt = checkedExpiry(expRedis, offset, writerExp);
     if (expiresAt === undefined) return this.corrupt(clientId, val);
-    const record = withGeneration(
-      {
-        accessToken,
-        expiresAt,
-        obtainedAt: expiresAt - lifetimeMs,
-        fingerprint: fp,
-      },
-      generation,
-    );
-    return { status: 'found', record };
+    const record = { accessToken, expiresAt, obtainedAt: expiresAt - lifetimeMs, fingerprint: fp };
+    return { status: 'found', record: withGeneration(record, generation) };
   }
 
   async writeFenced(clientId: string, record: TokenRecord): Promise<boolean> {
