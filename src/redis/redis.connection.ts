@@ -29,14 +29,12 @@ export async function readRedisSecrets(
   settings: RedisSettings,
   reader: SecretReader,
 ): Promise<RedisSecrets> {
-  const read = async (source: CredentialsSource | undefined) =>
-    source === undefined
-      ? undefined
-      : (
-          await reader.read(
-            source.file !== undefined ? { file: source.file } : { secretId: source.secretId! },
-          )
-        ).replace(/\r?\n$/, '');
+  const read = async (source: CredentialsSource | undefined) => {
+    if (source === undefined) return undefined;
+    const { file, secretId } = source;
+    const text = await reader.read(file !== undefined ? { file } : { secretId: secretId! });
+    return text.replace(/\r?\n$/, '');
+  };
   return {
     password: await read(settings.password),
     sentinelPassword: await read(settings.sentinel.password),
