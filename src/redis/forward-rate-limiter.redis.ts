@@ -47,7 +47,7 @@ export class RedisForwardRateLimiter implements ForwardRateLimiter {
 
   async consume(clientId: string, caller: string): Promise<RateLimitVerdict> {
     let degraded = false;
-    // The client's limit first: a caller over its own limit should not use up the client's.
+    // The caller's limit first: a caller over its own limit should not use up the client's.
     const checks: [RateLimitScope, Pair | undefined, string][] = [
       ['caller', this.caller, `{${clientId}}:${caller}`],
       ['client', this.client, `{${clientId}}`],
