@@ -119,32 +119,21 @@ export type ForwardingFailure =
 export type ForwardingProfile = 'orders' | 'forward';
 
 const both = (code: OrdersErrorCode) => ({ orders: code, forward: code });
+const each = (orders: OrdersErrorCode, forward: ForwardErrorCode) => ({ orders, forward });
 
 /** The idempotency codes are shared; the rest say which route answered. */
 export const FAILURE_CODES: Record<
   ForwardingFailure,
   Record<ForwardingProfile, ForwardingErrorCode>
 > = {
-  inFlight: { orders: OrdersErrorCode.InFlight, forward: ForwardErrorCode.InFlight },
-  outcomeUnknown: {
-    orders: OrdersErrorCode.OutcomeUnknown,
-    forward: ForwardErrorCode.OutcomeUnknown,
-  },
-  tokenRejected: { orders: OrdersErrorCode.TokenRejected, forward: ForwardErrorCode.TokenRejected },
-  unreachable: {
-    orders: OrdersErrorCode.ProviderUnreachable,
-    forward: ForwardErrorCode.ProviderUnreachable,
-  },
-  badResponse: {
-    orders: OrdersErrorCode.ProviderBadResponse,
-    forward: ForwardErrorCode.ProviderBadResponse,
-  },
-  bodyTooLarge: { orders: OrdersErrorCode.BodyTooLarge, forward: ForwardErrorCode.BodyTooLarge },
-  timeout: { orders: OrdersErrorCode.ProviderTimeout, forward: ForwardErrorCode.ProviderTimeout },
-  echoedToken: {
-    orders: OrdersErrorCode.UpstreamEchoedToken,
-    forward: ForwardErrorCode.UpstreamEchoedToken,
-  },
+  inFlight: each(OrdersErrorCode.InFlight, ForwardErrorCode.InFlight),
+  outcomeUnknown: each(OrdersErrorCode.OutcomeUnknown, ForwardErrorCode.OutcomeUnknown),
+  tokenRejected: each(OrdersErrorCode.TokenRejected, ForwardErrorCode.TokenRejected),
+  unreachable: each(OrdersErrorCode.ProviderUnreachable, ForwardErrorCode.ProviderUnreachable),
+  badResponse: each(OrdersErrorCode.ProviderBadResponse, ForwardErrorCode.ProviderBadResponse),
+  bodyTooLarge: each(OrdersErrorCode.BodyTooLarge, ForwardErrorCode.BodyTooLarge),
+  timeout: each(OrdersErrorCode.ProviderTimeout, ForwardErrorCode.ProviderTimeout),
+  echoedToken: each(OrdersErrorCode.UpstreamEchoedToken, ForwardErrorCode.UpstreamEchoedToken),
   keyReused: both(OrdersErrorCode.IdempotencyKeyReused),
   storeUnavailable: both(OrdersErrorCode.IdempotencyUnavailable),
   tampered: both(OrdersErrorCode.IdempotencyRecordTampered),

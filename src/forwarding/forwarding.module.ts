@@ -1,20 +1,16 @@
 import { type DynamicModule, Module, type Type } from '@nestjs/common';
-import type { Logger } from 'pino';
 import { CallerAuthGuard } from '../caller-auth/caller-auth.guard';
 import { CallerAuthModule } from '../caller-auth/caller-auth.module';
 import { BROKER_CONFIG } from '../config/config.constants';
-import type { BrokerConfig } from '../config/config.schema';
 import { LOGGER } from '../logging/logger';
 import { MetricsModule } from '../metrics/metrics.module';
 import { MetricsService } from '../metrics/metrics.service';
-import type { ProviderApiClient } from '../provider/provider-api.client';
 import { PROVIDER_API_GATEWAY } from '../provider/provider.constants';
 import { ProviderModule } from '../provider/provider.module';
 import { TokenService } from '../token/token.service';
 import { IDEMPOTENCY_STORE } from './forwarding.constants';
 import { ForwardingRoute } from './forwarding.route';
 import { ForwardingService } from './forwarding.service';
-import type { IdempotencyStore } from './idempotency-store';
 
 @Module({
   imports: [CallerAuthModule, MetricsModule, ProviderModule],
@@ -31,16 +27,8 @@ import type { IdempotencyStore } from './idempotency-store';
         MetricsService,
         LOGGER,
       ],
-      useFactory: (
-        ...ports: [
-          TokenService,
-          ProviderApiClient,
-          IdempotencyStore,
-          BrokerConfig,
-          MetricsService,
-          Logger,
-        ]
-      ) => new ForwardingService(...ports),
+      useFactory: (...ports: ConstructorParameters<typeof ForwardingService>) =>
+        new ForwardingService(...ports),
     },
   ],
 })

@@ -30,7 +30,7 @@ import {
   parseForwardTarget,
 } from './forward-target';
 import type { ForwardingAudit } from './forwarding';
-import { ForwardingAuditTrail, writeForwardingAudit } from './forwarding-audit';
+import { ForwardingAuditTrail } from './forwarding-audit';
 import { FORWARD_RATE_LIMITER } from './forwarding.constants';
 import {
   ForwardErrorCode,
@@ -254,7 +254,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome).inc();
   }
 
-  /** The passthrough's adds the method and checked path, never the query. */
+  /** The passthrough's line adds the method and checked path, never the query. */
   private log(
     profile: ForwardingProfile,
     req: FastifyRequest,
@@ -266,7 +266,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
       profile === 'forward'
         ? { method: req.method, path: TARGETS.get(req)?.path.slice(0, 256) }
         : undefined;
-    writeForwardingAudit(this.trails[profile], req, reply, audit, outcome, extra);
+    this.trails[profile].write(req, reply, audit, outcome, extra);
   }
 
   private translate(profile: ForwardingProfile, err: unknown): unknown {

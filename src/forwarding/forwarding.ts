@@ -147,21 +147,16 @@ export class Forwarding {
     sent: string[],
   ): Promise<ForwardedAnswer | ApiFailure> {
     const { clientId } = exchange;
-    const first = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
-    sent.push(first.accessToken);
-    const outcome = await this.attempt(exchange, first, audit);
-    if (!isUnauthorized(outcome)) return outcome;
-    discard(outcome);
-
-    // Fenced: a no-op when another request (or replica) already replaced this token.
-    await this.tokens.replaceRejected(clientId, first.fingerprint);
-    const fresh = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
-    sent.push(fresh.accessToken);
-    const retried = await this.attempt(exchange, fresh, audit);
-    if (!isUnauthorized(retried)) return retried;
-    discard(retried);
-
-    await this.tokens.replaceRejected(clientId, fresh.fingerprint);
+    // The first token, then once more with a fresh one after a 401.
+    for (let tries = 0; tries < 2; tries++) {
+      const token = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
+      sent.push(token.accessToken);
+      const outcome = await this.attempt(exchange, token, audit);
+      if (!isUnauthorized(outcome)) return outcome;
+      discard(outcome);
+      // Fenced: a no-op when another request (or replica) already replaced this token.
+      await this.tokens.replaceRejected(clientId, token.fingerprint);
+    }
     const noun = this.words.noun;
     throw new TokenRejected(
       this.fail(

@@ -79,33 +79,7 @@ export class IdempotencyClaims {
         Math.max(this.ttlMs, 2 * this.leaseMs),
       );
     } catch (err) {
-      if (
-        err instanceof IdempotencyStoreException &&
-        err.code === IdempotencyStoreErrorCode.Tampered
-      ) {
-        this.logger.error(
-          { client: clientId, idemKeyHash: ref.keyHash.slice(0, 16), reason: err.message },
-          'idempotency record failed its integrity check: refused, nothing replayed or sent; something other than a broker writes to Redis',
-        );
-        throw this.fail(
-          'tampered',
-          `the stored outcome of this Idempotency-Key fails its integrity check (it was changed in Redis by something other than a broker), so it is not replayed; nothing was sent. Tell the platform team, and check with the provider whether the ${this.words.noun} was processed before using a new key`,
-          { cause: err },
-        );
-      }
-      if (
-        err instanceof IdempotencyStoreException &&
-        err.code === IdempotencyStoreErrorCode.CallerLimit
-      ) {
-        // Refused rather than forwarded unrecorded: the caller asked for replay protection,
-        // and a retry of an unrecorded request could act twice.
-        throw this.fail(
-          'callerLimit',
-          `${err.message}; nothing was sent. Retry after ${err.retryAfterSeconds ?? 1} s, when its oldest record expires, or send requests that need no replay protection without an Idempotency-Key`,
-          { retryAfterSeconds: err.retryAfterSeconds, cause: err },
-        );
-      }
-      throw this.storeFailure(err);
+      throw this.claimFailed(ref, err);
     }
     if (result.claimed) return { ledger: this.ledger(ref, owner) };
     return { replay: this.recorded(result.existing, bodyHash, clientId) };
@@ -179,16 +153,37 @@ export class IdempotencyClaims {
   }
 
   /** Fail closed: without the store, a repeat could not be recognised and might duplicate. */
-  private storeFailure(err: unknown): Error {
+  private claimFailed(ref: IdempotencyRef, err: unknown): Error {
     if (!(err instanceof IdempotencyStoreException)) throw err;
-    const corrupt = err.code === IdempotencyStoreErrorCode.Corrupt;
-    return this.fail(
-      'storeUnavailable',
-      corrupt
-        ? `${err.message}; nothing was sent`
-        : `the idempotency store (Redis) is unreachable, so a duplicate ${this.words.noun} could not be ruled out; nothing was sent. Retry shortly with the same Idempotency-Key`,
-      { retryAfterSeconds: corrupt ? undefined : 2, cause: err },
-    );
+    const noun = this.words.noun;
+    switch (err.code) {
+      case IdempotencyStoreErrorCode.Tampered:
+        this.logger.error(
+          { client: ref.clientId, idemKeyHash: ref.keyHash.slice(0, 16), reason: err.message },
+          'idempotency record failed its integrity check: refused, nothing replayed or sent; something other than a broker writes to Redis',
+        );
+        return this.fail(
+          'tampered',
+          `the stored outcome of this Idempotency-Key fails its integrity check (it was changed in Redis by something other than a broker), so it is not replayed; nothing was sent. Tell the platform team, and check with the provider whether the ${noun} was processed before using a new key`,
+          { cause: err },
+        );
+      case IdempotencyStoreErrorCode.CallerLimit:
+        // Refused rather than forwarded unrecorded: the caller asked for replay protection,
+        // and a retry of an unrecorded request could act twice.
+        return this.fail(
+          'callerLimit',
+          `${err.message}; nothing was sent. Retry after ${err.retryAfterSeconds ?? 1} s, when its oldest record expires, or send requests that need no replay protection without an Idempotency-Key`,
+          { retryAfterSeconds: err.retryAfterSeconds, cause: err },
+        );
+      case IdempotencyStoreErrorCode.Corrupt:
+        return this.fail('storeUnavailable', `${err.message}; nothing was sent`, { cause: err });
+      case IdempotencyStoreErrorCode.Unavailable:
+        return this.fail(
+          'storeUnavailable',
+          `the idempotency store (Redis) is unreachable, so a duplicate ${noun} could not be ruled out; nothing was sent. Retry shortly with the same Idempotency-Key`,
+          { retryAfterSeconds: 2, cause: err },
+        );
+    }
   }
 
   private fail(failure: ForwardingFailure, message: string, options?: BrokerExceptionOptions) {

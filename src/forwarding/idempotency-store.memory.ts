@@ -80,10 +80,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async markUnknown(ref: IdempotencyRef, owner: string, ttlMs: number): Promise<boolean> {
-    return this.settle(ref, owner, ttlMs, (bodyHash) => ({
-      state: 'unknown',
-      bodyHash,
-    }));
+    return this.settle(ref, owner, ttlMs, (bodyHash) => ({ state: 'unknown', bodyHash }));
   }
 
   async release(ref: IdempotencyRef, owner: string): Promise<boolean> {

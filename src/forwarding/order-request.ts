@@ -1,6 +1,7 @@
 import { isUtf8 } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
+import type { BrokerExceptionOptions } from '../errors/broker.exception';
 import { spansEnabled } from '../tracing/spans';
 import { OrdersErrorCode, ForwardingException } from './forwarding.exception';
 
@@ -122,36 +123,25 @@ export function isJsonContentType(header: string | undefined): boolean {
 /** Checks without changing it: the bytes checked are the bytes forwarded. */
 export function assertJsonObject(body: Buffer | undefined): Buffer {
   if (body === undefined || body.length === 0) {
-    throw new ForwardingException(
-      OrdersErrorCode.InvalidBody,
-      'the request body is empty; send the order as a JSON object',
-    );
+    throw invalidBody('the request body is empty; send the order as a JSON object');
   }
-  if (!isUtf8(body)) {
-    throw new ForwardingException(
-      OrdersErrorCode.InvalidBody,
-      'the request body is not valid UTF-8',
-    );
-  }
+  if (!isUtf8(body)) throw invalidBody('the request body is not valid UTF-8');
   let parsed: unknown;
   try {
     parsed = JSON.parse(body.toString('utf8'));
   } catch (cause) {
-    throw new ForwardingException(
-      OrdersErrorCode.InvalidBody,
-      'the request body is not valid JSON',
-      {
-        cause,
-      },
-    );
+    throw invalidBody('the request body is not valid JSON', { cause });
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-    throw new ForwardingException(
-      OrdersErrorCode.InvalidBody,
+    throw invalidBody(
       'the request body must be a JSON object (the order), not an array or a scalar',
     );
   }
   return body;
+}
+
+function invalidBody(message: string, options?: BrokerExceptionOptions): ForwardingException {
+  return new ForwardingException(OrdersErrorCode.InvalidBody, message, options);
 }
 
 /**

@@ -7,26 +7,22 @@ import { Readable } from 'node:stream';
  */
 export class TokenEchoScanner {
   private readonly needles: Buffer[];
-  private readonly overlap: number;
+  /** Bytes held back from the caller until the next chunk: they may start a token. */
+  readonly heldBack: number;
   private tail = Buffer.alloc(0);
 
   constructor(tokens: readonly string[]) {
     // An empty needle would match everywhere; a token is never empty, but be exact about it.
     this.needles = tokens.filter((t) => t.length > 0).map((t) => Buffer.from(t, 'utf8'));
-    this.overlap = Math.max(0, ...this.needles.map((n) => n.length - 1));
+    this.heldBack = Math.max(0, ...this.needles.map((n) => n.length - 1));
   }
 
   push(chunk: Buffer): boolean {
     const window = this.tail.length > 0 ? Buffer.concat([this.tail, chunk]) : chunk;
     if (this.needles.some((n) => window.includes(n))) return true;
     // A copy: the chunk's memory may be pooled and reused by the stream.
-    this.tail = Buffer.from(window.subarray(Math.max(0, window.length - this.overlap)));
+    this.tail = Buffer.from(window.subarray(Math.max(0, window.length - this.heldBack)));
     return false;
-  }
-
-  /** Bytes held back from the caller until the next chunk: they may start a token. */
-  get heldBack(): number {
-    return this.overlap;
   }
 }
 

@@ -13,8 +13,8 @@ export class RedisFleetBus implements FleetBus {
   constructor(private readonly health: RedisStoreHealth) {}
 
   async revoke(clientId: string): Promise<Revocation> {
-    const [generation, fingerprint, delivered] = await this.health.run(() =>
-      this.health.redis.tbRevoke(
+    const [generation, fingerprint, delivered] = await this.health.run((redis) =>
+      redis.tbRevoke(
         redisKeys.token(clientId),
         redisKeys.floor(clientId),
         redisKeys.generation(clientId),
@@ -35,19 +35,15 @@ export class RedisFleetBus implements FleetBus {
 
   async acknowledgeRevocation(clientId: string, generation: number): Promise<void> {
     const key = redisKeys.revocationAcks(clientId, generation);
-    await this.health.run(() =>
-      this.health.redis.tbAcknowledge(key, REPLICA_ID, REVOCATION_ACKS_TTL_MS),
-    );
+    await this.health.run((redis) => redis.tbAcknowledge(key, REPLICA_ID, REVOCATION_ACKS_TTL_MS));
   }
 
   async revocationAcks(clientId: string, generation: number): Promise<number> {
-    return this.health.run(() =>
-      this.health.redis.scard(redisKeys.revocationAcks(clientId, generation)),
-    );
+    return this.health.run((redis) => redis.scard(redisKeys.revocationAcks(clientId, generation)));
   }
 
   async requestReload(): Promise<number> {
-    return this.health.run(() => this.health.redis.publish(redisKeys.reloadChannel, REPLICA_ID));
+    return this.health.run((redis) => redis.publish(redisKeys.reloadChannel, REPLICA_ID));
   }
 
   onReloadRequested(listener: (from: string) => void): void {

@@ -47,7 +47,7 @@ export class RedisForwardRateLimiter implements ForwardRateLimiter {
 
   async consume(clientId: string, caller: string): Promise<RateLimitVerdict> {
     let degraded = false;
-    // The client's limit first: a caller over its own limit should not use up the client's.
+    // The caller's limit first: a caller over its own limit should not use up the client's.
     const checks: [RateLimitScope, Pair | undefined, string][] = [
       ['caller', this.caller, `{${clientId}}:${caller}`],
       ['client', this.client, `{${clientId}}`],
@@ -98,7 +98,7 @@ export class RedisForwardRateLimiter implements ForwardRateLimiter {
   }
 }
 
-/** `undefined` when the limit is off. */
+/** The same limits in memory and, with a Redis, in Redis; `undefined` when the limit is off. */
 function pair(
   redis: RedisClient | null,
   name: string,
@@ -106,36 +106,27 @@ function pair(
   burst: number,
 ): Pair | undefined {
   if (perSecond === 0) return undefined;
-  const keyPrefix = `tb:rl:${name}`;
-  const memory = bursty(
-    new RateLimiterMemory({ keyPrefix, points: perSecond, duration: 1 }),
-    burst === 0
-      ? undefined
-      : new RateLimiterMemory({
-          keyPrefix: `${keyPrefix}:burst`,
-          points: burst,
-          duration: BURST_WINDOW_SECONDS,
-        }),
+  const limits = (store: (keyPrefix: string, points: number, duration: number) => Limiter) => {
+    const keyPrefix = `tb:rl:${name}`;
+    const rate = store(keyPrefix, perSecond, 1);
+    if (burst === 0) return rate;
+    const bursts = store(`${keyPrefix}:burst`, burst, BURST_WINDOW_SECONDS);
+    return new BurstyRateLimiter(rate as never, bursts as never);
+  };
+  const memory = limits(
+    (keyPrefix, points, duration) => new RateLimiterMemory({ keyPrefix, points, duration }),
   );
   if (!redis) return { memory };
-  const store = (prefix: string, points: number, duration: number) =>
-    new RateLimiterRedis({
-      storeClient: redis,
-      keyPrefix: prefix,
-      points,
-      duration,
-      // Refuse at once while disconnected (memory takes over) instead of queueing.
-      rejectIfRedisNotReady: true,
-    });
-  return {
-    redis: bursty(
-      store(keyPrefix, perSecond, 1),
-      burst === 0 ? undefined : store(`${keyPrefix}:burst`, burst, BURST_WINDOW_SECONDS),
-    ),
-    memory,
-  };
-}
-
-function bursty(rate: Limiter, burst: Limiter | undefined): Limiter {
-  return burst ? new BurstyRateLimiter(rate as never, burst as never) : rate;
+  const shared = limits(
+    (keyPrefix, points, duration) =>
+      new RateLimiterRedis({
+        storeClient: redis,
+        keyPrefix,
+        points,
+        duration,
+        // Refuse at once while disconnected (memory takes over) instead of queueing.
+        rejectIfRedisNotReady: true,
+      }),
+  );
+  return { redis: shared, memory };
 }

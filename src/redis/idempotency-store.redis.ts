@@ -12,6 +12,7 @@ import {
 import { redisKeys } from './redis.constants';
 import type { RedisClient } from './redis.connection';
 import { classifyRedisError } from './redis-problem';
+import { REDIS_NOW } from './token-store.lua';
 import type { TokenCipher } from '../token/token-cipher';
 
 /**
@@ -23,9 +24,8 @@ import type { TokenCipher } from '../token/token-cipher';
  * exact repeat, marked 'legacy' (9th field) for its MACs; a caller at its bound gets
  * {'full', ms until its oldest record expires}.
  */
-const CLAIM = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+const CLAIM = `${REDIS_NOW}
+local now = redisNow()
 local fields = {'st', 'fp', 'lease', 'status', 'ct', 'body', 'fpm', 'mac'}
 local cur = redis.call('HMGET', KEYS[1], unpack(fields))
 if not cur[1] then
@@ -61,10 +61,9 @@ return 1
  * then for 'c' status, content type, body and its MAC. Only the claimant settles: a holder that
  * outlived its lease must not overwrite what a later claimant recorded.
  */
-const SETTLE = `
+const SETTLE = `${REDIS_NOW}
 if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redisNow()
 if redis.call('ZSCORE', KEYS[2], KEYS[1]) then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), KEYS[1])
   if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end

@@ -6,10 +6,7 @@ type RedisState = 'up' | 'down' | 'misconfigured';
 
 export type StateLogger = Pick<Logger, 'info' | 'warn' | 'error'>;
 
-/**
- * Logs each *transition* once: outages fail every command and reconnection, and logging those
- * one by one produced hundreds of thousands of lines per minute.
- */
+/** Logs each *transition* once: an outage fails every command and reconnection, too many to log. */
 export class RedisStateTracker {
   private current: RedisState = 'down';
   private currentProblem?: RedisProblem;

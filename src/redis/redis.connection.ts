@@ -29,14 +29,12 @@ export async function readRedisSecrets(
   settings: RedisSettings,
   reader: SecretReader,
 ): Promise<RedisSecrets> {
-  const read = async (source: CredentialsSource | undefined) =>
-    source === undefined
-      ? undefined
-      : (
-          await reader.read(
-            source.file !== undefined ? { file: source.file } : { secretId: source.secretId! },
-          )
-        ).replace(/\r?\n$/, '');
+  const read = async (source: CredentialsSource | undefined) => {
+    if (source === undefined) return undefined;
+    const { file, secretId } = source;
+    const text = await reader.read(file !== undefined ? { file } : { secretId: secretId! });
+    return text.replace(/\r?\n$/, '');
+  };
   return {
     password: await read(settings.password),
     sentinelPassword: await read(settings.sentinel.password),
@@ -90,11 +88,11 @@ function tlsOptions(settings: RedisSettings): ConnectionOptions | undefined {
   };
 }
 
-/** Pure, for tests. */
 type ConnectionPlan =
   | { kind: 'redis'; url?: string; options: RedisOptions }
   | { kind: 'cluster'; nodes: Array<{ host: string; port: number }>; options: ClusterOptions };
 
+/** Pure, for tests. */
 export function connectionPlan(
   settings: RedisSettings,
   role: RedisRole,
@@ -169,8 +167,7 @@ const TLS_PROBE_INTERVAL_MS = 5000;
 function watchTlsMismatch(client: Redis, url: string, settings: RedisSettings): void {
   const { hostname, port } = new URL(url);
   const target = {
-    host: hostname.replace(/^\[(.*)\]$/, '$1'),
-    port: Number(port || 6379),
+    ...parseHostPort(`${hostname}:${port || 6379}`),
     tls: settings.tls.enabled,
     serverName: settings.tls.serverName,
     timeoutMs: settings.connectTimeoutMs,
@@ -245,17 +242,17 @@ export function parseHostPort(value: string): { host: string; port: number } {
 
 /**
  * QUIT, then disconnect: in mode `sentinel` QUIT leaves the detector's subscriptions open. QUIT
- * only on a connection that is up, and bounded: on one still connecting, ioredis queues it behind
- * the offline queue, which drains only once Redis answers.
+ * only on a connection that is up, and for a second at most: on one still connecting, ioredis
+ * queues it behind the offline queue, which drains only once Redis answers.
  */
-export async function closeRedisClient(client: RedisClient, quitTimeoutMs = 1000): Promise<void> {
+export async function closeRedisClient(client: RedisClient): Promise<void> {
   if (client.status === 'ready') {
     let timer: NodeJS.Timeout | undefined;
     try {
       await Promise.race([
         client.quit(),
         new Promise((resolve) => {
-          timer = setTimeout(resolve, quitTimeoutMs);
+          timer = setTimeout(resolve, 1000);
         }),
       ]);
     } catch {

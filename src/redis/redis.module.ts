@@ -6,7 +6,7 @@ import { redisConfigured } from '../config/redis.schema';
 import { LOGGER } from '../logging/logger';
 import type { IdempotencyStore } from '../forwarding/idempotency-store';
 import { MemoryIdempotencyStore } from '../forwarding/idempotency-store.memory';
-import { IDEMPOTENCY_STORE } from '../forwarding/forwarding.constants';
+import { FORWARD_RATE_LIMITER, IDEMPOTENCY_STORE } from '../forwarding/forwarding.constants';
 import { TOKEN_CIPHER, type TokenCipher } from '../token/token-cipher';
 import { TOKEN_STORE, type TokenStore } from '../token/token-store';
 import { MemoryTokenStore } from '../token/token-store.memory';
@@ -15,18 +15,15 @@ import { SECRET_READER } from '../secrets/secrets.constants';
 import { SecretsModule } from '../secrets/secrets.module';
 import { createTokenCipher } from '../token/token-cipher.factory';
 import { RedisIdempotencyStore } from './idempotency-store.redis';
-import { FORWARD_RATE_LIMITER } from '../forwarding/forwarding.constants';
 import type { ForwardRateLimiter } from '../forwarding/forward-rate-limiter';
 import { RedisForwardRateLimiter } from './forward-rate-limiter.redis';
-import { REDIS_CONNECTION } from './redis.constants';
+import { REDIS_CONNECTION, REDIS_SECRETS } from './redis.constants';
 import {
   createRedisConnection,
   type RedisClient,
   type RedisSecrets,
   readRedisSecrets,
 } from './redis.connection';
-
-const REDIS_SECRETS = 'TOKEN_BROKER:REDIS_SECRETS';
 import { RedisTokenStore } from './token-store.redis';
 
 /** Without a Redis configured: process memory, valid for a single replica only. */

@@ -60,33 +60,30 @@ export class RedisRefreshLock implements RefreshLock {
   }
 
   async lockState(clientId: string): Promise<LockState> {
-    const [ttl, holder] = await this.health.run(() =>
+    const [ttl, holder] = await this.health.run((redis) =>
       Promise.all([
-        this.health.redis.pttl(redisKeys.lock(clientId)),
-        this.health.redis.get(redisKeys.lockHolder(clientId)),
+        redis.pttl(redisKeys.lock(clientId)),
+        redis.get(redisKeys.lockHolder(clientId)),
       ]),
     );
     return ttl > 0 ? { held: true, holder: holder ?? undefined, ttlMs: ttl } : { held: false };
   }
 
   async deferRefresh(clientId: string, delayMs: number): Promise<number> {
-    return this.health.run(() =>
-      this.health.redis.tbDeferRefresh(
-        redisKeys.backoff(clientId),
-        Math.max(0, Math.ceil(delayMs)),
-      ),
+    return this.health.run((redis) =>
+      redis.tbDeferRefresh(redisKeys.backoff(clientId), Math.max(0, Math.ceil(delayMs))),
     );
   }
 
   async refreshDeferral(clientId: string): Promise<number> {
     // -2 (no key) or -1 (no expiry, never set by us): both mean "not deferred".
-    const left = await this.health.run(() => this.health.redis.pttl(redisKeys.backoff(clientId)));
+    const left = await this.health.run((redis) => redis.pttl(redisKeys.backoff(clientId)));
     return Math.max(0, left);
   }
 
   async holdRefreshes(clientId: string, intervalMs: number, lifetimeMs: number): Promise<void> {
-    await this.health.run(() =>
-      this.health.redis.set(
+    await this.health.run((redis) =>
+      redis.set(
         redisKeys.floor(clientId),
         String(Math.max(0, Math.round(lifetimeMs))),
         'PX',
@@ -96,8 +93,8 @@ export class RedisRefreshLock implements RefreshLock {
   }
 
   async refreshHold(clientId: string): Promise<RefreshHold> {
-    const [left, value] = await this.health.run(() =>
-      this.health.redis.tbRefreshHold(redisKeys.floor(clientId)),
+    const [left, value] = await this.health.run((redis) =>
+      redis.tbRefreshHold(redisKeys.floor(clientId)),
     );
     // -2 or -1: no floor.
     if (!(left > 0)) return { ms: 0 };

@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import type { Logger } from 'pino';
 import type { RedisSettings } from '../config/config.schema';
 import type { StoreContinuity, StoreHealth, StoreTopology } from '../token/token-store';
 import { TokenStoreErrorCode, TokenStoreException } from '../token/token-store.exception';
@@ -34,7 +33,7 @@ export class RedisStoreHealth implements StoreHealth {
     private readonly subscriber: RedisClient,
     private readonly settings: RedisSettings,
     private readonly probeClient: string,
-    logger: StateLogger | Logger = SILENT,
+    logger: StateLogger = SILENT,
   ) {
     this.tracker = new RedisStateTracker(logger, describeRedis(settings));
     this.redis = defineTokenStoreScripts(redis);
@@ -82,8 +81,8 @@ export class RedisStoreHealth implements StoreHealth {
 
   async checkContinuity(clientId: string): Promise<StoreContinuity> {
     const sentAt = this.now();
-    const [id, seq, redisNow] = await this.run(() =>
-      this.redis.tbEpochAdvance(redisKeys.epoch(clientId), randomUUID()),
+    const [id, seq, redisNow] = await this.run((redis) =>
+      redis.tbEpochAdvance(redisKeys.epoch(clientId), randomUUID()),
     );
     this.clock.observe(sentAt, this.now(), Number(redisNow));
     const seen = this.epochs.get(clientId);
@@ -114,8 +113,8 @@ export class RedisStoreHealth implements StoreHealth {
   private async ping(): Promise<void> {
     try {
       await this.run(
-        () =>
-          this.redis.tbProbe(
+        (redis) =>
+          redis.tbProbe(
             redisKeys.token(this.probeClient),
             `tb:{${this.probeClient}}:probe-never-exists`,
             `tb:{${this.probeClient}}:probe`,
@@ -128,9 +127,9 @@ export class RedisStoreHealth implements StoreHealth {
   }
 
   /** `probe`: the only success that clears an ACL problem (a read says nothing about scripts). */
-  async run<T>(command: () => Promise<T>, probe = false): Promise<T> {
+  async run<T>(command: (redis: RedisWithScripts) => Promise<T>, probe = false): Promise<T> {
     try {
-      const result = await command();
+      const result = await command(this.redis);
       this.markHealthy(probe);
       return result;
     } catch (cause) {

@@ -31,8 +31,8 @@ export class RedisTokenRecords implements TokenRecords {
 
   async read(clientId: string): Promise<StoredToken> {
     const sentAt = this.health.now();
-    const fields = await this.health.run(() =>
-      this.health.redis.tbRead(redisKeys.token(clientId), redisKeys.generation(clientId)),
+    const fields = await this.health.run((redis) =>
+      redis.tbRead(redisKeys.token(clientId), redisKeys.generation(clientId)),
     );
     const arrivedAt = this.health.now();
     const [exp, obt, fp, val, inv, writerExp, redisNowText, generationText] = fields;
@@ -66,16 +66,8 @@ export class RedisTokenRecords implements TokenRecords {
     const offset = this.health.clock.observe(sentAt, arrivedAt, redisNow);
     const expiresAt = checkedExpiry(expRedis, offset, writerExp);
     if (expiresAt === undefined) return this.corrupt(clientId, val);
-    const record = withGeneration(
-      {
-        accessToken,
-        expiresAt,
-        obtainedAt: expiresAt - lifetimeMs,
-        fingerprint: fp,
-      },
-      generation,
-    );
-    return { status: 'found', record };
+    const record = { accessToken, expiresAt, obtainedAt: expiresAt - lifetimeMs, fingerprint: fp };
+    return { status: 'found', record: withGeneration(record, generation) };
   }
 
   async writeFenced(clientId: string, record: TokenRecord): Promise<boolean> {
@@ -90,8 +82,8 @@ export class RedisTokenRecords implements TokenRecords {
     );
     // Durations from this replica's clock: whatever its offset, it cancels out here.
     const remainingMs = record.expiresAt - this.health.now();
-    const [written, generation] = await this.health.run(() =>
-      this.health.redis.tbWriteFenced(
+    const [written, generation] = await this.health.run((redis) =>
+      redis.tbWriteFenced(
         redisKeys.token(clientId),
         redisKeys.generation(clientId),
         remainingMs,
@@ -109,8 +101,8 @@ export class RedisTokenRecords implements TokenRecords {
   }
 
   async invalidate(clientId: string, fingerprint: string): Promise<boolean> {
-    const done = await this.health.run(() =>
-      this.health.redis.tbInvalidate(
+    const done = await this.health.run((redis) =>
+      redis.tbInvalidate(
         redisKeys.token(clientId),
         redisKeys.floor(clientId),
         fingerprint,
@@ -122,12 +114,8 @@ export class RedisTokenRecords implements TokenRecords {
 
   async discardCorrupt(clientId: string): Promise<void> {
     const seen = this.lastCorrupt.get(clientId) ?? '';
-    await this.health.run(() =>
-      this.health.redis.tbDiscardCorrupt(
-        redisKeys.token(clientId),
-        redisKeys.floor(clientId),
-        seen,
-      ),
+    await this.health.run((redis) =>
+      redis.tbDiscardCorrupt(redisKeys.token(clientId), redisKeys.floor(clientId), seen),
     );
     this.lastCorrupt.delete(clientId);
   }
@@ -183,7 +171,7 @@ export class RedisTokenRecords implements TokenRecords {
   }
 }
 
-/** Beyond any clock skew the fleet tolerates (30 s is tested), far below a token's lifetime. */
+/** Beyond any clock skew the fleet tolerates, far below a token's lifetime. */
 const MAX_WRITER_SKEW_MS = 5 * 60_000;
 
 function checkedExpiry(

@@ -1,7 +1,7 @@
 import type { RedisClient } from './redis.connection';
 
 /** Lua `redisNow()`: Redis's clock (epoch ms); a replica's skewed clock must not decide expiry. */
-const REDIS_NOW = `
+export const REDIS_NOW = `
 local function redisNow()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -167,7 +167,7 @@ return {left, redis.call('GET', KEYS[1])}
  *
  * KEYS[1] epoch hash. ARGV[1] an id for a new epoch. Returns {id, sequence, Redis's now (ms)}.
  */
-const EPOCH_ADVANCE = `
+const EPOCH_ADVANCE = `${REDIS_NOW}
 local t = redis.call('TYPE', KEYS[1]).ok
 if t ~= 'hash' and t ~= 'none' then redis.call('DEL', KEYS[1]) end
 local id = redis.call('HGET', KEYS[1], 'id')
@@ -175,8 +175,7 @@ if not id then
   id = ARGV[1]
   redis.call('HSET', KEYS[1], 'id', id, 'seq', 0)
 end
-local now = redis.call('TIME')
-return {id, redis.call('HINCRBY', KEYS[1], 'seq', 1), now[1] * 1000 + math.floor(now[2] / 1000)}
+return {id, redis.call('HINCRBY', KEYS[1], 'seq', 1), redisNow()}
 `;
 
 /**

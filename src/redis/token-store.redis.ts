@@ -1,5 +1,4 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Logger } from 'pino';
 import type { RedisSettings } from '../config/config.schema';
 import type { TokenCipher } from '../token/token-cipher';
 import type { TokenRecord } from '../token/token-record';
@@ -46,7 +45,7 @@ export class RedisTokenStore extends RedisStoreHealth implements TokenStore {
     settings: RedisSettings,
     lockTtlMs: number,
     clientIds: readonly string[],
-    logger?: StateLogger | Logger,
+    logger?: StateLogger,
   ) {
     super(redis, subscriber, settings, clientIds[0] ?? 'probe', logger);
     this.bus = new RedisFleetBus(this);
@@ -61,10 +60,8 @@ export class RedisTokenStore extends RedisStoreHealth implements TokenStore {
     });
     this.channels = [...channels.keys(), redisKeys.reloadChannel];
     this.subscribed = subscriber.subscribe(...this.channels).catch(() => undefined);
-    // A Cluster moves its subscriber off a node that died or left and resubscribes elsewhere,
-    // reporting the move on neither client: a node leaving the topology is the public sign.
-    // Nodes leave at start-up too (replicas that replicated nothing yet), before anything was
-    // read that could be stale.
+    // A Cluster moves its subscriber off a dead or departed node without telling either client:
+    // a node leaving is the only sign. Watched once subscribed, as nodes also leave at start-up.
     void this.subscribed.then(() => {
       for (const client of [redis, subscriber]) {
         client.on('-node', () => void this.resubscribe(subscriber));
@@ -172,19 +169,17 @@ export class RedisTokenStore extends RedisStoreHealth implements TokenStore {
   /**
    * Also waits, within `timeoutMs`, for the subscription: the token managers read the store once
    * this returns, and an event published after that read must reach this replica. A Cluster
-   * client may move its subscriber off a seed node once the slots are known, and its SUBSCRIBE
-   * is then resent about 100 ms after the client is ready (`retryDelayOnFailover`).
+   * client may resend its SUBSCRIBE after it is ready, when it moves off a seed node.
    */
   override async waitUntilReady(timeoutMs: number): Promise<boolean> {
     const deadline = Date.now() + timeoutMs;
-    const ready = await super.waitUntilReady(timeoutMs);
-    if (!ready) return false;
+    if (!(await super.waitUntilReady(timeoutMs))) return false;
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       this.subscribed,
       new Promise((resolve) => (timer = setTimeout(resolve, deadline - Date.now()))),
     ]);
     clearTimeout(timer);
-    return ready;
+    return true;
   }
 }
