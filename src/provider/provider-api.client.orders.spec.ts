@@ -5,6 +5,7 @@ import { ordersSettingsSchema } from '../config/provider.schema';
 import { type ApiOutcome, createCheckoutAgent, ProviderApiClient } from './provider-api.client';
 import { ProviderErrorCode } from './provider.exception';
 import { Agent } from 'undici';
+import { waitFor } from '../../test/support/wait';
 
 /**
  * The provider client as `POST /orders` calls it (fixed JSON target, answer collected whole)
@@ -45,8 +46,12 @@ describe(`${ProviderApiClient.name} for orders`, () => {
     await new Promise((resolve) => server.close(resolve));
   });
 
-  const order = (base = baseUrl, body = Buffer.from('{"price":100}')): Promise<ApiOutcome> =>
-    checkout.call({
+  const order = (
+    base = baseUrl,
+    body = Buffer.from('{"price":100}'),
+    via = checkout,
+  ): Promise<ApiOutcome> =>
+    via.call({
       client: testClient({ authUrl: base, baseUrl: base }),
       accessToken: 'provider-token',
       method: 'POST',
@@ -224,16 +229,26 @@ describe(`${ProviderApiClient.name} for orders`, () => {
         received++;
         drip(req, body, res);
       };
+      // The one connection is held by a call with a later deadline, so the queued order's own
+      // deadline comes first however loaded the machine is (with equal deadlines, the holder's
+      // abort could free the connection for it a moment before).
+      const agent = new Agent({ connections: 1 });
+      const holder = new ProviderApiClient(agent, { ...short, bodyTimeoutMs: 5000 });
+      await checkout.close();
+      checkout = new ProviderApiClient(agent, short);
+      const held = order(baseUrl, undefined, holder);
+      await waitFor(() => received === 1, { timeoutMs: 2000, what: 'the first order to arrive' });
       const started = performance.now();
-      const [first, queued] = await Promise.all([order(), order()]);
+      const queued = await order();
       expect(performance.now() - started).toBeLessThan(deadlineMs + 400);
-      expect(first).toMatchObject({ kind: 'failed', delivered: 'maybe' });
       expect(queued).toMatchObject({
         kind: 'failed',
         delivered: 'no',
         error: { code: ProviderErrorCode.Timeout },
       });
       expect(received).toBe(1);
+      for (const s of sockets) s.destroy();
+      expect(await held).toMatchObject({ kind: 'failed', delivered: 'maybe' });
     });
   });
 
