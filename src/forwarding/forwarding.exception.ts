@@ -140,19 +140,6 @@ export const FAILURE_CODES: Record<
   callerLimit: both(OrdersErrorCode.IdempotencyRecordsExceeded),
 };
 
-/** How each use words its messages, and its `providerLatency` `call` label. */
-export const PROFILES: Record<
-  ForwardingProfile,
-  { noun: string; uncertain: string; call: string }
-> = {
-  orders: { noun: 'order', uncertain: 'the order may or may not exist', call: 'orders' },
-  forward: {
-    noun: 'request',
-    uncertain: 'the provider may or may not have processed the request',
-    call: 'forward',
-  },
-};
-
 export function forwardingProblem(
   profile: ForwardingProfile,
   failure: ForwardingFailure,

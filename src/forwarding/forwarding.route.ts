@@ -1,12 +1,6 @@
 import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import type {
-  FastifyError,
-  FastifyInstance,
-  FastifyReply,
-  FastifyRequest,
-  RouteOptions,
-} from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import {
   CallerAuthGuard,
@@ -14,7 +8,7 @@ import {
   partialCallerContext,
 } from '../caller-auth/caller-auth.guard';
 import { BROKER_CONFIG } from '../config/config.constants';
-import { type ClientConfig, FORWARD_METHODS } from '../config/client.schema';
+import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
@@ -23,13 +17,7 @@ import { auditLogger, LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import { inCallerSpan } from '../tracing/spans';
 import type { ForwardRateLimiter } from './forward-rate-limiter';
-import {
-  allowedBy,
-  FORWARD_ROUTE_PREFIX,
-  type ForwardTarget,
-  parseForwardTarget,
-} from './forward-target';
-import type { ForwardingAudit } from './forwarding';
+import { allowedBy, type ForwardTarget, parseForwardTarget } from './forward-target';
 import { ForwardingAuditTrail } from './forwarding-audit';
 import { FORWARD_RATE_LIMITER } from './forwarding.constants';
 import {
@@ -38,9 +26,9 @@ import {
   forwardingProblem,
   type ForwardingProfile,
   OrdersErrorCode,
-  PROFILES,
 } from './forwarding.exception';
-import { type ForwardReply, ForwardingService } from './forwarding.service';
+import { PROFILES } from './forwarding.profiles';
+import { type ForwardingAudit, type ForwardReply, ForwardingService } from './forwarding.service';
 import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
 
 /** Caller headers the passthrough lets the provider see besides idempotency, request id, trace. */
@@ -50,36 +38,6 @@ const PASSED_HEADERS = ['content-type', 'accept', 'accept-language'] as const;
 const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/json' };
 
 const JSON_ONLY = 'send the order as Content-Type: application/json (UTF-8)';
-
-const ROUTES: Record<
-  ForwardingProfile,
-  {
-    readonly route: Pick<RouteOptions, 'method' | 'url' | 'exposeHeadRoute'>;
-    readonly bodyLimit: (config: BrokerConfig) => number;
-    readonly bodyLimitSetting: string;
-    readonly span: (method: string) => string;
-    readonly msg: string;
-  }
-> = {
-  orders: {
-    route: { method: 'POST', url: '/orders' },
-    bodyLimit: (config) => config.orders.bodyLimitBytes,
-    bodyLimitSetting: 'ORDERS_BODY_LIMIT_BYTES',
-    span: () => 'POST /orders',
-    msg: 'order',
-  },
-  forward: {
-    route: {
-      method: [...FORWARD_METHODS],
-      url: `${FORWARD_ROUTE_PREFIX}*`,
-      exposeHeadRoute: false,
-    },
-    bodyLimit: (config) => config.forward.bodyLimitBytes,
-    bodyLimitSetting: 'FORWARD_BODY_LIMIT_BYTES',
-    span: (method) => `${method} /provider/{client}/{providerPath}`,
-    msg: 'forward',
-  },
-};
 
 const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
 
@@ -104,7 +62,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     @Inject(LOGGER) logger: Logger,
   ) {
     const trail = (profile: ForwardingProfile) =>
-      new ForwardingAuditTrail(auditLogger(logger, profile), ROUTES[profile].msg, config.audit);
+      new ForwardingAuditTrail(auditLogger(logger, profile), PROFILES[profile].msg, config.audit);
     this.trails = { orders: trail('orders'), forward: trail('forward') };
     this.clients = new Map(config.clients.map((c) => [c.id, c]));
   }
@@ -120,7 +78,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   }
 
   private register(fastify: FastifyInstance, profile: ForwardingProfile): void {
-    const bodyLimit = ROUTES[profile].bodyLimit(this.config);
+    const bodyLimit = PROFILES[profile].settings(this.config).bodyLimitBytes;
     void fastify.register(async (scope) => {
       scope.removeAllContentTypeParsers();
       scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit }, (_req, body, done) =>
@@ -139,7 +97,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
         done(null, payload);
       });
       scope.route({
-        ...ROUTES[profile].route,
+        ...PROFILES[profile].route,
         bodyLimit,
         onRequest: (req) => this.admit(profile, req),
         handler: (req, reply) => this.handle(profile, req, reply),
@@ -206,7 +164,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
       const body = orders ? assertJsonObject(raw) : raw?.length ? raw : undefined;
       const result = await inCallerSpan(
         req.headers,
-        ROUTES[profile].span(req.method),
+        PROFILES[profile].span(req.method),
         { 'token_broker.client': context.clientId },
         () =>
           this.service.forward(
@@ -271,13 +229,15 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
 
   private translate(profile: ForwardingProfile, err: unknown): unknown {
     switch ((err as { code?: unknown } | null)?.code) {
-      case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      case 'FST_ERR_CTP_BODY_TOO_LARGE': {
+        const { noun, bodyLimitSetting, settings } = PROFILES[profile];
         return forwardingProblem(
           profile,
           'bodyTooLarge',
-          `the ${PROFILES[profile].noun} body exceeds ${ROUTES[profile].bodyLimit(this.config)} bytes (${ROUTES[profile].bodyLimitSetting})`,
+          `the ${noun} body exceeds ${settings(this.config).bodyLimitBytes} bytes (${bodyLimitSetting})`,
           { cause: err },
         );
+      }
       case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
         // The passthrough answers Fastify's own 400.
         return profile === 'orders'
