@@ -15,11 +15,14 @@ import { sendProblem } from '../http/problem.reply';
 import { echoedRequestId, requestIdsOf } from '../http/request-id';
 import { auditLogger, LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
+import type { ProviderApiGateway } from '../provider/provider-api.client';
+import { PROVIDER_API_GATEWAY } from '../provider/provider.constants';
+import { TokenService } from '../token/token.service';
 import { inCallerSpan } from '../tracing/spans';
 import type { ForwardRateLimiter } from './forward-rate-limiter';
 import { allowedBy, type ForwardTarget, parseForwardTarget } from './forward-target';
 import { ForwardingAuditTrail } from './forwarding-audit';
-import { FORWARD_RATE_LIMITER } from './forwarding.constants';
+import { FORWARD_RATE_LIMITER, IDEMPOTENCY_STORE } from './forwarding.constants';
 import {
   ForwardErrorCode,
   ForwardingException,
@@ -29,6 +32,7 @@ import {
 } from './forwarding.exception';
 import { PROFILES } from './forwarding.profiles';
 import { type ForwardingAudit, type ForwardReply, ForwardingService } from './forwarding.service';
+import type { IdempotencyStore } from './idempotency-store';
 import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
 
 /** Caller headers the passthrough lets the provider see besides idempotency, request id, trace. */
@@ -51,16 +55,20 @@ const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
 export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   private readonly trails: Record<ForwardingProfile, ForwardingAuditTrail>;
   private readonly clients: ReadonlyMap<string, ClientConfig>;
+  private readonly service: ForwardingService;
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
     private readonly guard: CallerAuthGuard,
-    private readonly service: ForwardingService,
+    tokens: TokenService,
+    @Inject(PROVIDER_API_GATEWAY) api: ProviderApiGateway,
+    @Inject(IDEMPOTENCY_STORE) store: IdempotencyStore,
     @Inject(FORWARD_RATE_LIMITER) private readonly limiter: ForwardRateLimiter,
     private readonly metrics: MetricsService,
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
     @Inject(LOGGER) logger: Logger,
   ) {
+    this.service = new ForwardingService(tokens, api, store, config, metrics, logger);
     const trail = (profile: ForwardingProfile) =>
       new ForwardingAuditTrail(auditLogger(logger, profile), PROFILES[profile].msg, config.audit);
     this.trails = { orders: trail('orders'), forward: trail('forward') };
@@ -182,8 +190,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
           ),
       );
       const outcome = result.replayed ? 'replayed' : 'forwarded';
-      this.count(profile, req, outcome);
-      this.log(profile, req, reply, audit, { status: result.status, result: outcome });
+      this.record(profile, req, reply, audit, { status: result.status, result: outcome });
       return send(profile, req, reply, result);
     } catch (err) {
       return this.refuse(profile, err, req, reply, audit);
@@ -198,33 +205,28 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     audit: ForwardingAudit = { attempts: 0 },
   ): FastifyReply {
     const { problem } = toProblem(err);
-    this.count(profile, req, problem.code);
-    this.log(profile, req, reply, audit, { status: problem.status, result: problem.code, err });
+    this.record(profile, req, reply, audit, { status: problem.status, result: problem.code, err });
     return sendProblem(reply, err, req.id);
   }
 
-  /** Only once the guard knows both the caller and the client. */
-  private count(profile: ForwardingProfile, req: FastifyRequest, outcome: string): void {
-    if (profile !== 'forward') return;
-    const seen = partialCallerContext(req);
-    if (seen.caller === undefined || seen.clientId === undefined) return;
-    if (!this.clients.has(seen.clientId)) return;
-    this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome).inc();
-  }
-
-  /** The passthrough's line adds the method and checked path, never the query. */
-  private log(
+  /**
+   * The audit line; the passthrough's adds the method and checked path, never the query, and
+   * counts the request once the guard knows both the caller and the client.
+   */
+  private record(
     profile: ForwardingProfile,
     req: FastifyRequest,
     reply: FastifyReply,
     audit: ForwardingAudit,
     outcome: { status: number; result: string; err?: unknown },
   ): void {
-    const extra =
-      profile === 'forward'
-        ? { method: req.method, path: TARGETS.get(req)?.path.slice(0, 256) }
-        : undefined;
-    this.trails[profile].write(req, reply, audit, outcome, extra);
+    if (profile === 'orders') return this.trails.orders.write(req, reply, audit, outcome);
+    const path = TARGETS.get(req)?.path.slice(0, 256);
+    this.trails.forward.write(req, reply, audit, outcome, { method: req.method, path });
+    const seen = partialCallerContext(req);
+    if (seen.caller === undefined || seen.clientId === undefined) return;
+    if (!this.clients.has(seen.clientId)) return;
+    this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome.result).inc();
   }
 
   private translate(profile: ForwardingProfile, err: unknown): unknown {
