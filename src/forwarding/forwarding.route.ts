@@ -220,7 +220,10 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     audit: ForwardingAudit,
     outcome: { status: number; result: string; err?: unknown },
   ): void {
-    if (profile === 'orders') return this.trails.orders.write(req, reply, audit, outcome);
+    if (profile === 'orders') {
+      this.trails.orders.write(req, reply, audit, outcome);
+      return;
+    }
     const path = TARGETS.get(req)?.path.slice(0, 256);
     this.trails.forward.write(req, reply, audit, outcome, { method: req.method, path });
     const seen = partialCallerContext(req);
