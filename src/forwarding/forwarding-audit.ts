@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { partialCallerContext } from '../caller-auth/caller-auth.guard';
 import { AuditRateLimit } from '../logging/audit-rate-limit';
-import type { ForwardingAudit } from './forwarding';
+import type { ForwardingAudit } from './forwarding.service';
 import { requestIdsOf } from '../http/request-id';
 
 /**

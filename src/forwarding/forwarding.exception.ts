@@ -101,20 +101,6 @@ export class ForwardingException extends BrokerException<ForwardingErrorCode> {
   }
 }
 
-export type ForwardingFailure =
-  | 'inFlight'
-  | 'outcomeUnknown'
-  | 'keyReused'
-  | 'tokenRejected'
-  | 'unreachable'
-  | 'badResponse'
-  | 'bodyTooLarge'
-  | 'timeout'
-  | 'storeUnavailable'
-  | 'tampered'
-  | 'echoedToken'
-  | 'callerLimit';
-
 /** `POST /orders`, and the provider passthrough. */
 export type ForwardingProfile = 'orders' | 'forward';
 
@@ -122,10 +108,7 @@ const both = (code: OrdersErrorCode) => ({ orders: code, forward: code });
 const each = (orders: OrdersErrorCode, forward: ForwardErrorCode) => ({ orders, forward });
 
 /** The idempotency codes are shared; the rest say which route answered. */
-export const FAILURE_CODES: Record<
-  ForwardingFailure,
-  Record<ForwardingProfile, ForwardingErrorCode>
-> = {
+export const FAILURE_CODES = {
   inFlight: each(OrdersErrorCode.InFlight, ForwardErrorCode.InFlight),
   outcomeUnknown: each(OrdersErrorCode.OutcomeUnknown, ForwardErrorCode.OutcomeUnknown),
   tokenRejected: each(OrdersErrorCode.TokenRejected, ForwardErrorCode.TokenRejected),
@@ -138,20 +121,10 @@ export const FAILURE_CODES: Record<
   storeUnavailable: both(OrdersErrorCode.IdempotencyUnavailable),
   tampered: both(OrdersErrorCode.IdempotencyRecordTampered),
   callerLimit: both(OrdersErrorCode.IdempotencyRecordsExceeded),
-};
+} satisfies Record<string, Record<ForwardingProfile, ForwardingErrorCode>>;
 
-/** How each use words its messages, and its `providerLatency` `call` label. */
-export const PROFILES: Record<
-  ForwardingProfile,
-  { noun: string; uncertain: string; call: string }
-> = {
-  orders: { noun: 'order', uncertain: 'the order may or may not exist', call: 'orders' },
-  forward: {
-    noun: 'request',
-    uncertain: 'the provider may or may not have processed the request',
-    call: 'forward',
-  },
-};
+/** What went wrong, in terms both profiles share. */
+export type ForwardingFailure = keyof typeof FAILURE_CODES;
 
 export function forwardingProblem(
   profile: ForwardingProfile,

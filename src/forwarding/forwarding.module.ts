@@ -1,36 +1,13 @@
 import { type DynamicModule, Module, type Type } from '@nestjs/common';
 import { CallerAuthGuard } from '../caller-auth/caller-auth.guard';
 import { CallerAuthModule } from '../caller-auth/caller-auth.module';
-import { BROKER_CONFIG } from '../config/config.constants';
-import { LOGGER } from '../logging/logger';
 import { MetricsModule } from '../metrics/metrics.module';
-import { MetricsService } from '../metrics/metrics.service';
-import { PROVIDER_API_GATEWAY } from '../provider/provider.constants';
 import { ProviderModule } from '../provider/provider.module';
-import { TokenService } from '../token/token.service';
-import { IDEMPOTENCY_STORE } from './forwarding.constants';
 import { ForwardingRoute } from './forwarding.route';
-import { ForwardingService } from './forwarding.service';
 
 @Module({
   imports: [CallerAuthModule, MetricsModule, ProviderModule],
-  providers: [
-    CallerAuthGuard,
-    ForwardingRoute,
-    {
-      provide: ForwardingService,
-      inject: [
-        TokenService,
-        PROVIDER_API_GATEWAY,
-        IDEMPOTENCY_STORE,
-        BROKER_CONFIG,
-        MetricsService,
-        LOGGER,
-      ],
-      useFactory: (...ports: ConstructorParameters<typeof ForwardingService>) =>
-        new ForwardingService(...ports),
-    },
-  ],
+  providers: [CallerAuthGuard, ForwardingRoute],
 })
 export class ForwardingModule {
   /**

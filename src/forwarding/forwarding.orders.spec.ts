@@ -15,8 +15,12 @@ import {
   readOrderHeaders,
 } from './order-request';
 import { OrdersErrorCode, ForwardingException } from './forwarding.exception';
-import type { ForwardingAudit } from './forwarding';
-import { type ForwardCall, type ForwardReply, ForwardingService } from './forwarding.service';
+import {
+  type ForwardCall,
+  type ForwardingAudit,
+  type ForwardReply,
+  ForwardingService,
+} from './forwarding.service';
 
 const CLIENT = TEST_CLIENT.id;
 const config = testConfig({ token: { waitTimeoutMs: 500 } });

@@ -1,12 +1,6 @@
 import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import type {
-  FastifyError,
-  FastifyInstance,
-  FastifyReply,
-  FastifyRequest,
-  RouteOptions,
-} from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import {
   CallerAuthGuard,
@@ -14,33 +8,31 @@ import {
   partialCallerContext,
 } from '../caller-auth/caller-auth.guard';
 import { BROKER_CONFIG } from '../config/config.constants';
-import { type ClientConfig, FORWARD_METHODS } from '../config/client.schema';
+import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
 import { echoedRequestId, requestIdsOf } from '../http/request-id';
 import { auditLogger, LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
+import type { ProviderApiGateway } from '../provider/provider-api.client';
+import { PROVIDER_API_GATEWAY } from '../provider/provider.constants';
+import { TokenService } from '../token/token.service';
 import { inCallerSpan } from '../tracing/spans';
 import type { ForwardRateLimiter } from './forward-rate-limiter';
-import {
-  allowedBy,
-  FORWARD_ROUTE_PREFIX,
-  type ForwardTarget,
-  parseForwardTarget,
-} from './forward-target';
-import type { ForwardingAudit } from './forwarding';
+import { allowedBy, type ForwardTarget, parseForwardTarget } from './forward-target';
 import { ForwardingAuditTrail } from './forwarding-audit';
-import { FORWARD_RATE_LIMITER } from './forwarding.constants';
+import { FORWARD_RATE_LIMITER, IDEMPOTENCY_STORE } from './forwarding.constants';
 import {
   ForwardErrorCode,
   ForwardingException,
   forwardingProblem,
   type ForwardingProfile,
   OrdersErrorCode,
-  PROFILES,
 } from './forwarding.exception';
-import { type ForwardReply, ForwardingService } from './forwarding.service';
+import { PROFILES } from './forwarding.profiles';
+import { type ForwardingAudit, type ForwardReply, ForwardingService } from './forwarding.service';
+import type { IdempotencyStore } from './idempotency-store';
 import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
 
 /** Caller headers the passthrough lets the provider see besides idempotency, request id, trace. */
@@ -50,36 +42,6 @@ const PASSED_HEADERS = ['content-type', 'accept', 'accept-language'] as const;
 const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/json' };
 
 const JSON_ONLY = 'send the order as Content-Type: application/json (UTF-8)';
-
-const ROUTES: Record<
-  ForwardingProfile,
-  {
-    readonly route: Pick<RouteOptions, 'method' | 'url' | 'exposeHeadRoute'>;
-    readonly bodyLimit: (config: BrokerConfig) => number;
-    readonly bodyLimitSetting: string;
-    readonly span: (method: string) => string;
-    readonly msg: string;
-  }
-> = {
-  orders: {
-    route: { method: 'POST', url: '/orders' },
-    bodyLimit: (config) => config.orders.bodyLimitBytes,
-    bodyLimitSetting: 'ORDERS_BODY_LIMIT_BYTES',
-    span: () => 'POST /orders',
-    msg: 'order',
-  },
-  forward: {
-    route: {
-      method: [...FORWARD_METHODS],
-      url: `${FORWARD_ROUTE_PREFIX}*`,
-      exposeHeadRoute: false,
-    },
-    bodyLimit: (config) => config.forward.bodyLimitBytes,
-    bodyLimitSetting: 'FORWARD_BODY_LIMIT_BYTES',
-    span: (method) => `${method} /provider/{client}/{providerPath}`,
-    msg: 'forward',
-  },
-};
 
 const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
 
@@ -93,18 +55,22 @@ const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
 export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   private readonly trails: Record<ForwardingProfile, ForwardingAuditTrail>;
   private readonly clients: ReadonlyMap<string, ClientConfig>;
+  private readonly service: ForwardingService;
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
     private readonly guard: CallerAuthGuard,
-    private readonly service: ForwardingService,
+    tokens: TokenService,
+    @Inject(PROVIDER_API_GATEWAY) api: ProviderApiGateway,
+    @Inject(IDEMPOTENCY_STORE) store: IdempotencyStore,
     @Inject(FORWARD_RATE_LIMITER) private readonly limiter: ForwardRateLimiter,
     private readonly metrics: MetricsService,
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
     @Inject(LOGGER) logger: Logger,
   ) {
+    this.service = new ForwardingService(tokens, api, store, config, metrics, logger);
     const trail = (profile: ForwardingProfile) =>
-      new ForwardingAuditTrail(auditLogger(logger, profile), ROUTES[profile].msg, config.audit);
+      new ForwardingAuditTrail(auditLogger(logger, profile), PROFILES[profile].msg, config.audit);
     this.trails = { orders: trail('orders'), forward: trail('forward') };
     this.clients = new Map(config.clients.map((c) => [c.id, c]));
   }
@@ -120,7 +86,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   }
 
   private register(fastify: FastifyInstance, profile: ForwardingProfile): void {
-    const bodyLimit = ROUTES[profile].bodyLimit(this.config);
+    const bodyLimit = PROFILES[profile].settings(this.config).bodyLimitBytes;
     void fastify.register(async (scope) => {
       scope.removeAllContentTypeParsers();
       scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit }, (_req, body, done) =>
@@ -139,7 +105,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
         done(null, payload);
       });
       scope.route({
-        ...ROUTES[profile].route,
+        ...PROFILES[profile].route,
         bodyLimit,
         onRequest: (req) => this.admit(profile, req),
         handler: (req, reply) => this.handle(profile, req, reply),
@@ -206,7 +172,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
       const body = orders ? assertJsonObject(raw) : raw?.length ? raw : undefined;
       const result = await inCallerSpan(
         req.headers,
-        ROUTES[profile].span(req.method),
+        PROFILES[profile].span(req.method),
         { 'token_broker.client': context.clientId },
         () =>
           this.service.forward(
@@ -224,8 +190,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
           ),
       );
       const outcome = result.replayed ? 'replayed' : 'forwarded';
-      this.count(profile, req, outcome);
-      this.log(profile, req, reply, audit, { status: result.status, result: outcome });
+      this.record(profile, req, reply, audit, { status: result.status, result: outcome });
       return send(profile, req, reply, result);
     } catch (err) {
       return this.refuse(profile, err, req, reply, audit);
@@ -240,44 +205,44 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     audit: ForwardingAudit = { attempts: 0 },
   ): FastifyReply {
     const { problem } = toProblem(err);
-    this.count(profile, req, problem.code);
-    this.log(profile, req, reply, audit, { status: problem.status, result: problem.code, err });
+    this.record(profile, req, reply, audit, { status: problem.status, result: problem.code, err });
     return sendProblem(reply, err, req.id);
   }
 
-  /** Only once the guard knows both the caller and the client. */
-  private count(profile: ForwardingProfile, req: FastifyRequest, outcome: string): void {
-    if (profile !== 'forward') return;
-    const seen = partialCallerContext(req);
-    if (seen.caller === undefined || seen.clientId === undefined) return;
-    if (!this.clients.has(seen.clientId)) return;
-    this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome).inc();
-  }
-
-  /** The passthrough's line adds the method and checked path, never the query. */
-  private log(
+  /**
+   * The audit line; the passthrough's adds the method and checked path, never the query, and
+   * counts the request once the guard knows both the caller and the client.
+   */
+  private record(
     profile: ForwardingProfile,
     req: FastifyRequest,
     reply: FastifyReply,
     audit: ForwardingAudit,
     outcome: { status: number; result: string; err?: unknown },
   ): void {
-    const extra =
-      profile === 'forward'
-        ? { method: req.method, path: TARGETS.get(req)?.path.slice(0, 256) }
-        : undefined;
-    this.trails[profile].write(req, reply, audit, outcome, extra);
+    if (profile === 'orders') {
+      this.trails.orders.write(req, reply, audit, outcome);
+      return;
+    }
+    const path = TARGETS.get(req)?.path.slice(0, 256);
+    this.trails.forward.write(req, reply, audit, outcome, { method: req.method, path });
+    const seen = partialCallerContext(req);
+    if (seen.caller === undefined || seen.clientId === undefined) return;
+    if (!this.clients.has(seen.clientId)) return;
+    this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome.result).inc();
   }
 
   private translate(profile: ForwardingProfile, err: unknown): unknown {
     switch ((err as { code?: unknown } | null)?.code) {
-      case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      case 'FST_ERR_CTP_BODY_TOO_LARGE': {
+        const { noun, bodyLimitSetting, settings } = PROFILES[profile];
         return forwardingProblem(
           profile,
           'bodyTooLarge',
-          `the ${PROFILES[profile].noun} body exceeds ${ROUTES[profile].bodyLimit(this.config)} bytes (${ROUTES[profile].bodyLimitSetting})`,
+          `the ${noun} body exceeds ${settings(this.config).bodyLimitBytes} bytes (${bodyLimitSetting})`,
           { cause: err },
         );
+      }
       case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
         // The passthrough answers Fastify's own 400.
         return profile === 'orders'

@@ -1,23 +1,25 @@
-import { createHash } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
-import { type ForwardedAnswer, Forwarding, type ForwardingAudit, readFailed } from './forwarding';
-import type { ForwardingProfile } from './forwarding.exception';
-import type { IdempotencyStore } from './idempotency-store';
-import { bodyFingerprint, idempotencyKeyHash, type OrderHeaders } from './order-request';
-import type {
-  ApiFailure,
-  ApiOutcome,
-  ApiRequest,
-  ProviderApiGateway,
-} from '../provider/provider-api.client';
-import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
+import type { ApiFailure, ProviderApiGateway } from '../provider/provider-api.client';
+import { ProviderErrorCode } from '../provider/provider.exception';
 import type { TokenRecord } from '../token/token-record';
+import { TokenException } from '../token/token.exception';
 import type { TokenService } from '../token/token.service';
+import { collected, type ForwardedAnswer, passed, screened } from './forwarded-answer';
 import type { ForwardTarget } from './forward-target';
+import {
+  FAILURE_CODES,
+  type ForwardingFailure,
+  forwardingProblem,
+  type ForwardingProfile,
+} from './forwarding.exception';
+import { PROFILES } from './forwarding.profiles';
+import { IdempotencyClaims, type Ledger, NO_LEDGER } from './idempotency-claims';
+import type { IdempotencyStore } from './idempotency-store';
+import type { OrderHeaders } from './order-request';
 
 export interface ForwardCall {
   readonly profile: ForwardingProfile;
@@ -40,99 +42,157 @@ export interface ForwardReply {
   readonly replayed: boolean;
 }
 
-/**
- * Anything else stays at the broker: `Set-Cookie` (a provider session is not the caller's),
- * `WWW-Authenticate`, hop-by-hop and unknown headers. `X-Request-Id` comes back renamed: the
- * broker's own request id owns the name.
- */
-const RETURNED_HEADERS = new Map<string, string>([
-  ['content-type', 'content-type'],
-  ['content-length', 'content-length'],
-  ['content-language', 'content-language'],
-  ['content-disposition', 'content-disposition'],
-  ['cache-control', 'cache-control'],
-  ['expires', 'expires'],
-  ['etag', 'etag'],
-  ['last-modified', 'last-modified'],
-  ['vary', 'vary'],
-  ['retry-after', 'retry-after'],
-  ['location', 'location'],
-  ['x-request-id', 'x-provider-request-id'],
-  ['request-id', 'x-provider-request-id'],
-  ['x-correlation-id', 'x-provider-correlation-id'],
-  ['idempotent-replayed', 'x-provider-idempotent-replayed'],
-  ['idempotency-replayed', 'x-provider-idempotent-replayed'],
-]);
+/** For the route's audit line: never holds a secret. */
+export interface ForwardingAudit {
+  tokenFingerprint?: string;
+  idempotencyKeyHash?: string;
+  /** Provider calls made: 0 (replayed or refused), 1, or 2 (after a 401). */
+  attempts: number;
+}
 
-/** `POST /orders` returns the provider's status, body, type and `Retry-After`, nothing else. */
-const ORDER_HEADERS = new Map([
-  ['content-type', 'content-type'],
-  ['retry-after', 'retry-after'],
-]);
+/** A request must leave with a token that outlives the trip to the provider. */
+const TOKEN_MIN_REMAINING_MS = 2000;
 
 const KEYED_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 const SAFE_METHODS = new Set(['GET', 'HEAD']);
 
-interface Use {
-  readonly forwarding: Forwarding;
-  /** The key's name in the store, and the fingerprint a repeat must match. */
-  identity(call: ForwardCall, key: string): { keyHash: string; bodyHash: string };
-  readonly response: Pick<ApiRequest, 'maxResponseBytes' | 'limitSetting' | 'whole'>;
-  readonly maxStoredBytes: number;
-  readonly returned: ReadonlyMap<string, string>;
-}
-
-/** No Nest import, so it is unit tested without the framework. */
+/**
+ * Never repeats a request that may have reached the provider; the one retry follows a 401,
+ * which the provider answers before looking at the request. The rejected token is invalidated
+ * fenced, so a storm of 401s across the fleet costs one token request. No Nest import, so it is
+ * unit tested without the framework.
+ */
 export class ForwardingService {
-  private readonly uses: Record<ForwardingProfile, Use>;
+  private readonly claims: IdempotencyClaims;
 
   constructor(
-    tokens: Pick<TokenService, 'getToken' | 'replaceRejected'>,
+    private readonly tokens: Pick<TokenService, 'getToken' | 'replaceRejected'>,
     private readonly api: ProviderApiGateway,
     store: IdempotencyStore,
-    config: Pick<BrokerConfig, 'orders' | 'token' | 'forward'>,
-    metrics: Pick<MetricsService, 'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'>,
-    logger: Logger,
+    private readonly config: Pick<BrokerConfig, 'orders' | 'token' | 'forward'>,
+    private readonly metrics: Pick<
+      MetricsService,
+      'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'
+    >,
+    private readonly logger: Logger,
   ) {
-    const core = (profile: ForwardingProfile, ttlSeconds: number, maxRecordsPerCaller: number) =>
-      new Forwarding(tokens, store, config, metrics, logger, profile, {
-        ttlSeconds,
-        maxRecordsPerCaller,
-      });
-    this.uses = profileUses(config, core);
+    this.claims = new IdempotencyClaims(store, config, metrics, logger);
   }
 
   async forward(call: ForwardCall, audit: ForwardingAudit): Promise<ForwardReply> {
-    const use = this.uses[call.profile];
     const key = KEYED_METHODS.has(call.method) ? call.headers.idempotencyKey : undefined;
-    const withKey = key !== undefined;
-    const result = await use.forwarding.forward(
-      {
-        clientId: call.client.id,
-        idempotency: withKey ? { caller: call.caller, ...use.identity(call, key) } : undefined,
-        send: (token) => this.callProvider(call, use, token, withKey),
-      },
-      audit,
-    );
-    if (result.kind === 'replayed') {
-      const { status, contentType, body } = result.response;
-      return {
-        status,
-        headers: contentType === undefined ? {} : { 'content-type': contentType },
-        body,
-        replayed: true,
-      };
+    let ledger = NO_LEDGER;
+    if (key !== undefined) {
+      const { keyHash, bodyHash } = PROFILES[call.profile].identity(call, key);
+      audit.idempotencyKeyHash = keyHash.slice(0, 16);
+      const ref = { clientId: call.client.id, caller: call.caller, keyHash };
+      const claim = await this.claims.claim(call.profile, ref, bodyHash);
+      if ('replay' in claim) {
+        const { status, contentType, body } = claim.replay;
+        const headers: Record<string, string> =
+          contentType === undefined ? {} : { 'content-type': contentType };
+        return { status, headers, body, replayed: true };
+      }
+      ledger = claim.ledger;
     }
-    return { ...result.answer, replayed: false };
+    let outcome: ForwardedAnswer | ApiFailure;
+    const sent: string[] = [];
+    try {
+      outcome = await this.send(call, key !== undefined, audit, sent);
+    } catch (err) {
+      // No token, or every token refused with 401: nothing reached the provider that it
+      // accepted, so the key may be used again. Anything unexpected errs on the safe side.
+      const refused = err instanceof TokenException || err instanceof TokenRejected;
+      await (refused ? ledger.release() : ledger.markUnknown());
+      throw err instanceof TokenRejected ? err.problem : err;
+    }
+    if (outcome.kind === 'answered') {
+      outcome = await this.screen(call, outcome, sent, ledger, key !== undefined);
+    }
+    const answer = await this.conclude(call, outcome, ledger, key !== undefined);
+    return { ...answer, replayed: false };
   }
 
+  /** Withholds an answer that contains a token sent for this call. */
+  private async screen(
+    call: ForwardCall,
+    answer: ForwardedAnswer,
+    sent: readonly string[],
+    ledger: Ledger,
+    withKey: boolean,
+  ): Promise<ForwardedAnswer | ApiFailure> {
+    const { status } = answer;
+    const checked = await screened(answer, sent, () => this.echoed(call, status, true));
+    if (checked !== 'echoed') return checked;
+    this.echoed(call, status, false);
+    // Processed, or refused: the provider answered, and only a 429 certainly did nothing.
+    await (status === 429 ? ledger.release() : ledger.markUnknown());
+    const repeat =
+      !withKey || status === 429
+        ? ''
+        : ` A repeat with the same Idempotency-Key answers 409 ${FAILURE_CODES.outcomeUnknown[call.profile]}.`;
+    throw forwardingProblem(
+      call.profile,
+      'echoedToken',
+      `the provider answered HTTP ${status} with an answer that contains the access token the broker sent it, so the answer is withheld (neither relayed nor stored); the ${PROFILES[call.profile].noun} may have been processed.${repeat} Check with the provider, and have the provider endpoint fixed so that it does not echo the Authorization header`,
+    );
+  }
+
+  private echoed({ client, profile }: ForwardCall, status: number, late: boolean): void {
+    this.metrics.upstreamTokenEchoes.labels(client.id, profile).inc();
+    this.logger.error(
+      { client: client.id, status, call: profile },
+      late
+        ? 'provider answer contained the access token after relaying had begun: cut off'
+        : 'provider answer contained the access token: withheld, answered 502',
+    );
+  }
+
+  /** The token layer never hands a rejected token out again (`replaceRejected`). */
+  private async send(
+    call: ForwardCall,
+    withKey: boolean,
+    audit: ForwardingAudit,
+    sent: string[],
+  ): Promise<ForwardedAnswer | ApiFailure> {
+    const clientId = call.client.id;
+    // The first token, then once more with a fresh one after a 401.
+    for (let tries = 0; tries < 2; tries++) {
+      const token = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
+      sent.push(token.accessToken);
+      audit.attempts++;
+      audit.tokenFingerprint = token.fingerprint;
+      const started = performance.now();
+      const outcome = await this.callProvider(call, token, withKey);
+      const statusClass =
+        outcome.kind === 'answered' ? `${Math.floor(outcome.status / 100)}xx` : 'none';
+      this.metrics.providerLatency
+        .labels(call.profile, statusClass)
+        .observe((performance.now() - started) / 1000);
+      if (outcome.kind !== 'answered' || outcome.status !== 401) return outcome;
+      // Lets go of a 401 answer that will not be relayed.
+      if (!Buffer.isBuffer(outcome.body)) outcome.body.resume();
+      // Fenced: a no-op when another request (or replica) already replaced this token.
+      await this.tokens.replaceRejected(clientId, token.fingerprint);
+    }
+    throw new TokenRejected(
+      forwardingProblem(
+        call.profile,
+        'tokenRejected',
+        `the provider refused a freshly obtained token for client "${clientId}" too (HTTP 401); no ${PROFILES[call.profile].noun} was created. Check that the merchant's credentials are enabled for this API in this environment`,
+      ),
+    );
+  }
+
+  /** Never throws for a transport failure; a collected (keyed) answer has a Buffer body. */
   private async callProvider(
     call: ForwardCall,
-    use: Use,
     token: TokenRecord,
     withKey: boolean,
   ): Promise<ForwardedAnswer | ApiFailure> {
     const { client, method, target } = call;
+    const profile = PROFILES[call.profile];
+    const settings = profile.settings(this.config);
     const send = () =>
       this.api.call({
         client,
@@ -141,7 +201,7 @@ export class ForwardingService {
         target: `${target.path}${target.query}`,
         headers: { ...call.passed, ...call.headers.forward },
         body: call.body,
-        ...use.response,
+        ...settings.response,
       });
     let outcome = await send();
     // Refused before a byte was written: a GET or HEAD may go once more (never a POST).
@@ -149,120 +209,65 @@ export class ForwardingService {
       outcome = await send();
     }
     return withKey
-      ? collected(outcome, use.maxStoredBytes, use.returned)
-      : passed(outcome, use.returned);
+      ? collected(outcome, settings.maxStoredBytes, profile.returned)
+      : passed(outcome, profile.returned);
   }
-}
 
-function passed(
-  outcome: ApiOutcome,
-  names: ReadonlyMap<string, string>,
-): ForwardedAnswer | ApiFailure {
-  if (outcome.kind === 'failed') return outcome;
-  return {
-    kind: 'answered',
-    status: outcome.status,
-    headers: returned(outcome.headers, names),
-    body: outcome.body,
-  };
-}
-
-/** At most `limit` bytes, else outcome unknown: the provider did process it. */
-async function collected(
-  outcome: ApiOutcome,
-  limit: number,
-  names: ReadonlyMap<string, string>,
-): Promise<ForwardedAnswer | ApiFailure> {
-  if (outcome.kind === 'failed') return outcome;
-  if (Buffer.isBuffer(outcome.body)) {
-    return outcome.body.length <= limit
-      ? passed(outcome, names)
-      : tooLargeToStore(outcome.status, limit);
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of outcome.body) {
-      size += (chunk as Buffer).length;
-      if (size > limit) {
-        outcome.body.destroy();
-        return tooLargeToStore(outcome.status, limit);
+  private async conclude(
+    call: ForwardCall,
+    outcome: ForwardedAnswer | ApiFailure,
+    ledger: Ledger,
+    withKey: boolean,
+  ): Promise<ForwardedAnswer> {
+    const { noun, uncertain } = PROFILES[call.profile];
+    if (outcome.kind === 'answered') {
+      // 429: rate limited, refused before processing, so a retry under the same key is safe
+      // (and replaying a stale 429 for a day would block it).
+      if (outcome.status === 429) await ledger.release();
+      else if (withKey) {
+        const { status, headers, body } = outcome;
+        await ledger.complete({
+          status,
+          contentType: headers['content-type'],
+          body: body as Buffer,
+        });
       }
-      chunks.push(chunk as Buffer);
+      return outcome;
     }
-  } catch (cause) {
-    return readFailed(cause);
+    const { error } = outcome;
+    if (outcome.delivered === 'no') {
+      await ledger.release();
+      throw forwardingProblem(
+        call.profile,
+        'unreachable',
+        `${error.message}; the ${noun} was not sent, so it is safe to retry`,
+        { retryAfterSeconds: 2, cause: error },
+      );
+    }
+    await ledger.markUnknown();
+    const advice = withKey
+      ? `${uncertain}. A repeat with the same Idempotency-Key answers 409 ${FAILURE_CODES.outcomeUnknown[call.profile]}; check with the provider before sending it again under a new key`
+      : `${uncertain}; check with the provider before sending it again (send an Idempotency-Key to make repeats safe)`;
+    this.logger.warn(
+      { client: call.client.id, code: error.code, err: error.message },
+      `${noun} outcome unknown: sent, but no complete answer`,
+    );
+    const failure: ForwardingFailure =
+      error.code === ProviderErrorCode.Timeout
+        ? 'timeout'
+        : error.code === ProviderErrorCode.MalformedResponse
+          ? 'badResponse'
+          : 'unreachable';
+    const when = failure === 'badResponse' ? '' : ` after the ${noun} was sent`;
+    throw forwardingProblem(call.profile, failure, `${error.message}${when}: ${advice}`, {
+      cause: error,
+    });
   }
-  const headers = returned(outcome.headers, names);
-  delete headers['content-length'];
-  return { kind: 'answered', status: outcome.status, headers, body: Buffer.concat(chunks, size) };
 }
 
-function tooLargeToStore(status: number, limit: number): ApiFailure {
-  return {
-    kind: 'failed',
-    delivered: 'maybe',
-    error: new ProviderException(
-      ProviderErrorCode.MalformedResponse,
-      `the provider answered HTTP ${status} with a body over ${limit} bytes, too large to keep for Idempotency-Key replays (FORWARD_MAX_STORED_RESPONSE_BYTES)`,
-      { status },
-    ),
-  };
-}
-
-function returned(
-  headers: Record<string, string | string[] | undefined>,
-  names: ReadonlyMap<string, string>,
-): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers)) {
-    const as = names.get(name.toLowerCase());
-    if (as === undefined || value === undefined) continue;
-    out[as] = Array.isArray(value) ? value.join(', ') : value;
+/** Carries the caller's problem out of `send`. */
+class TokenRejected extends Error {
+  constructor(readonly problem: Error) {
+    super(problem.message);
   }
-  return out;
-}
-
-/** What differs between the two profiles: idempotency identity, answer limits, headers. */
-function profileUses(
-  { orders, forward }: Pick<BrokerConfig, 'orders' | 'forward'>,
-  core: (profile: ForwardingProfile, ttlSeconds: number, maxRecordsPerCaller: number) => Forwarding,
-): Record<ForwardingProfile, Use> {
-  return {
-    orders: {
-      forwarding: core('orders', orders.idempotencyTtlSeconds, 0),
-      // The bare key's hash: records written before the passthrough existed stay valid.
-      identity: (call, key) => ({
-        keyHash: idempotencyKeyHash(key),
-        bodyHash: bodyFingerprint(call.body ?? Buffer.alloc(0)),
-      }),
-      response: {
-        maxResponseBytes: orders.maxResponseBytes,
-        limitSetting: 'ORDERS_MAX_RESPONSE_BYTES',
-        whole: true,
-      },
-      maxStoredBytes: orders.maxResponseBytes,
-      returned: ORDER_HEADERS,
-    },
-    forward: {
-      forwarding: core(
-        'forward',
-        forward.idempotencyTtlSeconds,
-        forward.maxIdempotencyRecordsPerCaller,
-      ),
-      identity: (call, key) => ({
-        keyHash: idempotencyKeyHash(`forward ${call.method} ${call.target.path}\n${key}`),
-        bodyHash: createHash('sha256')
-          .update(`${call.target.query}\n${call.passed['content-type'] ?? ''}\n`)
-          .update(call.body ?? Buffer.alloc(0))
-          .digest('hex'),
-      }),
-      response: {
-        maxResponseBytes: forward.maxResponseBytes,
-        limitSetting: 'FORWARD_MAX_RESPONSE_BYTES',
-      },
-      maxStoredBytes: forward.maxStoredResponseBytes,
-      returned: RETURNED_HEADERS,
-    },
-  };
 }

@@ -14,15 +14,16 @@ class RecordingStore extends MemoryIdempotencyStore {
 }
 
 function claimsWith(orders: Record<string, number>, waitTimeoutMs: number) {
-  const config = testConfig({ token: { waitTimeoutMs }, orders });
+  const config = testConfig({
+    token: { waitTimeoutMs },
+    orders: { idempotencyTtlSeconds: 60, ...orders },
+  });
   const store = new RecordingStore();
   const claims = new IdempotencyClaims(
     store,
     config,
-    { ttlSeconds: 60, maxRecordsPerCaller: 0 },
     { idempotentReplays: { labels: () => ({ inc: () => undefined }) } } as never,
     pino({ level: 'silent' }),
-    'orders',
   );
   return { store, claims };
 }
@@ -30,7 +31,11 @@ function claimsWith(orders: Record<string, number>, waitTimeoutMs: number) {
 /** The lease of the one claim `claims` makes for a new key. */
 async function leaseOf(orders: Record<string, number>, waitTimeoutMs = 1000): Promise<number> {
   const { store, claims } = claimsWith(orders, waitTimeoutMs);
-  await claims.claim({ clientId: 'acme', caller: 'checkout', keyHash: 'k'.repeat(64) }, 'b');
+  await claims.claim(
+    'orders',
+    { clientId: 'acme', caller: 'checkout', keyHash: 'k'.repeat(64) },
+    'b',
+  );
   expect(store.claims).toHaveLength(1);
   return store.claims[0].claim.leaseMs;
 }
@@ -59,7 +64,11 @@ describe(IdempotencyClaims.name, () => {
 
   it('keeps the record at least twice the lease, however short its TTL', async () => {
     const { store, claims } = claimsWith({ bodyTimeoutMs: 120_000 }, 1000);
-    await claims.claim({ clientId: 'acme', caller: 'checkout', keyHash: 'k'.repeat(64) }, 'b');
+    await claims.claim(
+      'orders',
+      { clientId: 'acme', caller: 'checkout', keyHash: 'k'.repeat(64) },
+      'b',
+    );
     const [{ claim, ttlMs }] = store.claims;
     expect(ttlMs).toBeGreaterThanOrEqual(2 * claim.leaseMs);
   });

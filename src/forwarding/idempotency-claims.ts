@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { type BrokerConfig, ordersCallDeadlineMs } from '../config/config.schema';
-import type { BrokerExceptionOptions } from '../errors/broker.exception';
 import type { MetricsService } from '../metrics/metrics.service';
 import {
   type IdempotencyRecord,
@@ -11,21 +10,11 @@ import {
   IdempotencyStoreException,
   type StoredResponse,
 } from './idempotency-store';
-import {
-  type ForwardingFailure,
-  forwardingProblem,
-  type ForwardingProfile,
-  PROFILES,
-} from './forwarding.exception';
+import { forwardingProblem, type ForwardingProfile } from './forwarding.exception';
+import { PROFILES } from './forwarding.profiles';
 
 /** Slack on an in-flight lease for event-loop delays (the store's clock sets and reads it). */
 const LEASE_MARGIN_MS = 5000;
-
-export interface IdempotencyPolicy {
-  readonly ttlSeconds: number;
-  /** Per caller and client at once; 0: no bound. */
-  readonly maxRecordsPerCaller: number;
-}
 
 /** A no-op without a key ({@link NO_LEDGER}). */
 export interface Ledger {
@@ -40,59 +29,58 @@ export const NO_LEDGER: Ledger = {
   release: async () => undefined,
 };
 
-/** Claims an `Idempotency-Key` atomically before anything is sent. */
+/**
+ * Claims an `Idempotency-Key` atomically before anything is sent. A profile keeps its records
+ * for its own TTL, bounded per caller as it says.
+ */
 export class IdempotencyClaims {
-  private readonly ttlMs: number;
-  private readonly maxPerCaller: number;
   private readonly leaseMs: number;
-  private readonly words: (typeof PROFILES)[ForwardingProfile];
 
   constructor(
     private readonly store: IdempotencyStore,
-    config: Pick<BrokerConfig, 'orders' | 'token'>,
-    policy: IdempotencyPolicy,
+    private readonly config: Pick<BrokerConfig, 'orders' | 'token' | 'forward'>,
     private readonly metrics: Pick<MetricsService, 'idempotentReplays'>,
     private readonly logger: Logger,
-    private readonly profile: ForwardingProfile,
   ) {
-    this.words = PROFILES[profile];
     // Two token waits (the first token, the fresh one after a 401) and two provider calls, each
     // ended by its deadline: the lease cannot run out while the order may still be in flight.
     this.leaseMs =
       2 * config.token.waitTimeoutMs + 2 * ordersCallDeadlineMs(config.orders) + LEASE_MARGIN_MS;
-    this.ttlMs = policy.ttlSeconds * 1000;
-    this.maxPerCaller = policy.maxRecordsPerCaller;
   }
 
   async claim(
+    profile: ForwardingProfile,
     ref: IdempotencyRef,
     bodyHash: string,
   ): Promise<{ ledger: Ledger } | { replay: StoredResponse }> {
-    const { clientId } = ref;
+    const settings = PROFILES[profile].settings(this.config);
+    const ttlMs = settings.idempotencyTtlSeconds * 1000;
     const owner = randomUUID();
     let result;
     try {
       result = await this.store.claim(
         ref,
-        { bodyHash, owner, leaseMs: this.leaseMs, maxPerCaller: this.maxPerCaller },
+        { bodyHash, owner, leaseMs: this.leaseMs, maxPerCaller: settings.maxRecordsPerCaller },
         // Never shorter than a claim can be held, so a record cannot vanish mid-flight.
-        Math.max(this.ttlMs, 2 * this.leaseMs),
+        Math.max(ttlMs, 2 * this.leaseMs),
       );
     } catch (err) {
-      throw this.claimFailed(ref, err);
+      throw this.claimFailed(profile, ref, err);
     }
-    if (result.claimed) return { ledger: this.ledger(ref, owner) };
-    return { replay: this.recorded(result.existing, bodyHash, clientId) };
+    if (result.claimed) return { ledger: this.ledger(ref, owner, ttlMs) };
+    return { replay: this.recorded(profile, result.existing, bodyHash, ref.clientId) };
   }
 
   private recorded(
+    profile: ForwardingProfile,
     existing: IdempotencyRecord,
     bodyHash: string,
     clientId: string,
   ): StoredResponse {
-    const noun = this.words.noun;
+    const noun = PROFILES[profile].noun;
     if (existing.bodyHash !== bodyHash) {
-      throw this.fail(
+      throw forwardingProblem(
+        profile,
         'keyReused',
         `this Idempotency-Key was first used with a different body. A repeat must send the same bytes; a different ${noun} needs a new key`,
       );
@@ -103,7 +91,8 @@ export class IdempotencyClaims {
         return existing.response;
       case 'in_flight':
         if (existing.leaseRemainingMs > 0) {
-          throw this.fail(
+          throw forwardingProblem(
+            profile,
             'inFlight',
             'the first request with this Idempotency-Key is still being forwarded; repeat it shortly to get its answer',
             { retryAfterSeconds: 1 },
@@ -111,12 +100,14 @@ export class IdempotencyClaims {
         }
         // Its holder stopped mid-flight (a crashed replica): the request may have been sent.
         // Unlike an answer lost, nobody knows whether it was even sent: say exactly that.
-        throw this.fail(
+        throw forwardingProblem(
+          profile,
           'outcomeUnknown',
           `the broker replica that took the first request with this Idempotency-Key stopped before recording what happened to it (it crashed, or lost Redis), so the broker cannot know whether that ${noun} was sent to the provider or processed. The broker will not send it again: check with the provider, and send it under a new key only if it was not processed`,
         );
       case 'unknown':
-        throw this.fail(
+        throw forwardingProblem(
+          profile,
           'outcomeUnknown',
           `the first request with this Idempotency-Key was sent to the provider but its answer was lost, so the ${noun} may or may not have been processed. The broker will not send it again: check with the provider, and send it under a new key only if it was not processed`,
         );
@@ -124,7 +115,7 @@ export class IdempotencyClaims {
   }
 
   /** Settles a claim; a store failure is logged, never changes what the caller is told. */
-  private ledger(ref: IdempotencyRef, owner: string): Ledger {
+  private ledger(ref: IdempotencyRef, owner: string, ttlMs: number): Ledger {
     const { clientId, keyHash } = ref;
     const settle = async (what: string, op: () => Promise<boolean>): Promise<void> => {
       try {
@@ -145,24 +136,24 @@ export class IdempotencyClaims {
     };
     return {
       complete: (response) =>
-        settle('completed', () => this.store.complete(ref, owner, response, this.ttlMs)),
-      markUnknown: () =>
-        settle('marked unknown', () => this.store.markUnknown(ref, owner, this.ttlMs)),
+        settle('completed', () => this.store.complete(ref, owner, response, ttlMs)),
+      markUnknown: () => settle('marked unknown', () => this.store.markUnknown(ref, owner, ttlMs)),
       release: () => settle('released', () => this.store.release(ref, owner)),
     };
   }
 
   /** Fail closed: without the store, a repeat could not be recognised and might duplicate. */
-  private claimFailed(ref: IdempotencyRef, err: unknown): Error {
+  private claimFailed(profile: ForwardingProfile, ref: IdempotencyRef, err: unknown): Error {
     if (!(err instanceof IdempotencyStoreException)) throw err;
-    const noun = this.words.noun;
+    const noun = PROFILES[profile].noun;
     switch (err.code) {
       case IdempotencyStoreErrorCode.Tampered:
         this.logger.error(
           { client: ref.clientId, idemKeyHash: ref.keyHash.slice(0, 16), reason: err.message },
           'idempotency record failed its integrity check: refused, nothing replayed or sent; something other than a broker writes to Redis',
         );
-        return this.fail(
+        return forwardingProblem(
+          profile,
           'tampered',
           `the stored outcome of this Idempotency-Key fails its integrity check (it was changed in Redis by something other than a broker), so it is not replayed; nothing was sent. Tell the platform team, and check with the provider whether the ${noun} was processed before using a new key`,
           { cause: err },
@@ -170,23 +161,23 @@ export class IdempotencyClaims {
       case IdempotencyStoreErrorCode.CallerLimit:
         // Refused rather than forwarded unrecorded: the caller asked for replay protection,
         // and a retry of an unrecorded request could act twice.
-        return this.fail(
+        return forwardingProblem(
+          profile,
           'callerLimit',
           `${err.message}; nothing was sent. Retry after ${err.retryAfterSeconds ?? 1} s, when its oldest record expires, or send requests that need no replay protection without an Idempotency-Key`,
           { retryAfterSeconds: err.retryAfterSeconds, cause: err },
         );
       case IdempotencyStoreErrorCode.Corrupt:
-        return this.fail('storeUnavailable', `${err.message}; nothing was sent`, { cause: err });
+        return forwardingProblem(profile, 'storeUnavailable', `${err.message}; nothing was sent`, {
+          cause: err,
+        });
       case IdempotencyStoreErrorCode.Unavailable:
-        return this.fail(
+        return forwardingProblem(
+          profile,
           'storeUnavailable',
           `the idempotency store (Redis) is unreachable, so a duplicate ${noun} could not be ruled out; nothing was sent. Retry shortly with the same Idempotency-Key`,
           { retryAfterSeconds: 2, cause: err },
         );
     }
-  }
-
-  private fail(failure: ForwardingFailure, message: string, options?: BrokerExceptionOptions) {
-    return forwardingProblem(this.profile, failure, message, options);
   }
 }

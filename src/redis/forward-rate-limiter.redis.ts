@@ -63,28 +63,19 @@ export class RedisForwardRateLimiter implements ForwardRateLimiter {
     return { allowed: true, degraded };
   }
 
+  /** Counted in Redis, or in memory when Redis is not there or did not answer. */
   private async consumeOne(
     limits: Pair,
     key: string,
   ): Promise<{ degraded: boolean; refusedMs?: number }> {
     if (limits.redis) {
       try {
-        await limits.redis.consume(key);
-        return { degraded: false };
+        return { degraded: false, refusedMs: await refusal(limits.redis, key) };
       } catch (err) {
-        if (err instanceof RateLimiterRes) return { degraded: false, refusedMs: err.msBeforeNext };
         this.fellBack(err);
       }
     }
-    try {
-      await limits.memory.consume(key);
-      return { degraded: limits.redis !== undefined };
-    } catch (err) {
-      if (err instanceof RateLimiterRes) {
-        return { degraded: limits.redis !== undefined, refusedMs: err.msBeforeNext };
-      }
-      throw err;
-    }
+    return { degraded: limits.redis !== undefined, refusedMs: await refusal(limits.memory, key) };
   }
 
   private fellBack(err: unknown): void {
@@ -95,6 +86,17 @@ export class RedisForwardRateLimiter implements ForwardRateLimiter {
       { err: err instanceof Error ? err.message : String(err) },
       'passthrough rate limits counted in this replica only: Redis did not answer. Each replica now allows the full rate (the fleet up to N times it) until Redis is back; see token_broker_forward_rate_limit_fallback_total',
     );
+  }
+}
+
+/** How long until `key` may go again, or `undefined` when it is allowed now. */
+async function refusal(limiter: Limiter, key: string): Promise<number | undefined> {
+  try {
+    await limiter.consume(key);
+    return undefined;
+  } catch (err) {
+    if (err instanceof RateLimiterRes) return err.msBeforeNext;
+    throw err;
   }
 }
 
