@@ -10,7 +10,6 @@ import { HeldToken } from './held-token';
 import { lifetimeTooShort } from './refresh-failure';
 import { RefreshLoop } from './refresh-loop';
 import { MIN_SERVE_MS } from './refresh-schedule';
-import { RefreshStanding } from './refresh-standing';
 import type { TokenRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
 import { TokenWaiters } from './token-waiters';
@@ -51,7 +50,6 @@ export class ClientTokenManager {
   private readonly loop: RefreshLoop;
   private readonly waiters = new TokenWaiters();
   private readonly refresh: FleetRefresh;
-  private readonly standing: RefreshStanding;
   /**
    * Set while {@link resync} runs: callers wait for it rather than start a refresh the
    * set-aside token may be about to cover.
@@ -82,18 +80,11 @@ export class ClientTokenManager {
       minRefreshIntervalMs: deps.settings.minRefreshIntervalMs,
       now: this.now,
     });
-    this.standing = new RefreshStanding(
-      client,
-      { ...deps, now: this.now, random: this.random },
-      this.waiters,
-    );
     this.loop = new RefreshLoop(client, {
+      ...deps,
       refresh: this.refresh,
       held: this.held,
-      standing: this.standing,
       waiters: this.waiters,
-      logger: deps.logger,
-      refreshAheadMs: deps.settings.refreshAheadSeconds * 1000,
       now: this.now,
       random: this.random,
       syncGeneration: () => this.syncGeneration(),
@@ -125,12 +116,12 @@ export class ClientTokenManager {
     }
     if (this.loop.stopped) throw shuttingDown();
     const { waitTimeoutMs } = this.deps.settings;
-    this.standing.refuseBeforeWaiting(minRemainingMs, waitTimeoutMs);
+    this.loop.refuseBeforeWaiting(minRemainingMs, waitTimeoutMs);
     const needUntil = this.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
     const result = this.waiters.wait(
       needUntil,
       waitTimeoutMs,
-      () => this.standing.unavailable(minRemainingMs),
+      () => this.loop.unavailable(minRemainingMs),
       minRemainingMs,
     );
     this.loop.ensureRefreshing('demand');
@@ -224,7 +215,7 @@ export class ClientTokenManager {
   /** Fingerprints, never tokens. */
   adminStatus() {
     const r = this.held.valid();
-    const failure = this.standing.failure;
+    const failure = this.loop.failure;
     return {
       fingerprint: r?.fingerprint,
       expiresAt: r?.expiresAt,
@@ -258,7 +249,7 @@ export class ClientTokenManager {
 
   status(): ClientTokenStatus {
     const r = this.held.valid();
-    const failure = this.standing.failure;
+    const failure = this.loop.failure;
     return {
       client: this.client.id,
       hasToken: r !== undefined,
@@ -268,7 +259,7 @@ export class ClientTokenManager {
         ? { code: failure.permanent.code, message: failure.permanent.operatorDetail }
         : undefined,
       lastError: failure?.lastError.message,
-      lifetimeError: this.standing.lifetimeError,
+      lifetimeError: this.loop.lifetimeError,
       everObtained: this.held.everObtained,
     };
   }
@@ -280,13 +271,13 @@ export class ClientTokenManager {
   private adopt(record: TokenRecord, fetched = false, forced = false): void {
     const held = this.held.keep(record, forced);
     const lifetimeMs = held.expiresAt - held.obtainedAt;
-    this.standing.noteLifetime(lifetimeMs);
+    this.loop.noteLifetime(lifetimeMs);
     this.loop.schedule(held);
     this.waiters.offer(
       held,
       fetched
         ? (requestedMs) =>
-            lifetimeTooShort(this.client.id, lifetimeMs, requestedMs, this.standing.retryAfter())
+            lifetimeTooShort(this.client.id, lifetimeMs, requestedMs, this.loop.retryAfter())
         : undefined,
       this.now() + MIN_SERVE_MS,
     );
