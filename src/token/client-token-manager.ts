@@ -115,12 +115,11 @@ export class ClientTokenManager {
       if (back) return back;
     }
     if (this.loop.stopped) throw shuttingDown();
-    const { waitTimeoutMs } = this.deps.settings;
-    this.loop.refuseBeforeWaiting(minRemainingMs, waitTimeoutMs);
+    this.loop.refuseBeforeWaiting(minRemainingMs);
     const needUntil = this.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
     const result = this.waiters.wait(
       needUntil,
-      waitTimeoutMs,
+      this.deps.settings.waitTimeoutMs,
       () => this.loop.unavailable(minRemainingMs),
       minRemainingMs,
     );
@@ -138,11 +137,8 @@ export class ClientTokenManager {
         'provider rejected the current token; refreshing',
       );
     }
-    try {
-      invalidated = (await this.deps.store.invalidate(this.client.id, fingerprint)) || invalidated;
-    } catch (err) {
-      noteStoreFailure(this.deps.logger, this.client.id, err);
-    }
+    const inStore = this.deps.store.invalidate(this.client.id, fingerprint);
+    invalidated = (await this.refresh.orIfStoreFails(inStore, false)) || invalidated;
     if (invalidated) this.loop.ensureRefreshing('invalidated');
     return invalidated;
   }
@@ -241,9 +237,8 @@ export class ClientTokenManager {
         'token revoked fleet-wide; dropped and refreshing',
       );
     }
-    this.deps.store
-      .acknowledgeRevocation(this.client.id, generation)
-      .catch((err: unknown) => noteStoreFailure(this.deps.logger, this.client.id, err));
+    const ack = this.deps.store.acknowledgeRevocation(this.client.id, generation);
+    void this.refresh.orIfStoreFails(ack, undefined);
     if (this.held.current === undefined) this.loop.ensureRefreshing('revoked');
   }
 

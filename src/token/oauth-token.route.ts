@@ -154,14 +154,11 @@ export class OAuthTokenRoute implements OnModuleInit {
     }
   }
 
+  /** The named client, else the caller's only one, else the broker's only one. */
   private clientFor(caller: Caller, request: OAuthTokenRequest): string {
-    if (request.target !== undefined) {
-      return this.tokens.resolveClient(request.target.value, caller);
-    }
-    if (caller.clients !== '*' && caller.clients.size === 1) {
-      return this.tokens.resolveClient([...caller.clients][0], caller);
-    }
-    return this.tokens.resolveClient(undefined, caller);
+    const only = caller.clients !== '*' && caller.clients.size === 1;
+    const requested = request.target?.value ?? (only ? [...caller.clients][0] : undefined);
+    return this.tokens.resolveClient(requested, caller);
   }
 
   /** Audited like a refused `GET /token`. */

@@ -213,7 +213,7 @@ export class RefreshLoop {
     });
   }
 
-  refuseBeforeWaiting(minRemainingMs: number, waitTimeoutMs: number): void {
+  refuseBeforeWaiting(minRemainingMs: number): void {
     // Fail fast: an operator must fix this; the loop keeps probing in the background.
     const permanent = this.failure?.permanent;
     if (permanent) throw permanent;
@@ -229,6 +229,7 @@ export class RefreshLoop {
       throw lifetimeTooShort(this.client.id, this.lifetime.ms, minRemainingMs, retryAfter);
     }
     // The fleet backs off (or the floor holds) past this caller's wait: say when, at once.
+    const { waitTimeoutMs } = this.deps.settings;
     if ('until' in this.phase && this.phase.until - this.deps.now() > waitTimeoutMs) {
       throw this.unavailable(minRemainingMs);
     }
