@@ -5,9 +5,8 @@ import type { HitCell, MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { CredentialsCache, SECRETS_MANAGER_ROTATION_STAGES } from '../secrets/credentials-cache';
-import { FleetRefresh, noteStoreFailure } from './fleet-refresh';
+import { FleetRefresh, type Forced, noteStoreFailure } from './fleet-refresh';
 import { HeldToken } from './held-token';
-import { lifetimeTooShort } from './refresh-failure';
 import { RefreshLoop } from './refresh-loop';
 import { MIN_SERVE_MS } from './refresh-schedule';
 import type { TokenRecord } from './token-record';
@@ -88,7 +87,6 @@ export class ClientTokenManager {
       now: this.now,
       random: this.random,
       syncGeneration: () => this.syncGeneration(),
-      adopt: (record, fetched) => this.adopt(record, fetched),
     });
   }
 
@@ -182,7 +180,7 @@ export class ClientTokenManager {
       await this.refresh.readShared();
       this.syncGeneration(held);
       if (held && this.held.ofGeneration(held) && held.expiresAt > this.now()) {
-        if (this.held.current === undefined) this.adopt(held);
+        if (this.held.current === undefined) this.loop.adopt(held);
         await this.deps.store.writeFenced(this.client.id, held);
       }
       this.held.needsResync = false;
@@ -195,12 +193,12 @@ export class ClientTokenManager {
     }
   }
 
-  async forceRefresh(
-    askedAt: number,
-  ): Promise<{ record: TokenRecord; fetched: boolean; written: boolean }> {
+  async forceRefresh(askedAt: number): Promise<Forced> {
     const result = await this.refresh.forced(askedAt, this.deps.settings.waitTimeoutMs);
     this.syncGeneration();
-    if (this.held.ofGeneration(result.record)) this.adopt(result.record, result.fetched, true);
+    if (this.held.ofGeneration(result.record)) {
+      this.loop.adopt(result.record, result.fetched, true);
+    }
     return result;
   }
 
@@ -259,31 +257,12 @@ export class ClientTokenManager {
     };
   }
 
-  /**
-   * After a fresh fetch, a waiter the new token cannot satisfy (it asked for more than the
-   * provider's lifetime) is refused rather than made to trigger another fetch.
-   */
-  private adopt(record: TokenRecord, fetched = false, forced = false): void {
-    const held = this.held.keep(record, forced);
-    const lifetimeMs = held.expiresAt - held.obtainedAt;
-    this.loop.noteLifetime(lifetimeMs);
-    this.loop.schedule(held);
-    this.waiters.offer(
-      held,
-      fetched
-        ? (requestedMs) =>
-            lifetimeTooShort(this.client.id, lifetimeMs, requestedMs, this.loop.retryAfter())
-        : undefined,
-      this.now() + MIN_SERVE_MS,
-    );
-  }
-
   private async adoptFromStore(): Promise<void> {
     try {
       const r = await this.refresh.readShared();
       this.syncGeneration();
       if (r && this.held.mayHold(r) && this.held.outlastedBy(r)) {
-        this.adopt(r);
+        this.loop.adopt(r);
         this.held.noteRefresh('adopted');
       }
     } catch (err) {

@@ -313,7 +313,8 @@ function isInvalidClient(err: unknown): err is ProviderException {
   return err instanceof ProviderException && err.code === ProviderErrorCode.InvalidClient;
 }
 
-type Forced = { record: TokenRecord; fetched: boolean; written: boolean };
+/** A forced refresh's token; `written`: the fence let it into the store. */
+export type Forced = { record: TokenRecord; fetched: boolean; written: boolean };
 
 function token(record: TokenRecord, fetched: boolean, unshared = false): RefreshPass {
   return { kind: 'token', record, fetched, unshared };

@@ -40,8 +40,6 @@ interface RefreshLoopDeps {
   now: () => number;
   random: () => number;
   syncGeneration: () => void;
-  /** `fetched`: from the provider. */
-  adopt: (record: TokenRecord, fetched: boolean) => void;
 }
 
 /**
@@ -120,7 +118,27 @@ export class RefreshLoop {
     }
   }
 
-  schedule(record: TokenRecord): void {
+  /**
+   * Holds `record` (`forced`: whatever the one held) and schedules its refresh. After a fresh
+   * fetch (`fetched`), a waiter the new token cannot satisfy (it asked for more than the
+   * provider's lifetime) is refused rather than made to trigger another fetch.
+   */
+  adopt(record: TokenRecord, fetched = false, forced = false): void {
+    const held = this.deps.held.keep(record, forced);
+    const lifetimeMs = held.expiresAt - held.obtainedAt;
+    this.noteLifetime(lifetimeMs);
+    this.schedule(held);
+    this.deps.waiters.offer(
+      held,
+      fetched
+        ? (requestedMs) =>
+            lifetimeTooShort(this.client.id, lifetimeMs, requestedMs, this.retryAfter())
+        : undefined,
+      this.deps.now() + MIN_SERVE_MS,
+    );
+  }
+
+  private schedule(record: TokenRecord): void {
     clearTimeout(this.refreshTimer);
     const { settings, random, now } = this.deps;
     const aheadMs = settings.refreshAheadSeconds * 1000;
@@ -181,7 +199,7 @@ export class RefreshLoop {
     // token straight back to the caller retrying after its 401.
     if (held.isRejected(pass.record.fingerprint)) return 0;
     if (pass.unshared) held.needsResync = true;
-    this.deps.adopt(pass.record, pass.fetched);
+    this.adopt(pass.record, pass.fetched);
     held.noteRefresh(pass.fetched ? 'fetched' : 'adopted');
     this.phase = SETTLED;
     this.nextAttemptAt = undefined;
@@ -236,7 +254,7 @@ export class RefreshLoop {
   }
 
   /** Says once per transition (log and readiness) when it is too short, and when no longer. */
-  noteLifetime(lifetimeMs: number): void {
+  private noteLifetime(lifetimeMs: number): void {
     const { minRefreshIntervalMs } = this.deps.settings;
     const known = this.lifetime?.problem;
     const problem =
@@ -301,7 +319,7 @@ export class RefreshLoop {
   }
 
   /** Undefined: no attempt planned. */
-  retryAfter(): number | undefined {
+  private retryAfter(): number | undefined {
     const now = this.deps.now();
     return this.nextAttemptAt !== undefined && this.nextAttemptAt > now
       ? retryAfterSeconds(this.nextAttemptAt - now)
