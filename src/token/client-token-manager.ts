@@ -5,12 +5,10 @@ import type { HitCell, MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { CredentialsCache, SECRETS_MANAGER_ROTATION_STAGES } from '../secrets/credentials-cache';
-import { FleetRefresh, noteStoreFailure } from './fleet-refresh';
+import { FleetRefresh, type Forced, noteStoreFailure } from './fleet-refresh';
 import { HeldToken } from './held-token';
-import { lifetimeTooShort } from './refresh-failure';
 import { RefreshLoop } from './refresh-loop';
 import { MIN_SERVE_MS } from './refresh-schedule';
-import { RefreshStanding } from './refresh-standing';
 import type { TokenRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
 import { TokenWaiters } from './token-waiters';
@@ -51,7 +49,6 @@ export class ClientTokenManager {
   private readonly loop: RefreshLoop;
   private readonly waiters = new TokenWaiters();
   private readonly refresh: FleetRefresh;
-  private readonly standing: RefreshStanding;
   /**
    * Set while {@link resync} runs: callers wait for it rather than start a refresh the
    * set-aside token may be about to cover.
@@ -82,22 +79,14 @@ export class ClientTokenManager {
       minRefreshIntervalMs: deps.settings.minRefreshIntervalMs,
       now: this.now,
     });
-    this.standing = new RefreshStanding(
-      client,
-      { ...deps, now: this.now, random: this.random },
-      this.waiters,
-    );
     this.loop = new RefreshLoop(client, {
+      ...deps,
       refresh: this.refresh,
       held: this.held,
-      standing: this.standing,
       waiters: this.waiters,
-      logger: deps.logger,
-      refreshAheadMs: deps.settings.refreshAheadSeconds * 1000,
       now: this.now,
       random: this.random,
       syncGeneration: () => this.syncGeneration(),
-      adopt: (record, fetched) => this.adopt(record, fetched),
     });
   }
 
@@ -124,13 +113,12 @@ export class ClientTokenManager {
       if (back) return back;
     }
     if (this.loop.stopped) throw shuttingDown();
-    const { waitTimeoutMs } = this.deps.settings;
-    this.standing.refuseBeforeWaiting(minRemainingMs, waitTimeoutMs);
+    this.loop.refuseBeforeWaiting(minRemainingMs);
     const needUntil = this.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
     const result = this.waiters.wait(
       needUntil,
-      waitTimeoutMs,
-      () => this.standing.unavailable(minRemainingMs),
+      this.deps.settings.waitTimeoutMs,
+      () => this.loop.unavailable(minRemainingMs),
       minRemainingMs,
     );
     this.loop.ensureRefreshing('demand');
@@ -147,11 +135,8 @@ export class ClientTokenManager {
         'provider rejected the current token; refreshing',
       );
     }
-    try {
-      invalidated = (await this.deps.store.invalidate(this.client.id, fingerprint)) || invalidated;
-    } catch (err) {
-      noteStoreFailure(this.deps.logger, this.client.id, err);
-    }
+    const inStore = this.deps.store.invalidate(this.client.id, fingerprint);
+    invalidated = (await this.refresh.orIfStoreFails(inStore, false)) || invalidated;
     if (invalidated) this.loop.ensureRefreshing('invalidated');
     return invalidated;
   }
@@ -195,7 +180,7 @@ export class ClientTokenManager {
       await this.refresh.readShared();
       this.syncGeneration(held);
       if (held && this.held.ofGeneration(held) && held.expiresAt > this.now()) {
-        if (this.held.current === undefined) this.adopt(held);
+        if (this.held.current === undefined) this.loop.adopt(held);
         await this.deps.store.writeFenced(this.client.id, held);
       }
       this.held.needsResync = false;
@@ -208,12 +193,12 @@ export class ClientTokenManager {
     }
   }
 
-  async forceRefresh(
-    askedAt: number,
-  ): Promise<{ record: TokenRecord; fetched: boolean; written: boolean }> {
+  async forceRefresh(askedAt: number): Promise<Forced> {
     const result = await this.refresh.forced(askedAt, this.deps.settings.waitTimeoutMs);
     this.syncGeneration();
-    if (this.held.ofGeneration(result.record)) this.adopt(result.record, result.fetched, true);
+    if (this.held.ofGeneration(result.record)) {
+      this.loop.adopt(result.record, result.fetched, true);
+    }
     return result;
   }
 
@@ -224,7 +209,7 @@ export class ClientTokenManager {
   /** Fingerprints, never tokens. */
   adminStatus() {
     const r = this.held.valid();
-    const failure = this.standing.failure;
+    const failure = this.loop.failure;
     return {
       fingerprint: r?.fingerprint,
       expiresAt: r?.expiresAt,
@@ -250,15 +235,14 @@ export class ClientTokenManager {
         'token revoked fleet-wide; dropped and refreshing',
       );
     }
-    this.deps.store
-      .acknowledgeRevocation(this.client.id, generation)
-      .catch((err: unknown) => noteStoreFailure(this.deps.logger, this.client.id, err));
+    const ack = this.deps.store.acknowledgeRevocation(this.client.id, generation);
+    void this.refresh.orIfStoreFails(ack, undefined);
     if (this.held.current === undefined) this.loop.ensureRefreshing('revoked');
   }
 
   status(): ClientTokenStatus {
     const r = this.held.valid();
-    const failure = this.standing.failure;
+    const failure = this.loop.failure;
     return {
       client: this.client.id,
       hasToken: r !== undefined,
@@ -268,28 +252,9 @@ export class ClientTokenManager {
         ? { code: failure.permanent.code, message: failure.permanent.operatorDetail }
         : undefined,
       lastError: failure?.lastError.message,
-      lifetimeError: this.standing.lifetimeError,
+      lifetimeError: this.loop.lifetimeError,
       everObtained: this.held.everObtained,
     };
-  }
-
-  /**
-   * After a fresh fetch, a waiter the new token cannot satisfy (it asked for more than the
-   * provider's lifetime) is refused rather than made to trigger another fetch.
-   */
-  private adopt(record: TokenRecord, fetched = false, forced = false): void {
-    const held = this.held.keep(record, forced);
-    const lifetimeMs = held.expiresAt - held.obtainedAt;
-    this.standing.noteLifetime(lifetimeMs);
-    this.loop.schedule(held);
-    this.waiters.offer(
-      held,
-      fetched
-        ? (requestedMs) =>
-            lifetimeTooShort(this.client.id, lifetimeMs, requestedMs, this.standing.retryAfter())
-        : undefined,
-      this.now() + MIN_SERVE_MS,
-    );
   }
 
   private async adoptFromStore(): Promise<void> {
@@ -297,7 +262,7 @@ export class ClientTokenManager {
       const r = await this.refresh.readShared();
       this.syncGeneration();
       if (r && this.held.mayHold(r) && this.held.outlastedBy(r)) {
-        this.adopt(r);
+        this.loop.adopt(r);
         this.held.noteRefresh('adopted');
       }
     } catch (err) {

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
 import type { MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
+import type { GrantedToken } from '../provider/token-response.parser';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import type { CredentialsCache } from '../secrets/credentials-cache';
 import { isFleetWide } from './refresh-failure';
@@ -101,6 +102,8 @@ export class FleetRefresh {
   }
 
   private async underLock(ctx: RefreshContext): Promise<RefreshPass> {
+    const { store } = this.deps;
+    const id = this.client.id;
     // Inside the lock, re-read: the previous holder may have written just now.
     const again = await this.readShared();
     if (again && ctx.goodEnough(again)) return this.adopted(again);
@@ -108,10 +111,10 @@ export class FleetRefresh {
     if (heldNow && ctx.goodEnough(heldNow)) return token(heldNow, false);
     // The fleet backs off as one: after a 429 or a failure, the next request waits for the
     // shared deferral however many replicas want a token.
-    const deferredMs = await this.deps.store.refreshDeferral(this.client.id);
+    const deferredMs = await store.refreshDeferral(id);
     if (deferredMs > 0) return { kind: 'deferred', retryInMs: deferredMs };
     // The floor: whatever the lifetime or the callers' min_ttl, one grant per interval.
-    const hold = await this.deps.store.refreshHold(this.client.id);
+    const hold = await store.refreshHold(id);
     if (hold.ms > 0) return { kind: 'floor', retryInMs: hold.ms, lifetimeMs: hold.lifetimeMs };
     let record: TokenRecord;
     try {
@@ -120,7 +123,10 @@ export class FleetRefresh {
       if (!ctx.failed) throw err;
       const delayMs = ctx.failed(err);
       // Shared before the lock is released, so the next holder already sees it.
-      const retryInMs = isFleetWide(err) ? await this.deferFleet(delayMs) : delayMs;
+      // Never shortens a longer deferral already set; without the store, this replica's own.
+      const retryInMs = isFleetWide(err)
+        ? Math.max(delayMs, await this.orIfStoreFails(store.deferRefresh(id, delayMs), delayMs))
+        : delayMs;
       return { kind: 'failed', retryInMs };
     }
     // Started before the lock is released, so the next holder already sees it.
@@ -142,15 +148,12 @@ export class FleetRefresh {
   /** Fleet-wide and here: the store may be down by the next pass. */
   private async holdFleet(record: TokenRecord): Promise<void> {
     this.lastGrantAt = this.deps.now();
-    try {
-      await this.deps.store.holdRefreshes(
-        this.client.id,
-        this.deps.minRefreshIntervalMs,
-        record.expiresAt - record.obtainedAt,
-      );
-    } catch (err) {
-      noteStoreFailure(this.deps.logger, this.client.id, err);
-    }
+    const lifetimeMs = record.expiresAt - record.obtainedAt;
+    const { minRefreshIntervalMs } = this.deps;
+    await this.orIfStoreFails(
+      this.deps.store.holdRefreshes(this.client.id, minRefreshIntervalMs, lifetimeMs),
+      undefined,
+    );
   }
 
   private servable(record: TokenRecord): boolean {
@@ -185,29 +188,25 @@ export class FleetRefresh {
 
   /** If a newer token is stored, the fence keeps it. False: the store failed, push on recovery. */
   private async publish(record: TokenRecord): Promise<boolean> {
-    try {
-      const written = await this.deps.store.writeFenced(this.client.id, record);
-      if (!written) {
-        this.deps.logger.info(
-          { client: this.client.id },
-          'a newer token was already stored; the fence kept it',
-        );
-      }
-      return true;
-    } catch (err) {
-      noteStoreFailure(this.deps.logger, this.client.id, err);
-      return false;
+    const written = await this.orIfStoreFails(
+      this.deps.store.writeFenced(this.client.id, record),
+      undefined,
+    );
+    if (written === false) {
+      this.deps.logger.info(
+        { client: this.client.id },
+        'a newer token was already stored; the fence kept it',
+      );
     }
+    return written !== undefined;
   }
 
-  /** Never shortens a longer deferral already set; without the store, this replica's own delay. */
-  private async deferFleet(delayMs: number): Promise<number> {
-    try {
-      return Math.max(delayMs, await this.deps.store.deferRefresh(this.client.id, delayMs));
-    } catch (err) {
+  /** `fallback` when the store fails (noted); any other error is rethrown. */
+  orIfStoreFails<T>(op: Promise<T>, fallback: T): Promise<T> {
+    return op.catch((err: unknown) => {
       noteStoreFailure(this.deps.logger, this.client.id, err);
-      return delayMs;
-    }
+      return fallback;
+    });
   }
 
   /**
@@ -219,7 +218,13 @@ export class FleetRefresh {
     for (;;) {
       const locked = await this.locked(() => this.forcedUnderLock(askedAt));
       if (locked.acquired) return locked.value;
-      if (this.deps.now() >= deadline) return this.lockBusy();
+      if (this.deps.now() >= deadline) {
+        throw new TokenException(
+          TokenErrorCode.Unavailable,
+          `client "${this.client.id}": another replica held the refresh lock for the whole wait; retry the forced refresh in a few seconds`,
+          { retryAfterSeconds: 2 },
+        );
+      }
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   }
@@ -247,14 +252,6 @@ export class FleetRefresh {
     return { record, fetched: true, written };
   }
 
-  private lockBusy(): never {
-    throw new TokenException(
-      TokenErrorCode.Unavailable,
-      `client "${this.client.id}": another replica held the refresh lock for the whole wait; retry the forced refresh in a few seconds`,
-      { retryAfterSeconds: 2 },
-    );
-  }
-
   /**
    * After `invalid_client`, tries each other version of the credentials. Takes no lock: the caller
    * holds it, or the store is down and this is the replica's single flight.
@@ -270,11 +267,14 @@ export class FleetRefresh {
         .observe((this.deps.now() - started) / 1000);
     // The generation it is requested in: a revoke arriving meanwhile fences it out.
     const generation = this.deps.store.generation(client.id);
+    const granted = (grant: GrantedToken) => {
+      metrics.refreshes.labels(client.id, 'fetched').inc();
+      return withGeneration(toRecord(grant), generation);
+    };
     try {
       const grant = await grantor.requestToken(client, current);
       observe('2xx');
-      metrics.refreshes.labels(client.id, 'fetched').inc();
-      const record = withGeneration(toRecord(grant), generation);
+      const record = granted(grant);
       logger.info(
         {
           client: client.id,
@@ -287,24 +287,19 @@ export class FleetRefresh {
     } catch (err) {
       const status = err instanceof ProviderException ? err.details.status : undefined;
       observe(status === undefined ? 'none' : `${Math.floor(status / 100)}xx`);
-      if (err instanceof ProviderException && err.code === ProviderErrorCode.InvalidClient) {
-        // The secret may have changed since read, or a rotation be half done.
-        const rotated = await credentials.rotate(
-          current,
-          (fresh) => grantor.requestToken(client, fresh),
-          (e): e is ProviderException =>
-            e instanceof ProviderException && e.code === ProviderErrorCode.InvalidClient,
-        );
-        if (rotated) {
-          logger.info(
-            { client: client.id, stage: rotated.stage ?? 'current' },
-            'credentials refused; the server accepted another version of them',
-          );
-          metrics.refreshes.labels(client.id, 'fetched').inc();
-          return withGeneration(toRecord(rotated.result), generation);
-        }
-      }
-      throw err;
+      if (!isInvalidClient(err)) throw err;
+      // The secret may have changed since read, or a rotation be half done.
+      const rotated = await credentials.rotate(
+        current,
+        (fresh) => grantor.requestToken(client, fresh),
+        isInvalidClient,
+      );
+      if (!rotated) throw err;
+      logger.info(
+        { client: client.id, stage: rotated.stage ?? 'current' },
+        'credentials refused; the server accepted another version of them',
+      );
+      return granted(rotated.result);
     }
   }
 
@@ -314,7 +309,12 @@ export class FleetRefresh {
   }
 }
 
-type Forced = { record: TokenRecord; fetched: boolean; written: boolean };
+function isInvalidClient(err: unknown): err is ProviderException {
+  return err instanceof ProviderException && err.code === ProviderErrorCode.InvalidClient;
+}
+
+/** A forced refresh's token; `written`: the fence let it into the store. */
+export type Forced = { record: TokenRecord; fetched: boolean; written: boolean };
 
 function token(record: TokenRecord, fetched: boolean, unshared = false): RefreshPass {
   return { kind: 'token', record, fetched, unshared };

@@ -20,7 +20,7 @@ import {
   type OAuthTokenRequest,
   parseOAuthTokenRequest,
 } from './oauth-token-request';
-import { tokenBody } from './token-body';
+import { TOKEN_HEADERS, tokenBody } from './token-body';
 import { TokenResponder } from './token-responder';
 import { TokenErrorCode, TokenException } from './token.exception';
 import { TokenService } from './token.service';
@@ -28,14 +28,6 @@ import { TokenService } from './token.service';
 const OAUTH_TOKEN_PATH = '/oauth2/token';
 /** RFC 8414 §3: where discovery-based clients look. */
 const OAUTH_METADATA_PATH = '/.well-known/oauth-authorization-server';
-
-/** RFC 6749 §5.1: token answers are never cached. */
-const OAUTH_HEADERS = {
-  'content-type': 'application/json; charset=utf-8',
-  'cache-control': 'no-store',
-  pragma: 'no-cache',
-  ...SECURITY_HEADERS,
-};
 
 interface Progress {
   request?: OAuthTokenRequest;
@@ -148,20 +140,17 @@ export class OAuthTokenRoute implements OnModuleInit {
       const clientId = this.clientFor(caller, request);
       progress.clientId = clientId;
       const record = await this.responder.tokenFor(caller, clientId, requestIdsOf(req));
-      return reply.code(200).headers(OAUTH_HEADERS).send(tokenBody(record, Date.now()));
+      return reply.code(200).headers(TOKEN_HEADERS).send(tokenBody(record, Date.now()));
     } catch (err) {
       return this.refuse(err, progress, req, reply);
     }
   }
 
+  /** The named client, else the caller's only one, else the broker's only one. */
   private clientFor(caller: Caller, request: OAuthTokenRequest): string {
-    if (request.target !== undefined) {
-      return this.tokens.resolveClient(request.target.value, caller);
-    }
-    if (caller.clients !== '*' && caller.clients.size === 1) {
-      return this.tokens.resolveClient([...caller.clients][0], caller);
-    }
-    return this.tokens.resolveClient(undefined, caller);
+    const only = caller.clients !== '*' && caller.clients.size === 1;
+    const requested = request.target?.value ?? (only ? [...caller.clients][0] : undefined);
+    return this.tokens.resolveClient(requested, caller);
   }
 
   /** Audited like a refused `GET /token`. */
@@ -177,7 +166,7 @@ export class OAuthTokenRoute implements OnModuleInit {
       this.logger.error({ err, ...ids }, 'unhandled error');
     }
     this.responder.auditRefused(ids, err, progress.caller, progress.clientId, oauth.code);
-    const headers: Record<string, string> = { ...OAUTH_HEADERS };
+    const headers: Record<string, string> = { ...TOKEN_HEADERS };
     let status = 400;
     if (oauth.code === OAuthErrorCode.InvalidClient && oauth.basicChallenge) {
       status = 401;

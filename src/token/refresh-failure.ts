@@ -3,8 +3,54 @@ import type { ClientConfig } from '../config/client.schema';
 import type { RefreshResult } from '../metrics/metrics.service';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { SecretsException } from '../secrets/secrets.exception';
-import { MIN_SERVE_MS, neededLifetimeMs, retryDelayMs } from './refresh-schedule';
+import {
+  MIN_SERVE_MS,
+  neededLifetimeMs,
+  retryAfterSeconds,
+  retryDelayMs,
+} from './refresh-schedule';
 import { TokenErrorCode, TokenException } from './token.exception';
+
+export interface Failure {
+  /** The backoff's attempt number. */
+  count: number;
+  lastError: Error;
+  /** Callers fail fast until a token is obtained. */
+  permanent?: TokenException;
+}
+
+/** Each kind carries what it needs: a hold has its end, a permanent error its failure. */
+export type RefreshPhase =
+  | { kind: 'settled' }
+  | { kind: 'failing'; failure: Failure }
+  | { kind: 'backoff' | 'floor'; until: number; failure?: Failure };
+
+export const SETTLED: RefreshPhase = { kind: 'settled' };
+
+export function failureOf(phase: RefreshPhase): Failure | undefined {
+  return phase.kind === 'settled' ? undefined : phase.failure;
+}
+
+/** A hold already set stays, and a permanent error stays until a token is obtained. */
+export function afterFailure(
+  phase: RefreshPhase,
+  lastError: Error,
+  permanent?: TokenException,
+): RefreshPhase {
+  const before = failureOf(phase);
+  const failure: Failure = {
+    count: (before?.count ?? 0) + 1,
+    lastError,
+    permanent: permanent ?? before?.permanent,
+  };
+  return phase.kind === 'backoff' || phase.kind === 'floor'
+    ? { ...phase, failure }
+    : { kind: 'failing', failure };
+}
+
+export function holding(phase: RefreshPhase, until: number, floor: boolean): RefreshPhase {
+  return { kind: floor ? 'floor' : 'backoff', until, failure: failureOf(phase) };
+}
 
 interface RefreshFailure {
   /** The caller-facing exception when an operator must act. */
@@ -63,7 +109,7 @@ export function permanentFailure(
   client: ClientConfig,
   backoffMaxMs: number,
 ): TokenException | undefined {
-  const retryAfterSeconds = Math.ceil(backoffMaxMs / 1000);
+  const retryAfter = Math.ceil(backoffMaxMs / 1000);
   if (err instanceof ProviderException && !err.transient) {
     const rejected = err.code === ProviderErrorCode.InvalidClient;
     const source = client.credentials;
@@ -71,7 +117,7 @@ export function permanentFailure(
       rejected ? TokenErrorCode.CredentialsRejected : TokenErrorCode.Unavailable,
       rejected ? `${err.message}; ${OPERATORS_KNOW}` : err.message,
       {
-        retryAfterSeconds,
+        retryAfterSeconds: retryAfter,
         cause: err,
         // The credentials' source (a reference, never the value) is what the operator fixes.
         operatorDetail: rejected
@@ -85,7 +131,7 @@ export function permanentFailure(
       TokenErrorCode.CredentialsUnavailable,
       `cannot load the credentials for client "${client.id}" (${err.code}); ${OPERATORS_KNOW}`,
       {
-        retryAfterSeconds,
+        retryAfterSeconds: retryAfter,
         cause: err,
         operatorDetail: `cannot load the credentials for client "${client.id}": ${err.message}`,
       },
@@ -102,9 +148,7 @@ export function unavailableError(opts: {
   now: number;
 }): TokenException {
   const retryAfter =
-    opts.nextAttemptAt !== undefined
-      ? Math.max(1, Math.ceil((opts.nextAttemptAt - opts.now) / 1000))
-      : 1;
+    opts.nextAttemptAt !== undefined ? retryAfterSeconds(opts.nextAttemptAt - opts.now) : 1;
   const message = `no token with the requested remaining lifetime could be obtained in time for client "${opts.clientId}"`;
   const last = opts.lastError;
   // A secret's message names its ARN or file path: the caller hears its code only.
@@ -161,7 +205,7 @@ export function refreshFloorHeld(opts: {
   return new TokenException(
     TokenErrorCode.Unavailable,
     `client "${opts.clientId}": ${need}, and the broker asks the provider at most once every ${seconds(opts.minRefreshIntervalMs)} s (TOKEN_MIN_REFRESH_INTERVAL_MS); retry later or ask a smaller min_ttl`,
-    { retryAfterSeconds: Math.max(1, Math.ceil(opts.retryAfterMs / 1000)) },
+    { retryAfterSeconds: retryAfterSeconds(opts.retryAfterMs) },
   );
 }
 

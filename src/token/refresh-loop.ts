@@ -1,39 +1,68 @@
 import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
+import type { TokenSettings } from '../config/config.schema';
+import type { MetricsService } from '../metrics/metrics.service';
 import { inSpan } from '../tracing/spans';
 import type { FleetRefresh, RefreshPass } from './fleet-refresh';
 import type { HeldToken } from './held-token';
-import { RefreshAlarm } from './refresh-alarm';
-import { isDue, MAX_TIMER_MS, MIN_SERVE_MS, refreshAt } from './refresh-schedule';
-import type { RefreshStanding } from './refresh-standing';
+import {
+  afterFailure,
+  type Failure,
+  failureOf,
+  holding,
+  judgeFailure,
+  lifetimeProblem,
+  lifetimeTooShort,
+  type RefreshPhase,
+  refreshFloorHeld,
+  SETTLED,
+  unavailableError,
+} from './refresh-failure';
+import {
+  isDue,
+  MAX_TIMER_MS,
+  MIN_SERVE_MS,
+  neededLifetimeMs,
+  refreshAt,
+  retryAfterSeconds,
+} from './refresh-schedule';
 import type { TokenRecord } from './token-record';
 import type { TokenWaiters } from './token-waiters';
+import { TokenErrorCode, TokenException } from './token.exception';
 
 interface RefreshLoopDeps {
   refresh: FleetRefresh;
   held: HeldToken;
-  standing: RefreshStanding;
   waiters: TokenWaiters;
+  metrics: Pick<MetricsService, 'refreshes'>;
   logger: Logger;
-  refreshAheadMs: number;
+  settings: TokenSettings;
   now: () => number;
   random: () => number;
   syncGeneration: () => void;
-  /** `fetched`: from the provider. */
-  adopt: (record: TokenRecord, fetched: boolean) => void;
 }
 
 /**
- * The single flight of one client's refresh: at most one loop per process; between passes it
- * sleeps for the backoff {@link RefreshStanding} sets, or until a store event wakes it.
+ * The single flight of one client's refresh (at most one loop per process) and where it stands:
+ * failures, holds, the provider's lifetime, and what a caller is told meanwhile. Waiters are
+ * refused as soon as no token can reach them in time. Between passes the loop sleeps for the
+ * backoff, or until a store event wakes it.
  */
 export class RefreshLoop {
   private loop?: Promise<void>;
   private refreshTimer?: NodeJS.Timeout;
-  private readonly alarm = new RefreshAlarm();
+  /** Ends the loop's sleep early: a store event or shutdown. */
+  private wake?: () => void;
+  /** News that arrived during a pass, which may have read the store before it: look again. */
+  private newsDuringPass = false;
   /** Passes in a row that found the lock held elsewhere: the next short wait doubles. */
   private holderWaits = 0;
   private stoppedFlag = false;
+  private phase: RefreshPhase = SETTLED;
+  /** A hold's end, or a short wait for another replica. */
+  private nextAttemptAt?: number;
+  /** What a refresh can offer a caller at most; `problem` while too short to serve and refresh. */
+  private lifetime?: { ms: number; problem?: string };
 
   constructor(
     private readonly client: ClientConfig,
@@ -48,27 +77,37 @@ export class RefreshLoop {
     return this.stoppedFlag;
   }
 
+  /** `permanent`: an operator must act. */
+  get failure(): Failure | undefined {
+    return failureOf(this.phase);
+  }
+
+  get lifetimeError(): string | undefined {
+    return this.lifetime?.problem;
+  }
+
   ensureRefreshing(reason: string): void {
     if (this.loop || this.stoppedFlag) return;
     this.deps.logger.debug({ client: this.client.id, reason }, 'token refresh started');
     this.loop = this.runLoop().finally(() => {
       this.loop = undefined;
       // A caller may have arrived with a stricter need while the loop was finishing.
-      if (this.deps.waiters.size > 0 && !this.stoppedFlag && !this.deps.standing.failure?.permanent)
+      if (this.deps.waiters.size > 0 && !this.stoppedFlag && !this.failure?.permanent)
         this.ensureRefreshing('pending');
     });
   }
 
   /** A store event: re-read now (asleep: woken; inside a pass: once the pass ends). */
   ring(): void {
-    this.alarm.ring();
+    if (this.wake) this.wake();
+    else this.newsDuringPass = true;
   }
 
   async stop(timeoutMs: number): Promise<void> {
     this.stoppedFlag = true;
     clearTimeout(this.refreshTimer);
     // A loop sleeping between attempts ends now; one inside an attempt finishes it first.
-    this.alarm.wakeIfAsleep();
+    this.wake?.();
     if (this.loop) {
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
@@ -79,10 +118,31 @@ export class RefreshLoop {
     }
   }
 
-  schedule(record: TokenRecord): void {
+  /**
+   * Holds `record` (`forced`: whatever the one held) and schedules its refresh. After a fresh
+   * fetch (`fetched`), a waiter the new token cannot satisfy (it asked for more than the
+   * provider's lifetime) is refused rather than made to trigger another fetch.
+   */
+  adopt(record: TokenRecord, fetched = false, forced = false): void {
+    const held = this.deps.held.keep(record, forced);
+    const lifetimeMs = held.expiresAt - held.obtainedAt;
+    this.noteLifetime(lifetimeMs);
+    this.schedule(held);
+    this.deps.waiters.offer(
+      held,
+      fetched
+        ? (requestedMs) =>
+            lifetimeTooShort(this.client.id, lifetimeMs, requestedMs, this.retryAfter())
+        : undefined,
+      this.deps.now() + MIN_SERVE_MS,
+    );
+  }
+
+  private schedule(record: TokenRecord): void {
     clearTimeout(this.refreshTimer);
-    const { refreshAheadMs, random, now } = this.deps;
-    const at = refreshAt(refreshAheadMs, record.obtainedAt, record.expiresAt, random);
+    const { settings, random, now } = this.deps;
+    const aheadMs = settings.refreshAheadSeconds * 1000;
+    const at = refreshAt(aheadMs, record.obtainedAt, record.expiresAt, random);
     // Clamped: a delay over the timer's limit makes setTimeout fire at once (a refresh loop).
     this.refreshTimer = setTimeout(
       () => this.ensureRefreshing('scheduled'),
@@ -95,25 +155,25 @@ export class RefreshLoop {
     this.holderWaits = 0;
     while (!this.stoppedFlag) {
       let next: number | 'done';
-      this.alarm.passStarted();
+      this.newsDuringPass = false;
       try {
         const pass = await inSpan('token.refresh', { 'token_broker.client': this.client.id }, () =>
           this.deps.refresh.run({
             held: () => this.deps.held.current,
             goodEnough: (r) => this.isGoodEnough(r),
-            failed: (err) => this.onAttemptFailed(err),
+            failed: (err) => this.failed(err),
           }),
         );
         // The pass read the store: a revoke it learnt of drops what it must.
         this.deps.syncGeneration();
         next = this.afterPass(pass);
       } catch (err) {
-        next = this.onAttemptFailed(err);
-        this.deps.standing.hold(next);
+        next = this.failed(err);
+        this.hold(next);
       }
       if (next === 'done' || this.stoppedFlag) return;
-      this.deps.standing.nextAttemptAt = this.deps.now() + next;
-      await this.alarm.sleep(next);
+      this.nextAttemptAt = this.deps.now() + next;
+      await this.sleep(next);
     }
   }
 
@@ -121,13 +181,11 @@ export class RefreshLoop {
     if (pass.kind === 'token') return this.takeToken(pass);
     if (pass.kind === 'wait') {
       // Another replica holds the lock: wait for its message, or re-read now if it came already.
-      return this.alarm.wokenDuringPass ? 0 : Math.min(100 * 2 ** this.holderWaits++, 1000);
+      return this.newsDuringPass ? 0 : Math.min(100 * 2 ** this.holderWaits++, 1000);
     }
     // A floor's lifetime tells this replica what the provider grants, even if it was unusable.
-    if ('lifetimeMs' in pass && pass.lifetimeMs !== undefined) {
-      this.deps.standing.noteLifetime(pass.lifetimeMs);
-    }
-    this.deps.standing.hold(pass.retryInMs, pass.kind === 'floor' || pass.kind === 'unusable');
+    if ('lifetimeMs' in pass && pass.lifetimeMs !== undefined) this.noteLifetime(pass.lifetimeMs);
+    this.hold(pass.retryInMs, pass.kind === 'floor' || pass.kind === 'unusable');
     // When a hold ends the replicas race for the lock again: the losers look again soon.
     this.holderWaits = 0;
     return pass.retryInMs;
@@ -141,9 +199,10 @@ export class RefreshLoop {
     // token straight back to the caller retrying after its 401.
     if (held.isRejected(pass.record.fingerprint)) return 0;
     if (pass.unshared) held.needsResync = true;
-    this.deps.adopt(pass.record, pass.fetched);
+    this.adopt(pass.record, pass.fetched);
     held.noteRefresh(pass.fetched ? 'fetched' : 'adopted');
-    this.deps.standing.settle();
+    this.phase = SETTLED;
+    this.nextAttemptAt = undefined;
     return 'done';
   }
 
@@ -152,14 +211,145 @@ export class RefreshLoop {
    * fleet's new token meanwhile, and the pass must then stop instead of fetching one more.
    */
   private isGoodEnough(r: TokenRecord): boolean {
-    const { held, now } = this.deps;
+    const { held, now, settings } = this.deps;
     if (held.isRejected(r.fingerprint)) return false;
-    if (isDue(this.deps.refreshAheadMs, r.obtainedAt, r.expiresAt, now())) return false;
+    if (isDue(settings.refreshAheadSeconds * 1000, r.obtainedAt, r.expiresAt, now())) return false;
     return this.deps.waiters.allMetBy(r, now() + MIN_SERVE_MS);
   }
 
-  private onAttemptFailed(err: unknown): number {
-    this.deps.held.noteRefresh('failed');
-    return this.deps.standing.failed(err, this.deps.held.valid()?.expiresAt);
+  /** The loop's sleep; news that arrives during a pass is kept, so it never sleeps on it. */
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        // Awake: a later event must not be spent on this finished sleep.
+        if (this.wake === done) this.wake = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.wake = done;
+    });
+  }
+
+  refuseBeforeWaiting(minRemainingMs: number): void {
+    // Fail fast: an operator must fix this; the loop keeps probing in the background.
+    const permanent = this.failure?.permanent;
+    if (permanent) throw permanent;
+    // Even a brand-new token could not meet this: a caller looping with a too large min_ttl
+    // would otherwise hammer the provider.
+    const needMs = Math.max(minRemainingMs, MIN_SERVE_MS);
+    if (this.lifetime !== undefined && needMs >= this.lifetime.ms) {
+      // Without a min_ttl, the next grant may be longer-lived: point at it (or the floor).
+      const retryAfter =
+        minRemainingMs > 0
+          ? undefined
+          : (this.retryAfter() ?? Math.ceil(this.deps.settings.minRefreshIntervalMs / 1000));
+      throw lifetimeTooShort(this.client.id, this.lifetime.ms, minRemainingMs, retryAfter);
+    }
+    // The fleet backs off (or the floor holds) past this caller's wait: say when, at once.
+    const { waitTimeoutMs } = this.deps.settings;
+    if ('until' in this.phase && this.phase.until - this.deps.now() > waitTimeoutMs) {
+      throw this.unavailable(minRemainingMs);
+    }
+  }
+
+  /** Says once per transition (log and readiness) when it is too short, and when no longer. */
+  private noteLifetime(lifetimeMs: number): void {
+    const { minRefreshIntervalMs } = this.deps.settings;
+    const known = this.lifetime?.problem;
+    const problem =
+      lifetimeMs < neededLifetimeMs(minRefreshIntervalMs)
+        ? lifetimeProblem(this.client.id, lifetimeMs, minRefreshIntervalMs)
+        : undefined;
+    this.lifetime = { ms: lifetimeMs, problem };
+    if (problem !== undefined && known === undefined) {
+      this.deps.logger.error({ client: this.client.id, lifetimeMs, minRefreshIntervalMs }, problem);
+    } else if (problem === undefined && known !== undefined) {
+      this.deps.logger.info(
+        { client: this.client.id, lifetimeMs },
+        "the provider's token lifetime is long enough again",
+      );
+    }
+  }
+
+  /** Records a failed attempt; returns how long to wait before the next pass. */
+  private failed(err: unknown): number {
+    const { held, settings, now } = this.deps;
+    held.noteRefresh('failed');
+    const servingUntil = held.valid()?.expiresAt;
+    const lastError = err instanceof Error ? err : new Error(String(err));
+    const attempt = (this.failure?.count ?? 0) + 1;
+    const verdict = judgeFailure(err, {
+      client: this.client,
+      attempt,
+      backoffBaseMs: settings.backoffBaseMs,
+      backoffMaxMs: settings.backoffMaxMs,
+      now: now(),
+      servingUntil,
+      random: this.deps.random,
+    });
+    this.deps.metrics.refreshes.labels(this.client.id, verdict.result).inc();
+    this.phase = afterFailure(this.phase, lastError, verdict.permanent);
+    const logFields = {
+      client: this.client.id,
+      attempt,
+      code: (err as { code?: string }).code,
+      err: lastError.message,
+      servingUntil: servingUntil !== undefined ? new Date(servingUntil).toISOString() : undefined,
+    };
+    if (verdict.permanent) {
+      this.deps.logger.error(
+        logFields,
+        `token refresh failed permanently: ${verdict.permanent.operatorDetail}`,
+      );
+      this.deps.waiters.rejectAll(verdict.permanent);
+    } else {
+      this.deps.logger.warn(logFields, 'token refresh failed; will retry');
+    }
+    return verdict.delayMs;
+  }
+
+  /** Waiters who cannot outwait `delayMs` are refused at once, with the real `Retry-After`. */
+  private hold(delayMs: number, floor = false): void {
+    this.nextAttemptAt = this.deps.now() + delayMs;
+    this.phase = holding(this.phase, this.nextAttemptAt, floor);
+    if (delayMs > this.deps.settings.waitTimeoutMs) {
+      this.deps.waiters.rejectAll((requestedMs) => this.unavailable(requestedMs));
+    }
+  }
+
+  /** Undefined: no attempt planned. */
+  private retryAfter(): number | undefined {
+    const now = this.deps.now();
+    return this.nextAttemptAt !== undefined && this.nextAttemptAt > now
+      ? retryAfterSeconds(this.nextAttemptAt - now)
+      : undefined;
+  }
+
+  /** `requestedMs`: the caller's min_ttl, 0 when it sent none. */
+  unavailable(requestedMs = 0): TokenException {
+    const failure = this.failure;
+    if (failure?.permanent) return failure.permanent;
+    if (this.lifetime?.problem !== undefined) {
+      return new TokenException(TokenErrorCode.Unavailable, this.lifetime.problem, {
+        retryAfterSeconds: this.retryAfter() ?? 1,
+      });
+    }
+    const now = this.deps.now();
+    const retryAfterMs = (this.nextAttemptAt ?? now) - now;
+    if (this.phase.kind === 'floor' && retryAfterMs > 0) {
+      return refreshFloorHeld({
+        clientId: this.client.id,
+        requestedMs,
+        minRefreshIntervalMs: this.deps.settings.minRefreshIntervalMs,
+        retryAfterMs,
+      });
+    }
+    return unavailableError({
+      clientId: this.client.id,
+      lastError: failure?.lastError,
+      nextAttemptAt: this.nextAttemptAt,
+      now,
+    });
   }
 }

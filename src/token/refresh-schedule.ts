@@ -6,6 +6,11 @@ export const MIN_SERVE_MS = 1000;
 /** `setTimeout` fires at once on a longer delay. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/** A `Retry-After` in whole seconds: rounded up, and at least 1 so a caller never spins. */
+export function retryAfterSeconds(ms: number): number {
+  return Math.max(1, Math.ceil(ms / 1000));
+}
+
 /** A token must outlive the fleet's refresh floor and still have {@link MIN_SERVE_MS} left. */
 export function neededLifetimeMs(minRefreshIntervalMs: number): number {
   return minRefreshIntervalMs + MIN_SERVE_MS;

@@ -1,4 +1,13 @@
+import { SECURITY_HEADERS } from '../http/security-headers';
 import type { TokenRecord } from './token-record';
+
+/** RFC 6749 §5.1: token answers are never cached. Shared by `GET /token` and OAuth answers. */
+export const TOKEN_HEADERS: Readonly<Record<string, string>> = {
+  'content-type': 'application/json; charset=utf-8',
+  'cache-control': 'no-store',
+  pragma: 'no-cache',
+  ...SECURITY_HEADERS,
+};
 
 /**
  * Built by hand: `access_token` is a validated b64token, so needs no escaping. Built once per

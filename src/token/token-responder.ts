@@ -7,11 +7,10 @@ import { assertMayUse, assertScope } from '../caller-auth/caller-authorization';
 import { problemAnswer } from '../http/problem';
 import type { RequestIds } from '../http/request-id';
 import { RequestErrorCode, RequestException } from '../http/request.exception';
-import { SECURITY_HEADERS } from '../http/security-headers';
 import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import { TokenAuditTrail } from './token-audit';
-import { tokenBody } from './token-body';
+import { TOKEN_HEADERS, tokenBody } from './token-body';
 import type { TokenRecord } from './token-record';
 import { TokenService } from './token.service';
 import { inCallerSpan } from '../tracing/spans';
@@ -166,13 +165,7 @@ export class TokenResponder {
 function issuedAnswer(body: Buffer): TokenAnswer {
   return {
     status: 200,
-    headers: {
-      'content-type': 'application/json; charset=utf-8',
-      'content-length': String(body.length),
-      'cache-control': 'no-store',
-      pragma: 'no-cache',
-      ...SECURITY_HEADERS,
-    },
+    headers: { ...TOKEN_HEADERS, 'content-length': String(body.length) },
     body,
   };
 }
