@@ -3,13 +3,13 @@ import { AdminModule } from './admin/admin.module';
 import { APP_FILTER } from '@nestjs/core';
 import type { Logger } from 'pino';
 import { CallerAuthModule } from './caller-auth/caller-auth.module';
-import { ConfigModule } from './config/config.module';
+import { BROKER_CONFIG } from './config/config.constants';
 import type { BrokerConfig } from './config/config.schema';
 import { ForwardingModule } from './forwarding/forwarding.module';
 import { HealthModule } from './health/health.module';
 import { OpenApiRoute } from './openapi/openapi.route';
 import { ProblemFilter } from './http/problem.reply';
-import { LoggingModule } from './logging/logging.module';
+import { LOGGER } from './logging/logger';
 import { MetricsModule } from './metrics/metrics.module';
 import { ProviderModule } from './provider/provider.module';
 import { RedisModule } from './redis/redis.module';
@@ -18,15 +18,19 @@ import { TokenModule } from './token/token.module';
 
 @Module({})
 export class AppModule {
+  /**
+   * `config` is validated before Nest starts (`main.ts`), so a bad setting stops the process with
+   * a clear message instead of a DI stack trace. It and `logger` (the instance Fastify logs
+   * with) are provided globally.
+   */
   static forRoot(config: BrokerConfig, logger: Logger): DynamicModule {
     // The store implements ports the token and forwarding folders declare, so it is handed in
     // here. One token module object: Nest keys dynamic modules by reference, one TokenService.
     const token = TokenModule.withStore(RedisModule);
     return {
       module: AppModule,
+      global: true,
       imports: [
-        ConfigModule.forRoot(config),
-        LoggingModule.forRoot(logger),
         MetricsModule,
         SecretsModule,
         ProviderModule,
@@ -37,7 +41,13 @@ export class AppModule {
         HealthModule.with(token),
         AdminModule.with(token),
       ],
-      providers: [{ provide: APP_FILTER, useClass: ProblemFilter }, OpenApiRoute],
+      providers: [
+        { provide: BROKER_CONFIG, useValue: config },
+        { provide: LOGGER, useValue: logger },
+        { provide: APP_FILTER, useClass: ProblemFilter },
+        OpenApiRoute,
+      ],
+      exports: [BROKER_CONFIG, LOGGER],
     };
   }
 }

@@ -130,7 +130,7 @@ function createAdapter(
     routerOptions: { maxParamLength: 200 },
     // Errors met before routing skip the app's hooks: answered here, without echoing the target.
     frameworkErrors: (err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {
-      void sendProblem(reply.header('x-request-id', req.id).headers(SECURITY_HEADERS), err, req.id);
+      void sendProblem(reply.header('x-request-id', req.id), err, req.id);
     },
     // Answered by the front (see shuttingDown), the same on both listeners.
     return503OnClosing: false,

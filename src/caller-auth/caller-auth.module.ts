@@ -1,10 +1,15 @@
 import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
+import type { Logger } from 'pino';
+import { CALLER_SCOPES } from '../config/caller-auth.schema';
 import { BROKER_CONFIG } from '../config/config.constants';
+import type { BrokerConfig } from '../config/config.schema';
 import { LOGGER } from '../logging/logger';
+import type { SecretReader } from '../secrets/secret-reader';
 import { SECRET_READER } from '../secrets/secrets.constants';
 import { SecretsModule } from '../secrets/secrets.module';
-import { CALLER_AUTHENTICATOR, type CallerAuthenticator } from './caller';
-import { createCallerAuthenticator } from './caller-authenticator.factory';
+import { ApiKeyAuthenticator } from './api-key.authenticator';
+import { loadApiKeyGrants } from './api-key-grants.loader';
+import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from './caller';
 
 /** Every route but health, metrics and the OpenAPI document. */
 @Module({
@@ -24,4 +29,100 @@ export class CallerAuthModule implements OnApplicationShutdown {
   onApplicationShutdown(): void {
     this.auth.close?.();
   }
+}
+
+/** Mode `none` (development only): every request is this caller. */
+const ANONYMOUS: Caller = { name: 'anonymous', clients: '*', scopes: new Set(CALLER_SCOPES) };
+
+/** Fails start-up if the keys cannot be read. */
+async function createCallerAuthenticator(
+  config: BrokerConfig,
+  secrets: SecretReader,
+  rootLogger: Logger,
+): Promise<CallerAuthenticator> {
+  const logger = rootLogger.child({ component: 'caller-auth' });
+  switch (config.callerAuth.mode) {
+    case 'none':
+      logger.warn(
+        { mode: 'none', host: config.http.host },
+        `CALLER AUTHENTICATION IS OFF (CALLER_AUTH_MODE=none): anyone who can reach ${config.http.host}:${config.http.port} can take the merchants' tokens. Local development only.`,
+      );
+      return { authenticate: () => ANONYMOUS };
+    case 'api-key':
+      return createApiKeyAuthenticator(config, secrets, logger);
+    case 'kubernetes':
+      return createKubernetesAuthenticator(config, logger);
+  }
+}
+
+async function createApiKeyAuthenticator(
+  config: BrokerConfig,
+  secrets: SecretReader,
+  logger: Logger,
+): Promise<ApiKeyAuthenticator> {
+  const { apiKeys = [], apiKeysSource, apiKeysReloadSeconds } = config.callerAuth;
+  const known = new Set(config.clients.map((c) => c.id));
+  const load = async () => [
+    ...apiKeys,
+    ...(apiKeysSource ? await loadApiKeyGrants(secrets, apiKeysSource, known) : []),
+  ];
+  const auth = new ApiKeyAuthenticator(await load());
+  // The admin reload (POST /admin/reload) re-reads the same source, even with the timer off.
+  if (apiKeysSource) auth.readFrom(load);
+  if (apiKeysSource && apiKeysReloadSeconds > 0) {
+    auth.reloadEvery(apiKeysReloadSeconds * 1000, load, (result) => {
+      if ('error' in result) {
+        logger.error(
+          { err: result.error },
+          'reloading API keys failed; keeping the keys already loaded',
+        );
+      } else {
+        logger.info(result.changed, 'API keys reloaded');
+      }
+    });
+  }
+  const callers = [...new Set(apiKeys.map((k) => k.name))];
+  logger.info(
+    { mode: 'api-key', keyCount: auth.size, inlineCallers: callers, source: apiKeysSource },
+    'caller authentication: API keys',
+  );
+  if (auth.size === 0) logger.warn('no API keys are configured: every caller will get 401');
+  return auth;
+}
+
+async function createKubernetesAuthenticator(
+  config: BrokerConfig,
+  logger: Logger,
+): Promise<CallerAuthenticator> {
+  // The JWT stack loads in this mode only: the other modes should not pay its memory and start-up.
+  const [{ KubernetesAuthenticator }, { remoteServiceAccountKeys }] = await Promise.all([
+    import('./kubernetes.authenticator'),
+    import('./service-account-keys'),
+  ]);
+  const settings = config.callerAuth.kubernetes;
+  const jwksUrl = settings.jwksUrl!;
+  const keys = remoteServiceAccountKeys(jwksUrl, {
+    onFetchFailure: (err) =>
+      logger.warn(
+        { err, jwksUrl },
+        'fetching the cluster signing keys (JWKS) failed; service-account tokens not seen before get 503 until it works. Check callerAuth.kubernetes.jwksUrl and that the broker may read it',
+      ),
+  });
+  // Not fatal: the API server may be briefly unreachable; tokens are checked once it answers.
+  keys.warmUp().catch(() => undefined);
+  logger.info(
+    {
+      mode: 'kubernetes',
+      jwksUrl,
+      issuer: settings.issuer,
+      audience: settings.audience,
+      subjects: Object.keys(settings.subjects),
+    },
+    'caller authentication: Kubernetes service-account tokens',
+  );
+  return new KubernetesAuthenticator({
+    ...settings,
+    issuer: settings.issuer!,
+    getKey: keys.getKey,
+  });
 }

@@ -1,9 +1,10 @@
 import type { CallerScope } from '../config/caller-auth.schema';
+import { CLIENT_ID_PATTERN } from '../config/client.schema';
 import type { Caller } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 
 /** Anything else is not echoed back to the caller. */
-export const CLIENT_ID_SHAPE = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+export const CLIENT_ID_SHAPE = CLIENT_ID_PATTERN;
 
 /** Configured or not. */
 export function mayUse(caller: Caller, clientId: string): boolean {

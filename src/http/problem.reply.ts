@@ -1,18 +1,13 @@
 import { type ArgumentsHost, Catch, type ExceptionFilter } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { PROBLEM_CONTENT_TYPE, toProblem } from './problem';
+import { problemAnswer } from './problem';
 
 export function sendProblem(reply: FastifyReply, err: unknown, requestId: string): FastifyReply {
-  const { problem, headers } = toProblem(err, requestId);
+  const { problem, headers, body } = problemAnswer(err, requestId);
   if (problem.status >= 500 && problem.code === 'internal_error') {
     reply.log.error({ err }, 'unhandled error');
   }
-  return reply
-    .code(problem.status)
-    .headers(headers)
-    .header('cache-control', 'no-store')
-    .type(PROBLEM_CONTENT_TYPE)
-    .send(JSON.stringify(problem));
+  return reply.code(problem.status).headers(headers).send(body);
 }
 
 /** The single exception filter for Nest controllers. */

@@ -13,13 +13,14 @@ export interface Problem {
   requestId?: string;
 }
 
-export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
 const INTERNAL_ERROR: ProblemStatus = { status: 500, title: 'Internal error' };
 
 /**
- * The same status, headers and bytes a Fastify route sends, for a front that writes to Node's
- * response itself: every header but `x-request-id` (the front adds it) and connection management.
+ * The status, headers and bytes of every problem answer, whether Fastify sends it or a front
+ * writes to Node's response itself: every header but `x-request-id` (the sender adds it) and
+ * connection management.
  */
 export function problemAnswer(
   err: unknown,

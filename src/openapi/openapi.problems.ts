@@ -1,30 +1,14 @@
-import { ADMIN_PROBLEMS, type AdminErrorCode } from '../admin/admin.exception';
-import {
-  CALLER_AUTH_PROBLEMS,
-  type CallerAuthErrorCode,
-} from '../caller-auth/caller-auth.exception';
+import { ADMIN_PROBLEMS } from '../admin/admin.exception';
+import { CALLER_AUTH_PROBLEMS } from '../caller-auth/caller-auth.exception';
 import type { ProblemStatus } from '../errors/broker.exception';
-import {
-  FORWARDING_PROBLEMS,
-  type ForwardErrorCode,
-  type OrdersErrorCode,
-} from '../forwarding/forwarding.exception';
-import { REQUEST_PROBLEMS, type RequestErrorCode } from '../http/request.exception';
-import { TOKEN_PROBLEMS, type TokenErrorCode } from '../token/token.exception';
+import { FORWARDING_PROBLEMS } from '../forwarding/forwarding.exception';
+import { REQUEST_PROBLEMS } from '../http/request.exception';
+import { TOKEN_PROBLEMS } from '../token/token.exception';
 import { header, type Json, NO_STORE, ref } from './openapi.components';
-
-export type Code = `${
-  | TokenErrorCode
-  | CallerAuthErrorCode
-  | RequestErrorCode
-  | OrdersErrorCode
-  | AdminErrorCode
-  | ForwardErrorCode
-  | 'internal_error'}`;
 
 // The document reads each domain's own table, the one its exceptions carry: it cannot drift
 // from what the problem writer answers, and no code is documented at a status it is not sent with.
-const STATUSES: Readonly<Record<Code, ProblemStatus>> = {
+const TABLES = {
   ...TOKEN_PROBLEMS,
   ...CALLER_AUTH_PROBLEMS,
   ...REQUEST_PROBLEMS,
@@ -32,6 +16,10 @@ const STATUSES: Readonly<Record<Code, ProblemStatus>> = {
   ...ADMIN_PROBLEMS,
   internal_error: { status: 500, title: 'Internal error' },
 };
+
+/** Every code a caller can be answered with, as plain strings. */
+export type Code = `${keyof typeof TABLES}`;
+const STATUSES: Readonly<Record<Code, ProblemStatus>> = TABLES;
 const titleOf = (code: Code) => STATUSES[code];
 
 /** Where the title alone does not say what a caller can do. */

@@ -1,12 +1,30 @@
-import type { Dispatcher } from 'undici';
-import type { ClientConfig } from '../config/client.schema';
+import { createHash, createPrivateKey, type KeyObject, randomUUID } from 'node:crypto';
+import {
+  assertionSettingsSchema,
+  type ClientAuthMethod,
+  type ClientConfig,
+} from '../config/client.schema';
 import type { ProviderSettings } from '../config/config.schema';
-import type { ClientCredentials, SecretCredentials } from '../secrets/client-credentials';
-import { postTokenRequest } from './provider-http';
+import type { ClientCredentials } from '../secrets/client-credentials';
+import { ProviderErrorCode, ProviderException } from './provider.exception';
+import { createProviderAgent, postTokenRequest, type TokenCall } from './provider-http';
 import type { GrantedToken } from './token-response.parser';
+import type { Agent, Dispatcher } from 'undici';
 
-/** Appended to a client's `authUrl`. */
+/** Appended to a client's `authUrl` in the provider's dialect. */
 const TOKEN_PATH = '/api/auth/v1/oauth/token';
+const ASSERTION_TYPE = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
+const DEFAULT_ASSERTION = assertionSettingsSchema.parse({});
+
+/** By how the client authenticates. */
+export const INVALID_CLIENT_CHECKS: Record<ClientAuthMethod, string> = {
+  client_secret_basic: 'the client_id and client_secret in the credentials',
+  client_secret_post: 'the client_id and client_secret in the credentials',
+  private_key_jwt:
+    "the client_id, and that the server holds the public key of the credentials' private key under the kid and alg of tokenRequest.assertion",
+  tls_client_auth:
+    'the client_id, and that the server has registered the client certificate (its subject or SAN) and trusts its issuer',
+};
 
 export interface TokenGrantor {
   /** Throws {@link ProviderException}. */
@@ -14,10 +32,17 @@ export interface TokenGrantor {
 }
 
 /**
+ * A client's token request, by `tokenRequest.grant`. `provider-query`, the provider's dialect:
  * `grant_type` in the **query string**, Basic authentication and no body, as the provider
- * documents it: stock OAuth clients send a form body, hence hand-written.
+ * documents it (stock OAuth clients send a form body, hence hand-written). `rfc6749`: RFC 6749
+ * §4.4 with `client_secret_basic`, `client_secret_post`, `private_key_jwt` (RFC 7523) or
+ * `tls_client_auth` (RFC 8705). Either answer is read the same way.
  */
 export class AuthServerClient implements TokenGrantor {
+  /** One per client, rebuilt when its certificate or key changes. */
+  private readonly tlsAgents = new Map<string, { fingerprint: string; agent: Agent }>();
+
+  /** `dispatcher`: the shared keep-alive pool, closed with the client. */
   constructor(
     private readonly dispatcher: Dispatcher,
     private readonly settings: ProviderSettings,
@@ -25,25 +50,185 @@ export class AuthServerClient implements TokenGrantor {
     private readonly now: () => number = Date.now,
   ) {}
 
-  async requestToken(client: ClientConfig, credentials: SecretCredentials): Promise<GrantedToken> {
+  async requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken> {
     const what = `token request for client "${client.id}"`;
+    if (client.tokenRequest.grant === 'provider-query') {
+      return this.post({ what, ...this.providerQuery(client, credentials, what) });
+    }
+    const profile = client.tokenRequest;
+    const form = new URLSearchParams({ grant_type: 'client_credentials' });
+    if (profile.scope !== undefined) form.set('scope', profile.scope);
+    if (profile.audience !== undefined) form.set('audience', profile.audience);
+    for (const resource of profile.resource ?? []) form.append('resource', resource);
+    for (const [name, value] of Object.entries(profile.params ?? {})) form.set(name, value);
+    const headers: Record<string, string> = {
+      ...profile.headers,
+      'content-type': 'application/x-www-form-urlencoded',
+      accept: 'application/json',
+    };
+    const dispatcher = await this.authenticate(client, credentials, form, headers, what);
+    return this.post({
+      what,
+      dispatcher,
+      url: new URL(profile.url!),
+      headers,
+      body: form.toString(),
+      check: INVALID_CLIENT_CHECKS[profile.auth],
+    });
+  }
+
+  private post(call: Omit<TokenCall, 'settings' | 'defaultLifetimeSeconds' | 'sentAt'>) {
+    return postTokenRequest({
+      ...call,
+      settings: this.settings,
+      defaultLifetimeSeconds: this.defaultLifetimeSeconds,
+      // Expiry counts from *before* the request: the server's clock started no earlier.
+      sentAt: this.now(),
+    });
+  }
+
+  /** The provider's dialect: `POST {authUrl}/api/auth/v1/oauth/token?grant_type=...`. */
+  private providerQuery(client: ClientConfig, credentials: ClientCredentials, what: string) {
+    if (credentials.clientSecret === undefined) {
+      // The credentials loader refuses this for client_secret_basic; a wiring error otherwise.
+      throw new ProviderException(
+        ProviderErrorCode.Rejected,
+        `${what}: the credentials lack client_secret`,
+      );
+    }
     const url = new URL(`${client.authUrl}${TOKEN_PATH}`);
     url.searchParams.set('grant_type', 'client_credentials');
     // RFC 6749 §2.3.1: id and secret are form-urlencoded before Basic encoding.
     const basic = Buffer.from(
       `${encodeURIComponent(credentials.clientId)}:${encodeURIComponent(credentials.clientSecret)}`,
     ).toString('base64');
-
-    return postTokenRequest({
+    return {
       dispatcher: this.dispatcher,
       url,
       headers: { authorization: `Basic ${basic}`, accept: 'application/json' },
-      settings: this.settings,
-      defaultLifetimeSeconds: this.defaultLifetimeSeconds,
-      // Expiry counts from *before* the request: the provider's clock started no earlier.
-      sentAt: this.now(),
-      what,
       check: 'the client id/secret for this merchant and environment',
-    });
+    };
+  }
+
+  /** Returns the pool to send on (the client's own for `tls_client_auth`). */
+  private async authenticate(
+    client: ClientConfig,
+    credentials: ClientCredentials,
+    form: URLSearchParams,
+    headers: Record<string, string>,
+    what: string,
+  ): Promise<Dispatcher> {
+    switch (client.tokenRequest.auth) {
+      case 'client_secret_basic': {
+        // RFC 6749 §2.3.1: id and secret are form-urlencoded before Basic encoding.
+        const basic = Buffer.from(
+          `${formEncode(credentials.clientId)}:${formEncode(need(credentials.clientSecret, what, 'client_secret'))}`,
+        ).toString('base64');
+        headers.authorization = `Basic ${basic}`;
+        return this.dispatcher;
+      }
+      case 'client_secret_post':
+        form.set('client_id', credentials.clientId);
+        form.set('client_secret', need(credentials.clientSecret, what, 'client_secret'));
+        return this.dispatcher;
+      case 'private_key_jwt':
+        form.set('client_id', credentials.clientId);
+        form.set('client_assertion_type', ASSERTION_TYPE);
+        form.set('client_assertion', await this.assertion(client, credentials, what));
+        return this.dispatcher;
+      case 'tls_client_auth':
+        form.set('client_id', credentials.clientId);
+        return this.tlsAgent(client.id, credentials, what);
+    }
+  }
+
+  async close(): Promise<void> {
+    const agents = [this.dispatcher, ...[...this.tlsAgents.values()].map((a) => a.agent)];
+    this.tlsAgents.clear();
+    await Promise.all(agents.map((a) => a.close()));
+  }
+
+  /** RFC 7523 §3: a fresh `jti` with a short lifetime keeps a captured assertion from replay. */
+  private async assertion(
+    client: ClientConfig,
+    credentials: ClientCredentials,
+    what: string,
+  ): Promise<string> {
+    const settings = client.tokenRequest.assertion ?? DEFAULT_ASSERTION;
+    const { key, kid } = privateKeyOf(need(credentials.privateKey, what, 'private_key'), what);
+    const issuedAt = Math.floor(this.now() / 1000);
+    // Loaded on first use: only private_key_jwt clients need jose.
+    const { SignJWT } = await import('jose');
+    try {
+      return await new SignJWT({})
+        .setProtectedHeader({
+          alg: settings.alg,
+          typ: 'JWT',
+          ...((settings.kid ?? kid) !== undefined && { kid: settings.kid ?? kid }),
+        })
+        .setIssuer(credentials.clientId)
+        .setSubject(credentials.clientId)
+        .setAudience(client.tokenRequest.url!)
+        .setJti(randomUUID())
+        .setIssuedAt(issuedAt)
+        .setExpirationTime(issuedAt + settings.lifetimeSeconds)
+        .sign(key);
+    } catch (cause) {
+      // jose says which algorithm and key type disagree; it never quotes the key.
+      throw new ProviderException(
+        ProviderErrorCode.Rejected,
+        `${what}: cannot sign the client assertion with alg "${settings.alg}" (${cause instanceof Error ? cause.message : 'error'}); check tokenRequest.assertion.alg against the key type`,
+        { cause },
+      );
+    }
+  }
+
+  /** Its certificate is presented to no one else. */
+  private tlsAgent(clientId: string, credentials: ClientCredentials, what: string): Agent {
+    const cert = need(credentials.certificate, what, 'certificate');
+    const key = need(credentials.privateKey, what, 'private_key');
+    const fingerprint = createHash('sha256').update(cert).update('\0').update(key).digest('hex');
+    const known = this.tlsAgents.get(clientId);
+    if (known?.fingerprint === fingerprint) return known.agent;
+    const agent = createProviderAgent(this.settings, { cert, key });
+    this.tlsAgents.set(clientId, { fingerprint, agent });
+    // The old pool's connections authenticate with the rotated-out certificate.
+    if (known) void known.agent.close().catch(() => undefined);
+    return agent;
+  }
+}
+
+/** RFC 6749 Appendix B (spaces as `+`). */
+function formEncode(value: string): string {
+  return new URLSearchParams({ v: value }).toString().slice(2);
+}
+
+function need(value: string | undefined, what: string, field: string): string {
+  if (value === undefined) {
+    // The credentials loader checks this per method; reaching here is a wiring error.
+    throw new ProviderException(
+      ProviderErrorCode.Rejected,
+      `${what}: the credentials lack ${field}, which this client's tokenRequest.auth needs`,
+    );
+  }
+  return value;
+}
+
+/** PEM (PKCS#8, PKCS#1 or SEC1) or JWK. */
+function privateKeyOf(text: string, what: string): { key: KeyObject; kid?: string } {
+  try {
+    const trimmed = text.trim();
+    if (trimmed.startsWith('{')) {
+      const jwk = JSON.parse(trimmed) as { kid?: unknown } & Record<string, unknown>;
+      const kid = typeof jwk.kid === 'string' ? jwk.kid : undefined;
+      return { key: createPrivateKey({ key: jwk, format: 'jwk' }), ...(kid && { kid }) };
+    }
+    return { key: createPrivateKey(trimmed) };
+  } catch {
+    // No cause: a parser's message may quote the key.
+    throw new ProviderException(
+      ProviderErrorCode.Rejected,
+      `${what}: the credentials' private_key is neither a PEM private key nor a private JWK`,
+    );
   }
 }

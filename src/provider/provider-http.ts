@@ -138,7 +138,7 @@ function tokenErrorForStatus(
   );
 }
 
-interface TokenCall {
+export interface TokenCall {
   readonly dispatcher: Dispatcher;
   readonly url: URL;
   readonly headers: Record<string, string>;

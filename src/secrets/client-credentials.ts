@@ -14,8 +14,6 @@ export interface ClientCredentials {
   readonly certificate?: string;
 }
 
-export type SecretCredentials = ClientCredentials & { readonly clientSecret: string };
-
 const credentialsJson = z.object({
   client_id: z.string().min(1),
   client_secret: z.string().min(1).optional(),

@@ -39,23 +39,7 @@ export function inSpan<T>(
   fn: (span: Span) => Promise<T>,
   kind?: SpanKind,
 ): Promise<T> {
-  if (otel === undefined) return fn(NO_SPAN);
-  const { api, tracer } = otel;
-  return tracer.startActiveSpan(
-    name,
-    { kind: kind ?? api.SpanKind.INTERNAL, attributes },
-    async (span) => {
-      try {
-        return await fn(span);
-      } catch (err) {
-        span.recordException(err instanceof Error ? err : String(err));
-        span.setStatus({ code: api.SpanStatusCode.ERROR });
-        throw err;
-      } finally {
-        span.end();
-      }
-    },
-  );
+  return inLeadSpan(name, attributes, (span) => fn(span), kind);
 }
 
 /** Continues the caller's W3C trace; malformed headers start a new one. */
@@ -79,11 +63,12 @@ export function inLeadSpan<T>(
   name: string,
   attributes: Attributes,
   fn: (span: Span, leave: <U>(rest: () => Promise<U>) => Promise<U>) => Promise<T>,
+  kind?: SpanKind,
 ): Promise<T> {
   if (otel === undefined) return fn(NO_SPAN, (rest) => rest());
   const { api, tracer } = otel;
   const outside = api.context.active();
-  return tracer.startActiveSpan(name, { attributes }, async (span) => {
+  return tracer.startActiveSpan(name, { kind, attributes }, async (span) => {
     let open = true;
     const end = () => {
       if (open) span.end();

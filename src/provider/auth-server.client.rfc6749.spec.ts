@@ -7,7 +7,7 @@ import { providerSettingsSchema } from '../config/provider.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode } from './provider.exception';
 import { createProviderAgent } from './provider-http';
-import { INVALID_CLIENT_CHECKS, StandardTokenClient } from './standard-token.client';
+import { AuthServerClient, INVALID_CLIENT_CHECKS } from './auth-server.client';
 import type { Agent } from 'undici';
 
 interface Seen {
@@ -17,7 +17,7 @@ interface Seen {
 }
 
 /** The RFC 6749 token request against a loopback server that records what it was sent. */
-describe(StandardTokenClient.name, () => {
+describe(AuthServerClient.name, () => {
   const settings = providerSettingsSchema.parse({ connectTimeoutMs: 500, responseTimeoutMs: 2000 });
   const SECRET = { clientId: 'shop id', clientSecret: 's3cr3t:+&' };
   let server: Server;
@@ -25,7 +25,7 @@ describe(StandardTokenClient.name, () => {
   let seen: Seen[];
   let answer: { status: number; body: string };
   let agent: Agent;
-  let grantor: StandardTokenClient;
+  let grantor: AuthServerClient;
 
   beforeEach(async () => {
     seen = [];
@@ -43,7 +43,7 @@ describe(StandardTokenClient.name, () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
     agent = createProviderAgent(settings);
-    grantor = new StandardTokenClient(agent, settings, 1800, () => 1_000_000);
+    grantor = new AuthServerClient(agent, settings, 1800, () => 1_000_000);
   });
   afterEach(async () => {
     await grantor.close();
