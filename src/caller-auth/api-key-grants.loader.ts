@@ -1,6 +1,6 @@
 import { type ApiKeyGrant, apiKeyGrantListSchema } from '../config/caller-auth.schema';
 import type { CredentialsSource } from '../config/client.schema';
-import type { SecretReader } from '../secrets/secret-reader';
+import { parseSecretJson, readSource, type SecretReader } from '../secrets/secret-reader';
 import { SecretsException } from '../secrets/secrets.exception';
 
 const EXPECTED =
@@ -12,16 +12,8 @@ export async function loadApiKeyGrants(
   source: CredentialsSource,
   knownClients: ReadonlySet<string>,
 ): Promise<ApiKeyGrant[]> {
-  const ref = source.file !== undefined ? { file: source.file } : { secretId: source.secretId! };
-  const where = ref.file ?? ref.secretId;
-  const text = await reader.read(ref);
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    // No cause: a parser message may quote the text.
-    throw SecretsException.malformed(where, `API keys in "${where}" are not JSON; ${EXPECTED}`);
-  }
+  const { text, where } = await readSource(reader, source);
+  const json = parseSecretJson(text, where, `API keys in "${where}" are not JSON; ${EXPECTED}`);
   const parsed = apiKeyGrantListSchema.safeParse(json);
   if (!parsed.success) {
     const at = [...new Set(parsed.error.issues.map((i) => `[${i.path.map(String).join('.')}]`))];

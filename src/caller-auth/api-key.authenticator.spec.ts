@@ -115,14 +115,10 @@ describe(ApiKeyAuthenticator.name, () => {
   it('reloads on a timer; a failed reload keeps the current keys', async () => {
     jest.useFakeTimers();
     try {
-      const auth = new ApiKeyAuthenticator(grants);
-      const reports: unknown[] = [];
       let next: Promise<ApiKeyGrant[]> = Promise.resolve([grants[1]]);
-      auth.reloadEvery(
-        1000,
-        () => next,
-        (r) => reports.push(r),
-      );
+      const auth = new ApiKeyAuthenticator(grants, () => next);
+      const reports: unknown[] = [];
+      auth.reloadEvery(1000, (r) => reports.push(r));
       await jest.advanceTimersByTimeAsync(1000);
       expect(reports).toEqual([{ changed: { added: [], removed: ['checkout'] } }]);
       next = Promise.reject(new Error('secret unavailable'));
@@ -139,19 +135,22 @@ describe(ApiKeyAuthenticator.name, () => {
   });
 
   it('reloads now from its source on demand (the admin reload), naming who changed', async () => {
-    const auth = new ApiKeyAuthenticator(grants);
     // No source: inline keys only, nothing to re-read.
-    await expect(auth.reloadNow()).resolves.toEqual({ added: [], removed: [] });
+    await expect(new ApiKeyAuthenticator(grants).reloadNow()).resolves.toEqual({
+      added: [],
+      removed: [],
+    });
     const newcomer = newKey();
-    auth.readFrom(async () => [
+    let source = async (): Promise<ApiKeyGrant[]> => [
       grants[1],
       { name: 'newcomer', sha256: sha256(newcomer), clients: ['*'], scopes: ['token'] },
-    ]);
+    ];
+    const auth = new ApiKeyAuthenticator(grants, () => source());
     await expect(auth.reloadNow()).resolves.toEqual({ added: ['newcomer'], removed: ['checkout'] });
     expect(auth.authenticate(`Bearer ${newcomer}`).name).toBe('newcomer');
     expect(() => auth.authenticate(`Bearer ${checkoutKey}`)).toThrow(CallerAuthException);
     // A failed read keeps the keys and says so to the caller of reloadNow.
-    auth.readFrom(() => Promise.reject(new Error('unreadable')));
+    source = () => Promise.reject(new Error('unreadable'));
     await expect(auth.reloadNow()).rejects.toThrow('unreadable');
     expect(auth.authenticate(`Bearer ${newcomer}`).name).toBe('newcomer');
   });

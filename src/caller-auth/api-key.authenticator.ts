@@ -41,9 +41,12 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
   private byBucket: ReadonlyMap<number, readonly Entry[]> = new Map();
   private reloadTimer?: NodeJS.Timeout;
   private readonly scratch = Buffer.alloc(32);
-  private load?: () => Promise<readonly ApiKeyGrant[]>;
 
-  constructor(grants: readonly ApiKeyGrant[]) {
+  /** @param load the key source to re-read (absent: inline keys only, nothing to re-read). */
+  constructor(
+    grants: readonly ApiKeyGrant[],
+    private readonly load?: () => Promise<readonly ApiKeyGrant[]>,
+  ) {
     this.replace(grants);
   }
 
@@ -99,15 +102,12 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
   /** A failed read keeps the current keys: a Secrets Manager hiccup must not lock callers out. */
   reloadEvery(
     everyMs: number,
-    load: () => Promise<readonly ApiKeyGrant[]>,
     report: (result: { changed: ApiKeyReload } | { error: unknown }) => void,
   ): void {
-    this.readFrom(load);
     clearInterval(this.reloadTimer);
     this.reloadTimer = setInterval(() => {
-      load()
-        .then((grants) => {
-          const changed = this.replace(grants);
+      this.reloadNow()
+        .then((changed) => {
           if (changed.added.length + changed.removed.length > 0) report({ changed });
         })
         .catch((error: unknown) => report({ error }));
@@ -119,12 +119,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
     clearInterval(this.reloadTimer);
   }
 
-  /** The same source as the periodic reload. */
-  readFrom(load: () => Promise<readonly ApiKeyGrant[]>): void {
-    this.load = load;
-  }
-
-  /** Throws, keeping the current keys, on failure. */
+  /** The admin reload: the same source as the timer. Throws, keeping the current keys, on failure. */
   async reloadNow(): Promise<ApiKeyReload> {
     if (this.load === undefined) return { added: [], removed: [] };
     return this.replace(await this.load());

@@ -66,11 +66,10 @@ async function createApiKeyAuthenticator(
     ...apiKeys,
     ...(apiKeysSource ? await loadApiKeyGrants(secrets, apiKeysSource, known) : []),
   ];
-  const auth = new ApiKeyAuthenticator(await load());
-  // The admin reload (POST /admin/reload) re-reads the same source, even with the timer off.
-  if (apiKeysSource) auth.readFrom(load);
+  // The admin reload (POST /admin/reload) re-reads the source even with the timer off.
+  const auth = new ApiKeyAuthenticator(await load(), apiKeysSource && load);
   if (apiKeysSource && apiKeysReloadSeconds > 0) {
-    auth.reloadEvery(apiKeysReloadSeconds * 1000, load, (result) => {
+    auth.reloadEvery(apiKeysReloadSeconds * 1000, (result) => {
       if ('error' in result) {
         logger.error(
           { err: result.error },

@@ -4,11 +4,15 @@ import {
   type ClientAuthMethod,
   type ClientConfig,
 } from '../config/client.schema';
-import type { ProviderSettings } from '../config/config.schema';
+import { type ProviderSettings, tokenCallDeadlineMs } from '../config/config.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
-import { createProviderAgent, postTokenRequest, type TokenCall } from './provider-http';
-import type { GrantedToken } from './token-response.parser';
+import { createProviderAgent, readCapped, translateTransportError } from './provider-http';
+import {
+  type GrantedToken,
+  parseTokenResponse,
+  tokenErrorForStatus,
+} from './token-response.parser';
 import type { Agent, Dispatcher } from 'undici';
 
 /** Appended to a client's `authUrl` in the provider's dialect. */
@@ -25,6 +29,16 @@ export const INVALID_CLIENT_CHECKS: Record<ClientAuthMethod, string> = {
   tls_client_auth:
     'the client_id, and that the server has registered the client certificate (its subject or SAN) and trusts its issuer',
 };
+
+/** A token request, as each grant builds it. */
+interface TokenCall {
+  readonly dispatcher: Dispatcher;
+  readonly url: URL;
+  readonly headers: Record<string, string>;
+  readonly body?: string;
+  /** What to check when the server refuses the client, for its message. */
+  readonly check: string;
+}
 
 export interface TokenGrantor {
   /** Throws {@link ProviderException}. */
@@ -53,7 +67,7 @@ export class AuthServerClient implements TokenGrantor {
   async requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken> {
     const what = `token request for client "${client.id}"`;
     if (client.tokenRequest.grant === 'provider-query') {
-      return this.post({ what, ...this.providerQuery(client, credentials, what) });
+      return this.post(what, this.providerQuery(client, credentials, what));
     }
     const profile = client.tokenRequest;
     const form = new URLSearchParams({ grant_type: 'client_credentials' });
@@ -67,8 +81,7 @@ export class AuthServerClient implements TokenGrantor {
       accept: 'application/json',
     };
     const dispatcher = await this.authenticate(client, credentials, form, headers, what);
-    return this.post({
-      what,
+    return this.post(what, {
       dispatcher,
       url: new URL(profile.url!),
       headers,
@@ -77,14 +90,41 @@ export class AuthServerClient implements TokenGrantor {
     });
   }
 
-  private post(call: Omit<TokenCall, 'settings' | 'defaultLifetimeSeconds' | 'sentAt'>) {
-    return postTokenRequest({
-      ...call,
-      settings: this.settings,
-      defaultLifetimeSeconds: this.defaultLifetimeSeconds,
-      // Expiry counts from *before* the request: the server's clock started no earlier.
-      sentAt: this.now(),
-    });
+  /** One total deadline: undici's idle timers never end a body trickling in. */
+  private async post(what: string, call: TokenCall): Promise<GrantedToken> {
+    const { url, headers, body: requestBody } = call;
+    const settings = this.settings;
+    // Expiry counts from *before* the request: the server's clock started no earlier.
+    const sentAt = this.now();
+    let response: Dispatcher.ResponseData;
+    let body: string | undefined;
+    try {
+      response = await call.dispatcher.request({
+        origin: url.origin,
+        path: `${url.pathname}${url.search}`,
+        method: 'POST',
+        headers,
+        body: requestBody,
+        headersTimeout: settings.responseTimeoutMs,
+        bodyTimeout: settings.responseTimeoutMs,
+        signal: AbortSignal.timeout(tokenCallDeadlineMs(settings)),
+      });
+      body = await readCapped(response.body, settings.maxTokenResponseBytes);
+    } catch (cause) {
+      throw translateTransportError(cause, what);
+    }
+    const status = response.statusCode;
+    if (body === undefined) {
+      throw new ProviderException(
+        ProviderErrorCode.MalformedResponse,
+        `${what}: the response exceeds ${settings.maxTokenResponseBytes} bytes`,
+        { status },
+      );
+    }
+    if (status >= 200 && status < 300) {
+      return parseTokenResponse(body, sentAt, this.defaultLifetimeSeconds);
+    }
+    throw tokenErrorForStatus(what, status, body, response.headers['retry-after'], call.check);
   }
 
   /** The provider's dialect: `POST {authUrl}/api/auth/v1/oauth/token?grant_type=...`. */

@@ -85,3 +85,62 @@ function malformed(what: string): ProviderException {
     `token endpoint answered 2xx but ${what}`,
   );
 }
+
+/** A non-2xx answer of the token endpoint; the body is never quoted. */
+export function tokenErrorForStatus(
+  what: string,
+  status: number,
+  body: string,
+  retryAfter: string | string[] | undefined,
+  check: string,
+): ProviderException {
+  const oauthError = readOAuthError(body);
+  const suffix = oauthError ? ` (error "${oauthError}")` : '';
+  if (status === 401 || oauthError === 'invalid_client') {
+    return new ProviderException(
+      ProviderErrorCode.InvalidClient,
+      `${what}: the provider refused the client credentials (HTTP ${status}${suffix}); check ${check}`,
+      { status },
+    );
+  }
+  if (status === 429) {
+    return new ProviderException(
+      ProviderErrorCode.RateLimited,
+      `${what}: rate limited by the provider (HTTP 429)`,
+      { status, retryAfterMs: parseRetryAfter(retryAfter) },
+    );
+  }
+  if (status >= 500) {
+    return new ProviderException(
+      ProviderErrorCode.ServerError,
+      `${what}: the provider failed (HTTP ${status}${suffix})`,
+      { status, retryAfterMs: parseRetryAfter(retryAfter) },
+    );
+  }
+  return new ProviderException(
+    ProviderErrorCode.Rejected,
+    `${what}: the provider rejected the request (HTTP ${status}${suffix})`,
+    { status },
+  );
+}
+
+/** Seconds or an HTTP date, into milliseconds. */
+function parseRetryAfter(value: string | string[] | undefined): number | undefined {
+  const v = Array.isArray(value) ? value[0] : value;
+  if (v === undefined) return undefined;
+  if (/^\d+$/.test(v.trim())) return Number(v.trim()) * 1000;
+  const date = Date.parse(v);
+  return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
+}
+
+/** Only a plausible identifier, never free text. */
+function readOAuthError(body: string): string | undefined {
+  try {
+    const json = JSON.parse(body) as { error?: unknown };
+    return typeof json.error === 'string' && /^[a-z_]{1,64}$/.test(json.error)
+      ? json.error
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}

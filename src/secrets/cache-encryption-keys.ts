@@ -1,5 +1,5 @@
 import type { CredentialsSource } from '../config/client.schema';
-import type { SecretReader } from './secret-reader';
+import { parseSecretJson, readSource, type SecretReader } from './secret-reader';
 import { SecretsException } from './secrets.exception';
 
 /** `current` writes, every key reads. Never log this object. */
@@ -19,17 +19,10 @@ export async function loadCacheKeys(
   reader: SecretReader,
   source: CredentialsSource,
 ): Promise<CacheKeys> {
-  const ref = source.file !== undefined ? { file: source.file } : { secretId: source.secretId! };
-  const where = ref.file ?? ref.secretId;
-  const text = (await reader.read(ref)).trim();
+  const { text: raw, where } = await readSource(reader, source);
+  const text = raw.trim();
   if (!text.startsWith('{')) return { current: decodeKey(text, where, 'the key'), previous: [] };
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    // No cause: a parser message may quote the text, which holds the keys.
-    throw SecretsException.malformed(where, `the keyring in "${where}" (${SETTING}) is not JSON`);
-  }
+  const json = parseSecretJson(text, where, `the keyring in "${where}" (${SETTING}) is not JSON`);
   const ring = json as { current?: unknown; previous?: unknown };
   const previous = ring.previous ?? [];
   if (typeof ring.current !== 'string' || !Array.isArray(previous)) {

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { ClientAuthMethod, ClientCredentialsSource } from '../config/client.schema';
-import type { SecretReader } from './secret-reader';
+import { parseSecretJson, readSource, type SecretReader } from './secret-reader';
 import { SecretsException } from './secrets.exception';
 
 /** Never log this object. */
@@ -69,12 +69,8 @@ export async function loadClientCredentials(
       ...(certificate !== undefined && { certificate }),
     };
   }
-  const ref =
-    source.file !== undefined
-      ? { file: source.file }
-      : { secretId: source.secretId!, ...(versionStage !== undefined && { versionStage }) };
-  const where = ref.file ?? ref.secretId;
-  return parseClientCredentials(await reader.read(ref), where, auth);
+  const { text, where } = await readSource(reader, source, versionStage);
+  return parseClientCredentials(text, where, auth);
 }
 
 export function parseClientCredentials(
@@ -83,16 +79,11 @@ export function parseClientCredentials(
   auth: ClientAuthMethod,
 ): ClientCredentials {
   const { fields, example } = NEEDS[auth];
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    // No cause: the parser's message quotes the text, which is the secret.
-    throw SecretsException.malformed(
-      where,
-      `credentials in "${where}" are not JSON; expected ${example}`,
-    );
-  }
+  const json = parseSecretJson(
+    text,
+    where,
+    `credentials in "${where}" are not JSON; expected ${example}`,
+  );
   const parsed = credentialsJson.safeParse(json);
   if (!parsed.success) {
     const bad = [...new Set(parsed.error.issues.map((i) => i.path.join('.') || '(root)'))];

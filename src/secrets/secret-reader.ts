@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 // Types only: the SDK itself is loaded on the first Secrets Manager read.
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { CredentialsSource } from '../config/client.schema';
 import { SecretsErrorCode, SecretsException } from './secrets.exception';
 
 /** Exactly one of a Secrets Manager id (name or ARN) or a file path. */
@@ -16,6 +17,28 @@ export type SecretRef =
 /** The only place that speaks the AWS SDK or reads secret files. */
 export interface SecretReader {
   read(ref: SecretRef): Promise<string>;
+}
+
+/** A configured source's text, and `where`: the file or secret id its messages name. */
+export async function readSource(
+  reader: SecretReader,
+  source: CredentialsSource,
+  versionStage?: string,
+): Promise<{ text: string; where: string }> {
+  const ref: SecretRef =
+    source.file !== undefined
+      ? { file: source.file }
+      : { secretId: source.secretId!, ...(versionStage !== undefined && { versionStage }) };
+  return { text: await reader.read(ref), where: ref.file ?? ref.secretId };
+}
+
+/** Refused as malformed with `message`, with no cause: a parser message may quote the secret. */
+export function parseSecretJson(text: string, where: string, message: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw SecretsException.malformed(where, message);
+  }
 }
 
 type SecretsManagerSdk = typeof import('@aws-sdk/client-secrets-manager');
