@@ -4,7 +4,7 @@ import { RedisIdempotencyStore } from '../src/redis/idempotency-store.redis';
 import { closeRedisClient, createRedisConnection } from '../src/redis/redis.connection';
 import type { StateLogger } from '../src/redis/redis-state';
 import { RedisTokenStore } from '../src/redis/token-store.redis';
-import { PlainTokenCipher } from '../src/token/plain-token.cipher';
+import { PlainTokenCipher } from '../src/token/token-cipher';
 import { toRecord } from '../src/token/token-record';
 import type { FaultProxy } from './support/fault-proxy';
 import { type RedisCluster, startRedisCluster } from './support/redis/cluster';

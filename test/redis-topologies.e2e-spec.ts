@@ -8,7 +8,7 @@ import {
 } from '../src/redis/redis.connection';
 import { RedisTokenStore } from '../src/redis/token-store.redis';
 import { idempotencyKeyHash } from '../src/forwarding/order-request';
-import { PlainTokenCipher } from '../src/token/plain-token.cipher';
+import { PlainTokenCipher } from '../src/token/token-cipher';
 import { toRecord } from '../src/token/token-record';
 import type { TokenStoreEvent } from '../src/token/token-store';
 import { type RedisCluster, startRedisCluster } from './support/redis/cluster';

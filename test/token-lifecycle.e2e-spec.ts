@@ -12,7 +12,7 @@ import { createRedisConnection } from '../src/redis/redis.connection';
 import { RedisTokenStore } from '../src/redis/token-store.redis';
 import type { ClientCredentials } from '../src/secrets/client-credentials';
 import { ClientTokenManager } from '../src/token/client-token-manager';
-import { PlainTokenCipher } from '../src/token/plain-token.cipher';
+import { PlainTokenCipher } from '../src/token/token-cipher';
 import { toRecord } from '../src/token/token-record';
 import { TokenErrorCode, TokenException } from '../src/token/token.exception';
 import { startRedis, type TestRedis } from './support/redis/standalone';

@@ -4,7 +4,7 @@ import { redisSettingsSchema } from '../src/config/redis.schema';
 import { redisKeys } from '../src/redis/redis.constants';
 import { createRedisConnection } from '../src/redis/redis.connection';
 import { RedisTokenStore } from '../src/redis/token-store.redis';
-import { PlainTokenCipher } from '../src/token/plain-token.cipher';
+import { PlainTokenCipher } from '../src/token/token-cipher';
 import { type TokenRecord, toRecord } from '../src/token/token-record';
 import type { TokenStoreEvent } from '../src/token/token-store';
 import { TokenStoreException } from '../src/token/token-store.exception';

@@ -1,6 +1,6 @@
 import { createCipheriv, randomBytes } from 'node:crypto';
 import { AesGcmTokenCipher, cacheKeyId } from './aes-gcm-token.cipher';
-import { PlainTokenCipher } from './plain-token.cipher';
+import { PlainTokenCipher } from './token-cipher';
 
 const TOKEN = 'eyJhbGciOiJSUzI1NiJ9.provider-access-token.signature';
 

@@ -1,17 +1,13 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
 import { authorizationOf } from '../caller-auth/bearer-credential';
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
-import { toProblem } from '../http/problem';
 import { requestIdsOf } from '../http/request-id';
 import { RequestException } from '../http/request.exception';
-import { SECURITY_HEADERS } from '../http/security-headers';
-import { LOGGER } from '../logging/logger';
 import { OAuthErrorCode, OAuthException } from './oauth.exception';
 import {
   ASSERTION_ALGORITHMS,
@@ -21,7 +17,7 @@ import {
   parseOAuthTokenRequest,
 } from './oauth-token-request';
 import { TOKEN_HEADERS, tokenBody } from './token-body';
-import { TokenResponder } from './token-responder';
+import { TokenFront } from './token-front';
 import { TokenErrorCode, TokenException } from './token.exception';
 import { TokenService } from './token.service';
 
@@ -44,11 +40,10 @@ interface Progress {
 export class OAuthTokenRoute implements OnModuleInit {
   constructor(
     private readonly adapterHost: HttpAdapterHost,
-    private readonly responder: TokenResponder,
+    private readonly front: TokenFront,
     private readonly tokens: TokenService,
     @Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator,
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
-    @Inject(LOGGER) private readonly logger: Logger,
   ) {}
 
   onModuleInit(): void {
@@ -89,10 +84,7 @@ export class OAuthTokenRoute implements OnModuleInit {
       url: OAUTH_METADATA_PATH,
       // Not cacheable: without a configured issuer the document depends on the Host header,
       // and a shared cache would hand one caller's Host to every other.
-      handler: (req, reply) =>
-        reply
-          .headers({ 'cache-control': 'no-store', ...SECURITY_HEADERS })
-          .send(this.metadata(req)),
+      handler: (req, reply) => reply.header('cache-control', 'no-store').send(this.metadata(req)),
     });
   }
 
@@ -139,7 +131,7 @@ export class OAuthTokenRoute implements OnModuleInit {
       }
       const clientId = this.clientFor(caller, request);
       progress.clientId = clientId;
-      const record = await this.responder.tokenFor(caller, clientId, requestIdsOf(req));
+      const record = await this.front.tokenFor(caller, clientId, requestIdsOf(req));
       return reply.code(200).headers(TOKEN_HEADERS).send(tokenBody(record, Date.now()));
     } catch (err) {
       return this.refuse(err, progress, req, reply);
@@ -161,11 +153,9 @@ export class OAuthTokenRoute implements OnModuleInit {
     reply: FastifyReply,
   ): FastifyReply {
     const oauth = this.translate(err, progress);
-    const ids = requestIdsOf(req);
-    if (oauth.code === OAuthErrorCode.ServerError) {
-      this.logger.error({ err, ...ids }, 'unhandled error');
-    }
-    this.responder.auditRefused(ids, err, progress.caller, progress.clientId, oauth.code);
+    const { caller, clientId } = progress;
+    const unhandled = oauth.code === OAuthErrorCode.ServerError;
+    this.front.refused(err, requestIdsOf(req), caller, clientId, oauth.code, unhandled);
     const headers: Record<string, string> = { ...TOKEN_HEADERS };
     let status = 400;
     if (oauth.code === OAuthErrorCode.InvalidClient && oauth.basicChallenge) {
@@ -252,8 +242,8 @@ function tokenError(err: TokenException, as: OAuthErrorOf, progress: Progress): 
     case TokenErrorCode.CredentialsRejected:
     case TokenErrorCode.CredentialsUnavailable:
     case TokenErrorCode.ShuttingDown: {
-      const retry = toProblem(err).headers['retry-after'];
-      return as(OAuthErrorCode.TemporarilyUnavailable, err.message, Number(retry ?? 1));
+      const retry = err.retryAfterSeconds ?? err.problemStatus.retryAfterSeconds ?? 1;
+      return as(OAuthErrorCode.TemporarilyUnavailable, err.message, retry);
     }
   }
 }

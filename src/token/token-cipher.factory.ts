@@ -4,8 +4,7 @@ import { redisConfigured } from '../config/redis.schema';
 import { loadCacheKeys } from '../secrets/cache-encryption-keys';
 import type { SecretReader } from '../secrets/secret-reader';
 import { AesGcmTokenCipher } from './aes-gcm-token.cipher';
-import { PlainTokenCipher } from './plain-token.cipher';
-import type { TokenCipher } from './token-cipher';
+import { PlainTokenCipher, type TokenCipher } from './token-cipher';
 
 /** Clear text only with a loud warning (the schema refuses that with Redis in production). */
 export async function createTokenCipher(

@@ -1,16 +1,20 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HttpMetricsHook } from '../metrics/http-metrics.hook';
 import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
-import { TokenFront } from './token-front';
-import type { TokenAnswer, TokenQuery, TokenResponder } from './token-responder';
+import { type TokenAnswer, TokenFront, type TokenQuery } from './token-front';
 import type { RequestIds } from '../http/request-id';
 
 // Nest 12 ships ES modules only, which Jest's CommonJS runtime cannot load; this front only
 // needs decorators and class references (injection metadata) from it and from the providers
 // it is given, which do nothing outside a Nest container. Their stand-ins are built below.
-jest.mock('@nestjs/common', () => ({ Injectable: () => () => undefined }));
+jest.mock('@nestjs/common', () => ({
+  Inject: () => () => undefined,
+  Injectable: () => () => undefined,
+}));
 jest.mock('../metrics/http-metrics.hook', () => ({ HttpMetricsHook: class {} }));
-jest.mock('./token-responder', () => ({ TokenResponder: class {} }));
+jest.mock('../metrics/metrics.service', () => ({ MetricsService: class {} }));
+jest.mock('./token-audit', () => ({ TokenAuditTrail: class {} }));
+jest.mock('./token.service', () => ({ TokenService: class {} }));
 
 const ANSWER: TokenAnswer = {
   status: 200,
@@ -63,20 +67,24 @@ describe(TokenFront.name, () => {
     seen = [];
     answer = ANSWER;
     recorded = [];
-    const responder = {
-      respond: (query: TokenQuery, authorization: string | undefined, ids: RequestIds) => {
-        queries.push(query);
-        seen.push({ authorization, ids });
-        return answer;
-      },
-    } as unknown as TokenResponder;
     const metrics = {
       requests: { record: (...args: unknown[]) => recorded.push(args) },
     } as unknown as HttpMetricsHook;
-    front = new TokenFront(responder, metrics);
+    const unused = {} as never;
+    front = new TokenFront(unused, unused, unused, unused, metrics, unused);
+    // The answer itself is stubbed: these cases are about reading requests and writing answers.
+    jest
+      .spyOn(front, 'respond')
+      .mockImplementation(
+        (query: TokenQuery, authorization: string | undefined, ids: RequestIds) => {
+          queries.push(query);
+          seen.push({ authorization, ids });
+          return answer;
+        },
+      );
   });
 
-  it("writes the responder's answer for a plain query and counts it", () => {
+  it('writes the answer for a plain query and counts it', () => {
     const { res, written } = response();
     expect(front.tryServe(request('/token?client=acme&min_ttl=30'), res)).toBe(true);
     expect(queries).toEqual([{ client: 'acme', min_ttl: '30' }]);

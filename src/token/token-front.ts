@@ -1,23 +1,56 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Injectable } from '@nestjs/common';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import { Inject, Injectable } from '@nestjs/common';
+import type { Logger } from 'pino';
 import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
-import { callerRequestIdFrom, echoedRequestId, newRequestId } from '../http/request-id';
+import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
+import { CallerAuthException } from '../caller-auth/caller-auth.exception';
+import { assertScope } from '../caller-auth/caller-authorization';
+import { problemAnswer } from '../http/problem';
+import {
+  callerRequestIdFrom,
+  echoedRequestId,
+  newRequestId,
+  type RequestIds,
+} from '../http/request-id';
+import { RequestErrorCode, RequestException } from '../http/request.exception';
+import { LOGGER } from '../logging/logger';
 import { HttpMetricsHook } from '../metrics/http-metrics.hook';
-import { type TokenAnswer, type TokenQuery, TokenResponder } from './token-responder';
+import { MetricsService } from '../metrics/metrics.service';
+import { inCallerSpan } from '../tracing/spans';
+import { TokenAuditTrail } from './token-audit';
+import { TOKEN_HEADERS, tokenBody } from './token-body';
+import type { TokenRecord } from './token-record';
+import { TokenService } from './token.service';
+
+export type TokenQuery = Readonly<Record<string, string | string[] | undefined>>;
+
+/** A 200 answer is shared by every request served the same token and second: never mutate one. */
+export interface TokenAnswer {
+  readonly status: number;
+  /** Every header but `x-request-id`, `date` and connection management. */
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: Buffer;
+}
 
 /**
  * `GET /token`, its only implementation: answered from Node's request event, sparing the hottest
  * route Fastify's pipeline. It takes exactly `/token`: any other spelling of a target goes to the
- * router, which has no `/token` route and answers 404.
+ * router, which has no `/token` route and answers 404. Admission, query, L1 read or bounded wait,
+ * audit and answer: synchronous when no I/O is needed, so the hot path allocates no promise.
  */
 @Injectable()
 export class TokenFront {
+  private lastIssued: TokenAnswer = issuedAnswer(Buffer.alloc(0));
   private lastAnswer?: TokenAnswer;
   private lastList: string[] = [];
 
   constructor(
-    private readonly responder: TokenResponder,
+    private readonly tokens: TokenService,
+    @Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator,
+    private readonly metrics: MetricsService,
+    private readonly audit: TokenAuditTrail,
     private readonly httpMetrics: HttpMetricsHook,
+    @Inject(LOGGER) private readonly logger: Logger,
   ) {}
 
   /** Returns whether it took the request. */
@@ -28,11 +61,135 @@ export class TokenFront {
     if (query === undefined) return false;
     const seen = scanHeaders(req.rawHeaders);
     const ids = { reqId: newRequestId(), callerRequestId: callerRequestIdFrom(seen.requestId) };
-    const answer = this.responder.respond(query, seen.authorization, ids, req);
+    const answer = this.respond(query, seen.authorization, ids, req);
     const echoed = echoedRequestId(ids);
     if (answer instanceof Promise) void answer.then((a) => this.write(res, a, echoed));
     else this.write(res, answer, echoed);
     return true;
+  }
+
+  /**
+   * Never throws: failures are answers. `req`'s headers are read only for a wait (trace
+   * context): Node builds them on first access.
+   */
+  respond(
+    query: TokenQuery,
+    authorization: string | undefined,
+    ids: RequestIds,
+    req?: { readonly headers: IncomingHttpHeaders },
+  ): TokenAnswer | Promise<TokenAnswer> {
+    let caller: Caller | Promise<Caller>;
+    try {
+      caller = this.auth.authenticate(authorization);
+    } catch (err) {
+      return this.refuse(err, undefined, undefined, ids);
+    }
+    if (caller instanceof Promise) {
+      return caller.then(
+        (c) => this.serve(c, query, ids, req),
+        (err: unknown) => this.refuse(err, undefined, undefined, ids),
+      );
+    }
+    return this.serve(caller, query, ids, req);
+  }
+
+  /** `POST /oauth2/token`, for a client already resolved: same L1 read, wait and audit. */
+  async tokenFor(caller: Caller, clientId: string, ids: RequestIds): Promise<TokenRecord> {
+    assertScope(caller, 'token');
+    const hit = this.tokens.peek(clientId, 0);
+    if (hit === undefined) this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
+    const record = hit ?? (await this.tokens.getToken(clientId, 0));
+    this.audit.issued(ids, caller, clientId, record, Date.now());
+    return record;
+  }
+
+  /**
+   * Audited for either route; `unhandled` errors are logged too. A client outside the grant is
+   * refused alike whether it exists or not; the audit says which.
+   */
+  refused(
+    err: unknown,
+    ids: RequestIds,
+    caller: Caller | undefined,
+    clientId: string | undefined,
+    result: string,
+    unhandled: boolean,
+  ): void {
+    if (unhandled) this.logger.error({ err, ...ids }, 'unhandled error');
+    const hidden = err instanceof CallerAuthException ? err.audit : {};
+    this.audit.refused({
+      ...ids,
+      caller: caller?.name,
+      client: clientId ?? hidden.client,
+      result,
+      reason: hidden.reason,
+    });
+  }
+
+  private serve(
+    caller: Caller,
+    query: TokenQuery,
+    ids: RequestIds,
+    req: { readonly headers: IncomingHttpHeaders } | undefined,
+  ): TokenAnswer | Promise<TokenAnswer> {
+    let clientId: string | undefined;
+    try {
+      // A proxy-only caller (scope "forward") never sees the token, from any route.
+      assertScope(caller, 'token');
+      clientId = this.tokens.resolveClient(single(query, 'client'), caller);
+      const minTtl = single(query, 'min_ttl');
+      const minMs =
+        minTtl === undefined ? 0 : parseMinTtl(minTtl, this.tokens.maxMinTtlSeconds) * 1000;
+      const hit = this.tokens.peek(clientId, minMs);
+      if (hit) return this.issue(caller, clientId, hit, ids);
+      this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
+      const id = clientId;
+      return inCallerSpan(req?.headers, 'GET /token (wait)', { 'token_broker.client': id }, () =>
+        this.wait(caller, id, minMs, ids),
+      );
+    } catch (err) {
+      return this.refuse(err, caller, clientId, ids);
+    }
+  }
+
+  private async wait(
+    caller: Caller,
+    clientId: string,
+    minMs: number,
+    ids: RequestIds,
+  ): Promise<TokenAnswer> {
+    try {
+      return this.issue(caller, clientId, await this.tokens.getToken(clientId, minMs), ids);
+    } catch (err) {
+      return this.refuse(err, caller, clientId, ids);
+    }
+  }
+
+  private issue(
+    caller: Caller,
+    clientId: string,
+    record: TokenRecord,
+    ids: RequestIds,
+  ): TokenAnswer {
+    const now = Date.now();
+    this.audit.issued(ids, caller, clientId, record, now);
+    const body = tokenBody(record, now);
+    // The body changes once a second (`expires_in`) or with the token; so does the answer.
+    if (this.lastIssued.body !== body) this.lastIssued = issuedAnswer(body);
+    return this.lastIssued;
+  }
+
+  /** The problem code is the result. */
+  private refuse(
+    err: unknown,
+    caller: Caller | undefined,
+    clientId: string | undefined,
+    ids: RequestIds,
+  ): TokenAnswer {
+    const { problem, headers, body } = problemAnswer(err, ids.reqId);
+    const unhandled = problem.status >= 500 && problem.code === 'internal_error';
+    this.refused(err, ids, caller, clientId, problem.code, unhandled);
+    return { status: problem.status, headers, body };
   }
 
   private write(res: ServerResponse, answer: TokenAnswer, reqId: string): void {
@@ -57,6 +214,15 @@ export class TokenFront {
     this.lastList = list;
     return list;
   }
+}
+
+/** The same for every caller served `body`. */
+function issuedAnswer(body: Buffer): TokenAnswer {
+  return {
+    status: 200,
+    headers: { ...TOKEN_HEADERS, 'content-length': String(body.length) },
+    body,
+  };
 }
 
 const seen: { authorization?: string; requestId?: string } = {};
@@ -84,7 +250,7 @@ function isName(name: string, lower: string, usual: string): boolean {
   return name === lower || name === usual || name.toLowerCase() === lower;
 }
 
-/** A parameter given twice becomes a list, which the responder refuses as ambiguous. */
+/** A parameter given twice becomes a list, which {@link single} refuses as ambiguous. */
 function tokenQuery(url: string): TokenQuery | undefined {
   if (url === '/token') return {};
   if (!url.startsWith('/token?')) return undefined;
@@ -95,4 +261,26 @@ function tokenQuery(url: string): TokenQuery | undefined {
     else query[key] = Array.isArray(seen) ? [...seen, value] : [seen, value];
   }
   return query;
+}
+
+function single(query: TokenQuery, name: string): string | undefined {
+  const v = query[name];
+  if (Array.isArray(v)) {
+    throw new RequestException(
+      RequestErrorCode.InvalidRequest,
+      `query parameter "${name}" is repeated; give it once`,
+    );
+  }
+  return v === '' ? undefined : v;
+}
+
+/** At most the refresh-ahead lead: more would let a caller trigger early provider fetches. */
+function parseMinTtl(value: string, maxSeconds: number): number {
+  if (!/^\d{1,6}$/.test(value) || Number(value) > maxSeconds) {
+    throw new RequestException(
+      RequestErrorCode.InvalidRequest,
+      `query parameter "min_ttl" must be a whole number of seconds from 0 to ${maxSeconds} (TOKEN_REFRESH_AHEAD_SECONDS: tokens are replaced that long before they expire); ask for ${maxSeconds} or less`,
+    );
+  }
+  return Number(value);
 }

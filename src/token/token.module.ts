@@ -7,7 +7,6 @@ import { SecretsModule } from '../secrets/secrets.module';
 import { OAuthTokenRoute } from './oauth-token.route';
 import { TokenAuditTrail } from './token-audit';
 import { TokenFront } from './token-front';
-import { TokenResponder } from './token-responder';
 import { TokenService } from './token.service';
 
 /** The store implements this folder's port, so it is handed in by {@link TokenModule.withStore}. */
@@ -15,7 +14,6 @@ import { TokenService } from './token.service';
   imports: [ProviderModule, SecretsModule, MetricsModule, CallerAuthModule],
   providers: [
     TokenService,
-    TokenResponder,
     TokenAuditTrail,
     TokenFront,
     OAuthTokenRoute,

@@ -3,7 +3,7 @@ import { redisSettingsSchema } from '../../src/config/redis.schema';
 import { redisKeys } from '../../src/redis/redis.constants';
 import { createRedisConnection } from '../../src/redis/redis.connection';
 import { RedisTokenStore } from '../../src/redis/token-store.redis';
-import { PlainTokenCipher } from '../../src/token/plain-token.cipher';
+import { PlainTokenCipher } from '../../src/token/token-cipher';
 import { fingerprintOf, toRecord } from '../../src/token/token-record';
 import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
 import { type Fleet, FLEET_CLIENT } from '../support/fleet';
