@@ -103,7 +103,7 @@ export class ForwardingService {
       // No token, or every token refused with 401: nothing reached the provider that it
       // accepted, so the key may be used again. Anything unexpected errs on the safe side.
       const refused = err instanceof TokenException || err instanceof TokenRejected;
-      await (refused ? ledger.release() : ledger.markUnknown());
+      await ledger({ state: refused ? 'released' : 'unknown' });
       throw err instanceof TokenRejected ? err.problem : err;
     }
     if (outcome.kind === 'answered') {
@@ -126,7 +126,7 @@ export class ForwardingService {
     if (checked !== 'echoed') return checked;
     this.echoed(call, status, false);
     // Processed, or refused: the provider answered, and only a 429 certainly did nothing.
-    await (status === 429 ? ledger.release() : ledger.markUnknown());
+    await ledger({ state: status === 429 ? 'released' : 'unknown' });
     const repeat =
       !withKey || status === 429
         ? ''
@@ -223,20 +223,17 @@ export class ForwardingService {
     if (outcome.kind === 'answered') {
       // 429: rate limited, refused before processing, so a retry under the same key is safe
       // (and replaying a stale 429 for a day would block it).
-      if (outcome.status === 429) await ledger.release();
+      if (outcome.status === 429) await ledger({ state: 'released' });
       else if (withKey) {
         const { status, headers, body } = outcome;
-        await ledger.complete({
-          status,
-          contentType: headers['content-type'],
-          body: body as Buffer,
-        });
+        const response = { status, contentType: headers['content-type'], body: body as Buffer };
+        await ledger({ state: 'completed', response });
       }
       return outcome;
     }
     const { error } = outcome;
     if (outcome.delivered === 'no') {
-      await ledger.release();
+      await ledger({ state: 'released' });
       throw forwardingProblem(
         call.profile,
         'unreachable',
@@ -244,7 +241,7 @@ export class ForwardingService {
         { retryAfterSeconds: 2, cause: error },
       );
     }
-    await ledger.markUnknown();
+    await ledger({ state: 'unknown' });
     const advice = withKey
       ? `${uncertain}. A repeat with the same Idempotency-Key answers 409 ${FAILURE_CODES.outcomeUnknown[call.profile]}; check with the provider before sending it again under a new key`
       : `${uncertain}; check with the provider before sending it again (send an Idempotency-Key to make repeats safe)`;
