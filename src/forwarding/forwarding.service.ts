@@ -12,6 +12,7 @@ import { collected, type ForwardedAnswer, passed, screened } from './forwarded-a
 import type { ForwardTarget } from './forward-target';
 import {
   FAILURE_CODES,
+  ForwardingException,
   type ForwardingFailure,
   forwardingProblem,
   type ForwardingProfile,
@@ -81,8 +82,9 @@ export class ForwardingService {
 
   async forward(call: ForwardCall, audit: ForwardingAudit): Promise<ForwardReply> {
     const key = KEYED_METHODS.has(call.method) ? call.headers.idempotencyKey : undefined;
+    const withKey = key !== undefined;
     let ledger = NO_LEDGER;
-    if (key !== undefined) {
+    if (withKey) {
       const { keyHash, bodyHash } = PROFILES[call.profile].identity(call, key);
       audit.idempotencyKeyHash = keyHash.slice(0, 16);
       const ref = { clientId: call.client.id, caller: call.caller, keyHash };
@@ -98,18 +100,21 @@ export class ForwardingService {
     let outcome: ForwardedAnswer | ApiFailure;
     const sent: string[] = [];
     try {
-      outcome = await this.send(call, key !== undefined, audit, sent);
+      outcome = await this.send(call, withKey, audit, sent);
     } catch (err) {
       // No token, or every token refused with 401: nothing reached the provider that it
       // accepted, so the key may be used again. Anything unexpected errs on the safe side.
-      const refused = err instanceof TokenException || err instanceof TokenRejected;
+      const refused =
+        err instanceof TokenException ||
+        (err instanceof ForwardingException &&
+          err.code === FAILURE_CODES.tokenRejected[call.profile]);
       await ledger({ state: refused ? 'released' : 'unknown' });
-      throw err instanceof TokenRejected ? err.problem : err;
+      throw err;
     }
     if (outcome.kind === 'answered') {
-      outcome = await this.screen(call, outcome, sent, ledger, key !== undefined);
+      outcome = await this.screen(call, outcome, sent, ledger, withKey);
     }
-    const answer = await this.conclude(call, outcome, ledger, key !== undefined);
+    const answer = await this.conclude(call, outcome, ledger, withKey);
     return { ...answer, replayed: false };
   }
 
@@ -175,12 +180,10 @@ export class ForwardingService {
       // Fenced: a no-op when another request (or replica) already replaced this token.
       await this.tokens.replaceRejected(clientId, token.fingerprint);
     }
-    throw new TokenRejected(
-      forwardingProblem(
-        call.profile,
-        'tokenRejected',
-        `the provider refused a freshly obtained token for client "${clientId}" too (HTTP 401); no ${PROFILES[call.profile].noun} was created. Check that the merchant's credentials are enabled for this API in this environment`,
-      ),
+    throw forwardingProblem(
+      call.profile,
+      'tokenRejected',
+      `the provider refused a freshly obtained token for client "${clientId}" too (HTTP 401); no ${PROFILES[call.profile].noun} was created. Check that the merchant's credentials are enabled for this API in this environment`,
     );
   }
 
@@ -259,12 +262,5 @@ export class ForwardingService {
     throw forwardingProblem(call.profile, failure, `${error.message}${when}: ${advice}`, {
       cause: error,
     });
-  }
-}
-
-/** Carries the caller's problem out of `send`. */
-class TokenRejected extends Error {
-  constructor(readonly problem: Error) {
-    super(problem.message);
   }
 }
