@@ -7,6 +7,8 @@ import {
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
   IdempotencyStoreException,
+  type Settlement,
+  type StoredResponse,
 } from '../src/forwarding/idempotency-store';
 import { MemoryIdempotencyStore } from '../src/forwarding/idempotency-store.memory';
 import { idempotencyKeyHash } from '../src/forwarding/order-request';
@@ -31,6 +33,10 @@ function ref(clientId: string, keyHash: string, caller = 'checkout'): Idempotenc
 function claimOf(bodyHash = 'body-a'): IdempotencyClaim {
   return { bodyHash, owner: randomUUID(), leaseMs: 30_000 };
 }
+
+const RELEASE: Settlement = { state: 'released' };
+const UNKNOWN: Settlement = { state: 'unknown' };
+const completed = (response: StoredResponse): Settlement => ({ state: 'completed', response });
 
 /** Every byte value, so a replay is proven byte-exact (no UTF-8 round trip). */
 const BINARY_BODY = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
@@ -141,7 +147,9 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       const claim = claimOf();
       await store.claim(ref(CLIENT, key), claim, TTL_MS);
       const response = { status: 201, contentType: 'application/json', body: BINARY_BODY };
-      expect(await store.complete(ref(CLIENT, key), claim.owner, response, TTL_MS)).toBe(true);
+      expect(await store.settle(ref(CLIENT, key), claim.owner, completed(response), TTL_MS)).toBe(
+        true,
+      );
       const again = await store.claim(ref(CLIENT, key), claimOf(), TTL_MS);
       expect(again).toEqual({
         claimed: false,
@@ -153,7 +161,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       const claim = claimOf();
       await store.claim(ref(CLIENT, key), claim, TTL_MS);
       const response = { status: 204, contentType: undefined, body: Buffer.alloc(0) };
-      await store.complete(ref(CLIENT, key), claim.owner, response, TTL_MS);
+      await store.settle(ref(CLIENT, key), claim.owner, completed(response), TTL_MS);
       const again = await store.claim(ref(CLIENT, key), claimOf(), TTL_MS);
       expect(again.claimed === false && again.existing).toEqual({
         state: 'completed',
@@ -167,9 +175,11 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       await store.claim(ref(CLIENT, key), claim, TTL_MS);
       const stranger = randomUUID();
       const response = { status: 201, body: Buffer.from('{}') };
-      expect(await store.complete(ref(CLIENT, key), stranger, response, TTL_MS)).toBe(false);
-      expect(await store.markUnknown(ref(CLIENT, key), stranger, TTL_MS)).toBe(false);
-      expect(await store.release(ref(CLIENT, key), stranger)).toBe(false);
+      expect(await store.settle(ref(CLIENT, key), stranger, completed(response), TTL_MS)).toBe(
+        false,
+      );
+      expect(await store.settle(ref(CLIENT, key), stranger, UNKNOWN, TTL_MS)).toBe(false);
+      expect(await store.settle(ref(CLIENT, key), stranger, RELEASE, TTL_MS)).toBe(false);
       const again = await store.claim(ref(CLIENT, key), claimOf(), TTL_MS);
       expect(again.claimed === false && again.existing.state).toBe('in_flight');
     });
@@ -177,8 +187,8 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
     it('records an unknown outcome, which is never released', async () => {
       const claim = claimOf();
       await store.claim(ref(CLIENT, key), claim, TTL_MS);
-      expect(await store.markUnknown(ref(CLIENT, key), claim.owner, TTL_MS)).toBe(true);
-      expect(await store.release(ref(CLIENT, key), claim.owner)).toBe(false);
+      expect(await store.settle(ref(CLIENT, key), claim.owner, UNKNOWN, TTL_MS)).toBe(true);
+      expect(await store.settle(ref(CLIENT, key), claim.owner, RELEASE, TTL_MS)).toBe(false);
       const again = await store.claim(ref(CLIENT, key), claimOf(), TTL_MS);
       expect(again).toEqual({
         claimed: false,
@@ -189,7 +199,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
     it('releases an in-flight claim so that the key can be claimed again', async () => {
       const claim = claimOf();
       await store.claim(ref(CLIENT, key), claim, TTL_MS);
-      expect(await store.release(ref(CLIENT, key), claim.owner)).toBe(true);
+      expect(await store.settle(ref(CLIENT, key), claim.owner, RELEASE, TTL_MS)).toBe(true);
       expect(await store.claim(ref(CLIENT, key), claimOf('body-b'), TTL_MS)).toEqual({
         claimed: true,
       });
@@ -198,13 +208,13 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
     it('never releases a completed record', async () => {
       const claim = claimOf();
       await store.claim(ref(CLIENT, key), claim, TTL_MS);
-      await store.complete(
+      await store.settle(
         ref(CLIENT, key),
         claim.owner,
-        { status: 201, body: Buffer.from('{}') },
+        completed({ status: 201, body: Buffer.from('{}') }),
         TTL_MS,
       );
-      expect(await store.release(ref(CLIENT, key), claim.owner)).toBe(false);
+      expect(await store.settle(ref(CLIENT, key), claim.owner, RELEASE, TTL_MS)).toBe(false);
       const again = await store.claim(ref(CLIENT, key), claimOf(), TTL_MS);
       expect(again.claimed === false && again.existing.state).toBe('completed');
     });
@@ -212,10 +222,10 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
     it('forgets a record after its TTL', async () => {
       const claim = claimOf();
       await store.claim(ref(CLIENT, key), claim, TTL_MS);
-      await store.complete(
+      await store.settle(
         ref(CLIENT, key),
         claim.owner,
-        { status: 201, body: Buffer.from('{}') },
+        completed({ status: 201, body: Buffer.from('{}') }),
         150,
       );
       await waitFor(async () => (await store.claim(ref(CLIENT, key), claimOf(), TTL_MS)).claimed, {
@@ -239,10 +249,10 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       expect(await store.claim(ref(CLIENT, keys[0]), first, TTL_MS)).toEqual({ claimed: true });
       const second = bounded();
       expect(await store.claim(ref(CLIENT, keys[1]), second, TTL_MS)).toEqual({ claimed: true });
-      await store.complete(
+      await store.settle(
         ref(CLIENT, keys[1]),
         second.owner,
-        { status: 201, body: Buffer.from('{}') },
+        completed({ status: 201, body: Buffer.from('{}') }),
         TTL_MS,
       );
       const err: unknown = await store
@@ -266,7 +276,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
         claimed: true,
       });
       // A released claim frees its place, as does an expired record.
-      expect(await store.release(ref(CLIENT, keys[0]), first.owner)).toBe(true);
+      expect(await store.settle(ref(CLIENT, keys[0]), first.owner, RELEASE, TTL_MS)).toBe(true);
       expect(await store.claim(ref(CLIENT, keys[2]), bounded(), TTL_MS)).toEqual({ claimed: true });
       const fourth = idempotencyKeyHash(randomUUID());
       await expect(store.claim(ref(CLIENT, fourth), bounded(), TTL_MS)).rejects.toThrow(
@@ -298,18 +308,22 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       const claim = claimOf('body-a');
       await store.claim(ref(CLIENT, key, 'checkout'), claim, TTL_MS);
       const answer = { status: 201, contentType: 'application/json', body: Buffer.from('{}') };
-      await store.complete(ref(CLIENT, key, 'checkout'), claim.owner, answer, TTL_MS);
+      await store.settle(ref(CLIENT, key, 'checkout'), claim.owner, completed(answer), TTL_MS);
       // Neither A's answer (same body) nor a 422 (other body): B's key is B's.
       const b = claimOf('body-a');
       expect(await store.claim(ref(CLIENT, key, 'marketing'), b, TTL_MS)).toEqual({
         claimed: true,
       });
-      expect(await store.release(ref(CLIENT, key, 'marketing'), b.owner)).toBe(true);
+      expect(await store.settle(ref(CLIENT, key, 'marketing'), b.owner, RELEASE, TTL_MS)).toBe(
+        true,
+      );
       expect(await store.claim(ref(CLIENT, key, 'marketing'), claimOf('body-b'), TTL_MS)).toEqual({
         claimed: true,
       });
       // A settled record is not the other caller's to settle either.
-      expect(await store.release(ref(CLIENT, key, 'marketing'), claim.owner)).toBe(false);
+      expect(await store.settle(ref(CLIENT, key, 'marketing'), claim.owner, RELEASE, TTL_MS)).toBe(
+        false,
+      );
       expect(await store.claim(ref(CLIENT, key, 'checkout'), claimOf(), TTL_MS)).toEqual({
         claimed: false,
         existing: { state: 'completed', bodyHash: 'body-a', response: answer },
@@ -326,10 +340,10 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
         const keyHash = idempotencyKeyHash(callerKey);
         const claim = claimOf();
         await store.claim(ref(CLIENT, keyHash), claim, TTL_MS);
-        await store.complete(
+        await store.settle(
           ref(CLIENT, keyHash),
           claim.owner,
-          { status: 201, body: Buffer.from('{}') },
+          completed({ status: 201, body: Buffer.from('{}') }),
           90_000,
         );
         const keys = await allKeys(raw);
@@ -353,7 +367,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
         const claim = claimOf();
         const answer = { status: 201, body: Buffer.from('{"orderId":"o-secret-ish-42"}') };
         await store.claim(ref(CLIENT, keyHash), claim, TTL_MS);
-        await store.complete(ref(CLIENT, keyHash), claim.owner, answer, TTL_MS);
+        await store.settle(ref(CLIENT, keyHash), claim.owner, completed(answer), TTL_MS);
         const stored = await raw.hgetallBuffer(
           redisKeys.callerIdempotency(CLIENT, 'checkout', keyHash),
         );
@@ -393,7 +407,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
             contentType: 'application/json',
             body: Buffer.from('{"id":"o-1"}'),
           };
-          await store.complete(ref(CLIENT, keyHash), claim.owner, answer, TTL_MS);
+          await store.settle(ref(CLIENT, keyHash), claim.owner, completed(answer), TTL_MS);
           const genuine = await store.claim(ref(CLIENT, keyHash), claimOf(), TTL_MS);
           expect(genuine).toEqual({
             claimed: false,
@@ -410,10 +424,10 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
         const from = idempotencyKeyHash(randomUUID());
         const claim = claimOf();
         await store.claim(ref(CLIENT, from), claim, TTL_MS);
-        await store.complete(
+        await store.settle(
           ref(CLIENT, from),
           claim.owner,
-          { status: 201, body: Buffer.from('{}') },
+          completed({ status: 201, body: Buffer.from('{}') }),
           TTL_MS,
         );
         const copied = await raw.hgetallBuffer(
@@ -477,7 +491,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
         // Another body is no repeat of it: no 422 from a record that cannot name its caller.
         const other = claimOf('body-b');
         expect(await store.claim(ref(CLIENT, keyHash), other, TTL_MS)).toEqual({ claimed: true });
-        await store.complete(ref(CLIENT, keyHash), other.owner, answer, TTL_MS);
+        await store.settle(ref(CLIENT, keyHash), other.owner, completed(answer), TTL_MS);
         expect(await raw.hgetallBuffer(legacyKey)).toEqual(before);
         // A forged old-format record is refused like any other.
         await raw.hset(legacyKey, { mac: signer.mac(['answer', CLIENT, keyHash, '200', '', '']) });
@@ -495,10 +509,10 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       const keyHash = idempotencyKeyHash(randomUUID());
       const claim = claimOf();
       await before.claim(ref(CLIENT, keyHash), claim, TTL_MS);
-      await before.complete(
+      await before.settle(
         ref(CLIENT, keyHash),
         claim.owner,
-        { status: 201, body: Buffer.from('{}') },
+        completed({ status: 201, body: Buffer.from('{}') }),
         TTL_MS,
       );
       const settings = redisSettingsSchema.parse({ ...redis.settings(), commandTimeoutMs: 1000 });

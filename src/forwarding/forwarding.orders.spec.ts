@@ -340,7 +340,8 @@ describe(`${ForwardingService.name} for orders`, () => {
 
     it("still gives the caller the provider's answer when recording it fails", async () => {
       class FlakyStore extends MemoryIdempotencyStore {
-        override async complete(): Promise<never> {
+        override async settle(...args: Parameters<MemoryIdempotencyStore['settle']>) {
+          if (args[2].state !== 'completed') return super.settle(...args);
           throw new IdempotencyStoreException(IdempotencyStoreErrorCode.Unavailable, 'down');
         }
       }

@@ -12,6 +12,7 @@ import { collected, type ForwardedAnswer, passed, screened } from './forwarded-a
 import type { ForwardTarget } from './forward-target';
 import {
   FAILURE_CODES,
+  ForwardingException,
   type ForwardingFailure,
   forwardingProblem,
   type ForwardingProfile,
@@ -81,8 +82,9 @@ export class ForwardingService {
 
   async forward(call: ForwardCall, audit: ForwardingAudit): Promise<ForwardReply> {
     const key = KEYED_METHODS.has(call.method) ? call.headers.idempotencyKey : undefined;
+    const withKey = key !== undefined;
     let ledger = NO_LEDGER;
-    if (key !== undefined) {
+    if (withKey) {
       const { keyHash, bodyHash } = PROFILES[call.profile].identity(call, key);
       audit.idempotencyKeyHash = keyHash.slice(0, 16);
       const ref = { clientId: call.client.id, caller: call.caller, keyHash };
@@ -98,18 +100,21 @@ export class ForwardingService {
     let outcome: ForwardedAnswer | ApiFailure;
     const sent: string[] = [];
     try {
-      outcome = await this.send(call, key !== undefined, audit, sent);
+      outcome = await this.send(call, withKey, audit, sent);
     } catch (err) {
       // No token, or every token refused with 401: nothing reached the provider that it
       // accepted, so the key may be used again. Anything unexpected errs on the safe side.
-      const refused = err instanceof TokenException || err instanceof TokenRejected;
-      await (refused ? ledger.release() : ledger.markUnknown());
-      throw err instanceof TokenRejected ? err.problem : err;
+      const refused =
+        err instanceof TokenException ||
+        (err instanceof ForwardingException &&
+          err.code === FAILURE_CODES.tokenRejected[call.profile]);
+      await ledger({ state: refused ? 'released' : 'unknown' });
+      throw err;
     }
     if (outcome.kind === 'answered') {
-      outcome = await this.screen(call, outcome, sent, ledger, key !== undefined);
+      outcome = await this.screen(call, outcome, sent, ledger, withKey);
     }
-    const answer = await this.conclude(call, outcome, ledger, key !== undefined);
+    const answer = await this.conclude(call, outcome, ledger, withKey);
     return { ...answer, replayed: false };
   }
 
@@ -126,7 +131,7 @@ export class ForwardingService {
     if (checked !== 'echoed') return checked;
     this.echoed(call, status, false);
     // Processed, or refused: the provider answered, and only a 429 certainly did nothing.
-    await (status === 429 ? ledger.release() : ledger.markUnknown());
+    await ledger({ state: status === 429 ? 'released' : 'unknown' });
     const repeat =
       !withKey || status === 429
         ? ''
@@ -175,12 +180,10 @@ export class ForwardingService {
       // Fenced: a no-op when another request (or replica) already replaced this token.
       await this.tokens.replaceRejected(clientId, token.fingerprint);
     }
-    throw new TokenRejected(
-      forwardingProblem(
-        call.profile,
-        'tokenRejected',
-        `the provider refused a freshly obtained token for client "${clientId}" too (HTTP 401); no ${PROFILES[call.profile].noun} was created. Check that the merchant's credentials are enabled for this API in this environment`,
-      ),
+    throw forwardingProblem(
+      call.profile,
+      'tokenRejected',
+      `the provider refused a freshly obtained token for client "${clientId}" too (HTTP 401); no ${PROFILES[call.profile].noun} was created. Check that the merchant's credentials are enabled for this API in this environment`,
     );
   }
 
@@ -223,20 +226,17 @@ export class ForwardingService {
     if (outcome.kind === 'answered') {
       // 429: rate limited, refused before processing, so a retry under the same key is safe
       // (and replaying a stale 429 for a day would block it).
-      if (outcome.status === 429) await ledger.release();
+      if (outcome.status === 429) await ledger({ state: 'released' });
       else if (withKey) {
         const { status, headers, body } = outcome;
-        await ledger.complete({
-          status,
-          contentType: headers['content-type'],
-          body: body as Buffer,
-        });
+        const response = { status, contentType: headers['content-type'], body: body as Buffer };
+        await ledger({ state: 'completed', response });
       }
       return outcome;
     }
     const { error } = outcome;
     if (outcome.delivered === 'no') {
-      await ledger.release();
+      await ledger({ state: 'released' });
       throw forwardingProblem(
         call.profile,
         'unreachable',
@@ -244,7 +244,7 @@ export class ForwardingService {
         { retryAfterSeconds: 2, cause: error },
       );
     }
-    await ledger.markUnknown();
+    await ledger({ state: 'unknown' });
     const advice = withKey
       ? `${uncertain}. A repeat with the same Idempotency-Key answers 409 ${FAILURE_CODES.outcomeUnknown[call.profile]}; check with the provider before sending it again under a new key`
       : `${uncertain}; check with the provider before sending it again (send an Idempotency-Key to make repeats safe)`;
@@ -262,12 +262,5 @@ export class ForwardingService {
     throw forwardingProblem(call.profile, failure, `${error.message}${when}: ${advice}`, {
       cause: error,
     });
-  }
-}
-
-/** Carries the caller's problem out of `send`. */
-class TokenRejected extends Error {
-  constructor(readonly problem: Error) {
-    super(problem.message);
   }
 }

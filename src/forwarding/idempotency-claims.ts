@@ -8,6 +8,7 @@ import {
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
   IdempotencyStoreException,
+  type Settlement,
   type StoredResponse,
 } from './idempotency-store';
 import { forwardingProblem, type ForwardingProfile } from './forwarding.exception';
@@ -16,17 +17,16 @@ import { PROFILES } from './forwarding.profiles';
 /** Slack on an in-flight lease for event-loop delays (the store's clock sets and reads it). */
 const LEASE_MARGIN_MS = 5000;
 
-/** A no-op without a key ({@link NO_LEDGER}). */
-export interface Ledger {
-  complete(response: StoredResponse): Promise<void>;
-  markUnknown(): Promise<void>;
-  release(): Promise<void>;
-}
+/** Settles a claim; a no-op without a key ({@link NO_LEDGER}). */
+export type Ledger = (settlement: Settlement) => Promise<void>;
 
-export const NO_LEDGER: Ledger = {
-  complete: async () => undefined,
-  markUnknown: async () => undefined,
-  release: async () => undefined,
+export const NO_LEDGER: Ledger = async () => undefined;
+
+/** How the log names each settlement. */
+const SETTLED: Record<Settlement['state'], string> = {
+  completed: 'completed',
+  unknown: 'marked unknown',
+  released: 'released',
 };
 
 /**
@@ -117,9 +117,10 @@ export class IdempotencyClaims {
   /** Settles a claim; a store failure is logged, never changes what the caller is told. */
   private ledger(ref: IdempotencyRef, owner: string, ttlMs: number): Ledger {
     const { clientId, keyHash } = ref;
-    const settle = async (what: string, op: () => Promise<boolean>): Promise<void> => {
+    return async (settlement) => {
+      const what = SETTLED[settlement.state];
       try {
-        if (!(await op())) {
+        if (!(await this.store.settle(ref, owner, settlement, ttlMs))) {
           this.logger.warn(
             { client: clientId, idemKeyHash: keyHash.slice(0, 16) },
             `idempotency record not ${what}: the claim was no longer held`,
@@ -133,12 +134,6 @@ export class IdempotencyClaims {
           `idempotency record could not be ${what}; repeats of this key will answer 409 once its lease ends`,
         );
       }
-    };
-    return {
-      complete: (response) =>
-        settle('completed', () => this.store.complete(ref, owner, response, ttlMs)),
-      markUnknown: () => settle('marked unknown', () => this.store.markUnknown(ref, owner, ttlMs)),
-      release: () => settle('released', () => this.store.release(ref, owner)),
     };
   }
 

@@ -5,7 +5,7 @@ import {
   type IdempotencyRecord,
   type IdempotencyRef,
   type IdempotencyStore,
-  type StoredResponse,
+  type Settlement,
 } from './idempotency-store';
 
 interface Entry {
@@ -65,30 +65,32 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     return { claimed: true };
   }
 
-  async complete(
+  async settle(
     ref: IdempotencyRef,
     owner: string,
-    response: StoredResponse,
+    settlement: Settlement,
     ttlMs: number,
   ): Promise<boolean> {
-    return this.settle(ref, owner, ttlMs, (bodyHash) => ({
-      state: 'completed',
-      bodyHash,
-      // A copy: the caller's buffer may be pooled or reused.
-      response: { ...response, body: Buffer.from(response.body) },
-    }));
-  }
-
-  async markUnknown(ref: IdempotencyRef, owner: string, ttlMs: number): Promise<boolean> {
-    return this.settle(ref, owner, ttlMs, (bodyHash) => ({ state: 'unknown', bodyHash }));
-  }
-
-  async release(ref: IdempotencyRef, owner: string): Promise<boolean> {
     const id = entryId(ref);
     const entry = this.live(id);
-    if (!entry || entry.owner !== owner || entry.record.state !== 'in_flight') return false;
-    this.entries.delete(id);
-    this.byCaller.get(callerId(ref))?.delete(id);
+    if (!entry || entry.owner !== owner) return false;
+    if (settlement.state === 'released') {
+      if (entry.record.state !== 'in_flight') return false;
+      this.entries.delete(id);
+      this.byCaller.get(callerId(ref))?.delete(id);
+      return true;
+    }
+    const { bodyHash } = entry.record;
+    // A completed answer is copied: the caller's buffer may be pooled or reused.
+    const record: IdempotencyRecord =
+      settlement.state === 'completed'
+        ? {
+            state: 'completed',
+            bodyHash,
+            response: { ...settlement.response, body: Buffer.from(settlement.response.body) },
+          }
+        : { state: 'unknown', bodyHash };
+    this.entries.set(id, { record, owner, expiresAt: this.now() + ttlMs });
     return true;
   }
 
@@ -102,23 +104,6 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
 
   async close(): Promise<void> {
     clearInterval(this.sweeper);
-  }
-
-  private settle(
-    ref: IdempotencyRef,
-    owner: string,
-    ttlMs: number,
-    next: (bodyHash: string) => IdempotencyRecord,
-  ): boolean {
-    const id = entryId(ref);
-    const entry = this.live(id);
-    if (!entry || entry.owner !== owner) return false;
-    this.entries.set(id, {
-      record: next(entry.record.bodyHash),
-      owner,
-      expiresAt: this.now() + ttlMs,
-    });
-    return true;
   }
 
   private live(id: string): Entry | undefined {

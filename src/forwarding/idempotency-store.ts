@@ -41,6 +41,14 @@ export type ClaimResult =
   | { readonly claimed: false; readonly existing: IdempotencyRecord };
 
 /**
+ * What became of a claimed request. `released` is only for a request that certainly created
+ * nothing, so the caller may retry with the key; it never deletes a settled record.
+ */
+export type Settlement =
+  | { readonly state: 'completed'; readonly response: StoredResponse }
+  | { readonly state: 'unknown' | 'released' };
+
+/**
  * Settling only acts on a record the same `owner` still holds, so a claimant that outlived its
  * lease cannot overwrite someone else's record.
  */
@@ -51,15 +59,13 @@ export interface IdempotencyStore {
    * the retry of a request it recorded. Such records are gone one TTL after the upgrade.
    */
   claim(ref: IdempotencyRef, claim: IdempotencyClaim, ttlMs: number): Promise<ClaimResult>;
-  complete(
+  /** A completed or unknown record is kept `ttlMs` from now. */
+  settle(
     ref: IdempotencyRef,
     owner: string,
-    response: StoredResponse,
+    settlement: Settlement,
     ttlMs: number,
   ): Promise<boolean>;
-  markUnknown(ref: IdempotencyRef, owner: string, ttlMs: number): Promise<boolean>;
-  /** Only for a request that certainly created nothing, so the caller may retry with the key. */
-  release(ref: IdempotencyRef, owner: string): Promise<boolean>;
   close(): Promise<void>;
 }
 

@@ -83,15 +83,9 @@ export class AuditRateLimit {
   reportSuppressed(logger: Logger, trail: string): void {
     const left = this.takeSuppressed();
     if (left === undefined) return;
+    const { first, last, ...counts } = left;
     logger.info(
-      {
-        suppressed: left.suppressed,
-        results: left.results,
-        callers: left.callers,
-        clients: left.clients,
-        first: new Date(left.first).toISOString(),
-        last: new Date(left.last).toISOString(),
-      },
+      { ...counts, first: new Date(first).toISOString(), last: new Date(last).toISOString() },
       `${trail} refusals suppressed`,
     );
   }

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import {
   BurstyRateLimiter,
+  type RateLimiterAbstract,
   RateLimiterMemory,
   RateLimiterRedis,
   RateLimiterRes,
@@ -15,6 +16,8 @@ import type { RedisClient } from './redis.connection';
 
 const BURST_WINDOW_SECONDS = 10;
 const FALLBACK_LOG_INTERVAL_MS = 30_000;
+
+type LimitOptions = ConstructorParameters<typeof RateLimiterMemory>[0];
 
 interface Limiter {
   consume(key: string): Promise<RateLimiterRes>;
@@ -108,27 +111,23 @@ function pair(
   burst: number,
 ): Pair | undefined {
   if (perSecond === 0) return undefined;
-  const limits = (store: (keyPrefix: string, points: number, duration: number) => Limiter) => {
+  const limits = (make: (options: LimitOptions) => RateLimiterAbstract): Limiter => {
     const keyPrefix = `tb:rl:${name}`;
-    const rate = store(keyPrefix, perSecond, 1);
+    const rate = make({ keyPrefix, points: perSecond, duration: 1 });
     if (burst === 0) return rate;
-    const bursts = store(`${keyPrefix}:burst`, burst, BURST_WINDOW_SECONDS);
-    return new BurstyRateLimiter(rate as never, bursts as never);
+    const bursts = make({
+      keyPrefix: `${keyPrefix}:burst`,
+      points: burst,
+      duration: BURST_WINDOW_SECONDS,
+    });
+    return new BurstyRateLimiter(rate, bursts);
   };
-  const memory = limits(
-    (keyPrefix, points, duration) => new RateLimiterMemory({ keyPrefix, points, duration }),
-  );
+  const memory = limits((options) => new RateLimiterMemory(options));
   if (!redis) return { memory };
+  // Refuse at once while disconnected (memory takes over) instead of queueing.
   const shared = limits(
-    (keyPrefix, points, duration) =>
-      new RateLimiterRedis({
-        storeClient: redis,
-        keyPrefix,
-        points,
-        duration,
-        // Refuse at once while disconnected (memory takes over) instead of queueing.
-        rejectIfRedisNotReady: true,
-      }),
+    (options) =>
+      new RateLimiterRedis({ ...options, storeClient: redis, rejectIfRedisNotReady: true }),
   );
   return { redis: shared, memory };
 }

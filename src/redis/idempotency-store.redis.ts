@@ -7,6 +7,7 @@ import {
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
   IdempotencyStoreException,
+  type Settlement,
   type StoredResponse,
 } from '../forwarding/idempotency-store';
 import { redisKeys } from './redis.constants';
@@ -57,12 +58,20 @@ return 1
 `;
 
 /**
- * KEYS[1] record hash, KEYS[2] the caller's records. ARGV: owner, TTL ms, state ('c' or 'u'),
- * then for 'c' status, content type, body and its MAC. Only the claimant settles: a holder that
- * outlived its lease must not overwrite what a later claimant recorded.
+ * KEYS[1] record hash, KEYS[2] the caller's records. ARGV: owner, TTL ms, state ('c', 'u', or
+ * 'r' to release), then for 'c' status, content type, body and its MAC. Only the claimant
+ * settles: a holder that outlived its lease must not overwrite what a later claimant recorded.
+ * A release deletes only an in-flight claim: a settled record must never be forgotten early.
  */
 const SETTLE = `${REDIS_NOW}
-if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end
+local cur = redis.call('HMGET', KEYS[1], 'own', 'st')
+if cur[1] ~= ARGV[1] then return 0 end
+if ARGV[3] == 'r' then
+  if cur[2] ~= 'f' then return 0 end
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], KEYS[1])
+  return 1
+end
 local now = redisNow()
 if redis.call('ZSCORE', KEYS[2], KEYS[1]) then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), KEYS[1])
@@ -78,17 +87,12 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `;
 
-/**
- * KEYS[1] record hash, KEYS[2] the caller's records. ARGV: owner. Deletes only an in-flight claim
- * of this owner: a settled record must never be forgotten early.
- */
-const RELEASE = `
-local cur = redis.call('HMGET', KEYS[1], 'own', 'st')
-if cur[1] ~= ARGV[1] or cur[2] ~= 'f' then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], KEYS[1])
-return 1
-`;
+/** The script's state argument, and what an error says was under way. */
+const SETTLING = {
+  completed: ['c', 'recording an order outcome'],
+  unknown: ['u', 'recording an unknown order outcome'],
+  released: ['r', 'releasing an idempotency key'],
+} as const;
 
 type RawField = Buffer | null;
 
@@ -104,7 +108,6 @@ type RedisWithIdempotencyScripts = RedisClient & {
     quotaKey: string,
     ...args: (string | number | Buffer)[]
   ): Promise<number>;
-  tbIdemRelease(key: string, quotaKey: string, owner: string): Promise<number>;
 };
 
 /**
@@ -125,7 +128,6 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   ) {
     redis.defineCommand('tbIdemClaim', { numberOfKeys: 3, lua: CLAIM });
     redis.defineCommand('tbIdemSettle', { numberOfKeys: 2, lua: SETTLE });
-    redis.defineCommand('tbIdemRelease', { numberOfKeys: 2, lua: RELEASE });
     this.redis = redis as RedisWithIdempotencyScripts;
   }
 
@@ -168,38 +170,31 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     return { ...record, response: { ...record.response, body } };
   }
 
-  async complete(
+  async settle(
     ref: IdempotencyRef,
     owner: string,
-    response: StoredResponse,
+    settlement: Settlement,
     ttlMs: number,
   ): Promise<boolean> {
-    const done = await this.run('recording an order outcome', () =>
+    const [state, what] = SETTLING[settlement.state];
+    const answer =
+      settlement.state === 'completed'
+        ? [
+            settlement.response.status,
+            settlement.response.contentType ?? '',
+            this.signer.sealBytes(bodyContext(ref), settlement.response.body),
+            this.signer.mac(answerParts(ref, settlement.response)),
+          ]
+        : [];
+    const done = await this.run(what, () =>
       this.redis.tbIdemSettle(
         recordKey(ref),
         quotaKey(ref),
         owner,
         Math.ceil(ttlMs),
-        'c',
-        response.status,
-        response.contentType ?? '',
-        this.signer.sealBytes(bodyContext(ref), response.body),
-        this.signer.mac(answerParts(ref, response)),
+        state,
+        ...answer,
       ),
-    );
-    return done === 1;
-  }
-
-  async markUnknown(ref: IdempotencyRef, owner: string, ttlMs: number): Promise<boolean> {
-    const done = await this.run('recording an unknown order outcome', () =>
-      this.redis.tbIdemSettle(recordKey(ref), quotaKey(ref), owner, Math.ceil(ttlMs), 'u'),
-    );
-    return done === 1;
-  }
-
-  async release(ref: IdempotencyRef, owner: string): Promise<boolean> {
-    const done = await this.run('releasing an idempotency key', () =>
-      this.redis.tbIdemRelease(recordKey(ref), quotaKey(ref), owner),
     );
     return done === 1;
   }
