@@ -55,33 +55,34 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
       );
     }
     if (this.managers.size === 1) this.soleClient = [...this.managers.values()][0];
-    store.onEvent((e) => this.managers.get(e.clientId)?.onStoreEvent(e));
+    store.records.onEvent((e) => this.managers.get(e.clientId)?.onStoreEvent(e));
     this.continuity = new StoreContinuityWatch(
-      store,
+      store.health,
       config.clients.map((c) => c.id),
       metrics,
       logger,
       config.redis.pingIntervalMs,
     );
-    store.onRecovered(() => {
+    store.health.onRecovered(() => {
       // Redis may be back empty: say so before the replicas push their tokens into it.
       void this.continuity.check();
       for (const m of this.managers.values()) void m.resync();
     });
-    metrics.setDegradedSource(() => store.kind === 'redis' && !store.healthy);
+    const { health } = store;
+    metrics.setDegradedSource(() => health.kind === 'redis' && !health.healthy);
     metrics.setStoreStateSource(() =>
-      store.kind !== 'redis'
+      health.kind !== 'redis'
         ? undefined
-        : store.healthy
+        : health.healthy
           ? 'up'
-          : store.configurationError !== undefined
+          : health.configurationError !== undefined
             ? 'misconfigured'
             : 'down',
     );
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    const ready = await this.store.waitUntilReady(this.config.redis.connectTimeoutMs);
+    const ready = await this.store.health.waitUntilReady(this.config.redis.connectTimeoutMs);
     if (!ready) {
       this.logger.warn(
         'Redis did not answer at start-up; starting degraded (per-replica refresh) until it does',
@@ -149,12 +150,9 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   status() {
+    const { kind, healthy, configurationError } = this.store.health;
     return {
-      store: {
-        kind: this.store.kind,
-        healthy: this.store.healthy,
-        configurationError: this.store.configurationError,
-      },
+      store: { kind, healthy, configurationError },
       clients: [...this.managers.values()].map((m) => m.status()),
     };
   }
@@ -167,21 +165,21 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   /** Every replica drops the token on the notification and acknowledges. */
   async revoke(clientId: string): Promise<Revocation> {
     this.manager(clientId);
-    return this.store.revoke(clientId);
+    return this.store.bus.revoke(clientId);
   }
 
   requestFleetReload(): Promise<number> {
-    return this.store.requestReload();
+    return this.store.bus.requestReload();
   }
 
   onFleetReloadRequested(listener: (from: string) => void): void {
-    this.store.onReloadRequested((from) => {
+    this.store.bus.onReloadRequested((from) => {
       if (from !== REPLICA_ID) listener(from);
     });
   }
 
   revocationAcks(clientId: string, generation: number): Promise<number> {
-    return this.store.revocationAcks(clientId, generation);
+    return this.store.bus.revocationAcks(clientId, generation);
   }
 
   async reloadCredentials(): Promise<{ changed: string[]; firstRead: string[]; failed: string[] }> {
@@ -210,14 +208,14 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     const clients = await Promise.all(
       clientIds.map(async (id) => {
         const m = this.manager(id);
-        const lock = await this.store.lockState(id).catch(() => ({
+        const lock = await this.store.lock.lockState(id).catch(() => ({
           error: 'the shared store did not answer',
         }));
         const { grant, auth } = m.client.tokenRequest;
         return { client: id, tokenRequest: { grant, auth }, ...m.adminStatus(), lock };
       }),
     );
-    return { store: this.store.topology(), clients };
+    return { store: this.store.health.topology(), clients };
   }
 
   clientIds(): string[] {
