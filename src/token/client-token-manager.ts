@@ -57,7 +57,7 @@ export class ClientTokenManager {
   private readonly now: () => number;
   private readonly random: () => number;
   readonly l1Hits: HitCell;
-  private readonly credentials: CredentialsCache;
+  readonly credentials: CredentialsCache;
 
   constructor(
     readonly client: ClientConfig,
@@ -200,10 +200,6 @@ export class ClientTokenManager {
       this.loop.adopt(result.record, result.fetched, true);
     }
     return result;
-  }
-
-  reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
-    return this.credentials.reload();
   }
 
   /** Fingerprints, never tokens. */
