@@ -123,7 +123,14 @@ export class RedisStoreHealth implements StoreHealth {
    */
   async waitUntilReady(timeoutMs: number): Promise<boolean> {
     const deadline = Date.now() + timeoutMs;
-    if (!(await this.untilHealthy(deadline))) return false;
+    while (Date.now() < deadline) {
+      await this.ping();
+      if (this.healthy) break;
+      // A configuration error will not pass within the wait: start now, not ready.
+      if (this.tracker.state === 'misconfigured') return false;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    if (!this.healthy) return false;
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       this.subscribed,
@@ -131,17 +138,6 @@ export class RedisStoreHealth implements StoreHealth {
     ]);
     clearTimeout(timer);
     return true;
-  }
-
-  private async untilHealthy(deadline: number): Promise<boolean> {
-    while (Date.now() < deadline) {
-      await this.ping();
-      if (this.healthy) return true;
-      // A configuration error will not pass within the wait: start now, not ready.
-      if (this.tracker.state === 'misconfigured') return false;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    return this.healthy;
   }
 
   /**
