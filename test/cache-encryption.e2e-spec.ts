@@ -66,15 +66,15 @@ describe('cache encryption at rest (real Redis)', () => {
       toRecord({ accessToken, obtainedAt: Date.now(), expiresAt: Date.now() + 60_000 });
 
     afterEach(async () => {
-      await Promise.all(stores.splice(0).map((s) => s.close()));
+      await Promise.all(stores.splice(0).map((s) => s.health.close()));
       await redis.flush();
     });
 
     it('stores no token in clear: only expiry, fingerprint and the sealed value', async () => {
       const store = newStore(new AesGcmTokenCipher(k1));
-      await store.waitUntilReady(2000);
+      await store.health.waitUntilReady(2000);
       const r = record(token('acme'));
-      await store.writeFenced('acme-prod', r);
+      await store.records.writeFenced('acme-prod', r);
       const hash = await rawHash(raw, 'acme-prod');
       expect(Object.keys(hash).sort()).toEqual(['exp', 'fp', 'obt', 'val', 'wexp']);
       expect(hash.val).toMatch(/^gcm3:[0-9a-f]{8}:/);
@@ -82,44 +82,44 @@ describe('cache encryption at rest (real Redis)', () => {
         expect(value).not.toContain(r.accessToken);
         expect(value).not.toContain(r.accessToken.slice(5, 25));
       }
-      expect(await store.read('acme-prod')).toEqual({ status: 'found', record: r });
+      expect(await store.records.read('acme-prod')).toEqual({ status: 'found', record: r });
     });
 
     it('rejects a value swapped in from another client (whole hash or value only), then lets a fresh one in', async () => {
       const store = newStore(new AesGcmTokenCipher(k1));
-      await store.waitUntilReady(2000);
-      await store.writeFenced('acme-prod', record(token('acme')));
+      await store.health.waitUntilReady(2000);
+      await store.records.writeFenced('acme-prod', record(token('acme')));
       const globex = record(token('globex'));
-      await store.writeFenced('globex-prod', globex);
+      await store.records.writeFenced('globex-prod', globex);
       const stolen = await rawHash(raw, 'globex-prod');
 
       await raw.hset(redisKeys.token('acme-prod'), 'val', stolen.val);
-      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
+      expect(await store.records.read('acme-prod')).toEqual({ status: 'corrupt' });
 
       await raw.del(redisKeys.token('acme-prod'));
       await raw.hset(redisKeys.token('acme-prod'), stolen);
-      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
+      expect(await store.records.read('acme-prod')).toEqual({ status: 'corrupt' });
 
-      await store.discardCorrupt('acme-prod');
-      expect(await store.read('acme-prod')).toEqual({ status: 'absent' });
+      await store.records.discardCorrupt('acme-prod');
+      expect(await store.records.read('acme-prod')).toEqual({ status: 'absent' });
       const fresh = record(token('acme'));
-      expect(await store.writeFenced('acme-prod', fresh)).toBe(true);
-      expect(await store.read('acme-prod')).toEqual({ status: 'found', record: fresh });
+      expect(await store.records.writeFenced('acme-prod', fresh)).toBe(true);
+      expect(await store.records.read('acme-prod')).toEqual({ status: 'found', record: fresh });
       // The victim of the swap was never touched.
-      expect(await store.read('globex-prod')).toEqual({ status: 'found', record: globex });
+      expect(await store.records.read('globex-prod')).toEqual({ status: 'found', record: globex });
     });
 
     it('treats a value it has no key for, or a tampered one, as corrupt (never a crash)', async () => {
       const writer = newStore(new AesGcmTokenCipher(k1));
       const reader = newStore(new AesGcmTokenCipher(k2));
-      await Promise.all([writer.waitUntilReady(2000), reader.waitUntilReady(2000)]);
-      await writer.writeFenced('acme-prod', record(token('acme')));
-      expect(await reader.read('acme-prod')).toEqual({ status: 'corrupt' });
+      await Promise.all([writer.health.waitUntilReady(2000), reader.health.waitUntilReady(2000)]);
+      await writer.records.writeFenced('acme-prod', record(token('acme')));
+      expect(await reader.records.read('acme-prod')).toEqual({ status: 'corrupt' });
 
       const { val } = await rawHash(raw, 'acme-prod');
       const flipped = `${val.slice(0, -3)}${val.at(-3) === 'A' ? 'B' : 'A'}${val.slice(-2)}`;
       await raw.hset(redisKeys.token('acme-prod'), 'val', flipped);
-      expect(await writer.read('acme-prod')).toEqual({ status: 'corrupt' });
+      expect(await writer.records.read('acme-prod')).toEqual({ status: 'corrupt' });
       for (const garbage of [
         '',
         'gcm1:',
@@ -130,30 +130,30 @@ describe('cache encryption at rest (real Redis)', () => {
         '\u0000'.repeat(40),
       ]) {
         await raw.hset(redisKeys.token('acme-prod'), 'val', garbage);
-        expect(await writer.read('acme-prod')).toEqual({ status: 'corrupt' });
+        expect(await writer.records.read('acme-prod')).toEqual({ status: 'corrupt' });
       }
     });
 
     it('reads values written before a key rotation and writes with the new key', async () => {
       const before = newStore(new AesGcmTokenCipher(k1));
       const after = newStore(new AesGcmTokenCipher(k2, [k1]));
-      await Promise.all([before.waitUntilReady(2000), after.waitUntilReady(2000)]);
+      await Promise.all([before.health.waitUntilReady(2000), after.health.waitUntilReady(2000)]);
       const old = record(token('acme'));
-      await before.writeFenced('acme-prod', old);
-      expect(await after.read('acme-prod')).toEqual({ status: 'found', record: old });
+      await before.records.writeFenced('acme-prod', old);
+      expect(await after.records.read('acme-prod')).toEqual({ status: 'found', record: old });
       const renewed = toRecord({
         accessToken: token('acme'),
         obtainedAt: Date.now(),
         expiresAt: Date.now() + 120_000,
       });
-      await after.writeFenced('acme-prod', renewed);
+      await after.records.writeFenced('acme-prod', renewed);
       const { val } = await rawHash(raw, 'acme-prod');
       expect(val.startsWith(`gcm3:${new AesGcmTokenCipher(k2).currentKeyId}:`)).toBe(true);
     });
 
     it('refuses a record whose clear fields were edited: pinned expiry, lifetime, fingerprint', async () => {
       const store = newStore(new AesGcmTokenCipher(k1));
-      await store.waitUntilReady(2000);
+      await store.health.waitUntilReady(2000);
       const r = record(token('acme'));
       const key = redisKeys.token('acme-prod');
       const edits: Array<[string, (h: Record<string, string>) => Record<string, string>]> = [
@@ -180,19 +180,22 @@ describe('cache encryption at rest (real Redis)', () => {
       ];
       for (const [what, edit] of edits) {
         await raw.del(key);
-        await store.writeFenced('acme-prod', r);
-        expect(await store.read('acme-prod')).toEqual({ status: 'found', record: r });
+        await store.records.writeFenced('acme-prod', r);
+        expect(await store.records.read('acme-prod')).toEqual({ status: 'found', record: r });
         const original = await rawHash(raw, 'acme-prod');
         await raw.hset(key, edit(original));
         await raw.persist(key);
-        expect([what, await store.read('acme-prod')]).toEqual([what, { status: 'corrupt' }]);
+        expect([what, await store.records.read('acme-prod')]).toEqual([
+          what,
+          { status: 'corrupt' },
+        ]);
       }
     });
 
     it('treats a value in the earliest format (gcm1: no context bound) as unreadable, even under its own fingerprint', async () => {
       const store = newStore(new AesGcmTokenCipher(k1));
-      await store.waitUntilReady(2000);
-      await store.writeFenced('acme-prod', record(token('acme')));
+      await store.health.waitUntilReady(2000);
+      await store.records.writeFenced('acme-prod', record(token('acme')));
       // What an earlier version wrote: the same fields, the client id alone as associated data.
       const { createCipheriv } = await import('node:crypto');
       const iv = randomBytes(12);
@@ -203,30 +206,30 @@ describe('cache encryption at rest (real Redis)', () => {
       const legacy = `gcm1:${new AesGcmTokenCipher(k1).currentKeyId}:${body.toString('base64url')}`;
       const fp = createHash('sha256').update(old).digest('hex').slice(0, 16);
       await raw.hset(redisKeys.token('acme-prod'), 'val', legacy, 'fp', fp);
-      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
+      expect(await store.records.read('acme-prod')).toEqual({ status: 'corrupt' });
     });
 
     it('refuses a value put back after a revoke: the generation is bound to it', async () => {
       const store = newStore(new AesGcmTokenCipher(k1));
-      await store.waitUntilReady(2000);
+      await store.health.waitUntilReady(2000);
       const key = redisKeys.token('acme-prod');
       const r = record(token('acme'));
-      await store.writeFenced('acme-prod', r);
+      await store.records.writeFenced('acme-prod', r);
       const before = await rawHash(raw, 'acme-prod');
-      expect((await store.revoke('acme-prod')).generation).toBe(1);
+      expect((await store.bus.revoke('acme-prod')).generation).toBe(1);
       // Someone with write access to Redis puts the revoked token's record back as it was.
       await raw.del(key);
       await raw.hset(key, before);
-      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
+      expect(await store.records.read('acme-prod')).toEqual({ status: 'corrupt' });
       // The same with the generation key reset too: this replica saw the revoke.
       await raw.del(redisKeys.generation('acme-prod'));
-      expect(await store.read('acme-prod')).toEqual({ status: 'corrupt' });
+      expect(await store.records.read('acme-prod')).toEqual({ status: 'corrupt' });
       // A token of the new generation is read.
       await raw.set(redisKeys.generation('acme-prod'), '1');
       await raw.del(key);
       const fresh = { ...record(token('acme')), generation: 1 };
-      expect(await store.writeFenced('acme-prod', fresh)).toBe(true);
-      expect(await store.read('acme-prod')).toEqual({ status: 'found', record: fresh });
+      expect(await store.records.writeFenced('acme-prod', fresh)).toBe(true);
+      expect(await store.records.read('acme-prod')).toEqual({ status: 'found', record: fresh });
     });
   });
 

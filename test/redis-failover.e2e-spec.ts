@@ -66,11 +66,11 @@ describe('Redis failover behind a fixed endpoint (READONLY)', () => {
     ordersConnection.on('error', () => undefined);
     const orders = new RedisIdempotencyStore(ordersConnection, new PlainTokenCipher());
     try {
-      expect(await store.waitUntilReady(5000)).toBe(true);
+      expect(await store.health.waitUntilReady(5000)).toBe(true);
       let expiresAt = Date.now() + 60_000;
       const write = () => {
         expiresAt += 1;
-        return store.writeFenced(
+        return store.records.writeFenced(
           CLIENT,
           toRecord({ accessToken: `t${expiresAt}`, obtainedAt: Date.now(), expiresAt }),
         );
@@ -130,7 +130,7 @@ describe('Redis failover behind a fixed endpoint (READONLY)', () => {
       const transitions = logger.lines.map((l) => l.to);
       expect(transitions).toEqual(['up', 'down', 'up']);
     } finally {
-      await store.close();
+      await store.health.close();
       await closeRedisClient(ordersConnection);
     }
   }, 30_000);
@@ -143,7 +143,7 @@ async function timeUntilWritable(store: RedisTokenStore, client: string): Promis
   await waitFor(
     () => {
       expiresAt += 1;
-      return store
+      return store.records
         .writeFenced(
           client,
           toRecord({ accessToken: `t${expiresAt}`, obtainedAt: Date.now(), expiresAt }),
@@ -187,7 +187,7 @@ describe('Redis failover through Sentinel', () => {
     const logger = recordingLogger();
     const store = topologyStore(group.settings(), [CLIENT], logger);
     try {
-      expect(await store.waitUntilReady(5000)).toBe(true);
+      expect(await store.health.waitUntilReady(5000)).toBe(true);
       await timeUntilWritable(store, CLIENT);
       const replicas = group.servers.slice(1);
       await waitFor(
@@ -225,7 +225,7 @@ describe('Redis failover through Sentinel', () => {
         { timeoutMs: 10_000, intervalMs: 100, what: "the store's writes on the new master" },
       );
     } finally {
-      await store.close();
+      await store.health.close();
     }
   }, 60_000);
 });
@@ -246,7 +246,7 @@ describe('Redis Cluster master failover', () => {
     const logger = recordingLogger();
     const store = topologyStore(cluster.settings(), clients, logger);
     try {
-      expect(await store.waitUntilReady(5000)).toBe(true);
+      expect(await store.health.waitUntilReady(5000)).toBe(true);
       for (const c of clients) await timeUntilWritable(store, c);
       // The master that owns the first client's slot, found by asking every node.
       const slot = await cluster.servers[0].cli('CLUSTER', 'KEYSLOT', `tb:{${clients[0]}}:token`);
@@ -280,7 +280,7 @@ describe('Redis Cluster master failover', () => {
       // The other clients' slots never moved; they are writable too.
       for (const c of clients.slice(1)) await timeUntilWritable(store, c);
     } finally {
-      await store.close();
+      await store.health.close();
     }
   }, 90_000);
 });

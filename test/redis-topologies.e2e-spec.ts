@@ -63,7 +63,7 @@ describe('Redis topologies', () => {
       1000,
       CLIENTS,
     );
-    closers.push(() => store.close());
+    closers.push(() => store.health.close());
     return store;
   }
 
@@ -73,10 +73,10 @@ describe('Redis topologies', () => {
       const settings = settingsOf();
       const writer = newStore(settings);
       const listener = newStore(settings);
-      expect(await writer.waitUntilReady(10_000)).toBe(true);
-      expect(await listener.waitUntilReady(10_000)).toBe(true);
+      expect(await writer.health.waitUntilReady(10_000)).toBe(true);
+      expect(await listener.health.waitUntilReady(10_000)).toBe(true);
       const events: TokenStoreEvent[] = [];
-      listener.onEvent((e) => events.push(e));
+      listener.records.onEvent((e) => events.push(e));
 
       const now = Date.now();
       for (const client of CLIENTS) {
@@ -90,7 +90,7 @@ describe('Redis topologies', () => {
         let attempt = 0;
         await waitFor(
           async () => {
-            await writer.writeFenced(client, {
+            await writer.records.writeFenced(client, {
               ...record,
               expiresAt: record.expiresAt + attempt++,
             });
@@ -98,7 +98,7 @@ describe('Redis topologies', () => {
           },
           { timeoutMs: 5000, intervalMs: 100, what: `the update event for ${client}` },
         );
-        const read = await listener.read(client);
+        const read = await listener.records.read(client);
         expect(read.status).toBe('found');
         const lock = await holdRefreshLock(writer, client);
         expect(lock).not.toBeNull();

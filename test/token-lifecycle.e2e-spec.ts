@@ -127,11 +127,11 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
       now: clock.now,
       random: seeded(seed),
     });
-    store.onEvent((e) => manager.onStoreEvent(e));
-    store.onRecovered(() => void manager.resync());
+    store.records.onEvent((e) => manager.onStoreEvent(e));
+    store.health.onRecovered(() => void manager.resync());
     const r = { manager, store, metrics };
     replicas.push(r);
-    await store.waitUntilReady(readyTimeoutMs);
+    await store.health.waitUntilReady(readyTimeoutMs);
     if (start) manager.start();
     return r;
   }
@@ -180,7 +180,7 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
 
   afterEach(async () => {
     await Promise.all(replicas.map((r) => r.manager.stop(2000)));
-    await Promise.all(replicas.map((r) => r.store.close()));
+    await Promise.all(replicas.map((r) => r.store.health.close()));
     replicas = [];
     if (redis.isRunning()) await redis.flush();
   });
@@ -368,10 +368,10 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
       expiresAt: clock.now() + 3_600_000,
     });
     const other = await replica(62, {}, false);
-    expect(await other.store.writeFenced(CLIENT_ID, newer)).toBe(true);
+    expect(await other.store.records.writeFenced(CLIENT_ID, newer)).toBe(true);
     const mine = await pending;
     expect(mine.fingerprint).not.toBe(newer.fingerprint);
-    const stored = await other.store.read(CLIENT_ID);
+    const stored = await other.store.records.read(CLIENT_ID);
     expect(stored).toMatchObject({ status: 'found', record: { fingerprint: newer.fingerprint } });
     // The idle replica adopted the newer token from the pub/sub message.
     await waitFor(() => fp(other) === newer.fingerprint, {
@@ -415,7 +415,7 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
       obtainedAt: clock.now(),
       expiresAt: replacement.expiresAt + 60_000,
     });
-    expect(await writer.store.writeFenced(CLIENT_ID, stale)).toBe(true);
+    expect(await writer.store.records.writeFenced(CLIENT_ID, stale)).toBe(true);
     await waitFor(() => fp(writer) === stale.fingerprint, {
       timeoutMs: 2000,
       what: 'the pub/sub message to reach the replicas',
@@ -434,7 +434,7 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
     await redis.restart();
     await waitFor(
       async () => {
-        const stored = await a.store.read(CLIENT_ID);
+        const stored = await a.store.records.read(CLIENT_ID);
         return stored.status === 'found' && stored.record.fingerprint === token.fingerprint;
       },
       { timeoutMs: 8000, what: 'the replica to write its token back' },

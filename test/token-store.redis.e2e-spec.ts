@@ -63,9 +63,9 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
   }> {
     const a = newStore();
     const b = newStore();
-    await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+    await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
     const seen: TokenStoreEvent[] = [];
-    b.onEvent((e) => seen.push(e));
+    b.records.onEvent((e) => seen.push(e));
     // The subscriber connects on its own; wait until a probe message arrives.
     await waitFor(
       async () => {
@@ -83,7 +83,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
   });
 
   afterEach(async () => {
-    await Promise.all(stores.splice(0).map((s) => s.close()));
+    await Promise.all(stores.splice(0).map((s) => s.health.close()));
     if (!(topology instanceof StandaloneRedis) || topology.redis.isRunning()) {
       await topology.flush();
     }
@@ -96,37 +96,37 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
   describe('fenced write', () => {
     it('stores the first token and any later-expiring one, never an older one', async () => {
       const store = newStore();
-      await store.waitUntilReady(2000);
+      await store.health.waitUntilReady(2000);
       const t0 = Date.now();
       const older = record('older', t0, 60_000);
       const newer = record('newer', t0 + 1000, 60_000);
-      expect(await store.writeFenced(CLIENT, newer)).toBe(true);
-      expect(await store.writeFenced(CLIENT, older)).toBe(false);
-      expect(await store.writeFenced(CLIENT, newer)).toBe(false);
-      const read = await store.read(CLIENT);
+      expect(await store.records.writeFenced(CLIENT, newer)).toBe(true);
+      expect(await store.records.writeFenced(CLIENT, older)).toBe(false);
+      expect(await store.records.writeFenced(CLIENT, newer)).toBe(false);
+      const read = await store.records.read(CLIENT);
       expect(read).toEqual({ status: 'found', record: newer });
     });
 
     it('keeps the newest token when two refreshers race (a lock granted twice)', async () => {
       const a = newStore();
       const b = newStore();
-      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
       const t0 = Date.now();
       const tokens = Array.from({ length: 20 }, (_, i) => record(`tok${i}`, t0 + i * 10, 60_000));
       // Interleave writes from both "holders" in a shuffled order.
       const order = [...tokens].sort(() => Math.random() - 0.5);
       const results = await Promise.all(
-        order.map((t, i) => (i % 2 ? a : b).writeFenced(CLIENT, t)),
+        order.map((t, i) => (i % 2 ? a : b).records.writeFenced(CLIENT, t)),
       );
       expect(results.some(Boolean)).toBe(true);
-      const stored = await a.read(CLIENT);
+      const stored = await a.records.read(CLIENT);
       expect(stored.status === 'found' && stored.record.accessToken).toBe('tok19');
     });
 
     it('sets the key to expire with the token', async () => {
       const store = newStore();
-      await store.waitUntilReady(2000);
-      await store.writeFenced(CLIENT, record('short', Date.now(), 5_000));
+      await store.health.waitUntilReady(2000);
+      await store.records.writeFenced(CLIENT, record('short', Date.now(), 5_000));
       const pttl = await raw.pttl(redisKeys.token(CLIENT));
       expect(pttl).toBeGreaterThan(3_000);
       expect(pttl).toBeLessThanOrEqual(5_000);
@@ -136,31 +136,31 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
   describe('invalidate', () => {
     it('invalidates only the token with that fingerprint, once', async () => {
       const store = newStore();
-      await store.waitUntilReady(2000);
+      await store.health.waitUntilReady(2000);
       const t0 = Date.now();
       const current = record('current', t0, 60_000);
-      await store.writeFenced(CLIENT, current);
-      expect(await store.invalidate(CLIENT, record('stale', t0 - 1000, 60_000).fingerprint)).toBe(
-        false,
-      );
-      expect((await store.read(CLIENT)).status).toBe('found');
-      expect(await store.invalidate(CLIENT, current.fingerprint)).toBe(true);
-      expect(await store.invalidate(CLIENT, current.fingerprint)).toBe(false);
-      expect((await store.read(CLIENT)).status).toBe('absent');
+      await store.records.writeFenced(CLIENT, current);
+      expect(
+        await store.records.invalidate(CLIENT, record('stale', t0 - 1000, 60_000).fingerprint),
+      ).toBe(false);
+      expect((await store.records.read(CLIENT)).status).toBe('found');
+      expect(await store.records.invalidate(CLIENT, current.fingerprint)).toBe(true);
+      expect(await store.records.invalidate(CLIENT, current.fingerprint)).toBe(false);
+      expect((await store.records.read(CLIENT)).status).toBe('absent');
     });
 
     it('lets a token requested after the invalidation replace it, but not the rejected one', async () => {
       const store = newStore();
-      await store.waitUntilReady(2000);
+      await store.health.waitUntilReady(2000);
       const t0 = Date.now();
       const rejected = record('rejected', t0 - 10_000, 60_000);
-      await store.writeFenced(CLIENT, rejected);
-      await store.invalidate(CLIENT, rejected.fingerprint);
-      expect(await store.writeFenced(CLIENT, rejected)).toBe(false);
+      await store.records.writeFenced(CLIENT, rejected);
+      await store.records.invalidate(CLIENT, rejected.fingerprint);
+      expect(await store.records.writeFenced(CLIENT, rejected)).toBe(false);
       // The provider shortened its lifetimes meanwhile: earlier expiry, but requested later.
       const replacement = record('replacement', Date.now() + 5, 10_000);
-      expect(await store.writeFenced(CLIENT, replacement)).toBe(true);
-      expect(await store.read(CLIENT)).toEqual({ status: 'found', record: replacement });
+      expect(await store.records.writeFenced(CLIENT, replacement)).toBe(true);
+      expect(await store.records.read(CLIENT)).toEqual({ status: 'found', record: replacement });
     });
   });
 
@@ -174,40 +174,40 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       ['missing fields', { val: 'plain:tok' }],
     ])('reports %s as corrupt and lets a new token be written', async (_label, hash) => {
       const store = newStore();
-      await store.waitUntilReady(2000);
+      await store.health.waitUntilReady(2000);
       await raw.hset(redisKeys.token(CLIENT), hash);
-      expect((await store.read(CLIENT)).status).toBe('corrupt');
-      await store.discardCorrupt(CLIENT);
+      expect((await store.records.read(CLIENT)).status).toBe('corrupt');
+      await store.records.discardCorrupt(CLIENT);
       const fresh = record('fresh', Date.now(), 60_000);
-      expect(await store.writeFenced(CLIENT, fresh)).toBe(true);
-      expect(await store.read(CLIENT)).toEqual({ status: 'found', record: fresh });
+      expect(await store.records.writeFenced(CLIENT, fresh)).toBe(true);
+      expect(await store.records.read(CLIENT)).toEqual({ status: 'found', record: fresh });
     });
 
     it('survives a key of the wrong Redis type', async () => {
       const store = newStore();
-      await store.waitUntilReady(2000);
+      await store.health.waitUntilReady(2000);
       await raw.set(redisKeys.token(CLIENT), 'not a hash');
       // Redis answered, so it is not down: the value is foreign, and a write replaces it.
-      expect(await store.read(CLIENT)).toEqual({ status: 'corrupt' });
-      expect(store.healthy).toBe(true);
+      expect(await store.records.read(CLIENT)).toEqual({ status: 'corrupt' });
+      expect(store.health.healthy).toBe(true);
       const fresh = record('fresh', Date.now(), 60_000);
-      expect(await store.writeFenced(CLIENT, fresh)).toBe(true);
-      expect(await store.read(CLIENT)).toEqual({ status: 'found', record: fresh });
+      expect(await store.records.writeFenced(CLIENT, fresh)).toBe(true);
+      expect(await store.records.read(CLIENT)).toEqual({ status: 'found', record: fresh });
       await raw.del(redisKeys.token(CLIENT));
       await raw.rpush(redisKeys.token(CLIENT), 'a', 'list');
-      expect(await store.read(CLIENT)).toEqual({ status: 'corrupt' });
-      await store.discardCorrupt(CLIENT);
+      expect(await store.records.read(CLIENT)).toEqual({ status: 'corrupt' });
+      await store.records.discardCorrupt(CLIENT);
       expect(await raw.exists(redisKeys.token(CLIENT))).toBe(0);
     });
 
     it('does not let an absurd stored expiry fence out every future token', async () => {
       const store = newStore();
-      await store.waitUntilReady(2000);
+      await store.health.waitUntilReady(2000);
       await raw.hset(redisKeys.token(CLIENT), { exp: '9000000000000000', obt: '1', fp: 'x' });
-      expect(await store.read(CLIENT)).toEqual({ status: 'corrupt' });
+      expect(await store.records.read(CLIENT)).toEqual({ status: 'corrupt' });
       const fresh = record('fresh', Date.now(), 60_000);
-      expect(await store.writeFenced(CLIENT, fresh)).toBe(true);
-      expect(await store.read(CLIENT)).toEqual({ status: 'found', record: fresh });
+      expect(await store.records.writeFenced(CLIENT, fresh)).toBe(true);
+      expect(await store.records.read(CLIENT)).toEqual({ status: 'found', record: fresh });
     });
   });
 
@@ -217,7 +217,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     /** A store whose replica's wall clock is `offsetMs` off. */
     function skewedStore(offsetMs: number): RedisTokenStore {
       const store = newStore();
-      store.now = () => Date.now() + offsetMs;
+      store.health.now = () => Date.now() + offsetMs;
       return store;
     }
 
@@ -228,14 +228,14 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     ])('%s: the reader sees the true remaining lifetime', async (_label, wOff, rOff) => {
       const writer = skewedStore(wOff);
       const reader = skewedStore(rOff);
-      await Promise.all([writer.waitUntilReady(2000), reader.waitUntilReady(2000)]);
-      const wNow = writer.now();
+      await Promise.all([writer.health.waitUntilReady(2000), reader.health.waitUntilReady(2000)]);
+      const wNow = writer.health.now();
       const t = record('skewed', wNow, 60_000);
-      expect(await writer.writeFenced(CLIENT, t)).toBe(true);
-      const read = await reader.read(CLIENT);
+      expect(await writer.records.writeFenced(CLIENT, t)).toBe(true);
+      const read = await reader.records.read(CLIENT);
       expect(read.status).toBe('found');
       const got = (read as { record: TokenRecord }).record;
-      const remaining = got.expiresAt - reader.now();
+      const remaining = got.expiresAt - reader.health.now();
       // True remaining: 60 s minus the few ms since the write; never more (conservative).
       expect(remaining).toBeLessThanOrEqual(60_000);
       expect(remaining).toBeGreaterThan(59_000);
@@ -249,38 +249,40 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     it("does not let a fast replica's token fence out a later one", async () => {
       const fast = skewedStore(SKEW_MS);
       const honest = skewedStore(0);
-      await Promise.all([fast.waitUntilReady(2000), honest.waitUntilReady(2000)]);
+      await Promise.all([fast.health.waitUntilReady(2000), honest.health.waitUntilReady(2000)]);
       // With wall-clock expiries the fast replica's token would look 30 s newer than it is.
-      expect(await fast.writeFenced(CLIENT, record('early', fast.now(), 60_000))).toBe(true);
-      const later = record('later', honest.now() + 1000, 60_000);
-      expect(await honest.writeFenced(CLIENT, later)).toBe(true);
-      const read = await fast.read(CLIENT);
+      expect(
+        await fast.records.writeFenced(CLIENT, record('early', fast.health.now(), 60_000)),
+      ).toBe(true);
+      const later = record('later', honest.health.now() + 1000, 60_000);
+      expect(await honest.records.writeFenced(CLIENT, later)).toBe(true);
+      const read = await fast.records.read(CLIENT);
       expect(read.status === 'found' && read.record.accessToken).toBe('later');
     });
 
     it('stamps an invalidation in Redis time, so a replacement requested after it is stored', async () => {
       const fast = skewedStore(SKEW_MS);
       const honest = skewedStore(0);
-      await Promise.all([fast.waitUntilReady(2000), honest.waitUntilReady(2000)]);
-      const rejected = record('rejected', honest.now() - 10_000, 60_000);
-      await honest.writeFenced(CLIENT, rejected);
+      await Promise.all([fast.health.waitUntilReady(2000), honest.health.waitUntilReady(2000)]);
+      const rejected = record('rejected', honest.health.now() - 10_000, 60_000);
+      await honest.records.writeFenced(CLIENT, rejected);
       // The fast replica sees the 401; its wall clock would have put the marker 30 s ahead.
-      expect(await fast.invalidate(CLIENT, rejected.fingerprint)).toBe(true);
-      const replacement = record('replacement', honest.now() + 5, 10_000);
-      expect(await honest.writeFenced(CLIENT, replacement)).toBe(true);
-      expect((await fast.read(CLIENT)).status).toBe('found');
+      expect(await fast.records.invalidate(CLIENT, rejected.fingerprint)).toBe(true);
+      const replacement = record('replacement', honest.health.now() + 5, 10_000);
+      expect(await honest.records.writeFenced(CLIENT, replacement)).toBe(true);
+      expect((await fast.records.read(CLIENT)).status).toBe('found');
     });
 
     it("reports an expired token as absent, whatever the reader's clock says", async () => {
       const slow = skewedStore(-SKEW_MS);
-      await slow.waitUntilReady(2000);
+      await slow.health.waitUntilReady(2000);
       // Written with 200 ms left; a reader 30 s behind would have served it for 30 s more.
-      expect(await slow.writeFenced(CLIENT, record('brief', slow.now() - 59_800, 60_000))).toBe(
-        true,
-      );
+      expect(
+        await slow.records.writeFenced(CLIENT, record('brief', slow.health.now() - 59_800, 60_000)),
+      ).toBe(true);
       const reader = skewedStore(-SKEW_MS);
-      await reader.waitUntilReady(2000);
-      await waitFor(async () => (await reader.read(CLIENT)).status === 'absent', {
+      await reader.health.waitUntilReady(2000);
+      await waitFor(async () => (await reader.records.read(CLIENT)).status === 'absent', {
         timeoutMs: 3000,
         what: 'the token to expire in Redis time',
       });
@@ -291,26 +293,26 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     it('shares one deferral across replicas, only ever extended, on Redis time', async () => {
       const a = newStore();
       const b = newStore();
-      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
-      expect(await b.refreshDeferral(CLIENT)).toBe(0);
-      expect(await a.deferRefresh(CLIENT, 5_000)).toBe(5_000);
-      const seen = await b.refreshDeferral(CLIENT);
+      await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
+      expect(await b.lock.refreshDeferral(CLIENT)).toBe(0);
+      expect(await a.lock.deferRefresh(CLIENT, 5_000)).toBe(5_000);
+      const seen = await b.lock.refreshDeferral(CLIENT);
       expect(seen).toBeGreaterThan(4_000);
       expect(seen).toBeLessThanOrEqual(5_000);
       // A shorter backoff from another replica does not cut the provider's Retry-After short.
-      expect(await b.deferRefresh(CLIENT, 100)).toBeGreaterThan(4_000);
-      expect(await a.refreshDeferral(CLIENT)).toBeGreaterThan(4_000);
+      expect(await b.lock.deferRefresh(CLIENT, 100)).toBeGreaterThan(4_000);
+      expect(await a.lock.refreshDeferral(CLIENT)).toBeGreaterThan(4_000);
       // A longer one extends it.
-      expect(await b.deferRefresh(CLIENT, 8_000)).toBe(8_000);
-      expect(await a.refreshDeferral(CLIENT)).toBeGreaterThan(7_000);
-      expect(await a.refreshDeferral('other')).toBe(0);
+      expect(await b.lock.deferRefresh(CLIENT, 8_000)).toBe(8_000);
+      expect(await a.lock.refreshDeferral(CLIENT)).toBeGreaterThan(7_000);
+      expect(await a.lock.refreshDeferral('other')).toBe(0);
     });
 
     it('ends by itself', async () => {
       const a = newStore();
-      await a.waitUntilReady(2000);
-      await a.deferRefresh(CLIENT, 150);
-      await waitFor(async () => (await a.refreshDeferral(CLIENT)) === 0, {
+      await a.health.waitUntilReady(2000);
+      await a.lock.deferRefresh(CLIENT, 150);
+      await waitFor(async () => (await a.lock.refreshDeferral(CLIENT)) === 0, {
         timeoutMs: 2000,
         what: 'the deferral to end',
       });
@@ -321,16 +323,16 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     it('holds the fleet after a grant, on Redis time, until it ends by itself', async () => {
       const a = newStore();
       const b = newStore();
-      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
-      expect(await b.refreshHold(CLIENT)).toEqual({ ms: 0 });
-      await a.holdRefreshes(CLIENT, 300, 1000);
-      const seen = await b.refreshHold(CLIENT);
+      await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
+      expect(await b.lock.refreshHold(CLIENT)).toEqual({ ms: 0 });
+      await a.lock.holdRefreshes(CLIENT, 300, 1000);
+      const seen = await b.lock.refreshHold(CLIENT);
       expect(seen.ms).toBeGreaterThan(100);
       expect(seen.ms).toBeLessThanOrEqual(300);
       // The grant's lifetime travels with it: every replica can name it in readiness.
       expect(seen.lifetimeMs).toBe(1000);
-      expect(await b.refreshHold('other')).toEqual({ ms: 0 });
-      await waitFor(async () => (await b.refreshHold(CLIENT)).ms === 0, {
+      expect(await b.lock.refreshHold('other')).toEqual({ ms: 0 });
+      await waitFor(async () => (await b.lock.refreshHold(CLIENT)).ms === 0, {
         timeoutMs: 2000,
         what: 'the floor to end',
       });
@@ -339,26 +341,26 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     it('is lifted with the token a replica saw rejected, not by a stale rejection', async () => {
       const a = newStore();
       const b = newStore();
-      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
       const t0 = Date.now();
       const current = record('current', t0, 60_000);
-      await a.writeFenced(CLIENT, current);
-      await a.holdRefreshes(CLIENT, 60_000, 60_000);
+      await a.records.writeFenced(CLIENT, current);
+      await a.lock.holdRefreshes(CLIENT, 60_000, 60_000);
       // A rejection of an older token changes nothing.
-      await b.invalidate(CLIENT, record('stale', t0 - 1000, 60_000).fingerprint);
-      expect((await a.refreshHold(CLIENT)).ms).toBeGreaterThan(50_000);
-      expect(await b.invalidate(CLIENT, current.fingerprint)).toBe(true);
-      expect(await a.refreshHold(CLIENT)).toEqual({ ms: 0 });
+      await b.records.invalidate(CLIENT, record('stale', t0 - 1000, 60_000).fingerprint);
+      expect((await a.lock.refreshHold(CLIENT)).ms).toBeGreaterThan(50_000);
+      expect(await b.records.invalidate(CLIENT, current.fingerprint)).toBe(true);
+      expect(await a.lock.refreshHold(CLIENT)).toEqual({ ms: 0 });
     });
 
     it('is lifted when a corrupt value is discarded (the fleet has no usable token)', async () => {
       const a = newStore();
-      await a.waitUntilReady(2000);
+      await a.health.waitUntilReady(2000);
       await raw.hset(redisKeys.token(CLIENT), { exp: 'soon', val: 'garbage' });
-      await a.holdRefreshes(CLIENT, 60_000, 60_000);
-      expect((await a.read(CLIENT)).status).toBe('corrupt');
-      await a.discardCorrupt(CLIENT);
-      expect(await a.refreshHold(CLIENT)).toEqual({ ms: 0 });
+      await a.lock.holdRefreshes(CLIENT, 60_000, 60_000);
+      expect((await a.records.read(CLIENT)).status).toBe('corrupt');
+      await a.records.discardCorrupt(CLIENT);
+      expect(await a.lock.refreshHold(CLIENT)).toEqual({ ms: 0 });
       expect(await raw.exists(redisKeys.token(CLIENT))).toBe(0);
     });
   });
@@ -367,25 +369,25 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     it('says "kept" while the data stays, "lost" once it is gone, for every replica', async () => {
       const a = newStore();
       const b = newStore();
-      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
-      expect(await a.checkContinuity(CLIENT)).toBe('first');
-      expect(await b.checkContinuity(CLIENT)).toBe('first');
-      expect(await a.checkContinuity(CLIENT)).toBe('kept');
-      expect(await b.checkContinuity(CLIENT)).toBe('kept');
+      await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
+      expect(await a.health.checkContinuity(CLIENT)).toBe('first');
+      expect(await b.health.checkContinuity(CLIENT)).toBe('first');
+      expect(await a.health.checkContinuity(CLIENT)).toBe('kept');
+      expect(await b.health.checkContinuity(CLIENT)).toBe('kept');
       await topology.flush();
-      expect(await a.checkContinuity(CLIENT)).toBe('lost');
-      expect(await b.checkContinuity(CLIENT)).toBe('lost');
-      expect(await a.checkContinuity(CLIENT)).toBe('kept');
+      expect(await a.health.checkContinuity(CLIENT)).toBe('lost');
+      expect(await b.health.checkContinuity(CLIENT)).toBe('lost');
+      expect(await a.health.checkContinuity(CLIENT)).toBe('kept');
     });
 
     it('says "rolled_back" when the store went back in time (a failover that missed writes)', async () => {
       const a = newStore();
-      await a.waitUntilReady(2000);
-      await a.checkContinuity(CLIENT);
-      await a.checkContinuity(CLIENT);
+      await a.health.waitUntilReady(2000);
+      await a.health.checkContinuity(CLIENT);
+      await a.health.checkContinuity(CLIENT);
       // What a replica that missed the last writes holds: the same epoch, an older sequence.
       await raw.hincrby(redisKeys.epoch(CLIENT), 'seq', -2);
-      expect(await a.checkContinuity(CLIENT)).toBe('rolled_back');
+      expect(await a.health.checkContinuity(CLIENT)).toBe('rolled_back');
     });
   });
 
@@ -393,7 +395,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     it('grants the lock to one holder at a time', async () => {
       const a = newStore();
       const b = newStore();
-      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
       const results = await Promise.all([
         holdRefreshLock(a, CLIENT),
         holdRefreshLock(b, CLIENT),
@@ -409,7 +411,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     it("keeps a live holder's lease beyond the TTL, and frees a dead holder's after it", async () => {
       const a = newStore();
       const b = newStore();
-      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
       const held = await holdRefreshLock(a, CLIENT);
       expect(held).not.toBeNull();
       // Alive: extended automatically, still held after two TTLs.
@@ -417,7 +419,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       await waitFor(() => Date.now() > deadline, { timeoutMs: 5000, what: 'two lock TTLs' });
       expect(await holdRefreshLock(b, CLIENT)).toBeNull();
       // Dead: the holder's connections vanish without releasing.
-      await a.close();
+      await a.health.close();
       const taken = await waitFor(() => holdRefreshLock(b, CLIENT), {
         timeoutMs: LOCK_TTL_MS * 4,
         intervalMs: 50,
@@ -428,7 +430,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
 
     it('keeps the event loop free while a held lease cannot be extended', async () => {
       const a = newStore();
-      await a.waitUntilReady(2000);
+      await a.health.waitUntilReady(2000);
       const held = await holdRefreshLock(a, CLIENT);
       expect(held).not.toBeNull();
       // Redis refusing at once (connections gone) while the refresh still runs: every extension
@@ -439,7 +441,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
         longestGapMs = Math.max(longestGapMs, Date.now() - last);
         last = Date.now();
       }, 5);
-      await a.close();
+      await a.health.close();
       const until = Date.now() + LOCK_TTL_MS * 2;
       await waitFor(() => Date.now() > until, { timeoutMs: 5000, what: 'two lock TTLs' });
       clearInterval(ticker);
@@ -452,41 +454,41 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     it('drops the stored token, bumps the generation, and refuses every token requested before it', async () => {
       const a = newStore();
       const b = newStore();
-      await Promise.all([a.waitUntilReady(2000), b.waitUntilReady(2000)]);
+      await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
       const t0 = Date.now();
       const leaked = record('leaked', t0, 60_000);
-      expect(await a.writeFenced(CLIENT, leaked)).toBe(true);
+      expect(await a.records.writeFenced(CLIENT, leaked)).toBe(true);
       // A second token a partitioned replica fetched on its own, in generation 0.
       const partitioned = record('partitioned', t0 + 1000, 120_000);
-      const revocation = await a.revoke(CLIENT);
+      const revocation = await a.bus.revoke(CLIENT);
       expect(revocation).toMatchObject({ generation: 1, fingerprint: leaked.fingerprint });
-      expect(a.generation(CLIENT)).toBe(1);
-      expect((await a.read(CLIENT)).status).toBe('absent');
+      expect(a.bus.generation(CLIENT)).toBe(1);
+      expect((await a.records.read(CLIENT)).status).toBe('absent');
       // b learns the generation from a read (or the notification); neither old token lands,
       // whoever writes it, however late it expires.
-      expect(await b.writeFenced(CLIENT, leaked)).toBe(false);
-      expect(await b.writeFenced(CLIENT, partitioned)).toBe(false);
-      expect(b.generation(CLIENT)).toBe(1);
+      expect(await b.records.writeFenced(CLIENT, leaked)).toBe(false);
+      expect(await b.records.writeFenced(CLIENT, partitioned)).toBe(false);
+      expect(b.bus.generation(CLIENT)).toBe(1);
       expect(await raw.hget(redisKeys.token(CLIENT), 'fp')).toBe(leaked.fingerprint);
       expect(await raw.hget(redisKeys.token(CLIENT), 'val')).toBeNull();
       // A token requested in the new generation does, and reads back stamped with it.
       const fresh = { ...record('fresh', Date.now(), 60_000), generation: 1 };
-      expect(await b.writeFenced(CLIENT, fresh)).toBe(true);
-      expect(await a.read(CLIENT)).toEqual({ status: 'found', record: fresh });
+      expect(await b.records.writeFenced(CLIENT, fresh)).toBe(true);
+      expect(await a.records.read(CLIENT)).toEqual({ status: 'found', record: fresh });
       // Another client is untouched.
-      expect(a.generation('other')).toBe(0);
+      expect(a.bus.generation('other')).toBe(0);
       // Acknowledgements count replicas (processes: both stores here are one), once each.
-      await a.acknowledgeRevocation(CLIENT, 1);
-      await b.acknowledgeRevocation(CLIENT, 1);
-      expect(await a.revocationAcks(CLIENT, 1)).toBe(1);
-      expect(await a.revocationAcks(CLIENT, 2)).toBe(0);
+      await a.bus.acknowledgeRevocation(CLIENT, 1);
+      await b.bus.acknowledgeRevocation(CLIENT, 1);
+      expect(await a.bus.revocationAcks(CLIENT, 1)).toBe(1);
+      expect(await a.bus.revocationAcks(CLIENT, 2)).toBe(0);
     });
 
     it('tells every replica, with the new generation and the dropped fingerprint', async () => {
       const { a, b, seen } = await subscribedPair();
       const t = record('to-revoke', Date.now(), 60_000);
-      await a.writeFenced(CLIENT, t);
-      const { delivered } = await a.revoke(CLIENT);
+      await a.records.writeFenced(CLIENT, t);
+      const { delivered } = await a.bus.revoke(CLIENT);
       expect(delivered).toBeGreaterThanOrEqual(kind === 'cluster' ? 0 : 2);
       await waitFor(() => seen.find((e) => e.type === 'revoked'), {
         timeoutMs: 3000,
@@ -498,25 +500,25 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
         generation: 1,
         fingerprint: t.fingerprint,
       });
-      expect(b.generation(CLIENT)).toBe(1);
+      expect(b.bus.generation(CLIENT)).toBe(1);
     });
 
     it('shows who holds the refresh lock while it is held', async () => {
       const store = newStore();
-      await store.waitUntilReady(2000);
-      expect(await store.lockState(CLIENT)).toEqual({ held: false });
+      await store.health.waitUntilReady(2000);
+      expect(await store.lock.lockState(CLIENT)).toEqual({ held: false });
       const lock = await holdRefreshLock(store, CLIENT);
-      await waitFor(async () => (await store.lockState(CLIENT)).holder, {
+      await waitFor(async () => (await store.lock.lockState(CLIENT)).holder, {
         timeoutMs: 2000,
         what: 'the holder to be recorded',
       });
-      expect(await store.lockState(CLIENT)).toMatchObject({
+      expect(await store.lock.lockState(CLIENT)).toMatchObject({
         held: true,
         holder: `${hostname()}:${process.pid}`,
       });
       await lock!.release();
-      expect(await store.lockState(CLIENT)).toEqual({ held: false });
-      expect(store.topology()).toMatchObject({ kind: 'redis', mode: kind, state: 'up' });
+      expect(await store.lock.lockState(CLIENT)).toEqual({ held: false });
+      expect(store.health.topology()).toMatchObject({ kind: 'redis', mode: kind, state: 'up' });
     });
   });
 
@@ -525,8 +527,8 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       const { a, seen } = await subscribedPair();
       seen.length = 0;
       const t = record('pub', Date.now(), 60_000);
-      await a.writeFenced(CLIENT, t);
-      await a.invalidate(CLIENT, t.fingerprint);
+      await a.records.writeFenced(CLIENT, t);
+      await a.records.invalidate(CLIENT, t.fingerprint);
       // Late copies of the subscription probe may still arrive: leave them out.
       const real = () => seen.filter((e) => !(e.type === 'updated' && e.fingerprint === 'probe'));
       await waitFor(() => real().length >= 2, { timeoutMs: 3000, what: 'two events' });
@@ -543,27 +545,27 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     it('fails fast while Redis is down and reports recovery', async () => {
       const redis = (topology as StandaloneRedis).redis;
       const store = newStore(200);
-      await store.waitUntilReady(2000);
+      await store.health.waitUntilReady(2000);
       let recovered = 0;
-      store.onRecovered(() => recovered++);
+      store.health.onRecovered(() => recovered++);
       await redis.kill();
       const started = Date.now();
-      await expect(store.read(CLIENT)).rejects.toBeInstanceOf(TokenStoreException);
+      await expect(store.records.read(CLIENT)).rejects.toBeInstanceOf(TokenStoreException);
       expect(Date.now() - started).toBeLessThan(500);
-      expect(store.healthy).toBe(false);
+      expect(store.health.healthy).toBe(false);
       await redis.restart();
-      await waitFor(() => store.healthy, { timeoutMs: 5000, what: 'the store to recover' });
+      await waitFor(() => store.health.healthy, { timeoutMs: 5000, what: 'the store to recover' });
       expect(recovered).toBeGreaterThanOrEqual(1);
-      expect((await store.read(CLIENT)).status).toBe('absent');
+      expect((await store.records.read(CLIENT)).status).toBe('absent');
     });
 
     it('says "lost" after Redis restarted empty', async () => {
       const redis = (topology as StandaloneRedis).redis;
       const a = newStore(200);
-      await a.waitUntilReady(2000);
-      expect(await a.checkContinuity(CLIENT)).toBe('first');
+      await a.health.waitUntilReady(2000);
+      expect(await a.health.checkContinuity(CLIENT)).toBe('first');
       await redis.restart();
-      await waitFor(() => a.checkContinuity(CLIENT).catch(() => undefined), {
+      await waitFor(() => a.health.checkContinuity(CLIENT).catch(() => undefined), {
         timeoutMs: 5000,
         what: 'Redis to answer again',
       }).then((c) => expect(c).toBe('lost'));
@@ -590,7 +592,7 @@ describe(`${RedisTokenStore.name} on a Redis Cluster just created, with replicas
   });
 
   afterAll(async () => {
-    await Promise.all(stores.splice(0).map((s) => s.close()));
+    await Promise.all(stores.splice(0).map((s) => s.health.close()));
     await cluster?.stop();
   });
 
@@ -600,18 +602,17 @@ describe(`${RedisTokenStore.name} on a Redis Cluster just created, with replicas
     for (let pair = 0; pair < 6; pair++) {
       const a = newStore();
       const b = newStore();
-      expect(await Promise.all([a.waitUntilReady(5000), b.waitUntilReady(5000)])).toEqual([
-        true,
-        true,
-      ]);
+      expect(
+        await Promise.all([a.health.waitUntilReady(5000), b.health.waitUntilReady(5000)]),
+      ).toEqual([true, true]);
       const heard: string[] = [];
-      b.onReloadRequested((from) => heard.push(from));
-      await a.requestReload();
+      b.bus.onReloadRequested((from) => heard.push(from));
+      await a.bus.requestReload();
       await waitFor(() => heard.length > 0, {
         timeoutMs: 1000,
         what: `pair ${pair}'s reload request`,
       });
-      await Promise.all(stores.splice(0).map((s) => s.close()));
+      await Promise.all(stores.splice(0).map((s) => s.health.close()));
     }
   });
 
@@ -619,7 +620,7 @@ describe(`${RedisTokenStore.name} on a Redis Cluster just created, with replicas
   it("re-reads when its subscriber's node dies, and hears again afterwards", async () => {
     // No pings: a command failing while the cluster is down would fire the recovery by itself.
     const b = newStore(60_000);
-    expect(await b.waitUntilReady(5000)).toBe(true);
+    expect(await b.health.waitUntilReady(5000)).toBe(true);
     const subscriberNode = await waitFor(
       async () => {
         for (const node of cluster.servers) {
@@ -631,17 +632,17 @@ describe(`${RedisTokenStore.name} on a Redis Cluster just created, with replicas
       { timeoutMs: 3000, what: "the node of b's subscriber" },
     );
     const a = newStore();
-    expect(await a.waitUntilReady(5000)).toBe(true);
+    expect(await a.health.waitUntilReady(5000)).toBe(true);
     let recovered = 0;
-    b.onRecovered(() => recovered++);
+    b.health.onRecovered(() => recovered++);
     const heard: string[] = [];
-    b.onReloadRequested((from) => heard.push(from));
+    b.bus.onReloadRequested((from) => heard.push(from));
 
     await subscriberNode.stop();
     await waitFor(() => recovered > 0, { timeoutMs: 10_000, what: 'b to re-read' });
     await waitFor(
       async () => {
-        await a.requestReload().catch(() => undefined);
+        await a.bus.requestReload().catch(() => undefined);
         return heard.length > 0;
       },
       { timeoutMs: 10_000, intervalMs: 200, what: "b to hear a's reload request" },

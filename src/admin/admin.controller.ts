@@ -1,17 +1,21 @@
 import { Controller, Get, Header, HttpCode, Param, Post, Req } from '@nestjs/common';
 import type { FastifyRequest } from 'fastify';
+import { TokenService } from '../token/token.service';
 import { AdminService } from './admin.service';
 
 /** Every answer is `no-store`, every error problem+json, every call one audit line. */
 @Controller('admin')
 export class AdminController {
-  constructor(private readonly admin: AdminService) {}
+  constructor(
+    private readonly admin: AdminService,
+    private readonly tokens: TokenService,
+  ) {}
 
   @Get('clients')
   @Header('cache-control', 'no-store')
   async clients(@Req() req: FastifyRequest): Promise<unknown> {
     const status = await this.admin.run(req, 'status', undefined, (caller) =>
-      this.admin.status(caller),
+      this.tokens.adminStatus(caller),
     );
     return {
       store: status.store,
@@ -34,7 +38,7 @@ export class AdminController {
       req,
       'refresh',
       id,
-      (_caller, client) => this.admin.refresh(client!, askedAt),
+      (_caller, client) => this.tokens.forceRefresh(client!, askedAt),
       (r) => ({ fingerprint: r.fingerprint, providerRequest: r.fetched }),
     );
     return {

@@ -4,9 +4,10 @@ import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
 import { authorizationOf } from '../caller-auth/bearer-credential';
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
-import { assertScope, mayUse } from '../caller-auth/caller-authorization';
+import { assertScope } from '../caller-auth/caller-authorization';
 import { BrokerException } from '../errors/broker.exception';
 import { LOGGER } from '../logging/logger';
+import { REPLICA_ID } from '../token/token-store';
 import { TokenStoreException } from '../token/token-store.exception';
 import { TokenService } from '../token/token.service';
 import { AdminErrorCode, AdminException } from './admin.exception';
@@ -35,7 +36,8 @@ export class AdminService implements OnModuleInit {
   }
 
   onModuleInit(): void {
-    this.tokens.onFleetReloadRequested((from) => {
+    this.tokens.fleet.onReloadRequested((from) => {
+      if (from === REPLICA_ID) return;
       void this.reloadHere().then((result) =>
         this.logger.info(
           // Not `credentials`: the logger redacts any field of that name.
@@ -93,22 +95,14 @@ export class AdminService implements OnModuleInit {
     }
   }
 
-  status(caller: Caller): ReturnType<TokenService['adminStatus']> {
-    return this.tokens.adminStatus(this.tokens.clientIds().filter((id) => mayUse(caller, id)));
-  }
-
-  refresh(clientId: string, askedAt: number): ReturnType<TokenService['forceRefresh']> {
-    return this.tokens.forceRefresh(clientId, askedAt);
-  }
-
   /** Waits up to {@link ACK_WAIT_MS} for the replicas it reached to acknowledge. */
   async revoke(clientId: string) {
-    const revocation = await this.tokens.revoke(clientId);
+    const revocation = await this.tokens.fleet.revoke(clientId);
     const deadline = Date.now() + ACK_WAIT_MS;
-    let acknowledged = await this.tokens.revocationAcks(clientId, revocation.generation);
+    let acknowledged = await this.tokens.fleet.revocationAcks(clientId, revocation.generation);
     while (acknowledged < revocation.delivered && Date.now() < deadline) {
       await new Promise((resolve) => setTimeout(resolve, ACK_POLL_MS));
-      acknowledged = await this.tokens.revocationAcks(clientId, revocation.generation);
+      acknowledged = await this.tokens.fleet.revocationAcks(clientId, revocation.generation);
     }
     return {
       client: clientId,
@@ -122,7 +116,7 @@ export class AdminService implements OnModuleInit {
   async reload() {
     const [here, replicas] = await Promise.all([
       this.reloadHere(),
-      this.tokens.requestFleetReload().then(
+      this.tokens.fleet.requestReload().then(
         (notified) => ({ notified }),
         () => ({
           error:

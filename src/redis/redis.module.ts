@@ -111,6 +111,6 @@ export class RedisModule implements OnApplicationShutdown {
   ) {}
 
   async onApplicationShutdown(): Promise<void> {
-    await Promise.all([this.store.close(), this.idempotency.close()]);
+    await Promise.all([this.store.health.close(), this.idempotency.close()]);
   }
 }

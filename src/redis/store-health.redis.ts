@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { RedisSettings } from '../config/config.schema';
 import type { StoreContinuity, StoreHealth, StoreTopology } from '../token/token-store';
 import { TokenStoreErrorCode, TokenStoreException } from '../token/token-store.exception';
@@ -8,13 +9,20 @@ import { redisKeys } from './redis.constants';
 import { RedisStateTracker, type StateLogger } from './redis-state';
 import { defineTokenStoreScripts, type RedisWithScripts } from './token-store.lua';
 
+/** As `retryDelayOnFailover`. */
+const RESUBSCRIBE_DELAY_MS = 100;
+const RESYNC_INTERVAL_MS = 1000;
+
 const SILENT: StateLogger = {
   info: () => undefined,
   warn: () => undefined,
   error: () => undefined,
 };
 
-/** The store's other parts send every command through {@link run}, so each outcome counts. */
+/**
+ * Owns both connections and the subscription. The store's other parts send every command through
+ * {@link run}, so each outcome counts.
+ */
 export class RedisStoreHealth implements StoreHealth {
   readonly kind = 'redis' as const;
   readonly redis: RedisWithScripts;
@@ -25,14 +33,22 @@ export class RedisStoreHealth implements StoreHealth {
   private readonly epochs = new Map<string, { id: string; seq: number }>();
   private readonly tracker: RedisStateTracker;
   private readonly pingTimer: NodeJS.Timeout;
-  protected closing = false;
+  private closing = false;
+  /** Settles once Redis confirmed the subscription, or refused it. */
+  private readonly subscribed: Promise<unknown>;
+  private resubscribing = false;
+  private nodeLeft = false;
 
-  /** @param probeClient whose keys the health probe touches (an ACL grants per client). */
+  /**
+   * @param probeClient whose keys the health probe touches (an ACL grants per client).
+   * @param channels what `subscriber` subscribes to, and keeps subscribed.
+   */
   constructor(
     redis: RedisClient,
     private readonly subscriber: RedisClient,
     private readonly settings: RedisSettings,
     private readonly probeClient: string,
+    private readonly channels: string[],
     logger: StateLogger = SILENT,
   ) {
     this.tracker = new RedisStateTracker(logger, describeRedis(settings));
@@ -60,6 +76,14 @@ export class RedisStoreHealth implements StoreHealth {
     });
     this.pingTimer = setInterval(() => void this.ping(), settings.pingIntervalMs);
     this.pingTimer.unref();
+    this.subscribed = subscriber.subscribe(...channels).catch(() => undefined);
+    // A Cluster moves its subscriber off a dead or departed node without telling either client:
+    // a node leaving is the only sign. Watched once subscribed, as nodes also leave at start-up.
+    void this.subscribed.then(() => {
+      for (const client of [redis, subscriber]) {
+        client.on('-node', () => void this.resubscribe());
+      }
+    });
   }
 
   get healthy(): boolean {
@@ -92,16 +116,57 @@ export class RedisStoreHealth implements StoreHealth {
     return Number(seq) > seen.seq ? 'kept' : 'rolled_back';
   }
 
+  /**
+   * Also waits, within `timeoutMs`, for the subscription: the token managers read the store once
+   * this returns, and an event published after that read must reach this replica. A Cluster
+   * client may resend its SUBSCRIBE after it is ready, when it moves off a seed node.
+   */
   async waitUntilReady(timeoutMs: number): Promise<boolean> {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       await this.ping();
-      if (this.healthy) return true;
+      if (this.healthy) break;
       // A configuration error will not pass within the wait: start now, not ready.
       if (this.tracker.state === 'misconfigured') return false;
       await new Promise((r) => setTimeout(r, 50));
     }
-    return this.healthy;
+    if (!this.healthy) return false;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.subscribed,
+      new Promise((resolve) => (timer = setTimeout(resolve, deadline - Date.now()))),
+    ]);
+    clearTimeout(timer);
+    return true;
+  }
+
+  /**
+   * Re-reads once the subscription is confirmed again, so that the re-read and the subscription
+   * leave nothing between them; then at most once per {@link RESYNC_INTERVAL_MS} while nodes
+   * keep leaving: a dead node that commands re-add to the pool leaves again at each one, until
+   * the cluster fails it over.
+   */
+  private async resubscribe(): Promise<void> {
+    this.nodeLeft = true;
+    if (this.resubscribing) return;
+    this.resubscribing = true;
+    while (this.nodeLeft && !this.closing) {
+      this.nodeLeft = false;
+      // The client picks its new subscriber on the same event, a listener later; a SUBSCRIBE
+      // still sent to the old one fails, and is tried again.
+      await sleep(RESUBSCRIBE_DELAY_MS, undefined, { ref: false });
+      const confirmed = await this.subscriber.subscribe(...this.channels).then(
+        () => true,
+        () => false,
+      );
+      if (!confirmed) {
+        this.nodeLeft = true;
+        continue;
+      }
+      this.recovered();
+      await sleep(RESYNC_INTERVAL_MS, undefined, { ref: false });
+    }
+    this.resubscribing = false;
   }
 
   async close(): Promise<void> {
@@ -143,7 +208,7 @@ export class RedisStoreHealth implements StoreHealth {
   }
 
   /** What this replica heard or wrote may be stale: every listener re-reads. */
-  protected recovered(): void {
+  private recovered(): void {
     for (const l of this.recoveredListeners) l();
   }
 

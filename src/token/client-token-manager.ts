@@ -57,7 +57,7 @@ export class ClientTokenManager {
   private readonly now: () => number;
   private readonly random: () => number;
   readonly l1Hits: HitCell;
-  private readonly credentials: CredentialsCache;
+  readonly credentials: CredentialsCache;
 
   constructor(
     readonly client: ClientConfig,
@@ -135,7 +135,7 @@ export class ClientTokenManager {
         'provider rejected the current token; refreshing',
       );
     }
-    const inStore = this.deps.store.invalidate(this.client.id, fingerprint);
+    const inStore = this.deps.store.records.invalidate(this.client.id, fingerprint);
     invalidated = (await this.refresh.orIfStoreFails(inStore, false)) || invalidated;
     if (invalidated) this.loop.ensureRefreshing('invalidated');
     return invalidated;
@@ -181,7 +181,7 @@ export class ClientTokenManager {
       this.syncGeneration(held);
       if (held && this.held.ofGeneration(held) && held.expiresAt > this.now()) {
         if (this.held.current === undefined) this.loop.adopt(held);
-        await this.deps.store.writeFenced(this.client.id, held);
+        await this.deps.store.records.writeFenced(this.client.id, held);
       }
       this.held.needsResync = false;
       await this.adoptFromStore();
@@ -200,10 +200,6 @@ export class ClientTokenManager {
       this.loop.adopt(result.record, result.fetched, true);
     }
     return result;
-  }
-
-  reloadCredentials(): Promise<'changed' | 'unchanged' | 'first'> {
-    return this.credentials.reload();
   }
 
   /** Fingerprints, never tokens. */
@@ -226,7 +222,7 @@ export class ClientTokenManager {
    * replaced. `held`: a token set aside by {@link resync}, judged too.
    */
   private syncGeneration(held?: TokenRecord): void {
-    const generation = this.deps.store.generation(this.client.id);
+    const generation = this.deps.store.bus.generation(this.client.id);
     if (generation <= this.held.generation) return;
     const dropped = this.held.revoke(generation, held);
     if (dropped !== undefined) {
@@ -235,7 +231,7 @@ export class ClientTokenManager {
         'token revoked fleet-wide; dropped and refreshing',
       );
     }
-    const ack = this.deps.store.acknowledgeRevocation(this.client.id, generation);
+    const ack = this.deps.store.bus.acknowledgeRevocation(this.client.id, generation);
     void this.refresh.orIfStoreFails(ack, undefined);
     if (this.held.current === undefined) this.loop.ensureRefreshing('revoked');
   }

@@ -19,7 +19,7 @@ import { TokenErrorCode, TokenException } from './token.exception';
 export const FORCED_COALESCE_MS = 100;
 
 export interface FleetRefreshDeps {
-  store: TokenRecords & RefreshLock & Pick<FleetBus, 'generation'>;
+  store: { records: TokenRecords; lock: RefreshLock; bus: Pick<FleetBus, 'generation'> };
   grantor: TokenGrantor;
   credentials: CredentialsCache;
   metrics: Pick<MetricsService, 'lockAttempts' | 'cacheLookups' | 'refreshes' | 'providerLatency'>;
@@ -102,7 +102,7 @@ export class FleetRefresh {
   }
 
   private async underLock(ctx: RefreshContext): Promise<RefreshPass> {
-    const { store } = this.deps;
+    const { lock } = this.deps.store;
     const id = this.client.id;
     // Inside the lock, re-read: the previous holder may have written just now.
     const again = await this.readShared();
@@ -111,10 +111,10 @@ export class FleetRefresh {
     if (heldNow && ctx.goodEnough(heldNow)) return token(heldNow, false);
     // The fleet backs off as one: after a 429 or a failure, the next request waits for the
     // shared deferral however many replicas want a token.
-    const deferredMs = await store.refreshDeferral(id);
+    const deferredMs = await lock.refreshDeferral(id);
     if (deferredMs > 0) return { kind: 'deferred', retryInMs: deferredMs };
     // The floor: whatever the lifetime or the callers' min_ttl, one grant per interval.
-    const hold = await store.refreshHold(id);
+    const hold = await lock.refreshHold(id);
     if (hold.ms > 0) return { kind: 'floor', retryInMs: hold.ms, lifetimeMs: hold.lifetimeMs };
     let record: TokenRecord;
     try {
@@ -125,7 +125,7 @@ export class FleetRefresh {
       // Shared before the lock is released, so the next holder already sees it.
       // Never shortens a longer deferral already set; without the store, this replica's own.
       const retryInMs = isFleetWide(err)
-        ? Math.max(delayMs, await this.orIfStoreFails(store.deferRefresh(id, delayMs), delayMs))
+        ? Math.max(delayMs, await this.orIfStoreFails(lock.deferRefresh(id, delayMs), delayMs))
         : delayMs;
       return { kind: 'failed', retryInMs };
     }
@@ -151,7 +151,7 @@ export class FleetRefresh {
     const lifetimeMs = record.expiresAt - record.obtainedAt;
     const { minRefreshIntervalMs } = this.deps;
     await this.orIfStoreFails(
-      this.deps.store.holdRefreshes(this.client.id, minRefreshIntervalMs, lifetimeMs),
+      this.deps.store.lock.holdRefreshes(this.client.id, minRefreshIntervalMs, lifetimeMs),
       undefined,
     );
   }
@@ -171,13 +171,13 @@ export class FleetRefresh {
   /** A corrupt value is discarded so a fresh token can be written. */
   async readShared(): Promise<TokenRecord | undefined> {
     const { store, metrics, logger } = this.deps;
-    const stored = await store.read(this.client.id);
+    const stored = await store.records.read(this.client.id);
     if (stored.status === 'corrupt') {
       logger.warn(
         { client: this.client.id },
         'shared token value is unreadable (wrong key, tampered or foreign); discarding it and refreshing',
       );
-      await store.discardCorrupt(this.client.id);
+      await store.records.discardCorrupt(this.client.id);
       return undefined;
     }
     metrics.cacheLookups
@@ -189,7 +189,7 @@ export class FleetRefresh {
   /** If a newer token is stored, the fence keeps it. False: the store failed, push on recovery. */
   private async publish(record: TokenRecord): Promise<boolean> {
     const written = await this.orIfStoreFails(
-      this.deps.store.writeFenced(this.client.id, record),
+      this.deps.store.records.writeFenced(this.client.id, record),
       undefined,
     );
     if (written === false) {
@@ -232,7 +232,7 @@ export class FleetRefresh {
   /** Counted whether acquired or held elsewhere. */
   private async locked<T>(fn: () => Promise<T>): Promise<Locked<T>> {
     const attempts = this.deps.metrics.lockAttempts;
-    const locked = await this.deps.store.withRefreshLock(this.client.id, () => {
+    const locked = await this.deps.store.lock.withRefreshLock(this.client.id, () => {
       attempts.labels(this.client.id, 'acquired').inc();
       return fn();
     });
@@ -248,7 +248,7 @@ export class FleetRefresh {
     }
     const record = await this.fetch();
     await this.holdFleet(record);
-    const written = await this.deps.store.writeFenced(this.client.id, record);
+    const written = await this.deps.store.records.writeFenced(this.client.id, record);
     return { record, fetched: true, written };
   }
 
@@ -266,7 +266,7 @@ export class FleetRefresh {
         .labels('token', statusClass)
         .observe((this.deps.now() - started) / 1000);
     // The generation it is requested in: a revoke arriving meanwhile fences it out.
-    const generation = this.deps.store.generation(client.id);
+    const generation = this.deps.store.bus.generation(client.id);
     const granted = (grant: GrantedToken) => {
       metrics.refreshes.labels(client.id, 'fetched').inc();
       return withGeneration(toRecord(grant), generation);

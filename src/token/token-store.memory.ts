@@ -12,6 +12,7 @@ import {
   type RefreshLock,
   type FleetBus,
   type StoreHealth,
+  type TokenStore,
   type TokenStoreEvent,
 } from './token-store';
 
@@ -20,8 +21,17 @@ interface Entry {
   invalidatedAt?: number;
 }
 
-/** One replica, with the same fence and invalidation rules as the Redis store. */
-export class MemoryTokenStore implements TokenRecords, RefreshLock, FleetBus, StoreHealth {
+/**
+ * One replica, with the same fence and invalidation rules as the Redis store. The parts share one
+ * map of entries, so this one object plays all of them.
+ */
+export class MemoryTokenStore
+  implements TokenStore, TokenRecords, RefreshLock, FleetBus, StoreHealth
+{
+  readonly records = this;
+  readonly lock = this;
+  readonly bus = this;
+  readonly health = this;
   readonly kind = 'memory' as const;
   readonly healthy = true;
   private readonly entries = new Map<string, Entry>();

@@ -54,7 +54,6 @@ export type StoredToken =
  */
 export type StoreContinuity = 'first' | 'kept' | 'lost' | 'rolled_back';
 
-/** Every method of the store's ports may throw {@link TokenStoreException} `Unavailable`. */
 export interface TokenRecords {
   read(clientId: string): Promise<StoredToken>;
   /**
@@ -113,6 +112,12 @@ export interface StoreHealth {
   close(): Promise<void>;
 }
 
-export type TokenStore = TokenRecords & RefreshLock & FleetBus & StoreHealth;
+/** One part per job. Every method of a part may throw {@link TokenStoreException} `Unavailable`. */
+export interface TokenStore {
+  readonly records: TokenRecords;
+  readonly lock: RefreshLock;
+  readonly bus: FleetBus;
+  readonly health: StoreHealth;
+}
 
 export const TOKEN_STORE = 'TOKEN_BROKER:TOKEN_STORE';

@@ -19,7 +19,7 @@ import { SECRET_READER } from '../secrets/secrets.constants';
 import { ClientTokenManager } from './client-token-manager';
 import { StoreContinuityWatch } from './store-continuity.watch';
 import type { TokenRecord } from './token-record';
-import { REPLICA_ID, type Revocation, TOKEN_STORE, type TokenStore } from './token-store';
+import { type FleetBus, TOKEN_STORE, type TokenStore } from './token-store';
 import { tracedGrantor, tracedTokenStore } from './traced-ports';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -30,6 +30,8 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   /** Used when a request names no client: only when exactly one is configured. */
   private readonly soleClient?: ClientTokenManager;
   private readonly continuity: StoreContinuityWatch;
+  /** Fleet-wide operations: revocations and reload requests, heard by every replica. */
+  readonly fleet: FleetBus;
 
   constructor(
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
@@ -55,33 +57,28 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
       );
     }
     if (this.managers.size === 1) this.soleClient = [...this.managers.values()][0];
-    store.onEvent((e) => this.managers.get(e.clientId)?.onStoreEvent(e));
+    this.fleet = store.bus;
+    store.records.onEvent((e) => this.managers.get(e.clientId)?.onStoreEvent(e));
     this.continuity = new StoreContinuityWatch(
-      store,
+      store.health,
       config.clients.map((c) => c.id),
       metrics,
       logger,
       config.redis.pingIntervalMs,
     );
-    store.onRecovered(() => {
+    store.health.onRecovered(() => {
       // Redis may be back empty: say so before the replicas push their tokens into it.
       void this.continuity.check();
       for (const m of this.managers.values()) void m.resync();
     });
-    metrics.setDegradedSource(() => store.kind === 'redis' && !store.healthy);
+    metrics.setDegradedSource(() => store.health.kind === 'redis' && !store.health.healthy);
     metrics.setStoreStateSource(() =>
-      store.kind !== 'redis'
-        ? undefined
-        : store.healthy
-          ? 'up'
-          : store.configurationError !== undefined
-            ? 'misconfigured'
-            : 'down',
+      store.health.kind === 'redis' ? store.health.topology().state : undefined,
     );
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    const ready = await this.store.waitUntilReady(this.config.redis.connectTimeoutMs);
+    const ready = await this.store.health.waitUntilReady(this.config.redis.connectTimeoutMs);
     if (!ready) {
       this.logger.warn(
         'Redis did not answer at start-up; starting degraded (per-replica refresh) until it does',
@@ -149,12 +146,9 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   status() {
+    const { kind, healthy, configurationError } = this.store.health;
     return {
-      store: {
-        kind: this.store.kind,
-        healthy: this.store.healthy,
-        configurationError: this.store.configurationError,
-      },
+      store: { kind, healthy, configurationError },
       clients: [...this.managers.values()].map((m) => m.status()),
     };
   }
@@ -164,26 +158,6 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return { fingerprint: record.fingerprint, expiresAt: record.expiresAt, fetched, written };
   }
 
-  /** Every replica drops the token on the notification and acknowledges. */
-  async revoke(clientId: string): Promise<Revocation> {
-    this.manager(clientId);
-    return this.store.revoke(clientId);
-  }
-
-  requestFleetReload(): Promise<number> {
-    return this.store.requestReload();
-  }
-
-  onFleetReloadRequested(listener: (from: string) => void): void {
-    this.store.onReloadRequested((from) => {
-      if (from !== REPLICA_ID) listener(from);
-    });
-  }
-
-  revocationAcks(clientId: string, generation: number): Promise<number> {
-    return this.store.revocationAcks(clientId, generation);
-  }
-
   async reloadCredentials(): Promise<{ changed: string[]; firstRead: string[]; failed: string[] }> {
     const changed: string[] = [];
     const firstRead: string[] = [];
@@ -191,7 +165,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     await Promise.all(
       [...this.managers.values()].map(async (m) => {
         try {
-          const outcome = await m.reloadCredentials();
+          const outcome = await m.credentials.reload();
           if (outcome === 'changed') changed.push(m.client.id);
           else if (outcome === 'first') firstRead.push(m.client.id);
         } catch (err) {
@@ -206,22 +180,20 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return { changed: changed.sort(), firstRead: firstRead.sort(), failed: failed.sort() };
   }
 
-  async adminStatus(clientIds: readonly string[]) {
+  /** The clients `caller` may use. */
+  async adminStatus(caller: Caller) {
+    const usable = [...this.managers.values()].filter((m) => mayUse(caller, m.client.id));
     const clients = await Promise.all(
-      clientIds.map(async (id) => {
-        const m = this.manager(id);
-        const lock = await this.store.lockState(id).catch(() => ({
+      usable.map(async (m) => {
+        const id = m.client.id;
+        const lock = await this.store.lock.lockState(id).catch(() => ({
           error: 'the shared store did not answer',
         }));
         const { grant, auth } = m.client.tokenRequest;
         return { client: id, tokenRequest: { grant, auth }, ...m.adminStatus(), lock };
       }),
     );
-    return { store: this.store.topology(), clients };
-  }
-
-  clientIds(): string[] {
-    return [...this.managers.keys()];
+    return { store: this.store.health.topology(), clients };
   }
 
   private manager(clientId: string): ClientTokenManager {

@@ -118,7 +118,7 @@ describe('two refreshers racing (the lock granted twice)', () => {
       let olderWritten: boolean;
       let sameWritten: boolean;
       try {
-        await store.waitUntilReady(2000);
+        await store.health.waitUntilReady(2000);
         const storedExp = Number(storedAfterRace[0]);
         const older = toRecord({
           accessToken: 'an-older-token',
@@ -127,18 +127,18 @@ describe('two refreshers racing (the lock granted twice)', () => {
           obtainedAt: storedExp - LIFETIME_S * 1000 - 5000,
           expiresAt: storedExp - 5000,
         });
-        olderWritten = await store.writeFenced(FLEET_CLIENT, older);
+        olderWritten = await store.records.writeFenced(FLEET_CLIENT, older);
         // The stored token itself, written again as if it expired a second later (what a
         // millisecond of clock conversion could make it look like): refused by fingerprint. A
         // different token with the very same expiry cannot be produced through a duration-based
         // write on the millisecond, so it is not asked for here.
-        sameWritten = await store.writeFenced(FLEET_CLIENT, {
+        sameWritten = await store.records.writeFenced(FLEET_CLIENT, {
           ...older,
           expiresAt: storedExp + 1000,
           fingerprint: String(storedAfterRace[1]),
         });
       } finally {
-        await store.close();
+        await store.health.close();
       }
       await delay(Math.max(0, current.expiresAt - Date.now()));
       const result = await load.stop();

@@ -10,13 +10,13 @@ export interface HeldLock {
  * `release()`; `null` when another holder has it. Rejects when taking it fails.
  */
 export function holdRefreshLock(
-  store: Pick<TokenStore, 'withRefreshLock'>,
+  store: Pick<TokenStore, 'lock'>,
   clientId: string,
 ): Promise<HeldLock | null> {
   return new Promise((resolve, reject) => {
     let letGo!: () => void;
     const released = new Promise<void>((r) => (letGo = r));
-    const done = store.withRefreshLock(clientId, () => {
+    const done = store.lock.withRefreshLock(clientId, () => {
       resolve({
         release: async () => {
           letGo();
