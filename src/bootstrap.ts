@@ -107,6 +107,8 @@ export async function createBrokerApp(
   const drain = app.get(DrainState);
   const fastify = app.getHttpAdapter().getInstance();
   fastify.addHook('onSend', (req, reply, payload, done) => {
+    // Also for a request that arrived before the drain (a slow order): its connection ends too.
+    if (drain.draining) reply.header('connection', 'close');
     reply.header('x-request-id', callerRequestIdFrom(req.headers['x-request-id']) ?? req.id);
     reply.headers(SECURITY_HEADERS);
     done(null, payload);

@@ -2,6 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { type IncomingHttpHeaders, request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import { Redis } from 'ioredis';
+import { DrainState } from '../src/health/drain-state';
 import { redisKeys } from '../src/redis/redis.constants';
 import type { ProviderEmulator } from '../emulator/provider-emulator';
 import { freePort } from './support/ports';
@@ -619,6 +620,24 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
       expect(replay.headers['idempotent-replayed']).toBe('true');
       expect(replay.text).toBe(answered.text);
       expect(provider.stats.ordersCreated).toBe(1);
+    });
+
+    it('ends the keep-alive connection of an order in flight when the drain begins', async () => {
+      provider.setKnobs({ ordersLatencyMs: 500 });
+      const drain = broker.app!.get(DrainState);
+      try {
+        const pending = order(orderBody('drain-1'), { headers: { connection: 'keep-alive' } });
+        await waitFor(() => provider.stats.orderRequests === 1, {
+          timeoutMs: 5000,
+          what: 'the order to reach the provider',
+        });
+        drain.begin();
+        const answered = await pending;
+        expect(answered.status).toBe(201);
+        expect(answered.headers.connection).toBe('close');
+      } finally {
+        drain.startedAt = undefined;
+      }
     });
 
     it('lets exactly one of many concurrent duplicates through', async () => {

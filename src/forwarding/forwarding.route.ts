@@ -48,8 +48,7 @@ const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
 /**
  * Each profile is an encapsulated Fastify context rather than a Nest controller: its raw-bytes
  * parser (the body reaches the provider byte for byte) must apply to no other route, and the
- * caller is authorised in `onRequest`, before the body is read. While closing, answers carry
- * `Connection: close` so an in-flight keep-alive connection does not hold the server open.
+ * caller is authorised in `onRequest`, before the body is read.
  */
 @Injectable()
 export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
@@ -95,15 +94,6 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
       scope.setErrorHandler((err: FastifyError, req, reply) =>
         this.refuse(profile, this.translate(profile, err), req, reply),
       );
-      let closing = false;
-      scope.addHook('preClose', (done) => {
-        closing = true;
-        done();
-      });
-      scope.addHook('onSend', (_req, reply, payload, done) => {
-        if (closing) reply.header('connection', 'close');
-        done(null, payload);
-      });
       scope.route({
         ...PROFILES[profile].route,
         bodyLimit,
