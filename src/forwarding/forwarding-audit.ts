@@ -1,8 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Logger } from 'pino';
 import { CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { partialCallerContext } from '../caller-auth/caller-auth.guard';
-import { AuditRateLimit } from '../logging/audit-rate-limit';
+import { AuditTrail } from '../logging/audit-trail';
 import type { ForwardingAudit } from './forwarding.service';
 import { requestIdsOf } from '../http/request-id';
 
@@ -11,20 +10,7 @@ import { requestIdsOf } from '../http/request-id';
  * budgeted (`audit.refusalsPerSecond`): a request that reached the provider may have created
  * something there, so its line is always written.
  */
-export class ForwardingAuditTrail {
-  private readonly refusals: AuditRateLimit;
-  private readonly timer: NodeJS.Timeout;
-
-  constructor(
-    private readonly logger: Logger,
-    private readonly msg: string,
-    settings: { refusalsPerSecond: number; intervalSeconds: number },
-  ) {
-    this.refusals = new AuditRateLimit(settings.refusalsPerSecond);
-    this.timer = setInterval(() => this.reportSuppressed(), settings.intervalSeconds * 1000);
-    this.timer.unref();
-  }
-
+export class ForwardingAuditTrail extends AuditTrail {
   /** A caller-auth refusal adds what the caller was not told. */
   write(
     req: FastifyRequest,
@@ -39,7 +25,7 @@ export class ForwardingAuditTrail {
     const client = seen.clientId ?? hidden.client;
     if (outcome.err !== undefined && audit.attempts === 0) {
       const party = { caller: seen.caller?.name, client };
-      if (!this.refusals.admit(outcome.result, Date.now(), party)) return;
+      if (!this.admit(outcome.result, Date.now(), party)) return;
       this.reportSuppressed();
     }
     const ids = requestIdsOf(req);
@@ -58,16 +44,7 @@ export class ForwardingAuditTrail {
         reason: hidden.reason,
         durationMs: Math.round(reply.elapsedTime * 10) / 10,
       },
-      this.msg,
+      this.trail,
     );
-  }
-
-  close(): void {
-    clearInterval(this.timer);
-    this.reportSuppressed();
-  }
-
-  private reportSuppressed(): void {
-    this.refusals.reportSuppressed(this.logger, this.msg);
   }
 }

@@ -4,7 +4,7 @@ import type { Caller } from '../caller-auth/caller';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { type AuditAggregate, AuditAggregator } from '../logging/audit-aggregator';
-import { AuditRateLimit } from '../logging/audit-rate-limit';
+import { AuditTrail } from '../logging/audit-trail';
 import { auditLogger, flushLoggerSync, LOGGER } from '../logging/logger';
 import type { RequestIds } from '../http/request-id';
 import type { TokenRecord } from './token-record';
@@ -31,28 +31,22 @@ interface CallerSlot {
  * and synchronously on exit, so no token handed out is missing unless the process is killed.
  */
 @Injectable()
-export class TokenAuditTrail implements OnApplicationShutdown {
-  private readonly audit: Logger;
+export class TokenAuditTrail extends AuditTrail implements OnApplicationShutdown {
   private readonly issuedLines: AuditAggregator;
-  private readonly refusals: AuditRateLimit;
   /** No lookup on the hot path. */
   private readonly slots = new WeakMap<Caller, Map<string, CallerSlot>>();
   private last: { caller?: Caller; clientId?: string; slot?: CallerSlot } = {};
-  private readonly timer?: NodeJS.Timeout;
   private readonly onExit = (): void => {
     this.flush();
-    flushLoggerSync(this.audit);
+    flushLoggerSync(this.logger);
   };
   private closed = false;
 
   constructor(@Inject(BROKER_CONFIG) config: BrokerConfig, @Inject(LOGGER) logger: Logger) {
-    this.audit = auditLogger(logger, 'token');
-    this.issuedLines = new AuditAggregator(this.audit, 'token issued', {
+    super(auditLogger(logger, 'token'), 'token', config.audit);
+    this.issuedLines = new AuditAggregator(this.logger, 'token issued', {
       perRequest: config.audit.perRequest,
     });
-    this.refusals = new AuditRateLimit(config.audit.refusalsPerSecond);
-    this.timer = setInterval(() => this.flush(), config.audit.intervalSeconds * 1000);
-    this.timer.unref();
     process.once('exit', this.onExit);
   }
 
@@ -93,25 +87,20 @@ export class TokenAuditTrail implements OnApplicationShutdown {
 
   refused(refusal: TokenRefusal, now = Date.now()): void {
     // After shutdown only in-flight requests remain: nothing is held back then.
-    if (!this.closed && !this.refusals.admit(refusal.result, now, refusal)) return;
+    if (!this.closed && !this.admit(refusal.result, now, refusal)) return;
     this.reportSuppressed();
-    this.audit.info(refusal, 'token refused');
+    this.logger.info(refusal, 'token refused');
   }
 
-  flush(): void {
+  override flush(): void {
     this.issuedLines.flush();
-    this.reportSuppressed();
+    super.flush();
   }
 
   onApplicationShutdown(): void {
     this.closed = true;
-    clearInterval(this.timer);
     this.issuedLines.close();
-    this.reportSuppressed();
+    this.close();
     process.removeListener('exit', this.onExit);
-  }
-
-  private reportSuppressed(): void {
-    this.refusals.reportSuppressed(this.audit, 'token');
   }
 }

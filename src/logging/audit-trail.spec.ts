@@ -1,8 +1,17 @@
-import { AuditRateLimit } from './audit-rate-limit';
+import pino from 'pino';
+import { AuditTrail } from './audit-trail';
 
-describe(AuditRateLimit.name, () => {
+/** The budget alone: no report is due within a case. */
+function budget(refusalsPerSecond: number): AuditTrail {
+  return new AuditTrail(pino({ level: 'silent' }), 'test', {
+    refusalsPerSecond,
+    intervalSeconds: 3600,
+  });
+}
+
+describe(AuditTrail.name, () => {
   it('admits at most perSecond lines a second and counts every other one', () => {
-    const limit = new AuditRateLimit(3);
+    const limit = budget(3);
     const t0 = 1_000_000;
     const admitted = [0, 1, 2, 3, 4, 5].map((i) => limit.admit(i % 2 ? 'forbidden' : 'x', t0 + i));
     expect(admitted).toEqual([true, true, true, false, false, false]);
@@ -20,7 +29,7 @@ describe(AuditRateLimit.name, () => {
   });
 
   it('bounds a flood: lines written plus lines counted equal the events', () => {
-    const limit = new AuditRateLimit(50);
+    const limit = budget(50);
     let written = 0;
     let counted = 0;
     for (let i = 0; i < 100_000; i++) {
@@ -34,7 +43,7 @@ describe(AuditRateLimit.name, () => {
   });
 
   it('gives refusals of no authenticated caller one budget and each authenticated caller its own', () => {
-    const limit = new AuditRateLimit(2);
+    const limit = budget(2);
     const t0 = 1_000_000;
     // An unauthenticated flood uses up its own budget only.
     const flood = Array.from({ length: 400 }, () => limit.admit('unauthenticated', t0));
@@ -63,7 +72,7 @@ describe(AuditRateLimit.name, () => {
   });
 
   it('names at most 20 clients in a report, counting the rest together', () => {
-    const limit = new AuditRateLimit(1);
+    const limit = budget(1);
     for (let i = 0; i < 30; i++) limit.admit('forbidden', 0, { caller: 'c', client: `x${i}` });
     limit.admit('forbidden', 0, { caller: 'c', client: '__proto__' });
     const clients = limit.takeSuppressed()!.clients!;

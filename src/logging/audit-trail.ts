@@ -23,20 +23,32 @@ const MAX_NAMED = 20;
 const OTHERS = '(others)';
 
 /**
- * At most `perSecond` lines per second *per kind*; the rest are counted for a summary line, so a
- * flood (credential stuffing, a caller in a tight loop) cannot fill the disk, yet nothing vanishes
- * without trace. Unauthenticated refusals share one budget and each caller has its own, so
- * anyone cannot push a real caller's refusals out of the trail.
+ * What every audit trail shares: its logger and name, and its refusal budget. At most
+ * `refusalsPerSecond` refusal lines per second *per kind*; the rest are counted for a
+ * `<trail> refusals suppressed` line every `intervalSeconds`, so a flood (credential stuffing, a
+ * caller in a tight loop) cannot fill the disk, yet nothing vanishes without trace.
+ * Unauthenticated refusals share one budget and each caller has its own, so anyone cannot push a
+ * real caller's refusals out of the trail.
  */
-export class AuditRateLimit {
+export class AuditTrail {
   private readonly windows = new Map<string, { start: number; used: number }>();
   private left?: Omit<SuppressedAudit, 'callers' | 'clients'> & {
     // Maps: the names come from requests, and `__proto__` must stay a name.
     callers: Map<string, number>;
     clients: Map<string, number>;
   };
+  private readonly perSecond: number;
+  private readonly timer: NodeJS.Timeout;
 
-  constructor(private readonly perSecond: number) {}
+  constructor(
+    protected readonly logger: Logger,
+    protected readonly trail: string,
+    settings: { refusalsPerSecond: number; intervalSeconds: number },
+  ) {
+    this.perSecond = settings.refusalsPerSecond;
+    this.timer = setInterval(() => this.flush(), settings.intervalSeconds * 1000);
+    this.timer.unref();
+  }
 
   /** `party.caller` is the name of an authenticated caller only. */
   admit(result: string, now: number, party: AuditedParty = {}): boolean {
@@ -80,14 +92,24 @@ export class AuditRateLimit {
   }
 
   /** Writes what was suppressed since the last report as one line `<trail> refusals suppressed`. */
-  reportSuppressed(logger: Logger, trail: string): void {
+  protected reportSuppressed(): void {
     const left = this.takeSuppressed();
     if (left === undefined) return;
     const { first, last, ...counts } = left;
-    logger.info(
+    this.logger.info(
       { ...counts, first: new Date(first).toISOString(), last: new Date(last).toISOString() },
-      `${trail} refusals suppressed`,
+      `${this.trail} refusals suppressed`,
     );
+  }
+
+  /** Every `intervalSeconds`: a trail that gathers lines writes them here, before the report. */
+  flush(): void {
+    this.reportSuppressed();
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+    this.reportSuppressed();
   }
 }
 
