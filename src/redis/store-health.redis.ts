@@ -100,7 +100,8 @@ export class RedisStoreHealth implements StoreHealth {
   }
 
   topology(): StoreTopology {
-    return { kind: 'redis', ...describeTopology(this.settings), state: this.tracker.state };
+    const { mode } = this.settings;
+    return { kind: 'redis', mode, nodes: redisNodes(this.settings), state: this.tracker.state };
   }
 
   async checkContinuity(clientId: string): Promise<StoreContinuity> {
@@ -131,12 +132,7 @@ export class RedisStoreHealth implements StoreHealth {
       await new Promise((r) => setTimeout(r, 50));
     }
     if (!this.healthy) return false;
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      this.subscribed,
-      new Promise((resolve) => (timer = setTimeout(resolve, deadline - Date.now()))),
-    ]);
-    clearTimeout(timer);
+    await Promise.race([this.subscribed, sleep(deadline - Date.now(), undefined, { ref: false })]);
     return true;
   }
 
@@ -226,31 +222,28 @@ export class RedisStoreHealth implements StoreHealth {
   }
 }
 
-/** Host and port only, never a password. */
-function describeTopology(settings: RedisSettings): { mode: string; nodes: string[] } {
+/** Host and port only, never a password: a URL may carry one. */
+function redisNodes(settings: RedisSettings): string[] {
   switch (settings.mode) {
     case 'standalone':
-      return {
-        mode: 'standalone',
-        nodes: URL.canParse(settings.url ?? '') ? [new URL(settings.url!).host] : [],
-      };
+      return URL.canParse(settings.url ?? '') ? [new URL(settings.url!).host] : [];
     case 'sentinel':
-      return { mode: 'sentinel', nodes: [...(settings.sentinel.nodes ?? [])] };
+      return [...(settings.sentinel.nodes ?? [])];
     case 'cluster':
-      return { mode: 'cluster', nodes: [...(settings.cluster.nodes ?? [])] };
+      return [...(settings.cluster.nodes ?? [])];
   }
 }
 
 function describeRedis(settings: RedisSettings): string {
+  const nodes = redisNodes(settings).join(',');
   switch (settings.mode) {
     case 'standalone':
-      // Only scheme and host: the URL may carry a password.
       return URL.canParse(settings.url ?? '')
-        ? `standalone ${new URL(settings.url!).protocol}//${new URL(settings.url!).host}`
+        ? `standalone ${new URL(settings.url!).protocol}//${nodes}`
         : 'standalone';
     case 'sentinel':
-      return `sentinel ${settings.sentinel.masterName ?? ''} via ${(settings.sentinel.nodes ?? []).join(',')}`;
+      return `sentinel ${settings.sentinel.masterName ?? ''} via ${nodes}`;
     case 'cluster':
-      return `cluster via ${(settings.cluster.nodes ?? []).join(',')}`;
+      return `cluster via ${nodes}`;
   }
 }
