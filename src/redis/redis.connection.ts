@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ConnectionOptions } from 'node:tls';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import type { CredentialsSource } from '../config/client.schema';
@@ -247,19 +248,11 @@ export function parseHostPort(value: string): { host: string; port: number } {
  */
 export async function closeRedisClient(client: RedisClient): Promise<void> {
   if (client.status === 'ready') {
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      await Promise.race([
-        client.quit(),
-        new Promise((resolve) => {
-          timer = setTimeout(resolve, 1000);
-        }),
-      ]);
-    } catch {
+    await Promise.race([
       // Already closed or unreachable: nothing left to say goodbye to.
-    } finally {
-      clearTimeout(timer);
-    }
+      client.quit().catch(() => undefined),
+      sleep(1000, undefined, { ref: false }),
+    ]);
   }
   // Whatever QUIT left open; disconnecting a client QUIT already ended kept the process alive.
   if (client.status !== 'end') client.disconnect();
