@@ -58,37 +58,28 @@ export class AdminService implements OnModuleInit {
   ): Promise<T> {
     let caller: Caller | undefined;
     let client: string | undefined;
+    const line = (outcome: string, reason?: string) => ({
+      caller: caller?.name,
+      action,
+      client,
+      outcome,
+      reason,
+      ...auditIds(req),
+    });
     try {
       caller = await this.auth.authenticate(authorizationOf(req.raw));
       assertScope(caller, 'admin');
       if (FLEET_WIDE.has(action)) assertGrantsEveryClient(caller, action);
       if (clientId !== undefined) client = this.tokens.resolveClient(clientId, caller);
       const result = await work(caller, client).catch(translate);
-      this.audit.info(
-        {
-          caller: caller.name,
-          action,
-          client,
-          outcome: 'ok',
-          ...auditIds(req),
-          ...summary(result),
-        },
-        'admin',
-      );
+      this.audit.info({ ...line('ok'), ...summary(result) }, 'admin');
       return result;
     } catch (err) {
       const outcome = err instanceof BrokerException ? String(err.code) : 'internal_error';
       // A refused client is named in the audit line only: the answer hides whether it exists.
       const refused = err instanceof CallerAuthException ? err.audit : {};
       this.audit.warn(
-        {
-          caller: caller?.name,
-          action,
-          client: client ?? refused.client,
-          outcome,
-          reason: refused.reason,
-          ...auditIds(req),
-        },
+        { ...line(outcome, refused.reason), client: client ?? refused.client },
         'admin',
       );
       throw err;
