@@ -191,11 +191,10 @@ export class RefreshLoop {
 
   private takeToken(pass: Extract<RefreshPass, { kind: 'token' }>): number | 'done' {
     const { held } = this.deps;
-    // Requested before a revoke that arrived meanwhile: the next pass asks in the new generation.
-    if (!held.ofGeneration(pass.record)) return 0;
-    // Refused by the provider after the pass judged it: adopting it would hand the rejected
-    // token straight back to the caller retrying after its 401.
-    if (held.isRejected(pass.record.fingerprint)) return 0;
+    // Requested before a revoke that arrived meanwhile, or refused by the provider after the pass
+    // judged it (adopting it would hand the rejected token straight back to the caller retrying
+    // after its 401): the next pass asks again.
+    if (!held.mayHold(pass.record)) return 0;
     if (pass.unshared) held.needsResync = true;
     this.adopt(pass.record, pass.fetched);
     held.noteRefresh(pass.fetched ? 'fetched' : 'adopted');
@@ -229,25 +228,16 @@ export class RefreshLoop {
     });
   }
 
-  /** A caller who found no servable token: refused at once, or waits for the refresh it starts. */
+  /**
+   * A caller who found no servable token waits for the refresh this starts, or is refused at once
+   * when no token can reach it in time.
+   */
   waitFor(minRemainingMs: number): Promise<TokenRecord> {
     if (this.stopped) throw shuttingDown();
-    this.refuseBeforeWaiting(minRemainingMs);
-    const needUntil = this.deps.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
-    const result = this.waiters.wait(
-      needUntil,
-      this.deps.settings.waitTimeoutMs,
-      () => this.unavailable(minRemainingMs),
-      minRemainingMs,
-    );
-    this.ensureRefreshing('demand');
-    return result;
-  }
-
-  private refuseBeforeWaiting(minRemainingMs: number): void {
     // Fail fast: an operator must fix this; the loop keeps probing in the background.
     const permanent = this.failure?.permanent;
     if (permanent) throw permanent;
+    const { now, settings } = this.deps;
     // Even a brand-new token could not meet this: a caller looping with a too large min_ttl
     // would otherwise hammer the provider.
     const needMs = Math.max(minRemainingMs, MIN_SERVE_MS);
@@ -256,14 +246,21 @@ export class RefreshLoop {
       const retryAfter =
         minRemainingMs > 0
           ? undefined
-          : (this.retryAfter() ?? Math.ceil(this.deps.settings.minRefreshIntervalMs / 1000));
+          : (this.retryAfter() ?? Math.ceil(settings.minRefreshIntervalMs / 1000));
       throw lifetimeTooShort(this.client.id, this.lifetime.ms, minRemainingMs, retryAfter);
     }
     // The fleet backs off (or the floor holds) past this caller's wait: say when, at once.
-    const { waitTimeoutMs } = this.deps.settings;
-    if ('until' in this.phase && this.phase.until - this.deps.now() > waitTimeoutMs) {
+    if ('until' in this.phase && this.phase.until - now() > settings.waitTimeoutMs) {
       throw this.unavailable(minRemainingMs);
     }
+    const result = this.waiters.wait(
+      now() + needMs,
+      settings.waitTimeoutMs,
+      () => this.unavailable(minRemainingMs),
+      minRemainingMs,
+    );
+    this.ensureRefreshing('demand');
+    return result;
   }
 
   /** Says once per transition (log and readiness) when it is too short, and when no longer. */
