@@ -236,15 +236,11 @@ export class ClientTokenManager {
   }
 
   private async adoptFromStore(): Promise<void> {
-    try {
-      const r = await this.refresh.readShared();
-      this.syncGeneration();
-      if (r && this.held.mayHold(r) && this.held.outlastedBy(r)) {
-        this.loop.adopt(r);
-        this.held.noteRefresh('adopted');
-      }
-    } catch (err) {
-      noteStoreFailure(this.deps.logger, this.client.id, err);
+    const r = await this.refresh.orIfStoreFails(this.refresh.readShared(), undefined);
+    this.syncGeneration();
+    if (r && this.held.mayHold(r) && this.held.outlastedBy(r)) {
+      this.loop.adopt(r);
+      this.held.noteRefresh('adopted');
     }
   }
 }
