@@ -8,11 +8,9 @@ import { CredentialsCache, SECRETS_MANAGER_ROTATION_STAGES } from '../secrets/cr
 import { FleetRefresh, type Forced, noteStoreFailure } from './fleet-refresh';
 import { HeldToken } from './held-token';
 import { RefreshLoop } from './refresh-loop';
-import { MIN_SERVE_MS } from './refresh-schedule';
 import type { TokenRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
-import { TokenWaiters } from './token-waiters';
-import { TokenErrorCode, TokenException } from './token.exception';
+import type { TokenErrorCode } from './token.exception';
 
 interface ManagerDeps {
   store: TokenStore;
@@ -47,7 +45,6 @@ export interface ClientTokenStatus {
 export class ClientTokenManager {
   private readonly held: HeldToken;
   private readonly loop: RefreshLoop;
-  private readonly waiters = new TokenWaiters();
   private readonly refresh: FleetRefresh;
   /**
    * Set while {@link resync} runs: callers wait for it rather than start a refresh the
@@ -55,7 +52,6 @@ export class ClientTokenManager {
    */
   private resyncing?: Promise<void>;
   private readonly now: () => number;
-  private readonly random: () => number;
   readonly l1Hits: HitCell;
   readonly credentials: CredentialsCache;
 
@@ -64,7 +60,6 @@ export class ClientTokenManager {
     private readonly deps: ManagerDeps,
   ) {
     this.now = deps.now ?? Date.now;
-    this.random = deps.random ?? Math.random;
     this.held = new HeldToken(client.id, { metrics: deps.metrics, now: this.now });
     this.l1Hits = deps.metrics.l1HitCell(client.id);
     this.credentials = new CredentialsCache(
@@ -83,9 +78,8 @@ export class ClientTokenManager {
       ...deps,
       refresh: this.refresh,
       held: this.held,
-      waiters: this.waiters,
       now: this.now,
-      random: this.random,
+      random: deps.random ?? Math.random,
       syncGeneration: () => this.syncGeneration(),
     });
   }
@@ -94,10 +88,8 @@ export class ClientTokenManager {
     this.loop.ensureRefreshing('start');
   }
 
-  /** Waiters are failed last, so callers of a refresh in flight at SIGTERM get its token. */
-  async stop(timeoutMs: number): Promise<void> {
-    await this.loop.stop(timeoutMs);
-    this.waiters.rejectAll(shuttingDown());
+  stop(timeoutMs: number): Promise<void> {
+    return this.loop.stop(timeoutMs);
   }
 
   peek(minRemainingMs: number): TokenRecord | undefined {
@@ -112,17 +104,7 @@ export class ClientTokenManager {
       const back = this.peek(minRemainingMs);
       if (back) return back;
     }
-    if (this.loop.stopped) throw shuttingDown();
-    this.loop.refuseBeforeWaiting(minRemainingMs);
-    const needUntil = this.now() + Math.max(minRemainingMs, MIN_SERVE_MS);
-    const result = this.waiters.wait(
-      needUntil,
-      this.deps.settings.waitTimeoutMs,
-      () => this.loop.unavailable(minRemainingMs),
-      minRemainingMs,
-    );
-    this.loop.ensureRefreshing('demand');
-    return result;
+    return this.loop.waitFor(minRemainingMs);
   }
 
   async invalidate(fingerprint: string): Promise<boolean> {
@@ -254,21 +236,11 @@ export class ClientTokenManager {
   }
 
   private async adoptFromStore(): Promise<void> {
-    try {
-      const r = await this.refresh.readShared();
-      this.syncGeneration();
-      if (r && this.held.mayHold(r) && this.held.outlastedBy(r)) {
-        this.loop.adopt(r);
-        this.held.noteRefresh('adopted');
-      }
-    } catch (err) {
-      noteStoreFailure(this.deps.logger, this.client.id, err);
+    const r = await this.refresh.orIfStoreFails(this.refresh.readShared(), undefined);
+    this.syncGeneration();
+    if (r && this.held.mayHold(r) && this.held.outlastedBy(r)) {
+      this.loop.adopt(r);
+      this.held.noteRefresh('adopted');
     }
   }
-}
-
-function shuttingDown(): TokenException {
-  return new TokenException(TokenErrorCode.ShuttingDown, 'the broker is shutting down', {
-    retryAfterSeconds: 1,
-  });
 }

@@ -27,13 +27,12 @@ import {
   retryAfterSeconds,
 } from './refresh-schedule';
 import type { TokenRecord } from './token-record';
-import type { TokenWaiters } from './token-waiters';
+import { TokenWaiters } from './token-waiters';
 import { TokenErrorCode, TokenException } from './token.exception';
 
 interface RefreshLoopDeps {
   refresh: FleetRefresh;
   held: HeldToken;
-  waiters: TokenWaiters;
   metrics: Pick<MetricsService, 'refreshes'>;
   logger: Logger;
   settings: TokenSettings;
@@ -49,6 +48,7 @@ interface RefreshLoopDeps {
  * backoff, or until a store event wakes it.
  */
 export class RefreshLoop {
+  private readonly waiters = new TokenWaiters();
   private loop?: Promise<void>;
   private refreshTimer?: NodeJS.Timeout;
   /** Ends the loop's sleep early: a store event or shutdown. */
@@ -57,7 +57,7 @@ export class RefreshLoop {
   private newsDuringPass = false;
   /** Passes in a row that found the lock held elsewhere: the next short wait doubles. */
   private holderWaits = 0;
-  private stoppedFlag = false;
+  private stopped = false;
   private phase: RefreshPhase = SETTLED;
   /** A hold's end, or a short wait for another replica. */
   private nextAttemptAt?: number;
@@ -73,10 +73,6 @@ export class RefreshLoop {
     return this.loop !== undefined;
   }
 
-  get stopped(): boolean {
-    return this.stoppedFlag;
-  }
-
   /** `permanent`: an operator must act. */
   get failure(): Failure | undefined {
     return failureOf(this.phase);
@@ -87,12 +83,12 @@ export class RefreshLoop {
   }
 
   ensureRefreshing(reason: string): void {
-    if (this.loop || this.stoppedFlag) return;
+    if (this.loop || this.stopped) return;
     this.deps.logger.debug({ client: this.client.id, reason }, 'token refresh started');
     this.loop = this.runLoop().finally(() => {
       this.loop = undefined;
       // A caller may have arrived with a stricter need while the loop was finishing.
-      if (this.deps.waiters.size > 0 && !this.stoppedFlag && !this.failure?.permanent)
+      if (this.waiters.size > 0 && !this.stopped && !this.failure?.permanent)
         this.ensureRefreshing('pending');
     });
   }
@@ -103,8 +99,9 @@ export class RefreshLoop {
     else this.newsDuringPass = true;
   }
 
+  /** Waiters are failed last, so callers of a refresh in flight at SIGTERM get its token. */
   async stop(timeoutMs: number): Promise<void> {
-    this.stoppedFlag = true;
+    this.stopped = true;
     clearTimeout(this.refreshTimer);
     // A loop sleeping between attempts ends now; one inside an attempt finishes it first.
     this.wake?.();
@@ -116,6 +113,7 @@ export class RefreshLoop {
       ]);
       clearTimeout(timer);
     }
+    this.waiters.rejectAll(shuttingDown());
   }
 
   /**
@@ -128,7 +126,7 @@ export class RefreshLoop {
     const lifetimeMs = held.expiresAt - held.obtainedAt;
     this.noteLifetime(lifetimeMs);
     this.schedule(held);
-    this.deps.waiters.offer(
+    this.waiters.offer(
       held,
       fetched
         ? (requestedMs) =>
@@ -153,7 +151,7 @@ export class RefreshLoop {
 
   private async runLoop(): Promise<void> {
     this.holderWaits = 0;
-    while (!this.stoppedFlag) {
+    while (!this.stopped) {
       let next: number | 'done';
       this.newsDuringPass = false;
       try {
@@ -171,7 +169,7 @@ export class RefreshLoop {
         next = this.failed(err);
         this.hold(next);
       }
-      if (next === 'done' || this.stoppedFlag) return;
+      if (next === 'done' || this.stopped) return;
       this.nextAttemptAt = this.deps.now() + next;
       await this.sleep(next);
     }
@@ -193,11 +191,10 @@ export class RefreshLoop {
 
   private takeToken(pass: Extract<RefreshPass, { kind: 'token' }>): number | 'done' {
     const { held } = this.deps;
-    // Requested before a revoke that arrived meanwhile: the next pass asks in the new generation.
-    if (!held.ofGeneration(pass.record)) return 0;
-    // Refused by the provider after the pass judged it: adopting it would hand the rejected
-    // token straight back to the caller retrying after its 401.
-    if (held.isRejected(pass.record.fingerprint)) return 0;
+    // Requested before a revoke that arrived meanwhile, or refused by the provider after the pass
+    // judged it (adopting it would hand the rejected token straight back to the caller retrying
+    // after its 401): the next pass asks again.
+    if (!held.mayHold(pass.record)) return 0;
     if (pass.unshared) held.needsResync = true;
     this.adopt(pass.record, pass.fetched);
     held.noteRefresh(pass.fetched ? 'fetched' : 'adopted');
@@ -214,7 +211,7 @@ export class RefreshLoop {
     const { held, now, settings } = this.deps;
     if (held.isRejected(r.fingerprint)) return false;
     if (isDue(settings.refreshAheadSeconds * 1000, r.obtainedAt, r.expiresAt, now())) return false;
-    return this.deps.waiters.allMetBy(r, now() + MIN_SERVE_MS);
+    return this.waiters.allMetBy(r, now() + MIN_SERVE_MS);
   }
 
   /** The loop's sleep; news that arrives during a pass is kept, so it never sleeps on it. */
@@ -231,10 +228,16 @@ export class RefreshLoop {
     });
   }
 
-  refuseBeforeWaiting(minRemainingMs: number): void {
+  /**
+   * A caller who found no servable token waits for the refresh this starts, or is refused at once
+   * when no token can reach it in time.
+   */
+  waitFor(minRemainingMs: number): Promise<TokenRecord> {
+    if (this.stopped) throw shuttingDown();
     // Fail fast: an operator must fix this; the loop keeps probing in the background.
     const permanent = this.failure?.permanent;
     if (permanent) throw permanent;
+    const { now, settings } = this.deps;
     // Even a brand-new token could not meet this: a caller looping with a too large min_ttl
     // would otherwise hammer the provider.
     const needMs = Math.max(minRemainingMs, MIN_SERVE_MS);
@@ -243,14 +246,21 @@ export class RefreshLoop {
       const retryAfter =
         minRemainingMs > 0
           ? undefined
-          : (this.retryAfter() ?? Math.ceil(this.deps.settings.minRefreshIntervalMs / 1000));
+          : (this.retryAfter() ?? Math.ceil(settings.minRefreshIntervalMs / 1000));
       throw lifetimeTooShort(this.client.id, this.lifetime.ms, minRemainingMs, retryAfter);
     }
     // The fleet backs off (or the floor holds) past this caller's wait: say when, at once.
-    const { waitTimeoutMs } = this.deps.settings;
-    if ('until' in this.phase && this.phase.until - this.deps.now() > waitTimeoutMs) {
+    if ('until' in this.phase && this.phase.until - now() > settings.waitTimeoutMs) {
       throw this.unavailable(minRemainingMs);
     }
+    const result = this.waiters.wait(
+      now() + needMs,
+      settings.waitTimeoutMs,
+      () => this.unavailable(minRemainingMs),
+      minRemainingMs,
+    );
+    this.ensureRefreshing('demand');
+    return result;
   }
 
   /** Says once per transition (log and readiness) when it is too short, and when no longer. */
@@ -302,7 +312,7 @@ export class RefreshLoop {
         logFields,
         `token refresh failed permanently: ${verdict.permanent.operatorDetail}`,
       );
-      this.deps.waiters.rejectAll(verdict.permanent);
+      this.waiters.rejectAll(verdict.permanent);
     } else {
       this.deps.logger.warn(logFields, 'token refresh failed; will retry');
     }
@@ -314,7 +324,7 @@ export class RefreshLoop {
     this.nextAttemptAt = this.deps.now() + delayMs;
     this.phase = holding(this.phase, this.nextAttemptAt, floor);
     if (delayMs > this.deps.settings.waitTimeoutMs) {
-      this.deps.waiters.rejectAll((requestedMs) => this.unavailable(requestedMs));
+      this.waiters.rejectAll((requestedMs) => this.unavailable(requestedMs));
     }
   }
 
@@ -327,7 +337,7 @@ export class RefreshLoop {
   }
 
   /** `requestedMs`: the caller's min_ttl, 0 when it sent none. */
-  unavailable(requestedMs = 0): TokenException {
+  private unavailable(requestedMs = 0): TokenException {
     const failure = this.failure;
     if (failure?.permanent) return failure.permanent;
     if (this.lifetime?.problem !== undefined) {
@@ -352,4 +362,10 @@ export class RefreshLoop {
       now,
     });
   }
+}
+
+function shuttingDown(): TokenException {
+  return new TokenException(TokenErrorCode.ShuttingDown, 'the broker is shutting down', {
+    retryAfterSeconds: 1,
+  });
 }
