@@ -3,13 +3,8 @@ import pino, { type DestinationStream, type Logger } from 'pino';
 
 export const LOGGER = 'TOKEN_BROKER:LOGGER';
 
-/** Tokens and secrets are never logged on purpose: the net for the day someone logs a request. */
-const REDACT_PATHS = [
-  'req.headers.authorization',
-  'req.headers.cookie',
-  'req.headers["x-api-key"]',
-  'headers.authorization',
-  'headers.cookie',
+/** Redacted at the top level of a logged object and one level down (`*.`). */
+const SECRET_FIELDS = [
   'authorization',
   'accessToken',
   'access_token',
@@ -22,29 +17,27 @@ const REDACT_PATHS = [
   'secret',
   'apiKey',
   'key',
-  '*.accessToken',
-  '*.access_token',
-  '*.clientSecret',
-  '*.client_secret',
-  '*.privateKey',
-  '*.private_key',
-  '*.client_assertion',
-  '*.authorization',
-  'req.headers["proxy-authorization"]',
-  'headers["proxy-authorization"]',
-  'headers["x-api-key"]',
-  '*.headers.authorization',
-  'res.headers["set-cookie"]',
   'password',
+];
+
+/** Tokens and secrets are never logged on purpose: the net for the day someone logs a request. */
+const REDACT_PATHS = [
+  ...SECRET_FIELDS,
+  ...SECRET_FIELDS.map((field) => `*.${field}`),
+  'req.headers.authorization',
+  'req.headers.cookie',
+  'req.headers["x-api-key"]',
+  'req.headers["proxy-authorization"]',
+  'res.headers["set-cookie"]',
+  'headers.authorization',
+  'headers.cookie',
+  'headers["x-api-key"]',
+  'headers["proxy-authorization"]',
+  '*.headers.authorization',
   'apiKeys',
   'credentials',
   'keys',
   'sealed',
-  '*.token',
-  '*.secret',
-  '*.apiKey',
-  '*.password',
-  '*.key',
 ];
 
 /** Without the `*.` wildcards: a wildcard makes pino walk every key of every logged object. */
