@@ -4,7 +4,7 @@ import type { ConnectionOptions } from 'node:tls';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import type { CredentialsSource } from '../config/client.schema';
 import type { RedisSettings } from '../config/config.schema';
-import type { SecretReader } from '../secrets/secret-reader';
+import { readSource, type SecretReader } from '../secrets/secret-reader';
 import {
   explainRedisError,
   isDroppedConnection,
@@ -30,12 +30,10 @@ export async function readRedisSecrets(
   settings: RedisSettings,
   reader: SecretReader,
 ): Promise<RedisSecrets> {
-  const read = async (source: CredentialsSource | undefined) => {
-    if (source === undefined) return undefined;
-    const { file, secretId } = source;
-    const text = await reader.read(file !== undefined ? { file } : { secretId: secretId! });
-    return text.replace(/\r?\n$/, '');
-  };
+  const read = async (source: CredentialsSource | undefined) =>
+    source === undefined
+      ? undefined
+      : (await readSource(reader, source)).text.replace(/\r?\n$/, '');
   return {
     password: await read(settings.password),
     sentinelPassword: await read(settings.sentinel.password),
