@@ -129,7 +129,7 @@ export class RedisStoreHealth implements StoreHealth {
       if (this.healthy) break;
       // A configuration error will not pass within the wait: start now, not ready.
       if (this.tracker.state === 'misconfigured') return false;
-      await new Promise((r) => setTimeout(r, 50));
+      await sleep(50);
     }
     if (!this.healthy) return false;
     await Promise.race([this.subscribed, sleep(deadline - Date.now(), undefined, { ref: false })]);
