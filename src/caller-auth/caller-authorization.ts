@@ -3,8 +3,13 @@ import { CLIENT_ID_PATTERN } from '../config/client.schema';
 import type { Caller } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 
-/** Anything else is not echoed back to the caller. */
-export const CLIENT_ID_SHAPE = CLIENT_ID_PATTERN;
+/**
+ * How a message names a client id: quoted only when it could be one. Caller input of any other
+ * length or content (an access token pasted into the wrong parameter) is never echoed.
+ */
+export function namedClient(clientId: string): string {
+  return CLIENT_ID_PATTERN.test(clientId) ? `"${clientId}"` : 'with the requested id';
+}
 
 /** Configured or not. */
 export function mayUse(caller: Caller, clientId: string): boolean {
@@ -17,11 +22,9 @@ export function mayUse(caller: Caller, clientId: string): boolean {
  */
 export function assertMayUse(caller: Caller, clientId: string, configured = true): void {
   if (mayUse(caller, clientId)) return;
-  // Caller input of any content (a token pasted into the wrong parameter) is not echoed.
-  const named = CLIENT_ID_SHAPE.test(clientId) ? `"${clientId}"` : 'with the requested id';
   throw new CallerAuthException(
     CallerAuthErrorCode.Forbidden,
-    `caller "${caller.name}" may not use client ${named}; ask the platform team to grant it`,
+    `caller "${caller.name}" may not use client ${namedClient(clientId)}; ask the platform team to grant it`,
     { audit: configured ? { client: clientId } : { reason: 'unknown_client' } },
   );
 }

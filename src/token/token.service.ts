@@ -6,7 +6,7 @@ import {
 } from '@nestjs/common';
 import type { Logger } from 'pino';
 import type { Caller } from '../caller-auth/caller';
-import { assertMayUse, CLIENT_ID_SHAPE, mayUse } from '../caller-auth/caller-authorization';
+import { assertMayUse, mayUse, namedClient } from '../caller-auth/caller-authorization';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
 import { LOGGER } from '../logging/logger';
@@ -199,12 +199,9 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   private manager(clientId: string): ClientTokenManager {
     const m = this.managers.get(clientId);
     if (!m) {
-      // Echo the id only when it could be one: caller input of any length or content (an
-      // access token pasted into the wrong parameter) must not come back in bodies or logs.
-      const named = CLIENT_ID_SHAPE.test(clientId) ? `"${clientId}"` : 'with the requested id';
       throw new TokenException(
         TokenErrorCode.UnknownClient,
-        `no client ${named} is configured on this broker`,
+        `no client ${namedClient(clientId)} is configured on this broker`,
       );
     }
     return m;
