@@ -7,7 +7,7 @@ import {
 import { type ProviderSettings, tokenCallDeadlineMs } from '../config/config.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
-import { createProviderAgent, readCapped, translateTransportError } from './provider-http';
+import { createProviderAgent, readCapped, request, translateTransportError } from './provider-http';
 import {
   type GrantedToken,
   parseTokenResponse,
@@ -99,7 +99,7 @@ export class AuthServerClient implements TokenGrantor {
     let response: Dispatcher.ResponseData;
     let body: string | undefined;
     try {
-      response = await call.dispatcher.request({
+      response = await request(call.dispatcher, {
         origin: url.origin,
         path: `${url.pathname}${url.search}`,
         method: 'POST',

@@ -4,8 +4,8 @@ import type { ClientConfig } from '../config/client.schema';
 import { ordersCallDeadlineMs, type OrdersSettings } from '../config/config.schema';
 import { trimTrailingSlashes } from '../config/schema-parts';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
-import { failedToConnect, translateTransportError } from './provider-http';
-import { Agent, type Dispatcher } from 'undici';
+import { Agent, failedToConnect, translateTransportError } from './provider-http';
+import type { Dispatcher } from 'undici';
 
 /** One provider call, as `POST /orders` or the passthrough hands it over. */
 export interface ApiRequest {

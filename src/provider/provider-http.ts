@@ -1,6 +1,32 @@
-import { Agent, errors as undiciErrors } from 'undici';
+import type * as undici from 'undici';
 import type { ProviderSettings } from '../config/config.schema';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
+
+/*
+ * undici's dispatcher and errors without its index. The index also loads undici's fetch and
+ * cookies modules, and the cookies module reads `globalThis.Headers` as it loads, which makes Node
+ * load its own bundled undici as well: about 15 MB of an idle replica on Node 26. undici 8 reads
+ * it only when called but needs Node >= 22.19; once Node 20 is dropped, import from 'undici'.
+ * `provider-http.spec.ts` checks these are the index's own exports and that Node's copy stays out.
+ */
+/* eslint-disable @typescript-eslint/no-require-imports */
+export const Agent = require('undici/lib/dispatcher/agent') as typeof undici.Agent;
+export type Agent = undici.Agent;
+const undiciErrors = require('undici/lib/core/errors') as typeof undici.errors;
+/** The index adds it to every dispatcher's prototype; here it is called on one. */
+const apiRequest = require('undici/lib/api/api-request') as (
+  this: undici.Dispatcher,
+  options: undici.Dispatcher.RequestOptions,
+) => Promise<undici.Dispatcher.ResponseData>;
+/* eslint-enable @typescript-eslint/no-require-imports */
+
+/** `dispatcher.request(options)`. */
+export function request(
+  dispatcher: undici.Dispatcher,
+  options: undici.Dispatcher.RequestOptions,
+): Promise<undici.Dispatcher.ResponseData> {
+  return apiRequest.call(dispatcher, options);
+}
 
 /**
  * `clientCertificate`: a mutual-TLS client's own pool, for its token endpoint only. One pool per
