@@ -51,7 +51,7 @@ export class RedisStoreHealth implements StoreHealth {
     private readonly channels: string[],
     logger: StateLogger = SILENT,
   ) {
-    this.tracker = new RedisStateTracker(logger, describeRedis(settings));
+    this.tracker = new RedisStateTracker(logger, redisNodes(settings).described);
     this.redis = defineTokenStoreScripts(redis);
     // Connection errors carry the real cause that failing commands lack; an unhandled 'error'
     // event would also crash the process.
@@ -101,7 +101,12 @@ export class RedisStoreHealth implements StoreHealth {
 
   topology(): StoreTopology {
     const { mode } = this.settings;
-    return { kind: 'redis', mode, nodes: redisNodes(this.settings), state: this.tracker.state };
+    return {
+      kind: 'redis',
+      mode,
+      nodes: redisNodes(this.settings).nodes,
+      state: this.tracker.state,
+    };
   }
 
   async checkContinuity(clientId: string): Promise<StoreContinuity> {
@@ -220,27 +225,14 @@ export class RedisStoreHealth implements StoreHealth {
 }
 
 /** Host and port only, never a password: a URL may carry one. */
-function redisNodes(settings: RedisSettings): string[] {
-  switch (settings.mode) {
-    case 'standalone':
-      return URL.canParse(settings.url ?? '') ? [new URL(settings.url!).host] : [];
-    case 'sentinel':
-      return [...(settings.sentinel.nodes ?? [])];
-    case 'cluster':
-      return [...(settings.cluster.nodes ?? [])];
+function redisNodes(settings: RedisSettings): { nodes: string[]; described: string } {
+  if (settings.mode === 'standalone') {
+    if (!URL.canParse(settings.url ?? '')) return { nodes: [], described: 'standalone' };
+    const { host, protocol } = new URL(settings.url!);
+    return { nodes: [host], described: `standalone ${protocol}//${host}` };
   }
-}
-
-function describeRedis(settings: RedisSettings): string {
-  const nodes = redisNodes(settings).join(',');
-  switch (settings.mode) {
-    case 'standalone':
-      return URL.canParse(settings.url ?? '')
-        ? `standalone ${new URL(settings.url!).protocol}//${nodes}`
-        : 'standalone';
-    case 'sentinel':
-      return `sentinel ${settings.sentinel.masterName ?? ''} via ${nodes}`;
-    case 'cluster':
-      return `cluster via ${nodes}`;
-  }
+  const nodes = [...(settings[settings.mode].nodes ?? [])];
+  const via =
+    settings.mode === 'sentinel' ? `sentinel ${settings.sentinel.masterName ?? ''}` : 'cluster';
+  return { nodes, described: `${via} via ${nodes.join(',')}` };
 }
