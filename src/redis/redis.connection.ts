@@ -143,15 +143,20 @@ export function createRedisConnection(
       : plan.url === undefined
         ? new Redis(plan.options)
         : new Redis(plan.url, plan.options);
-  // The owner is built later (after the cache key is read): an error in between with no
-  // listener would make ioredis print a raw non-JSON line. Kept for `takeEarlyError`.
-  const early: EarlyErrors = { listener: (err: unknown) => (early.last = err) };
   if (plan.kind === 'redis' && plan.url !== undefined) {
     watchTlsMismatch(client as Redis, plan.url, settings);
   }
-  client.on('error', early.listener);
-  client.on('node error', early.listener);
-  earlyErrors.set(client, early);
+  // The owner is built later (after the cache key is read): an error in between with no
+  // listener would make ioredis print a raw non-JSON line. Kept for `takeEarlyError`.
+  let last: unknown;
+  const keep = (err: unknown) => (last = err);
+  client.on('error', keep);
+  client.on('node error', keep);
+  earlyErrors.set(client, () => {
+    client.off('error', keep);
+    client.off('node error', keep);
+    return last;
+  });
   return client;
 }
 
@@ -197,21 +202,14 @@ function watchTlsMismatch(client: Redis, url: string, settings: RedisSettings): 
   });
 }
 
-interface EarlyErrors {
-  last?: unknown;
-  readonly listener: (err: unknown) => void;
-}
-
-const earlyErrors = new WeakMap<RedisClient, EarlyErrors>();
+/** Per connection: stops keeping errors and returns the last one kept. */
+const earlyErrors = new WeakMap<RedisClient, () => unknown>();
 
 /** Stops keeping errors and returns the last one reported before the owner listened. */
 export function takeEarlyError(client: RedisClient): unknown {
-  const early = earlyErrors.get(client);
-  if (early === undefined) return undefined;
+  const take = earlyErrors.get(client);
   earlyErrors.delete(client);
-  client.off('error', early.listener);
-  client.off('node error', early.listener);
-  return early.last;
+  return take?.();
 }
 
 function clusterOptions(node: RedisOptions): ClusterOptions {
