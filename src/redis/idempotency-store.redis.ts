@@ -96,18 +96,10 @@ const SETTLING = {
 
 type RawField = Buffer | null;
 
+/** Keys, then arguments, as the scripts' headers list them. */
 type RedisWithIdempotencyScripts = RedisClient & {
-  tbIdemClaimBuffer(
-    key: string,
-    legacyKey: string,
-    quotaKey: string,
-    ...args: (string | number)[]
-  ): Promise<number | RawField[]>;
-  tbIdemSettle(
-    key: string,
-    quotaKey: string,
-    ...args: (string | number | Buffer)[]
-  ): Promise<number>;
+  tbIdemClaimBuffer(...keysAndArgs: (string | number)[]): Promise<number | RawField[]>;
+  tbIdemSettle(...keysAndArgs: (string | number | Buffer)[]): Promise<number>;
 };
 
 /**
@@ -132,42 +124,26 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async claim(ref: IdempotencyRef, claim: IdempotencyClaim, ttlMs: number): Promise<ClaimResult> {
-    const { clientId, caller, keyHash } = ref;
     // The Buffer variant: a stored body is relayed byte for byte, never re-decoded as UTF-8.
     const reply = await this.run('claiming an idempotency key', () =>
       this.redis.tbIdemClaimBuffer(
         recordKey(ref),
-        redisKeys.idempotency(clientId, keyHash),
+        redisKeys.idempotency(ref.clientId, ref.keyHash),
         quotaKey(ref),
         claim.bodyHash,
         claim.owner,
         Math.ceil(claim.leaseMs),
         Math.ceil(ttlMs),
-        this.signer.mac(['fp2', clientId, caller, keyHash, claim.bodyHash]),
+        this.signer.mac(macParts('fp', ref, false, claim.bodyHash)),
         claim.maxPerCaller ?? 0,
       ),
     );
     if (reply === 1) return { claimed: true };
     if (!Array.isArray(reply)) throw corrupt('unexpected reply to the claim script');
-    if (reply.length === 2 && reply[0]?.toString('latin1') === 'full') {
-      throw callerLimit(ref, claim.maxPerCaller ?? 0, Number(reply[1]?.toString('latin1')));
+    if (reply.length === 2 && latin1(reply[0]) === 'full') {
+      throw callerLimit(ref, claim.maxPerCaller ?? 0, Number(latin1(reply[1])));
     }
-    const parsed = parseRecord(reply);
-    const legacy = reply[8]?.toString('latin1') === 'legacy';
-    const existing = legacy ? parsed : this.opened(ref, parsed);
-    this.verify(ref, existing, reply, legacy);
-    return { claimed: false, existing };
-  }
-
-  private opened(ref: IdempotencyRef, record: IdempotencyRecord): IdempotencyRecord {
-    if (record.state !== 'completed') return record;
-    let body;
-    try {
-      body = this.signer.openBytes(bodyContext(ref), record.response.body);
-    } catch {
-      throw tampered('its stored answer does not open with the cache key for this record');
-    }
-    return { ...record, response: { ...record.response, body } };
+    return { claimed: false, existing: this.verified(ref, reply) };
   }
 
   async settle(
@@ -203,31 +179,30 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     // The connection is shared and closed by the Redis module.
   }
 
-  /** Per-caller MACs cover the caller; those of a `legacy` record what it was. */
-  private verify(
-    ref: IdempotencyRef,
-    record: IdempotencyRecord,
-    fields: RawField[],
-    legacy: boolean,
-  ): void {
-    if (!this.signer.authenticates) return;
-    const text = (b: RawField) => (b === null ? '' : b.toString('latin1'));
-    const { clientId, caller, keyHash } = ref;
-    const fp = legacy
-      ? ['fp', clientId, keyHash, record.bodyHash]
-      : ['fp2', clientId, caller, keyHash, record.bodyHash];
-    if (!this.signer.verifyMac(fp, text(fields[6]))) {
+  /** The stored record, opened and checked: a `legacy` one is in clear, its MACs as it was. */
+  private verified(ref: IdempotencyRef, fields: RawField[]): IdempotencyRecord {
+    let record = parseRecord(fields);
+    const legacy = latin1(fields[8]) === 'legacy';
+    if (!legacy && record.state === 'completed') {
+      let body;
+      try {
+        body = this.signer.openBytes(bodyContext(ref), record.response.body);
+      } catch {
+        throw tampered('its stored answer does not open with the cache key for this record');
+      }
+      record = { ...record, response: { ...record.response, body } };
+    }
+    if (!this.signer.authenticates) return record;
+    if (!this.signer.verifyMac(macParts('fp', ref, legacy, record.bodyHash), latin1(fields[6]))) {
       throw tampered('its body hash is not one a broker recorded for this key');
     }
     if (
       record.state === 'completed' &&
-      !this.signer.verifyMac(
-        legacy ? legacyAnswerParts(ref, record.response) : answerParts(ref, record.response),
-        text(fields[7]),
-      )
+      !this.signer.verifyMac(answerParts(ref, record.response, legacy), latin1(fields[7]))
     ) {
       throw tampered('its stored answer is not one a broker recorded for this key');
     }
+    return record;
   }
 
   private async run<T>(what: string, command: () => Promise<T>): Promise<T> {
@@ -283,15 +258,30 @@ function parseRecord(fields: RawField[]): IdempotencyRecord {
   }
 }
 
-/** The client, caller and key the answer belongs to, and every replayed byte. */
-function answerParts(ref: IdempotencyRef, r: StoredResponse): (string | Buffer)[] {
+/**
+ * What a MAC covers: the client, caller and key, then `rest`. A `legacy` record, written before
+ * records were per caller (read, never written), covers no caller and names its kind unnumbered.
+ */
+function macParts(
+  kind: 'fp' | 'answer',
+  ref: IdempotencyRef,
+  legacy: boolean,
+  ...rest: (string | Buffer)[]
+): (string | Buffer)[] {
   const { clientId, caller, keyHash } = ref;
-  return ['answer2', clientId, caller, keyHash, String(r.status), r.contentType ?? '', r.body];
+  return legacy
+    ? [kind, clientId, keyHash, ...rest]
+    : [`${kind}2`, clientId, caller, keyHash, ...rest];
 }
 
-/** Records written before records were per caller (read, never written). */
-function legacyAnswerParts(ref: IdempotencyRef, r: StoredResponse): (string | Buffer)[] {
-  return ['answer', ref.clientId, ref.keyHash, String(r.status), r.contentType ?? '', r.body];
+/** The answer's every replayed byte. */
+function answerParts(ref: IdempotencyRef, r: StoredResponse, legacy = false): (string | Buffer)[] {
+  return macParts('answer', ref, legacy, String(r.status), r.contentType ?? '', r.body);
+}
+
+/** A reply field as the script stored it ('' when absent). */
+function latin1(field: RawField | undefined): string {
+  return field?.toString('latin1') ?? '';
 }
 
 function bodyContext(ref: IdempotencyRef): string[] {
