@@ -19,9 +19,7 @@ const FALLBACK_LOG_INTERVAL_MS = 30_000;
 
 type LimitOptions = ConstructorParameters<typeof RateLimiterMemory>[0];
 
-interface Limiter {
-  consume(key: string): Promise<RateLimiterRes>;
-}
+type Limiter = Pick<RateLimiterAbstract, 'consume'>;
 
 interface Pair {
   readonly redis?: Limiter;

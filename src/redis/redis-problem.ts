@@ -43,7 +43,8 @@ export function classifyRedisError(err: unknown): RedisProblem | undefined {
     }
     const found = explained.get(e);
     if (found !== undefined) return found;
-    const reply = replyText(e.message);
+    // `Ready check failed: NOAUTH ...`.
+    const reply = e.message.replace(/^Ready check failed: /, '');
     if (reply.startsWith('WRONGPASS')) {
       return {
         kind: 'authentication',
@@ -104,11 +105,6 @@ function causes(err: unknown): Error[] {
     next = (next as { lastNodeError?: unknown }).lastNodeError ?? next.cause;
   }
   return found;
-}
-
-/** `Ready check failed: NOAUTH ...`. */
-function replyText(message: string): string {
-  return message.replace(/^Ready check failed: /, '');
 }
 
 function firstLine(text: string): string {
