@@ -96,10 +96,18 @@ const SETTLING = {
 
 type RawField = Buffer | null;
 
-/** Keys, then arguments, as the scripts' headers list them. */
 type RedisWithIdempotencyScripts = RedisClient & {
-  tbIdemClaimBuffer(...keysAndArgs: (string | number)[]): Promise<number | RawField[]>;
-  tbIdemSettle(...keysAndArgs: (string | number | Buffer)[]): Promise<number>;
+  tbIdemClaimBuffer(
+    key: string,
+    legacyKey: string,
+    quotaKey: string,
+    ...args: (string | number)[]
+  ): Promise<number | RawField[]>;
+  tbIdemSettle(
+    key: string,
+    quotaKey: string,
+    ...args: (string | number | Buffer)[]
+  ): Promise<number>;
 };
 
 /**
