@@ -38,24 +38,25 @@ function admin({ operationId, summary, answer, schema, codes, client }: AdminOpe
   };
 }
 
-function operation(id: string, summary: string, responses: Json): Json {
+/** Its answers, and the problems any route can give. */
+function operation(id: string, summary: string, answers: Json): Json {
+  const responses = { ...answers, ...problems(GENERIC) };
   return { tags: ['operations'], operationId: id, summary, responses };
 }
 
-export const OPERATOR_PATHS: Record<string, Record<string, Json>> = {
-  '/health/live': {
-    get: operation('live', 'Liveness: the process answers', {
-      '200': ok(
-        'Alive.',
-        { type: 'object', required: ['status'], properties: { status: { const: 'ok' } } },
-        REQUEST_ID,
-        { status: 'ok' },
-      ),
-      ...problems(GENERIC),
-    }),
-  },
-  '/health/ready': {
-    get: operation('ready', 'Readiness: credentials load and a token was obtained since start-up', {
+export const OPERATOR_OPERATIONS: Record<string, Json> = {
+  'GET /health/live': operation('live', 'Liveness: the process answers', {
+    '200': ok(
+      'Alive.',
+      { type: 'object', required: ['status'], properties: { status: { const: 'ok' } } },
+      REQUEST_ID,
+      { status: 'ok' },
+    ),
+  }),
+  'GET /health/ready': operation(
+    'ready',
+    'Readiness: credentials load and a token was obtained since start-up',
+    {
       '200': ok(
         'Ready (Redis down shows as `degraded`, still ready). The report (`info`, `details`) is answered on the admin port only; elsewhere `{"status":"ok"}`.',
         ref('HealthReport'),
@@ -65,81 +66,63 @@ export const OPERATOR_PATHS: Record<string, Record<string, Json>> = {
         'Not ready; on the admin port the report names the cause, elsewhere `{"status":"error"}`.',
         ref('HealthReport'),
       ),
-      ...problems(GENERIC),
-    }),
-  },
-  '/metrics': {
-    get: operation('metrics', "Prometheus metrics (keep off the callers' network)", {
-      '200': {
-        description: 'Prometheus text format 0.0.4.',
-        headers: NO_STORE,
-        content: { 'text/plain': { schema: { type: 'string' } } },
-      },
-      ...problems(GENERIC),
-    }),
-  },
-  '/admin/clients': {
-    get: admin({
-      operationId: 'adminClients',
-      summary: "Every client in the caller's grant, as this replica sees it, and the store",
-      answer:
-        "Per client: how it asks for its token (`tokenRequest`: `grant` `provider-query` or `rfc6749`, `auth` `client_secret_basic`, `client_secret_post`, `private_key_jwt` or `tls_client_auth`), the token's fingerprint (16 hex of SHA-256, never the token), expiry, when and how this replica last got it (`fetched`, `adopted`, `failed`), the revocation generation, the refresh lock's holder, the last error; and the store's kind, mode, nodes and state.",
-      schema: 'AdminStatus',
-      codes: GENERIC,
-    }),
-  },
-  '/admin/clients/{id}/refresh': {
-    post: admin({
-      operationId: 'adminRefresh',
-      summary:
-        'A new token for the whole fleet: one provider request under the refresh lock, fenced, adopted by every replica',
-      answer:
-        '`providerRequest` is false when the refresh joined one asked for at the same time (on any replica).',
-      schema: 'AdminRefresh',
-      codes: [
-        ...NOT_FOUND,
-        'admin_refresh_failed',
-        'admin_store_unavailable',
-        'token_unavailable',
-        'internal_error',
-      ],
-      client: true,
-    }),
-  },
-  '/admin/clients/{id}/revoke': {
-    post: admin({
-      operationId: 'adminRevoke',
-      summary:
-        "Drops the client's token on every replica for good (a new generation); a new one is fetched",
-      answer:
-        '`replicas.notified`: replicas the notification reached; `acknowledged`: those that dropped the token within 2 s.',
-      schema: 'AdminRevoke',
-      codes: [...NOT_FOUND, 'admin_store_unavailable', 'internal_error'],
-      client: true,
-    }),
-  },
-  '/admin/reload': {
-    post: admin({
-      operationId: 'adminReload',
-      summary:
-        'Re-reads client credentials and caller grants now, on this replica and (through Redis) every other',
-      answer:
-        'Names only, for this replica: the clients whose credentials changed, the callers added or removed; `replicas`: how many replicas heard the request (each logs its own outcome).',
-      schema: 'AdminReload',
-      codes: GENERIC,
-    }),
-  },
-  '/openapi.json': {
-    get: operation('openapi', 'This document', {
-      '200': ok(
-        'OpenAPI 3.1.',
-        { type: 'object', required: ['openapi', 'paths'] },
-        {
-          ...REQUEST_ID,
-          'Cache-Control': header('Cache-Control-Max-Age'),
-        },
-      ),
-      ...problems(GENERIC),
-    }),
-  },
+    },
+  ),
+  'GET /metrics': operation('metrics', "Prometheus metrics (keep off the callers' network)", {
+    '200': {
+      description: 'Prometheus text format 0.0.4.',
+      headers: NO_STORE,
+      content: { 'text/plain': { schema: { type: 'string' } } },
+    },
+  }),
+  'GET /admin/clients': admin({
+    operationId: 'adminClients',
+    summary: "Every client in the caller's grant, as this replica sees it, and the store",
+    answer:
+      "Per client: how it asks for its token (`tokenRequest`: `grant` `provider-query` or `rfc6749`, `auth` `client_secret_basic`, `client_secret_post`, `private_key_jwt` or `tls_client_auth`), the token's fingerprint (16 hex of SHA-256, never the token), expiry, when and how this replica last got it (`fetched`, `adopted`, `failed`), the revocation generation, the refresh lock's holder, the last error; and the store's kind, mode, nodes and state.",
+    schema: 'AdminStatus',
+    codes: GENERIC,
+  }),
+  'POST /admin/clients/{id}/refresh': admin({
+    operationId: 'adminRefresh',
+    summary:
+      'A new token for the whole fleet: one provider request under the refresh lock, fenced, adopted by every replica',
+    answer:
+      '`providerRequest` is false when the refresh joined one asked for at the same time (on any replica).',
+    schema: 'AdminRefresh',
+    codes: [
+      ...NOT_FOUND,
+      'admin_refresh_failed',
+      'admin_store_unavailable',
+      'token_unavailable',
+      'internal_error',
+    ],
+    client: true,
+  }),
+  'POST /admin/clients/{id}/revoke': admin({
+    operationId: 'adminRevoke',
+    summary:
+      "Drops the client's token on every replica for good (a new generation); a new one is fetched",
+    answer:
+      '`replicas.notified`: replicas the notification reached; `acknowledged`: those that dropped the token within 2 s.',
+    schema: 'AdminRevoke',
+    codes: [...NOT_FOUND, 'admin_store_unavailable', 'internal_error'],
+    client: true,
+  }),
+  'POST /admin/reload': admin({
+    operationId: 'adminReload',
+    summary:
+      'Re-reads client credentials and caller grants now, on this replica and (through Redis) every other',
+    answer:
+      'Names only, for this replica: the clients whose credentials changed, the callers added or removed; `replicas`: how many replicas heard the request (each logs its own outcome).',
+    schema: 'AdminReload',
+    codes: GENERIC,
+  }),
+  'GET /openapi.json': operation('openapi', 'This document', {
+    '200': ok(
+      'OpenAPI 3.1.',
+      { type: 'object', required: ['openapi', 'paths'] },
+      { ...REQUEST_ID, 'Cache-Control': header('Cache-Control-Max-Age') },
+    ),
+  }),
 };

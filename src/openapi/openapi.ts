@@ -22,7 +22,7 @@ import {
   problems,
   UNAVAILABLE,
 } from './openapi.problems';
-import { OPERATOR_PATHS } from './openapi.operator-paths';
+import { OPERATOR_OPERATIONS } from './openapi.operator-paths';
 
 // Nothing in the document depends on configuration: it holds no host, client id or secret.
 // test/openapi.e2e-spec.ts validates real answers of running brokers against it.
@@ -91,164 +91,155 @@ function forwardOperation(method: string): Json {
   };
 }
 
-const PATHS: Record<string, Record<string, Json>> = {
-  '/token': {
-    get: {
-      tags: ['tokens'],
-      operationId: 'getToken',
-      summary: "The fleet's provider token, from memory",
-      security: BEARER,
-      parameters: [
-        CLIENT_QUERY,
-        param(
-          'min_ttl',
-          'query',
-          'Seconds the token must stay valid at least, up to `TOKEN_REFRESH_AHEAD_SECONDS` (tokens are replaced that long before they expire); more is a 400.',
-          { type: 'integer', minimum: 0 },
-          60,
-        ),
-      ],
-      responses: {
-        '200': ok(
-          'The token. `expires_in` is the remaining lifetime.',
-          ref('TokenResponse'),
-          NO_STORE,
-          TOKEN_EXAMPLE,
-        ),
-        ...problems([
-          'invalid_request',
-          'client_required',
-          ...CALLER_AUTH,
-          ...NOT_FOUND,
-          'method_not_allowed',
-          'internal_error',
-          ...UNAVAILABLE,
-        ]),
-      },
+/** Each operation under `METHOD /path`, the path as OpenAPI writes it. */
+const OPERATIONS: Record<string, Json> = {
+  'GET /token': {
+    tags: ['tokens'],
+    operationId: 'getToken',
+    summary: "The fleet's provider token, from memory",
+    security: BEARER,
+    parameters: [
+      CLIENT_QUERY,
+      param(
+        'min_ttl',
+        'query',
+        'Seconds the token must stay valid at least, up to `TOKEN_REFRESH_AHEAD_SECONDS` (tokens are replaced that long before they expire); more is a 400.',
+        { type: 'integer', minimum: 0 },
+        60,
+      ),
+    ],
+    responses: {
+      '200': ok(
+        'The token. `expires_in` is the remaining lifetime.',
+        ref('TokenResponse'),
+        NO_STORE,
+        TOKEN_EXAMPLE,
+      ),
+      ...problems([
+        'invalid_request',
+        'client_required',
+        ...CALLER_AUTH,
+        ...NOT_FOUND,
+        'method_not_allowed',
+        'internal_error',
+        ...UNAVAILABLE,
+      ]),
     },
   },
-  '/oauth2/token': {
-    post: {
-      tags: ['tokens'],
-      operationId: 'oauthToken',
-      summary: 'RFC 6749 token endpoint (client credentials) for stock OAuth clients',
-      description:
-        'Caller authentication: `client_secret_basic` or `client_secret_post` (client id = caller name, secret = API key) in mode `api-key`; an RFC 7523 client assertion (the projected service-account token) in mode `kubernetes`. The provider client: `resource`, else `audience`, else `scope`; implied when the caller may use one client.',
-      security: [{ basic: [] }, {}],
-      requestBody: {
-        required: true,
-        content: {
-          'application/x-www-form-urlencoded': {
-            schema: ref('OAuthTokenRequest'),
-            example: { grant_type: 'client_credentials', resource: 'acme-prod' },
-          },
+  'POST /oauth2/token': {
+    tags: ['tokens'],
+    operationId: 'oauthToken',
+    summary: 'RFC 6749 token endpoint (client credentials) for stock OAuth clients',
+    description:
+      'Caller authentication: `client_secret_basic` or `client_secret_post` (client id = caller name, secret = API key) in mode `api-key`; an RFC 7523 client assertion (the projected service-account token) in mode `kubernetes`. The provider client: `resource`, else `audience`, else `scope`; implied when the caller may use one client.',
+    security: [{ basic: [] }, {}],
+    requestBody: {
+      required: true,
+      content: {
+        'application/x-www-form-urlencoded': {
+          schema: ref('OAuthTokenRequest'),
+          example: { grant_type: 'client_credentials', resource: 'acme-prod' },
         },
       },
-      responses: {
-        '200': ok(
-          'RFC 6749 §5.1 answer.',
-          ref('TokenResponse'),
-          { ...NO_STORE, Pragma: header('Pragma') },
-          TOKEN_EXAMPLE,
-        ),
-        '400': oauthError('RFC 6749 §5.2 error', [
-          'invalid_request',
-          'invalid_client',
-          'unauthorized_client',
-          'unsupported_grant_type',
-          'invalid_scope',
-          'invalid_target',
-        ]),
-        '401': oauthError(
-          'Bad client credentials sent with HTTP Basic, or none',
-          ['invalid_client'],
-          {
-            'WWW-Authenticate': header('WWW-Authenticate-Basic'),
-          },
-        ),
-        '500': oauthError('Unexpected failure', ['server_error']),
-        '503': oauthError('No valid token can be had now', ['temporarily_unavailable'], {
-          'Retry-After': header('Retry-After'),
-        }),
-      },
+    },
+    responses: {
+      '200': ok(
+        'RFC 6749 §5.1 answer.',
+        ref('TokenResponse'),
+        { ...NO_STORE, Pragma: header('Pragma') },
+        TOKEN_EXAMPLE,
+      ),
+      '400': oauthError('RFC 6749 §5.2 error', [
+        'invalid_request',
+        'invalid_client',
+        'unauthorized_client',
+        'unsupported_grant_type',
+        'invalid_scope',
+        'invalid_target',
+      ]),
+      '401': oauthError(
+        'Bad client credentials sent with HTTP Basic, or none',
+        ['invalid_client'],
+        {
+          'WWW-Authenticate': header('WWW-Authenticate-Basic'),
+        },
+      ),
+      '500': oauthError('Unexpected failure', ['server_error']),
+      '503': oauthError('No valid token can be had now', ['temporarily_unavailable'], {
+        'Retry-After': header('Retry-After'),
+      }),
     },
   },
-  '/.well-known/oauth-authorization-server': {
-    get: {
-      tags: ['tokens'],
-      operationId: 'oauthMetadata',
-      summary:
-        'RFC 8414 authorization server metadata (endpoint URLs from OAUTH_ISSUER, else the origin used)',
-      responses: {
-        '200': ok('The metadata.', ref('AuthorizationServerMetadata'), NO_STORE, {
-          issuer: 'http://token-broker',
-          token_endpoint: 'http://token-broker/oauth2/token',
-          grant_types_supported: ['client_credentials'],
-          response_types_supported: [],
-          token_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post'],
-        }),
-        ...problems(GENERIC),
-      },
+  'GET /.well-known/oauth-authorization-server': {
+    tags: ['tokens'],
+    operationId: 'oauthMetadata',
+    summary:
+      'RFC 8414 authorization server metadata (endpoint URLs from OAUTH_ISSUER, else the origin used)',
+    responses: {
+      '200': ok('The metadata.', ref('AuthorizationServerMetadata'), NO_STORE, {
+        issuer: 'http://token-broker',
+        token_endpoint: 'http://token-broker/oauth2/token',
+        grant_types_supported: ['client_credentials'],
+        response_types_supported: [],
+        token_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post'],
+      }),
+      ...problems(GENERIC),
     },
   },
-  '/orders': {
-    post: {
-      tags: ['orders'],
-      operationId: 'createOrder',
-      summary: "Forward an order to the provider with the fleet's token",
-      description:
-        "The JSON body reaches the provider byte for byte; the provider's status and body come back. With an `Idempotency-Key`, a repeat with the same key and body replays the stored answer instead of creating a second order.",
-      security: BEARER,
-      parameters: [
-        CLIENT_QUERY,
-        param(
-          'Idempotency-Key',
-          'header',
-          '1-255 printable ASCII characters; a new UUID per order.',
-          { ...KEY, pattern: '^[\\x21-\\x7e](?:[\\x20-\\x7e]{0,253}[\\x21-\\x7e])?$' },
-          '5b0f6f8e-5f0a-4a53-9f4e-2c7f4a1d9b10',
-        ),
-      ],
-      requestBody: {
-        required: true,
-        content: {
-          'application/json': {
-            schema: {
-              type: 'object',
-              description: "The provider's order (SPEC.md §2), passed through.",
-            },
-            example: { amount: 1999, currency: 'EUR', reference: 'cart-1234' },
+  'POST /orders': {
+    tags: ['orders'],
+    operationId: 'createOrder',
+    summary: "Forward an order to the provider with the fleet's token",
+    description:
+      "The JSON body reaches the provider byte for byte; the provider's status and body come back. With an `Idempotency-Key`, a repeat with the same key and body replays the stored answer instead of creating a second order.",
+    security: BEARER,
+    parameters: [
+      CLIENT_QUERY,
+      param(
+        'Idempotency-Key',
+        'header',
+        '1-255 printable ASCII characters; a new UUID per order.',
+        { ...KEY, pattern: '^[\\x21-\\x7e](?:[\\x20-\\x7e]{0,253}[\\x21-\\x7e])?$' },
+        '5b0f6f8e-5f0a-4a53-9f4e-2c7f4a1d9b10',
+      ),
+    ],
+    requestBody: {
+      required: true,
+      content: {
+        'application/json': {
+          schema: {
+            type: 'object',
+            description: "The provider's order (SPEC.md §2), passed through.",
           },
+          example: { amount: 1999, currency: 'EUR', reference: 'cart-1234' },
         },
       },
-      responses: {
-        '2XX': ok(
-          "The provider's answer, passed through (201 when it created the order).",
-          ref('ProviderAnswer'),
-          { ...NO_STORE, ...REPLAYED },
-          { id: 'ord_7Hq2', status: 'created' },
-        ),
-        '4XX': ok(
-          "The provider's own refusal, passed through (not problem+json; the broker's refusals below are).",
-          ref('ProviderAnswer'),
-          { ...REQUEST_ID, ...REPLAYED },
-        ),
-        ...problems(
-          [
-            ...Object.values(OrdersErrorCode),
-            'client_required',
-            'method_not_allowed',
-            ...FORWARDING,
-          ],
-          true,
-        ),
-      },
+    },
+    responses: {
+      '2XX': ok(
+        "The provider's answer, passed through (201 when it created the order).",
+        ref('ProviderAnswer'),
+        { ...NO_STORE, ...REPLAYED },
+        { id: 'ord_7Hq2', status: 'created' },
+      ),
+      '4XX': ok(
+        "The provider's own refusal, passed through (not problem+json; the broker's refusals below are).",
+        ref('ProviderAnswer'),
+        { ...REQUEST_ID, ...REPLAYED },
+      ),
+      ...problems(
+        [...Object.values(OrdersErrorCode), 'client_required', 'method_not_allowed', ...FORWARDING],
+        true,
+      ),
     },
   },
-  [FORWARD_PATH]: Object.fromEntries(
-    ['get', 'post', 'put', 'patch', 'delete'].map((m) => [m, forwardOperation(m)]),
+  ...Object.fromEntries(
+    ['get', 'post', 'put', 'patch', 'delete'].map((m) => [
+      `${m.toUpperCase()} ${FORWARD_PATH}`,
+      forwardOperation(m),
+    ]),
   ),
-  ...OPERATOR_PATHS,
+  ...OPERATOR_OPERATIONS,
 };
 
 /** Built per call: the route keeps only its serialized form, once asked for. */
@@ -273,17 +264,24 @@ export function openApiDocument(): Json {
           'Operators: scope `admin`; on the admin port (`ADMIN_PORT`) when set, with `/metrics` and `/health/*`',
       },
     ],
-    paths: PATHS,
+    paths: paths(),
     components: components(),
   };
 }
 
+/** The operations grouped by path, each under its lower-case method. */
+function paths(): Record<string, Json> {
+  const byPath: Record<string, Json> = {};
+  for (const [route, operation] of Object.entries(OPERATIONS)) {
+    const [method, path] = route.split(' ');
+    byPath[path] = { ...byPath[path], [method.toLowerCase()]: operation };
+  }
+  return byPath;
+}
+
 export function describedRoutes(): string[] {
   // Fastify names path parameters `:id` where OpenAPI writes `{id}`.
-  return Object.entries(PATHS).flatMap(([path, item]) =>
-    Object.keys(item).map(
-      (method) =>
-        `${method.toUpperCase()} ${path === FORWARD_PATH ? FORWARD_ROUTE : path.replace(/\{(\w+)\}/g, ':$1')}`,
-    ),
+  return Object.keys(OPERATIONS).map((route) =>
+    route.replace(FORWARD_PATH, FORWARD_ROUTE).replace(/\{(\w+)\}/g, ':$1'),
   );
 }
