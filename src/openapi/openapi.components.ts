@@ -170,26 +170,17 @@ export function ok(
   return { description, headers, content: { 'application/json': { schema, example } } };
 }
 
-export const param = (
-  name: string,
-  where: string,
-  description: string,
-  schema: Json,
-  example?: unknown,
-) => ({
+export const BEARER = [{ bearer: [] }];
+
+/** A configured client id, in a path or the query. */
+export const clientParam = (name: string, where: 'path' | 'query', description: string) => ({
   name,
   in: where,
   ...(where === 'path' && { required: true }),
   description,
-  schema,
-  example,
+  schema: { type: 'string', minLength: 1 },
+  example: 'acme-prod',
 });
-
-export const BEARER = [{ bearer: [] }];
-
-/** A configured client id, in a path or the query. */
-export const clientParam = (name: string, where: 'path' | 'query', description: string) =>
-  param(name, where, description, { type: 'string', minLength: 1 }, 'acme-prod');
 
 const headerOf = (description: string, schema: Json, required = true) => ({
   description,

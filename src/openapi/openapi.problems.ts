@@ -2,7 +2,7 @@ import { ADMIN_PROBLEMS } from '../admin/admin.exception';
 import { CALLER_AUTH_PROBLEMS } from '../caller-auth/caller-auth.exception';
 import type { ProblemStatus } from '../errors/broker.exception';
 import { FORWARDING_PROBLEMS } from '../forwarding/forwarding.exception';
-import { REQUEST_PROBLEMS } from '../http/request.exception';
+import { REQUEST_PROBLEMS, RequestErrorCode } from '../http/request.exception';
 import { TOKEN_PROBLEMS } from '../token/token.exception';
 import { header, type Json, NO_STORE, ref } from './openapi.components';
 
@@ -20,7 +20,6 @@ const TABLES = {
 /** Every code a caller can be answered with, as plain strings. */
 export type Code = `${keyof typeof TABLES}`;
 const STATUSES: Readonly<Record<Code, ProblemStatus>> = TABLES;
-const titleOf = (code: Code) => STATUSES[code];
 
 /** Where the title alone does not say what a caller can do. */
 const HINTS: Partial<Record<Code, string>> = {
@@ -54,13 +53,13 @@ const HINTS: Partial<Record<Code, string>> = {
 export function problems(codes: Code[], relayed = false): Record<string, Json> {
   const byStatus = new Map<number, Code[]>();
   for (const code of codes) {
-    const { status } = titleOf(code);
+    const { status } = STATUSES[code];
     byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
   }
   const entries = [...byStatus].map(([status, group]): [string, Json] => [
     String(status),
     {
-      description: group.map((c) => `\`${c}\`: ${HINTS[c] ?? titleOf(c).title}.`).join(' '),
+      description: group.map((c) => `\`${c}\`: ${HINTS[c] ?? STATUSES[c].title}.`).join(' '),
       headers: {
         ...NO_STORE,
         ...(status === 401 && { 'WWW-Authenticate': header('WWW-Authenticate-Bearer') }),
@@ -71,7 +70,7 @@ export function problems(codes: Code[], relayed = false): Record<string, Json> {
           schema: { allOf: [ref('Problem')], properties: { code: { enum: group } } },
           example: {
             type: `urn:token-broker:problem:${group[0]}`,
-            title: titleOf(group[0]).title,
+            title: STATUSES[group[0]].title,
             status,
             detail: 'a sentence saying what is wrong and what to do',
             code: group[0],
@@ -98,13 +97,9 @@ export function oauthError(description: string, errors: string[], headers: Json 
   };
 }
 
-/** Answers any route can give before its handler runs. */
+/** Answers any route can give before its handler runs: the request's own, but a bad request. */
 export const GENERIC: Code[] = [
-  'not_found',
-  'method_not_allowed',
-  'request_timeout',
-  'payload_too_large',
-  'unsupported_media_type',
+  ...Object.values(RequestErrorCode).filter((code) => code !== RequestErrorCode.InvalidRequest),
   'internal_error',
 ];
 export const CALLER_AUTH: Code[] = ['unauthenticated', 'forbidden'];
@@ -115,13 +110,6 @@ export const UNAVAILABLE: Code[] = [
   'credentials_unavailable',
   'shutting_down',
   'caller_auth_unavailable',
-];
-export const IDEMPOTENCY: Code[] = [
-  'idempotency_key_invalid',
-  'idempotency_key_reused',
-  'idempotency_unavailable',
-  'idempotency_record_tampered',
-  'idempotency_records_exceeded',
 ];
 export const FORWARDING: Code[] = [
   'invalid_request',

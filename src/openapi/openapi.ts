@@ -7,7 +7,6 @@ import {
   type Json,
   NO_STORE,
   ok,
-  param,
   ref,
   REPLAYED,
   REQUEST_ID,
@@ -16,7 +15,6 @@ import {
   CALLER_AUTH,
   FORWARDING,
   GENERIC,
-  IDEMPOTENCY,
   NOT_FOUND,
   oauthError,
   problems,
@@ -40,45 +38,52 @@ const CLIENT_QUERY = clientParam(
   'The provider client (a configured client id). Optional when the caller may use exactly one client, or only one is configured.',
 );
 const KEY = { type: 'string', minLength: 1, maxLength: 255 };
+/** The orders' idempotency codes, which the passthrough answers too. */
+const IDEMPOTENCY = Object.values(OrdersErrorCode).filter((code) =>
+  code.startsWith('idempotency_'),
+);
 
 /** Fastify registers it as `/provider/*`. */
 const FORWARD_PATH = '/provider/{client}/{providerPath}';
 const FORWARD_ROUTE = '/provider/*';
+const FORWARD_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'];
 
 /** HEAD is described by GET. */
 function forwardOperation(method: string): Json {
   return {
     tags: ['passthrough'],
-    operationId: `forward${method[0].toUpperCase()}${method.slice(1)}`,
-    summary: `Forward a ${method.toUpperCase()} to the provider with the fleet's token`,
+    operationId: `forward${method[0]}${method.slice(1).toLowerCase()}`,
+    summary: `Forward a ${method} to the provider with the fleet's token`,
     description:
       "Sent to `{base_url}/{providerPath}?{query}` with the provider's headers and the client's bearer token; the provider's status, safe headers and body come back (streamed). Allowed only where the client's allow-list (`clients[].forward.allow`) lets the method and path pass; `..`, encoded slashes, `//` and the like are refused, never normalised. Requires scope `forward`. On POST, PUT, PATCH and DELETE an `Idempotency-Key` replays the stored answer to a repeat (keys are scoped by method and path). Rate limited per client and per caller (429 `forward_rate_limited`). A provider 429 is passed back with its `Retry-After`.",
     security: BEARER,
     parameters: [
       clientParam('client', 'path', 'The provider client (a configured client id).'),
-      param(
-        'providerPath',
-        'path',
-        'The provider path below `{base_url}`, slashes included (e.g. `api/marketing/v1/offers`); the query string is passed on as is.',
-        { type: 'string', minLength: 1 },
-        'api/marketing/v1/offers',
-      ),
-      param(
-        'Idempotency-Key',
-        'header',
-        'POST, PUT, PATCH, DELETE: 1-255 printable ASCII characters; a new UUID per request.',
-        KEY,
-      ),
+      {
+        name: 'providerPath',
+        in: 'path',
+        required: true,
+        description:
+          'The provider path below `{base_url}`, slashes included (e.g. `api/marketing/v1/offers`); the query string is passed on as is.',
+        schema: { type: 'string', minLength: 1 },
+        example: 'api/marketing/v1/offers',
+      },
+      {
+        name: 'Idempotency-Key',
+        in: 'header',
+        description:
+          'POST, PUT, PATCH, DELETE: 1-255 printable ASCII characters; a new UUID per request.',
+        schema: KEY,
+      },
     ],
-    ...(method !== 'get' &&
-      method !== 'delete' && {
-        requestBody: {
-          required: false,
-          description:
-            'Any media type, passed through byte for byte (up to FORWARD_BODY_LIMIT_BYTES).',
-          content: { '*/*': { schema: {} } },
-        },
-      }),
+    ...(['POST', 'PUT', 'PATCH'].includes(method) && {
+      requestBody: {
+        required: false,
+        description:
+          'Any media type, passed through byte for byte (up to FORWARD_BODY_LIMIT_BYTES).',
+        content: { '*/*': { schema: {} } },
+      },
+    }),
     responses: {
       default: {
         description:
@@ -100,13 +105,14 @@ const OPERATIONS: Record<string, Json> = {
     security: BEARER,
     parameters: [
       CLIENT_QUERY,
-      param(
-        'min_ttl',
-        'query',
-        'Seconds the token must stay valid at least, up to `TOKEN_REFRESH_AHEAD_SECONDS` (tokens are replaced that long before they expire); more is a 400.',
-        { type: 'integer', minimum: 0 },
-        60,
-      ),
+      {
+        name: 'min_ttl',
+        in: 'query',
+        description:
+          'Seconds the token must stay valid at least, up to `TOKEN_REFRESH_AHEAD_SECONDS` (tokens are replaced that long before they expire); more is a 400.',
+        schema: { type: 'integer', minimum: 0 },
+        example: 60,
+      },
     ],
     responses: {
       '200': ok(
@@ -160,9 +166,7 @@ const OPERATIONS: Record<string, Json> = {
       '401': oauthError(
         'Bad client credentials sent with HTTP Basic, or none',
         ['invalid_client'],
-        {
-          'WWW-Authenticate': header('WWW-Authenticate-Basic'),
-        },
+        { 'WWW-Authenticate': header('WWW-Authenticate-Basic') },
       ),
       '500': oauthError('Unexpected failure', ['server_error']),
       '503': oauthError('No valid token can be had now', ['temporarily_unavailable'], {
@@ -195,13 +199,13 @@ const OPERATIONS: Record<string, Json> = {
     security: BEARER,
     parameters: [
       CLIENT_QUERY,
-      param(
-        'Idempotency-Key',
-        'header',
-        '1-255 printable ASCII characters; a new UUID per order.',
-        { ...KEY, pattern: '^[\\x21-\\x7e](?:[\\x20-\\x7e]{0,253}[\\x21-\\x7e])?$' },
-        '5b0f6f8e-5f0a-4a53-9f4e-2c7f4a1d9b10',
-      ),
+      {
+        name: 'Idempotency-Key',
+        in: 'header',
+        description: '1-255 printable ASCII characters; a new UUID per order.',
+        schema: { ...KEY, pattern: '^[\\x21-\\x7e](?:[\\x20-\\x7e]{0,253}[\\x21-\\x7e])?$' },
+        example: '5b0f6f8e-5f0a-4a53-9f4e-2c7f4a1d9b10',
+      },
     ],
     requestBody: {
       required: true,
@@ -233,12 +237,7 @@ const OPERATIONS: Record<string, Json> = {
       ),
     },
   },
-  ...Object.fromEntries(
-    ['get', 'post', 'put', 'patch', 'delete'].map((m) => [
-      `${m.toUpperCase()} ${FORWARD_PATH}`,
-      forwardOperation(m),
-    ]),
-  ),
+  ...Object.fromEntries(FORWARD_METHODS.map((m) => [`${m} ${FORWARD_PATH}`, forwardOperation(m)])),
   ...OPERATOR_OPERATIONS,
 };
 
