@@ -160,6 +160,7 @@ export const header = (name: string) => ({ $ref: `#/components/headers/${name}` 
 export const REQUEST_ID = { 'X-Request-Id': header('X-Request-Id') };
 export const NO_STORE = { ...REQUEST_ID, 'Cache-Control': header('Cache-Control-No-Store') };
 export const REPLAYED = { 'Idempotent-Replayed': header('Idempotent-Replayed') };
+export const RETRY_AFTER = { 'Retry-After': header('Retry-After') };
 
 export function ok(
   description: string,
@@ -188,6 +189,8 @@ const headerOf = (description: string, schema: Json, required = true) => ({
   schema,
 });
 
+const matching = (pattern: string) => ({ type: 'string', pattern });
+
 const SECURITY_SCHEMES = {
   bearer: {
     type: 'http',
@@ -210,21 +213,15 @@ const HEADERS = {
   'Cache-Control-No-Store': headerOf('Never cache: tokens and errors are of the moment.', {
     const: 'no-store',
   }),
-  'Cache-Control-Max-Age': headerOf('May be cached briefly.', {
-    type: 'string',
-    pattern: '^max-age=\\d+$',
-  }),
+  'Cache-Control-Max-Age': headerOf('May be cached briefly.', matching('^max-age=\\d+$')),
   Pragma: headerOf('RFC 6749 §5.1.', { const: 'no-cache' }),
-  'Retry-After': headerOf('Seconds to wait before trying again.', {
-    type: 'string',
-    pattern: '^\\d+$',
-  }),
+  'Retry-After': headerOf('Seconds to wait before trying again.', matching('^\\d+$')),
   'WWW-Authenticate-Bearer': headerOf('The scheme to authenticate with.', {
     const: 'Bearer realm="token-broker"',
   }),
   'WWW-Authenticate-Basic': headerOf(
     'HTTP Basic, as RFC 6749 §5.2 requires after a failed Basic authentication.',
-    { type: 'string', pattern: '^Basic realm="token-broker"' },
+    matching('^Basic realm="token-broker"'),
   ),
   'Idempotent-Replayed': headerOf(
     '`true` when this is the stored answer of an earlier request with the same key.',

@@ -4,7 +4,7 @@ import type { ProblemStatus } from '../errors/broker.exception';
 import { FORWARDING_PROBLEMS } from '../forwarding/forwarding.exception';
 import { REQUEST_PROBLEMS, RequestErrorCode } from '../http/request.exception';
 import { TOKEN_PROBLEMS } from '../token/token.exception';
-import { header, type Json, NO_STORE, ref } from './openapi.components';
+import { header, type Json, NO_STORE, ref, RETRY_AFTER } from './openapi.components';
 
 // The document reads each domain's own table, the one its exceptions carry: it cannot drift
 // from what the problem writer answers, and no code is documented at a status it is not sent with.
@@ -63,7 +63,7 @@ export function problems(codes: Code[], relayed = false): Record<string, Json> {
       headers: {
         ...NO_STORE,
         ...(status === 401 && { 'WWW-Authenticate': header('WWW-Authenticate-Bearer') }),
-        ...([409, 429, 503].includes(status) && { 'Retry-After': header('Retry-After') }),
+        ...([409, 429, 503].includes(status) && RETRY_AFTER),
       },
       content: {
         'application/problem+json': {

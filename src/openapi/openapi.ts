@@ -10,6 +10,7 @@ import {
   ref,
   REPLAYED,
   REQUEST_ID,
+  RETRY_AFTER,
 } from './openapi.components';
 import {
   CALLER_AUTH,
@@ -169,9 +170,7 @@ const OPERATIONS: Record<string, Json> = {
         { 'WWW-Authenticate': header('WWW-Authenticate-Basic') },
       ),
       '500': oauthError('Unexpected failure', ['server_error']),
-      '503': oauthError('No valid token can be had now', ['temporarily_unavailable'], {
-        'Retry-After': header('Retry-After'),
-      }),
+      '503': oauthError('No valid token can be had now', ['temporarily_unavailable'], RETRY_AFTER),
     },
   },
   'GET /.well-known/oauth-authorization-server': {
