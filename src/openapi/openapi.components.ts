@@ -8,150 +8,128 @@ const dateTime = z.string().meta({ format: 'date-time' });
 const fingerprint = z.string().regex(/^[0-9a-f]{16}$/);
 const count = z.int().min(0);
 const names = z.array(z.string());
-
-const TokenResponse = z.looseObject({
-  access_token: z.string().min(1),
-  token_type: z.literal('Bearer'),
-  expires_in: count.describe('Remaining lifetime, seconds.'),
-  expires_at: dateTime.optional(),
-});
-
-const Problem = z
-  .looseObject({
-    type: z.string().regex(/^urn:token-broker:problem:/),
-    title: z.string(),
-    status: z.int().min(400).max(599),
-    detail: z.string(),
-    code: z.string(),
-    requestId: z.string().optional(),
-  })
-  .describe('RFC 9457 problem details with a stable `code`.');
-
-const OAuthTokenRequest = z.looseObject({
-  grant_type: z.literal('client_credentials'),
-  resource: z.string().describe('RFC 8707: the provider client id.').optional(),
-  audience: z.string().optional(),
-  scope: z.string().describe('One provider client id.').optional(),
-  client_id: z.string().optional(),
-  client_secret: z.string().optional(),
-  client_assertion_type: z
-    .literal('urn:ietf:params:oauth:client-assertion-type:jwt-bearer')
-    .optional(),
-  client_assertion: z.string().optional(),
-});
-
-const OAuthError = z.looseObject({ error: z.string(), error_description: z.string().optional() });
-
-const AuthorizationServerMetadata = z.looseObject({
-  issuer: z.string(),
-  token_endpoint: z.string(),
-  grant_types_supported: z.array(z.literal('client_credentials')),
-  response_types_supported: z.array(z.string()).max(0).optional(),
-  token_endpoint_auth_methods_supported: z.array(
-    z.enum(['client_secret_basic', 'client_secret_post', 'private_key_jwt']),
-  ),
-  token_endpoint_auth_signing_alg_values_supported: names.optional(),
-});
-
-const ProviderAnswer = z.unknown().describe("The provider's JSON, passed through unchanged.");
-
-const AdminStatus = z.looseObject({
-  store: z.looseObject({
-    kind: z.enum(['redis', 'memory']),
-    mode: z.enum(['standalone', 'sentinel', 'cluster']).optional(),
-    nodes: names.optional(),
-    state: z.enum(['up', 'down', 'misconfigured']),
-  }),
-  clients: z.array(
-    z.looseObject({
-      client: z.string(),
-      tokenRequest: z
-        .looseObject({
-          grant: z.enum(TOKEN_GRANTS),
-          auth: z.enum(CLIENT_AUTH_METHODS),
-        })
-        .describe(
-          "How the client asks for its token: the provider's dialect (`provider-query`) or a standard RFC 6749 request, and its client authentication (`clients[].tokenRequest`)",
-        ),
-      fingerprint: fingerprint.optional(),
-      expiresAt: dateTime.optional(),
-      obtainedAt: dateTime.optional(),
-      generation: count,
-      lastRefresh: z
-        .looseObject({
-          at: dateTime.optional(),
-          outcome: z.enum(['fetched', 'adopted', 'failed']).optional(),
-        })
-        .optional(),
-      lastError: z.string().optional(),
-      refreshing: z.boolean(),
-      lock: z.looseObject({
-        held: z.boolean().optional(),
-        holder: z.string().optional(),
-        ttlMs: z.int().optional(),
-        error: z.string().optional(),
-      }),
-    }),
-  ),
-});
-
-const AdminRefresh = z.looseObject({
-  client: z.string(),
-  fingerprint,
-  expiresAt: dateTime.optional(),
-  providerRequest: z.boolean(),
-  written: z.boolean(),
-});
-
-const AdminRevoke = z.looseObject({
-  client: z.string(),
-  generation: z.int().min(1),
-  revokedFingerprint: fingerprint.optional(),
-  replicas: z.looseObject({ notified: count, acknowledged: count }),
-});
-
-const AdminReload = z.looseObject({
-  replicas: z
-    .looseObject({ notified: count.optional(), error: z.string().optional() })
-    .describe(
-      'How many replicas the reload request reached through Redis (this one included), or why none could be asked.',
-    ),
-  credentials: z.looseObject({
-    changed: names.optional(),
-    firstRead: names
-      .describe(
-        "Read for the first time on this replica (it had only adopted the fleet's tokens): nothing to compare with.",
-      )
-      .optional(),
-    failed: names.optional(),
-  }),
-  callers: z.looseObject({
-    added: names.optional(),
-    removed: names.optional(),
-    error: z.string().optional(),
-  }),
-});
-
 const report = z.looseObject({}).optional();
-const HealthReport = z.looseObject({
-  status: z.enum(['ok', 'error', 'shutting_down']),
-  info: report,
-  error: report,
-  details: report,
-});
 
 const SCHEMAS = {
-  TokenResponse,
-  Problem,
-  OAuthTokenRequest,
-  OAuthError,
-  AuthorizationServerMetadata,
-  ProviderAnswer,
-  AdminStatus,
-  AdminRefresh,
-  AdminRevoke,
-  AdminReload,
-  HealthReport,
+  TokenResponse: z.looseObject({
+    access_token: z.string().min(1),
+    token_type: z.literal('Bearer'),
+    expires_in: count.describe('Remaining lifetime, seconds.'),
+    expires_at: dateTime.optional(),
+  }),
+  Problem: z
+    .looseObject({
+      type: z.string().regex(/^urn:token-broker:problem:/),
+      title: z.string(),
+      status: z.int().min(400).max(599),
+      detail: z.string(),
+      code: z.string(),
+      requestId: z.string().optional(),
+    })
+    .describe('RFC 9457 problem details with a stable `code`.'),
+  OAuthTokenRequest: z.looseObject({
+    grant_type: z.literal('client_credentials'),
+    resource: z.string().describe('RFC 8707: the provider client id.').optional(),
+    audience: z.string().optional(),
+    scope: z.string().describe('One provider client id.').optional(),
+    client_id: z.string().optional(),
+    client_secret: z.string().optional(),
+    client_assertion_type: z
+      .literal('urn:ietf:params:oauth:client-assertion-type:jwt-bearer')
+      .optional(),
+    client_assertion: z.string().optional(),
+  }),
+  OAuthError: z.looseObject({ error: z.string(), error_description: z.string().optional() }),
+  AuthorizationServerMetadata: z.looseObject({
+    issuer: z.string(),
+    token_endpoint: z.string(),
+    grant_types_supported: z.array(z.literal('client_credentials')),
+    response_types_supported: z.array(z.string()).max(0).optional(),
+    token_endpoint_auth_methods_supported: z.array(
+      z.enum(['client_secret_basic', 'client_secret_post', 'private_key_jwt']),
+    ),
+    token_endpoint_auth_signing_alg_values_supported: names.optional(),
+  }),
+  ProviderAnswer: z.unknown().describe("The provider's JSON, passed through unchanged."),
+  AdminStatus: z.looseObject({
+    store: z.looseObject({
+      kind: z.enum(['redis', 'memory']),
+      mode: z.enum(['standalone', 'sentinel', 'cluster']).optional(),
+      nodes: names.optional(),
+      state: z.enum(['up', 'down', 'misconfigured']),
+    }),
+    clients: z.array(
+      z.looseObject({
+        client: z.string(),
+        tokenRequest: z
+          .looseObject({
+            grant: z.enum(TOKEN_GRANTS),
+            auth: z.enum(CLIENT_AUTH_METHODS),
+          })
+          .describe(
+            "How the client asks for its token: the provider's dialect (`provider-query`) or a standard RFC 6749 request, and its client authentication (`clients[].tokenRequest`)",
+          ),
+        fingerprint: fingerprint.optional(),
+        expiresAt: dateTime.optional(),
+        obtainedAt: dateTime.optional(),
+        generation: count,
+        lastRefresh: z
+          .looseObject({
+            at: dateTime.optional(),
+            outcome: z.enum(['fetched', 'adopted', 'failed']).optional(),
+          })
+          .optional(),
+        lastError: z.string().optional(),
+        refreshing: z.boolean(),
+        lock: z.looseObject({
+          held: z.boolean().optional(),
+          holder: z.string().optional(),
+          ttlMs: z.int().optional(),
+          error: z.string().optional(),
+        }),
+      }),
+    ),
+  }),
+  AdminRefresh: z.looseObject({
+    client: z.string(),
+    fingerprint,
+    expiresAt: dateTime.optional(),
+    providerRequest: z.boolean(),
+    written: z.boolean(),
+  }),
+  AdminRevoke: z.looseObject({
+    client: z.string(),
+    generation: z.int().min(1),
+    revokedFingerprint: fingerprint.optional(),
+    replicas: z.looseObject({ notified: count, acknowledged: count }),
+  }),
+  AdminReload: z.looseObject({
+    replicas: z
+      .looseObject({ notified: count.optional(), error: z.string().optional() })
+      .describe(
+        'How many replicas the reload request reached through Redis (this one included), or why none could be asked.',
+      ),
+    credentials: z.looseObject({
+      changed: names.optional(),
+      firstRead: names
+        .describe(
+          "Read for the first time on this replica (it had only adopted the fleet's tokens): nothing to compare with.",
+        )
+        .optional(),
+      failed: names.optional(),
+    }),
+    callers: z.looseObject({
+      added: names.optional(),
+      removed: names.optional(),
+      error: z.string().optional(),
+    }),
+  }),
+  HealthReport: z.looseObject({
+    status: z.enum(['ok', 'error', 'shutting_down']),
+    info: report,
+    error: report,
+    details: report,
+  }),
 };
 
 export type SchemaName = keyof typeof SCHEMAS;
