@@ -3,7 +3,7 @@ import { credentialsSourceSchema } from './client.schema';
 import { commaList, flag, millis } from './schema-parts';
 
 /** The Redis topologies the broker speaks, each through ioredis's own support. */
-const REDIS_MODES = ['standalone', 'sentinel', 'cluster'] as const;
+export const REDIS_MODES = ['standalone', 'sentinel', 'cluster'] as const;
 export type RedisMode = (typeof REDIS_MODES)[number];
 
 /** `host:port`, with an IPv6 host in brackets (`[::1]:6379`). */

@@ -1,4 +1,5 @@
 import { CLIENT_AUTH_METHODS, TOKEN_GRANTS } from '../config/client.schema';
+import { REDIS_MODES } from '../config/redis.schema';
 import { z } from 'zod';
 
 // Objects are loose: a field added to an answer is not a breaking change.
@@ -54,7 +55,7 @@ const SCHEMAS = {
   AdminStatus: z.looseObject({
     store: z.looseObject({
       kind: z.enum(['redis', 'memory']),
-      mode: z.enum(['standalone', 'sentinel', 'cluster']).optional(),
+      mode: z.enum(REDIS_MODES).optional(),
       nodes: names.optional(),
       state: z.enum(['up', 'down', 'misconfigured']),
     }),
