@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CLIENT_ID_PATTERN, credentialsSourceSchema } from './client.schema';
-import { flag, httpUrl, issueAt, seconds } from './schema-parts';
+import { flag, httpUrl, int, issuesOf } from './schema-parts';
 
 /** Client ids a caller may use; `"*"` grants every configured client. */
 const clientGrantSchema = z
@@ -55,7 +55,7 @@ export const apiKeyGrantListSchema = z.array(apiKeyGrantSchema).superRefine((key
   const seen = new Set<string>();
   keys.forEach((k, i) => {
     if (seen.has(k.sha256)) {
-      issueAt(ctx, [i, 'sha256'], 'the same key is listed twice');
+      issuesOf(ctx)([i, 'sha256'], 'the same key is listed twice');
     }
     seen.add(k.sha256);
   });
@@ -128,23 +128,23 @@ const kubernetesCallerAuthSchema = z
         z.record(z.string(), subjectGrantSchema).superRefine((subjects, ctx) => {
           for (const subject of Object.keys(subjects)) {
             if (!SERVICE_ACCOUNT_SUBJECT.test(subject)) {
-              issueAt(ctx, [subject], 'must be system:serviceaccount:<namespace>:<name>');
+              issuesOf(ctx)([subject], 'must be system:serviceaccount:<namespace>:<name>');
             }
           }
         }),
       )
       .default({}),
     /** Verified tokens are cached by their SHA-256 until they expire; at most this many. @default 10000 */
-    cacheSize: z.coerce.number().int().min(1).max(1_000_000).default(10_000),
+    cacheSize: int(1, 1_000_000).default(10_000),
     /** Leeway for `exp`/`nbf` against clock skew. @default 5 */
-    clockToleranceSeconds: seconds(0, 300).default(5),
+    clockToleranceSeconds: int(0, 300).default(5),
     /**
      * Longest lifetime (`exp` - `iat`) of a token accepted; tokens without `iat` are refused.
      * A verified token is trusted until it expires, so a year-long token (a legacy Secret
      * token, or a stolen one) must not be. Projected volumes ask for an hour by default.
      * @default 172800 (48 h)
      */
-    maxTokenLifetimeSeconds: seconds(60, 31_536_000).default(172_800),
+    maxTokenLifetimeSeconds: int(60, 31_536_000).default(172_800),
   })
   .strict();
 
@@ -183,7 +183,7 @@ export const callerAuthSettingsSchema = z
     /** Mode `api-key`: a secret (or file) holding the same JSON list; merged with `apiKeys`. */
     apiKeysSource: credentialsSourceSchema.optional(),
     /** Re-read `apiKeysSource` this often so grants and revocations need no restart; 0 turns it off. @default 300 */
-    apiKeysReloadSeconds: seconds(0, 86_400).default(300),
+    apiKeysReloadSeconds: int(0, 86_400).default(300),
     kubernetes: kubernetesCallerAuthSchema.prefault({}),
   })
   .strict();

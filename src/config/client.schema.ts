@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { commaList, exactHttpUrl, httpUrl } from './schema-parts';
+import { commaList, exactHttpUrl, httpUrl, int, issuesOf } from './schema-parts';
 
 export const CLIENT_ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
@@ -40,23 +40,22 @@ const clientCredentialsSourceSchema = z
   })
   .strict()
   .superRefine((c, ctx) => {
-    const issue = (path: string, message: string) =>
-      ctx.addIssue({ code: 'custom', path: [path], message });
+    const issue = issuesOf(ctx);
     const kinds = [c.secretId, c.file, c.privateKeyFile].filter((v) => v !== undefined).length;
     if (kinds !== 1 && c.privateKeyFile !== undefined) {
       issue(
-        'privateKeyFile',
+        ['privateKeyFile'],
         'key files replace the JSON: set privateKeyFile, secretId or file, one only',
       );
     } else if (kinds !== 1) {
-      ctx.addIssue({ code: 'custom', path: [], message: 'set exactly one of secretId or file' });
+      issue([], 'set exactly one of secretId or file');
     }
     if (c.privateKeyFile !== undefined && c.clientId === undefined) {
-      issue('clientId', 'required with privateKeyFile: the key files do not hold the client id');
+      issue(['clientId'], 'required with privateKeyFile: the key files do not hold the client id');
     }
     for (const field of ['clientId', 'certificateFile'] as const) {
       if (c[field] !== undefined && c.privateKeyFile === undefined) {
-        issue(field, 'only with privateKeyFile; a secretId or file holds the client id and keys');
+        issue([field], 'only with privateKeyFile; a secretId or file holds the client id and keys');
       }
     }
   });
@@ -158,7 +157,7 @@ export const assertionSettingsSchema = z
     /** `kid` header, when the server holds several keys for the client. @default the JWK's own `kid`, if any */
     kid: z.string().min(1).max(256).optional(),
     /** Assertion lifetime. @default 60 */
-    lifetimeSeconds: z.coerce.number().int().min(5).max(300).default(60),
+    lifetimeSeconds: int(5, 300).default(60),
   })
   .strict();
 
@@ -232,8 +231,7 @@ const tokenRequestSchema = z
   })
   .strict()
   .superRefine((r, ctx) => {
-    const issue = (path: string[], message: string) =>
-      ctx.addIssue({ code: 'custom', path, message });
+    const issue = issuesOf(ctx);
     if (r.grant === 'provider-query') {
       for (const field of ['url', 'scope', 'audience', 'resource', 'params', 'headers'] as const) {
         if (r[field] !== undefined) {

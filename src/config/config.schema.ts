@@ -10,7 +10,7 @@ import {
   tokenSettingsSchema,
 } from './provider.schema';
 import { redisConfigured, redisSettingsSchema } from './redis.schema';
-import { issueAt } from './schema-parts';
+import { type Issue, issuesOf } from './schema-parts';
 
 /**
  * Shape and defaults only: the loader feeds it from the environment and an optional file. Secret
@@ -54,25 +54,19 @@ const brokerConfigFields = z
   .strict();
 
 export const brokerConfigSchema = brokerConfigFields
-  .superRefine((cfg, ctx) => refineSecurity(cfg, ctx))
+  .superRefine((cfg, ctx) => refineSecurity(cfg, issuesOf(ctx)))
   .superRefine((cfg, ctx) => {
+    const issue = issuesOf(ctx);
     const seen = new Set<string>();
     cfg.clients.forEach((c, i) => {
-      if (seen.has(c.id)) {
-        issueAt(ctx, ['clients', i, 'id'], 'duplicate client id');
-      }
+      if (seen.has(c.id)) issue(['clients', i, 'id'], 'duplicate client id');
       seen.add(c.id);
     });
     if (cfg.token.refreshAheadSeconds >= cfg.token.defaultLifetimeSeconds) {
-      issueAt(
-        ctx,
-        ['token', 'refreshAheadSeconds'],
-        'must be shorter than token.defaultLifetimeSeconds',
-      );
+      issue(['token', 'refreshAheadSeconds'], 'must be shorter than token.defaultLifetimeSeconds');
     }
     if (cfg.token.minRefreshIntervalMs + 1000 > cfg.token.defaultLifetimeSeconds * 1000) {
-      issueAt(
-        ctx,
+      issue(
         ['token', 'minRefreshIntervalMs'],
         'must be at least 1 s shorter than token.defaultLifetimeSeconds: tokens of that lifetime could not be served between two refreshes',
       );
@@ -103,12 +97,8 @@ function isLoopbackHost(host: string): boolean {
 /** What the security checks read. */
 type ParsedFields = z.output<typeof brokerConfigFields>;
 
-/** Reports a custom issue at a config path. */
-type AddIssue = (path: (string | number)[], message: string) => void;
-
 /** Cross-field checks of caller authentication and cache encryption. */
-function refineSecurity(cfg: ParsedFields, ctx: z.RefinementCtx): void {
-  const issue: AddIssue = (path, message) => ctx.addIssue({ code: 'custom', path, message });
+function refineSecurity(cfg: ParsedFields, issue: Issue): void {
   const production = !isDevelopmentEnv(cfg.nodeEnv);
   const auth = cfg.callerAuth;
   switch (auth.mode) {
@@ -127,7 +117,7 @@ function refineSecurity(cfg: ParsedFields, ctx: z.RefinementCtx): void {
 }
 
 /** Mode `none`: development only, on loopback, and turned off explicitly. */
-function checkNoCallerAuth(cfg: ParsedFields, production: boolean, issue: AddIssue): void {
+function checkNoCallerAuth(cfg: ParsedFields, production: boolean, issue: Issue): void {
   if (production) {
     issue(
       ['callerAuth', 'mode'],
@@ -152,7 +142,7 @@ function checkNoCallerAuth(cfg: ParsedFields, production: boolean, issue: AddIss
 }
 
 /** Mode `api-key`: the keys are listed or come from a secret. */
-function checkApiKeyCallerAuth(auth: CallerAuthSettings, issue: AddIssue): void {
+function checkApiKeyCallerAuth(auth: CallerAuthSettings, issue: Issue): void {
   if (auth.apiKeys === undefined && auth.apiKeysSource === undefined) {
     issue(
       ['callerAuth', 'apiKeysSource'],
@@ -162,12 +152,11 @@ function checkApiKeyCallerAuth(auth: CallerAuthSettings, issue: AddIssue): void 
 }
 
 /** Mode `kubernetes`: where to check tokens, and at least one service account granted. */
-function checkKubernetesCallerAuth(auth: CallerAuthSettings, issue: AddIssue): void {
-  if (auth.kubernetes.jwksUrl === undefined) {
-    issue(['callerAuth', 'kubernetes', 'jwksUrl'], 'required in mode "kubernetes"');
-  }
-  if (auth.kubernetes.issuer === undefined) {
-    issue(['callerAuth', 'kubernetes', 'issuer'], 'required in mode "kubernetes"');
+function checkKubernetesCallerAuth(auth: CallerAuthSettings, issue: Issue): void {
+  for (const field of ['jwksUrl', 'issuer'] as const) {
+    if (auth.kubernetes[field] === undefined) {
+      issue(['callerAuth', 'kubernetes', field], 'required in mode "kubernetes"');
+    }
   }
   if (Object.keys(auth.kubernetes.subjects).length === 0) {
     issue(
@@ -178,7 +167,7 @@ function checkKubernetesCallerAuth(auth: CallerAuthSettings, issue: AddIssue): v
 }
 
 /** Every caller's grant names configured clients. */
-function checkGrants(cfg: ParsedFields, issue: AddIssue): void {
+function checkGrants(cfg: ParsedFields, issue: Issue): void {
   const auth = cfg.callerAuth;
   // A grant naming an unconfigured client is a typo that would surface as a puzzling 403.
   const ids = new Set(cfg.clients.map((c) => c.id));
@@ -192,7 +181,7 @@ function checkGrants(cfg: ParsedFields, issue: AddIssue): void {
   }
 }
 
-function checkCacheEncryption(cfg: ParsedFields, production: boolean, issue: AddIssue): void {
+function checkCacheEncryption(cfg: ParsedFields, production: boolean, issue: Issue): void {
   if (production && redisConfigured(cfg.redis) && cfg.cacheEncryption.key === undefined) {
     issue(
       ['cacheEncryption', 'key'],

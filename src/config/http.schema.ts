@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { flag, httpUrl, millis, seconds } from './schema-parts';
+import { flag, httpUrl, int, issuesOf } from './schema-parts';
 
 /**
  * The admin listener's port: `adminPort`, else the deprecated `metricsPort`; `undefined` when
@@ -15,7 +15,7 @@ export function adminPortOf(http: {
 export const httpSettingsSchema = z
   .object({
     /** @default 8080 */
-    port: z.coerce.number().int().min(0).max(65_535).default(8080),
+    port: int(0, 65_535).default(8080),
     /** @default '0.0.0.0' */
     host: z.string().min(1).default('0.0.0.0'),
     /**
@@ -23,13 +23,13 @@ export const httpSettingsSchema = z
      * with `Connection: close`) before it stops accepting connections: the time the endpoints
      * controller and kube-proxy need to stop sending it traffic. @default 0
      */
-    shutdownDrainDelayMs: millis(0, 120_000).default(0),
+    shutdownDrainDelayMs: int(0, 120_000).default(0),
     /** Grace period for in-flight requests once the listener stops. @default 10000 */
-    shutdownGraceMs: millis(0, 300_000).default(10_000),
+    shutdownGraceMs: int(0, 300_000).default(10_000),
     /** Most time to receive a request's line and headers (slowloris): then 408 and close. @default 10000 */
-    headersTimeoutMs: millis(500, 120_000).default(10_000),
+    headersTimeoutMs: int(500, 120_000).default(10_000),
     /** Most time to receive a whole request, body included: then 408 and close. @default 30000 */
-    requestTimeoutMs: millis(500, 300_000).default(30_000),
+    requestTimeoutMs: int(500, 300_000).default(30_000),
     /**
      * The admin listener: `/metrics`, `/health/*` and `/admin/*` on their own port, so that a
      * NetworkPolicy admits Prometheus, the kubelet and operators there and keeps callers out.
@@ -37,14 +37,14 @@ export const httpSettingsSchema = z
      * `docker run` and probes written for one port keep working). Unset: one listener serves
      * everything (local development, the sandbox).
      */
-    adminPort: z.coerce.number().int().min(1).max(65_535).optional(),
+    adminPort: int(1, 65_535).optional(),
     /**
      * Deprecated alias of {@link adminPort} (`METRICS_PORT`, which served `/metrics` alone):
      * taken as the admin port when `adminPort` is unset, with a warning at start-up.
      */
-    metricsPort: z.coerce.number().int().min(1).max(65_535).optional(),
+    metricsPort: int(1, 65_535).optional(),
     /** How long an idle keep-alive connection stays open. @default 5000 */
-    keepAliveTimeoutMs: millis(100, 600_000).default(5000),
+    keepAliveTimeoutMs: int(100, 600_000).default(5000),
     /**
      * The broker's OAuth issuer (`OAUTH_ISSUER`): the origin callers reach it at, e.g.
      * `https://token-broker.shop.svc`, from which the RFC 8414 metadata builds its URLs. Set it
@@ -56,27 +56,26 @@ export const httpSettingsSchema = z
       .optional(),
   })
   .strict()
-  .refine((h) => h.metricsPort === undefined || h.metricsPort !== h.port, {
-    message: 'metricsPort (METRICS_PORT) must differ from port (PORT)',
-    path: ['metricsPort'],
-  })
-  .refine((h) => h.adminPort === undefined || h.adminPort !== h.port, {
-    message: 'adminPort (ADMIN_PORT) must differ from port (PORT)',
-    path: ['adminPort'],
-  })
-  .refine(
-    (h) =>
-      h.adminPort === undefined || h.metricsPort === undefined || h.adminPort === h.metricsPort,
-    {
-      message:
+  .superRefine((h, ctx) => {
+    const issue = issuesOf(ctx);
+    if (h.metricsPort === h.port) {
+      issue(['metricsPort'], 'metricsPort (METRICS_PORT) must differ from port (PORT)');
+    }
+    if (h.adminPort === h.port) {
+      issue(['adminPort'], 'adminPort (ADMIN_PORT) must differ from port (PORT)');
+    }
+    if (h.adminPort !== undefined && h.metricsPort !== undefined && h.adminPort !== h.metricsPort) {
+      issue(
+        ['metricsPort'],
         'metricsPort (METRICS_PORT) is the deprecated name of adminPort (ADMIN_PORT): set ADMIN_PORT only',
-      path: ['metricsPort'],
-    },
-  )
-  .refine((h) => h.headersTimeoutMs <= h.requestTimeoutMs, {
-    message:
-      'headersTimeoutMs (HTTP_HEADERS_TIMEOUT_MS) must not exceed requestTimeoutMs (HTTP_REQUEST_TIMEOUT_MS)',
-    path: ['headersTimeoutMs'],
+      );
+    }
+    if (h.headersTimeoutMs > h.requestTimeoutMs) {
+      issue(
+        ['headersTimeoutMs'],
+        'headersTimeoutMs (HTTP_HEADERS_TIMEOUT_MS) must not exceed requestTimeoutMs (HTTP_REQUEST_TIMEOUT_MS)',
+      );
+    }
   });
 
 export const logSettingsSchema = z
@@ -96,13 +95,13 @@ export const auditSettingsSchema = z
      * Issued tokens are written as one line per caller, client and token fingerprint per this
      * many seconds, with the count, the first and last time and a few request ids. @default 10
      */
-    intervalSeconds: seconds(1, 3600).default(10),
+    intervalSeconds: int(1, 3600).default(10),
     /** One line per token handed out (with its request id) instead of one per interval. @default false */
     perRequest: flag.default(false),
     /**
      * Refusals (401, 403, 404, bad input) are one line each, at most this many a second; the
      * rest are counted in a later `token refusals suppressed` line. @default 100
      */
-    refusalsPerSecond: z.coerce.number().int().min(1).max(1_000_000).default(100),
+    refusalsPerSecond: int(1, 1_000_000).default(100),
   })
   .strict();

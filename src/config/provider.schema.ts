@@ -1,42 +1,42 @@
 import { z } from 'zod';
-import { millis, seconds } from './schema-parts';
+import { int } from './schema-parts';
 
 export const tokenSettingsSchema = z
   .object({
     /** Start refreshing this long before expiry. @default 300 */
-    refreshAheadSeconds: seconds(1, 86_400).default(300),
+    refreshAheadSeconds: int(1, 86_400).default(300),
     /** Lifetime assumed when the provider sends no `expires_in`. @default 1800 */
-    defaultLifetimeSeconds: seconds(1, 86_400).default(1800),
+    defaultLifetimeSeconds: int(1, 86_400).default(1800),
     /** Longest a caller waits in the mandatory window before a 503. @default 5000 */
-    waitTimeoutMs: millis(100, 120_000).default(5000),
+    waitTimeoutMs: int(100, 120_000).default(5000),
     /** Redlock lease; auto-extended while the holder is alive, so it only bounds a dead holder. @default 10000 */
-    lockTtlMs: millis(200, 300_000).default(10_000),
+    lockTtlMs: int(200, 300_000).default(10_000),
     /** First retry delay after a failed refresh (full jitter). @default 500 */
-    backoffBaseMs: millis(10, 60_000).default(500),
+    backoffBaseMs: int(10, 60_000).default(500),
     /** Largest retry delay; shrinks further as expiry approaches. @default 30000 */
-    backoffMaxMs: millis(100, 600_000).default(30_000),
+    backoffMaxMs: int(100, 600_000).default(30_000),
     /**
      * Fleet-wide floor between two tokens obtained from the provider (Redis-enforced; per
      * replica while Redis is down). Bounds the provider's request rate whatever the token
      * lifetime or the callers' `min_ttl`; a rejected or corrupt token lifts it. @default 5000
      */
-    minRefreshIntervalMs: millis(100, 600_000).default(5000),
+    minRefreshIntervalMs: int(100, 600_000).default(5000),
     /** Re-read credentials this often even without a failure (rotation). @default 3600 */
-    credentialsReloadSeconds: seconds(10, 604_800).default(3600),
+    credentialsReloadSeconds: int(10, 604_800).default(3600),
   })
   .strict();
 
 export const providerSettingsSchema = z
   .object({
     /** TCP connect timeout to the provider. @default 2000 */
-    connectTimeoutMs: millis(50, 60_000).default(2000),
+    connectTimeoutMs: int(50, 60_000).default(2000),
     /**
      * Time to the response headers and between body chunks; the whole call, connect included,
      * ends at `connectTimeoutMs + responseTimeoutMs` however the body trickles. @default 5000
      */
-    responseTimeoutMs: millis(50, 120_000).default(5000),
+    responseTimeoutMs: int(50, 120_000).default(5000),
     /** Token responses larger than this are rejected as malformed. @default 65536 */
-    maxTokenResponseBytes: z.coerce.number().int().min(1024).max(10_485_760).default(65_536),
+    maxTokenResponseBytes: int(1024, 10_485_760).default(65_536),
   })
   .strict();
 
@@ -44,20 +44,20 @@ export const providerSettingsSchema = z
 export const ordersSettingsSchema = z
   .object({
     /** How long the outcome of an order sent with an `Idempotency-Key` is kept for replays and conflicts. @default 86400 (24 h) */
-    idempotencyTtlSeconds: seconds(60, 30 * 86_400).default(86_400),
+    idempotencyTtlSeconds: int(60, 30 * 86_400).default(86_400),
     /** Largest order body accepted; a larger one is refused with 413 before it is read. @default 1048576 (1 MiB) */
-    bodyLimitBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
+    bodyLimitBytes: int(1024, 16_777_216).default(1_048_576),
     /** TCP/TLS connect timeout to the checkout API. A connect failure never reached the provider: 502, safe to retry. @default 2000 */
-    connectTimeoutMs: millis(50, 60_000).default(2000),
+    connectTimeoutMs: int(50, 60_000).default(2000),
     /** Time from sending the order to the provider's response headers; past it the outcome is unknown (504). @default 10000 */
-    headersTimeoutMs: millis(100, 300_000).default(10_000),
+    headersTimeoutMs: int(100, 300_000).default(10_000),
     /**
      * Longest pause between two chunks of the provider's response body. The whole call ends at
      * connect + headers + body timeouts however the body trickles (504, outcome unknown). @default 10000
      */
-    bodyTimeoutMs: millis(100, 300_000).default(10_000),
+    bodyTimeoutMs: int(100, 300_000).default(10_000),
     /** Provider responses larger than this are not relayed (502, outcome unknown). @default 1048576 (1 MiB) */
-    maxResponseBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
+    maxResponseBytes: int(1024, 16_777_216).default(1_048_576),
   })
   .strict();
 
@@ -68,34 +68,34 @@ export const forwardSettingsSchema = z
      * Largest request body forwarded; a larger one is refused with 413. Request bodies are
      * held until the call ends (a 401 is retried with the same bytes). @default 1048576 (1 MiB)
      */
-    bodyLimitBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
+    bodyLimitBytes: int(1024, 16_777_216).default(1_048_576),
     /** Largest provider answer relayed; it streams, and is cut off past this. @default 67108864 (64 MiB) */
-    maxResponseBytes: z.coerce.number().int().min(1024).max(4_294_967_296).default(67_108_864),
+    maxResponseBytes: int(1024, 4_294_967_296).default(67_108_864),
     /**
      * Largest answer to a request with an `Idempotency-Key`: such an answer is collected whole
      * to be stored for replays; a larger one is 502 and its outcome unknown. @default 1048576 (1 MiB)
      */
-    maxStoredResponseBytes: z.coerce.number().int().min(1024).max(16_777_216).default(1_048_576),
+    maxStoredResponseBytes: int(1024, 16_777_216).default(1_048_576),
     /**
      * How long the outcome of a passthrough request sent with an `Idempotency-Key` is kept for
      * replays and conflicts: shorter than an order's, since any allowed call may store one.
      * @default 3600 (1 h)
      */
-    idempotencyTtlSeconds: seconds(60, 30 * 86_400).default(3600),
+    idempotencyTtlSeconds: int(60, 30 * 86_400).default(3600),
     /**
      * Most passthrough `Idempotency-Key` records one caller may hold per client at once; past
      * it a keyed request is refused (429 `idempotency_records_exceeded`, nothing sent) until its
      * oldest record expires. `0`: no bound. @default 10000
      */
-    maxIdempotencyRecordsPerCaller: z.coerce.number().int().min(0).max(10_000_000).default(10_000),
+    maxIdempotencyRecordsPerCaller: int(0, 10_000_000).default(10_000),
     /** Requests per second per client, all callers together, fleet-wide (per replica without Redis); `0`: no limit. @default 100 */
-    clientRatePerSecond: z.coerce.number().int().min(0).max(100_000).default(100),
+    clientRatePerSecond: int(0, 100_000).default(100),
     /** Extra requests per client allowed above its rate within any 10-second window. @default 200 */
-    clientRateBurst: z.coerce.number().int().min(0).max(1_000_000).default(200),
+    clientRateBurst: int(0, 1_000_000).default(200),
     /** Requests per second per (client, caller), fleet-wide; `0`: no limit. @default 50 */
-    callerRatePerSecond: z.coerce.number().int().min(0).max(100_000).default(50),
+    callerRatePerSecond: int(0, 100_000).default(50),
     /** Extra requests per (client, caller) allowed above its rate within any 10-second window. @default 100 */
-    callerRateBurst: z.coerce.number().int().min(0).max(1_000_000).default(100),
+    callerRateBurst: int(0, 1_000_000).default(100),
   })
   .strict();
 export type ForwardSettings = z.infer<typeof forwardSettingsSchema>;

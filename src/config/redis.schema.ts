@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { credentialsSourceSchema } from './client.schema';
-import { commaList, flag, millis } from './schema-parts';
+import { commaList, flag, int, issuesOf } from './schema-parts';
 
 /** The Redis topologies the broker speaks, each through ioredis's own support. */
 export const REDIS_MODES = ['standalone', 'sentinel', 'cluster'] as const;
@@ -84,16 +84,15 @@ export const redisSettingsSchema = z
     password: credentialsSourceSchema.optional(),
     tls: redisTlsSchema.prefault({}),
     /** Every Redis command fails after this long, so no request queues behind a dead link. @default 500 */
-    commandTimeoutMs: millis(20, 30_000).default(500),
+    commandTimeoutMs: int(20, 30_000).default(500),
     /** @default 2000 */
-    connectTimeoutMs: millis(50, 60_000).default(2000),
+    connectTimeoutMs: int(50, 60_000).default(2000),
     /** Health ping interval; also how soon a returning Redis is noticed. @default 1000 */
-    pingIntervalMs: millis(50, 60_000).default(1000),
+    pingIntervalMs: int(50, 60_000).default(1000),
   })
   .strict()
   .superRefine((r, ctx) => {
-    const issue = (path: (string | number)[], message: string) =>
-      ctx.addIssue({ code: 'custom', path, message });
+    const issue = issuesOf(ctx);
     if (r.mode !== 'standalone' && r.url !== undefined) {
       issue(['url'], `only in mode "standalone"; mode "${r.mode}" finds its nodes itself`);
     }

@@ -40,10 +40,13 @@ export const commaList = (v: unknown) =>
 /** A boolean from a file (`true`) or an environment variable (`"true"`, `"1"`, `"yes"`...). */
 export const flag = z.union([z.boolean(), z.stringbool()]);
 
-export const seconds = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
-export const millis = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+/** An integer from a file or an environment variable (`"300"`). */
+export const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
-/** A custom issue at `path`, relative to the schema being refined. */
-export function issueAt(ctx: z.RefinementCtx, path: PropertyKey[], message: string): void {
-  ctx.addIssue({ code: 'custom', path, message });
+/** Reports a custom issue at `path`, relative to the schema being refined. */
+export type Issue = (path: PropertyKey[], message: string) => void;
+
+/** The {@link Issue} reporter of a `superRefine` check. */
+export function issuesOf(ctx: z.RefinementCtx): Issue {
+  return (path, message) => ctx.addIssue({ code: 'custom', path, message });
 }
