@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
 import type { TokenSettings } from '../config/config.schema';
@@ -88,8 +89,7 @@ export class RefreshLoop {
     this.loop = this.runLoop().finally(() => {
       this.loop = undefined;
       // A caller may have arrived with a stricter need while the loop was finishing.
-      if (this.waiters.size > 0 && !this.stopped && !this.failure?.permanent)
-        this.ensureRefreshing('pending');
+      if (this.waiters.size > 0 && !this.failure?.permanent) this.ensureRefreshing('pending');
     });
   }
 
@@ -105,14 +105,7 @@ export class RefreshLoop {
     clearTimeout(this.refreshTimer);
     // A loop sleeping between attempts ends now; one inside an attempt finishes it first.
     this.wake?.();
-    if (this.loop) {
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        this.loop,
-        new Promise((resolve) => (timer = setTimeout(resolve, timeoutMs))),
-      ]);
-      clearTimeout(timer);
-    }
+    if (this.loop) await Promise.race([this.loop, sleep(timeoutMs, undefined, { ref: false })]);
     this.waiters.rejectAll(shuttingDown());
   }
 
@@ -125,31 +118,33 @@ export class RefreshLoop {
     const held = this.deps.held.keep(record, forced);
     const lifetimeMs = held.expiresAt - held.obtainedAt;
     this.noteLifetime(lifetimeMs);
-    this.schedule(held);
-    this.waiters.offer(
-      held,
-      fetched
-        ? (requestedMs) =>
-            lifetimeTooShort(this.client.id, lifetimeMs, requestedMs, this.retryAfter())
-        : undefined,
-      this.deps.now() + MIN_SERVE_MS,
-    );
-  }
-
-  private schedule(record: TokenRecord): void {
     clearTimeout(this.refreshTimer);
     const { settings, random, now } = this.deps;
-    const aheadMs = settings.refreshAheadSeconds * 1000;
-    const at = refreshAt(aheadMs, record.obtainedAt, record.expiresAt, random);
+    const at = refreshAt(
+      settings.refreshAheadSeconds * 1000,
+      held.obtainedAt,
+      held.expiresAt,
+      random,
+    );
     // Clamped: a delay over the timer's limit makes setTimeout fire at once (a refresh loop).
     this.refreshTimer = setTimeout(
       () => this.ensureRefreshing('scheduled'),
       Math.min(MAX_TIMER_MS, Math.max(0, at - now())),
     );
     this.refreshTimer.unref();
+    this.waiters.offer(
+      held,
+      fetched
+        ? (requestedMs) =>
+            lifetimeTooShort(this.client.id, lifetimeMs, requestedMs, this.retryAfter())
+        : undefined,
+      now() + MIN_SERVE_MS,
+    );
   }
 
   private async runLoop(): Promise<void> {
+    const { held, now, settings } = this.deps;
+    const aheadMs = settings.refreshAheadSeconds * 1000;
     this.holderWaits = 0;
     while (!this.stopped) {
       let next: number | 'done';
@@ -157,8 +152,14 @@ export class RefreshLoop {
       try {
         const pass = await inSpan('token.refresh', { 'token_broker.client': this.client.id }, () =>
           this.deps.refresh.run({
-            held: () => this.deps.held.current,
-            goodEnough: (r) => this.isGoodEnough(r),
+            held: () => held.current,
+            // Judged by the token alone, not "is it the one we hold": another path may have
+            // adopted the fleet's new token meanwhile, and the pass must then stop instead of
+            // fetching one more.
+            goodEnough: (r) =>
+              !held.isRejected(r.fingerprint) &&
+              !isDue(aheadMs, r.obtainedAt, r.expiresAt, now()) &&
+              this.waiters.allMetBy(r, now() + MIN_SERVE_MS),
             failed: (err) => this.failed(err),
           }),
         );
@@ -170,13 +171,25 @@ export class RefreshLoop {
         this.hold(next);
       }
       if (next === 'done' || this.stopped) return;
-      this.nextAttemptAt = this.deps.now() + next;
+      this.nextAttemptAt = now() + next;
       await this.sleep(next);
     }
   }
 
   private afterPass(pass: RefreshPass): number | 'done' {
-    if (pass.kind === 'token') return this.takeToken(pass);
+    if (pass.kind === 'token') {
+      const { held } = this.deps;
+      // Requested before a revoke that arrived meanwhile, or refused by the provider after the
+      // pass judged it (adopting it would hand the rejected token straight back to the caller
+      // retrying after its 401): the next pass asks again.
+      if (!held.mayHold(pass.record)) return 0;
+      if (pass.unshared) held.needsResync = true;
+      this.adopt(pass.record, pass.fetched);
+      held.noteRefresh(pass.fetched ? 'fetched' : 'adopted');
+      this.phase = SETTLED;
+      this.nextAttemptAt = undefined;
+      return 'done';
+    }
     if (pass.kind === 'wait') {
       // Another replica holds the lock: wait for its message, or re-read now if it came already.
       return this.newsDuringPass ? 0 : Math.min(100 * 2 ** this.holderWaits++, 1000);
@@ -187,31 +200,6 @@ export class RefreshLoop {
     // When a hold ends the replicas race for the lock again: the losers look again soon.
     this.holderWaits = 0;
     return pass.retryInMs;
-  }
-
-  private takeToken(pass: Extract<RefreshPass, { kind: 'token' }>): number | 'done' {
-    const { held } = this.deps;
-    // Requested before a revoke that arrived meanwhile, or refused by the provider after the pass
-    // judged it (adopting it would hand the rejected token straight back to the caller retrying
-    // after its 401): the next pass asks again.
-    if (!held.mayHold(pass.record)) return 0;
-    if (pass.unshared) held.needsResync = true;
-    this.adopt(pass.record, pass.fetched);
-    held.noteRefresh(pass.fetched ? 'fetched' : 'adopted');
-    this.phase = SETTLED;
-    this.nextAttemptAt = undefined;
-    return 'done';
-  }
-
-  /**
-   * Judged by the token alone, not "is it the one we hold": another path may have adopted the
-   * fleet's new token meanwhile, and the pass must then stop instead of fetching one more.
-   */
-  private isGoodEnough(r: TokenRecord): boolean {
-    const { held, now, settings } = this.deps;
-    if (held.isRejected(r.fingerprint)) return false;
-    if (isDue(settings.refreshAheadSeconds * 1000, r.obtainedAt, r.expiresAt, now())) return false;
-    return this.waiters.allMetBy(r, now() + MIN_SERVE_MS);
   }
 
   /** The loop's sleep; news that arrives during a pass is kept, so it never sleeps on it. */
@@ -299,23 +287,21 @@ export class RefreshLoop {
       random: this.deps.random,
     });
     this.deps.metrics.refreshes.labels(this.client.id, verdict.result).inc();
-    this.phase = afterFailure(this.phase, lastError, verdict.permanent);
-    const logFields = {
-      client: this.client.id,
-      attempt,
-      code: (err as { code?: string }).code,
-      err: lastError.message,
-      servingUntil: servingUntil !== undefined ? new Date(servingUntil).toISOString() : undefined,
-    };
-    if (verdict.permanent) {
-      this.deps.logger.error(
-        logFields,
-        `token refresh failed permanently: ${verdict.permanent.operatorDetail}`,
-      );
-      this.waiters.rejectAll(verdict.permanent);
-    } else {
-      this.deps.logger.warn(logFields, 'token refresh failed; will retry');
-    }
+    const { permanent } = verdict;
+    this.phase = afterFailure(this.phase, lastError, permanent);
+    this.deps.logger[permanent ? 'error' : 'warn'](
+      {
+        client: this.client.id,
+        attempt,
+        code: (err as { code?: string }).code,
+        err: lastError.message,
+        servingUntil: servingUntil !== undefined ? new Date(servingUntil).toISOString() : undefined,
+      },
+      permanent
+        ? `token refresh failed permanently: ${permanent.operatorDetail}`
+        : 'token refresh failed; will retry',
+    );
+    if (permanent) this.waiters.rejectAll(permanent);
     return verdict.delayMs;
   }
 
