@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
 import type { MetricsService } from '../metrics/metrics.service';
@@ -82,7 +83,6 @@ export class FleetRefresh {
       const locked = await this.locked(() => this.underLock(ctx));
       return locked.acquired ? locked.value : { kind: 'wait' };
     } catch (err) {
-      if (!(err instanceof TokenStoreException)) throw err;
       noteStoreFailure(this.deps.logger, id, err);
       this.deps.metrics.lockAttempts.labels(id, 'error').inc();
       // One slow command is not an outage (under CPU pressure a reply can miss its timeout
@@ -97,7 +97,7 @@ export class FleetRefresh {
       if (localHoldMs > 0) return { kind: 'floor', retryInMs: localHoldMs };
       const record = await this.fetch();
       this.lastGrantAt = this.deps.now();
-      return this.servable(record) ? token(record, true, true) : this.unusable(record);
+      return this.unusable(record) ?? token(record, true, true);
     }
   }
 
@@ -131,9 +131,20 @@ export class FleetRefresh {
     }
     // Started before the lock is released, so the next holder already sees it.
     await this.holdFleet(record);
-    if (!this.servable(record)) return this.unusable(record);
-    const shared = await this.publish(record);
-    return token(record, true, !shared);
+    const unusable = this.unusable(record);
+    if (unusable) return unusable;
+    // If a newer token is stored, the fence keeps it. Undefined: the store failed, push on recovery.
+    const written = await this.orIfStoreFails(
+      this.deps.store.records.writeFenced(this.client.id, record),
+      undefined,
+    );
+    if (written === false) {
+      this.deps.logger.info(
+        { client: this.client.id },
+        'a newer token was already stored; the fence kept it',
+      );
+    }
+    return token(record, true, written === undefined);
   }
 
   liftLocalFloor(): void {
@@ -156,11 +167,9 @@ export class FleetRefresh {
     );
   }
 
-  private servable(record: TokenRecord): boolean {
-    return record.expiresAt - this.deps.now() >= MIN_SERVE_MS;
-  }
-
-  private unusable(record: TokenRecord): RefreshPass {
+  /** Undefined when `record` is servable. */
+  private unusable(record: TokenRecord): RefreshPass | undefined {
+    if (record.expiresAt - this.deps.now() >= MIN_SERVE_MS) return undefined;
     return {
       kind: 'unusable',
       lifetimeMs: record.expiresAt - record.obtainedAt,
@@ -184,21 +193,6 @@ export class FleetRefresh {
       .labels(this.client.id, 'l2', stored.status === 'found' ? 'hit' : 'miss')
       .inc();
     return stored.status === 'found' ? stored.record : undefined;
-  }
-
-  /** If a newer token is stored, the fence keeps it. False: the store failed, push on recovery. */
-  private async publish(record: TokenRecord): Promise<boolean> {
-    const written = await this.orIfStoreFails(
-      this.deps.store.records.writeFenced(this.client.id, record),
-      undefined,
-    );
-    if (written === false) {
-      this.deps.logger.info(
-        { client: this.client.id },
-        'a newer token was already stored; the fence kept it',
-      );
-    }
-    return written !== undefined;
   }
 
   /** `fallback` when the store fails (noted); any other error is rethrown. */
@@ -225,7 +219,7 @@ export class FleetRefresh {
           { retryAfterSeconds: 2 },
         );
       }
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      await sleep(50);
     }
   }
 
@@ -257,14 +251,12 @@ export class FleetRefresh {
    * holds it, or the store is down and this is the replica's single flight.
    */
   private async fetch(): Promise<TokenRecord> {
-    const { grantor, credentials, logger, metrics } = this.deps;
+    const { grantor, credentials, logger, metrics, now } = this.deps;
     const client = this.client;
     const current = await credentials.get();
-    const started = this.deps.now();
+    const started = now();
     const observe = (statusClass: string) =>
-      metrics.providerLatency
-        .labels('token', statusClass)
-        .observe((this.deps.now() - started) / 1000);
+      metrics.providerLatency.labels('token', statusClass).observe((now() - started) / 1000);
     // The generation it is requested in: a revoke arriving meanwhile fences it out.
     const generation = this.deps.store.bus.generation(client.id);
     const granted = (grant: GrantedToken) => {
