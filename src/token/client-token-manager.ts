@@ -10,7 +10,6 @@ import { HeldToken } from './held-token';
 import { RefreshLoop } from './refresh-loop';
 import type { TokenRecord } from './token-record';
 import type { TokenStore, TokenStoreEvent } from './token-store';
-import type { TokenErrorCode } from './token.exception';
 
 interface ManagerDeps {
   store: TokenStore;
@@ -23,19 +22,6 @@ interface ManagerDeps {
   storeGraceMs: number;
   now?: () => number;
   random?: () => number;
-}
-
-export interface ClientTokenStatus {
-  client: string;
-  hasToken: boolean;
-  expiresAt?: number;
-  refreshing: boolean;
-  /** A failure that needs an operator (credentials refused or unreadable). */
-  permanentError?: { code: TokenErrorCode; message: string };
-  lastError?: string;
-  /** Set while the provider's tokens live too short to serve and refresh them. */
-  lifetimeError?: string;
-  everObtained: boolean;
 }
 
 /**
@@ -218,7 +204,7 @@ export class ClientTokenManager {
     if (this.held.current === undefined) this.loop.ensureRefreshing('revoked');
   }
 
-  status(): ClientTokenStatus {
+  status() {
     const r = this.held.valid();
     const failure = this.loop.failure;
     return {
@@ -226,10 +212,12 @@ export class ClientTokenManager {
       hasToken: r !== undefined,
       expiresAt: r?.expiresAt,
       refreshing: this.loop.running,
+      // A failure that needs an operator (credentials refused or unreadable).
       permanentError: failure?.permanent
         ? { code: failure.permanent.code, message: failure.permanent.operatorDetail }
         : undefined,
       lastError: failure?.lastError.message,
+      // Set while the provider's tokens live too short to serve and refresh them.
       lifetimeError: this.loop.lifetimeError,
       everObtained: this.held.everObtained,
     };
