@@ -100,9 +100,8 @@ export class HeldToken {
   keep(record: TokenRecord, forced = false): TokenRecord {
     const cur = this.record;
     const replaces =
-      !cur ||
-      record.expiresAt > cur.expiresAt ||
-      (record.expiresAt === cur.expiresAt && record.fingerprint !== cur.fingerprint);
+      this.outlastedBy(record) ||
+      (cur?.expiresAt === record.expiresAt && record.fingerprint !== cur.fingerprint);
     if (forced || replaces) this.record = record;
     const held = this.record!;
     this.obtained = true;
