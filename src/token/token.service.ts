@@ -159,25 +159,22 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   async reloadCredentials(): Promise<{ changed: string[]; firstRead: string[]; failed: string[] }> {
-    const changed: string[] = [];
-    const firstRead: string[] = [];
-    const failed: string[] = [];
-    await Promise.all(
+    const outcomes = await Promise.all(
       [...this.managers.values()].map(async (m) => {
         try {
-          const outcome = await m.credentials.reload();
-          if (outcome === 'changed') changed.push(m.client.id);
-          else if (outcome === 'first') firstRead.push(m.client.id);
+          return { id: m.client.id, outcome: await m.credentials.reload() };
         } catch (err) {
-          failed.push(m.client.id);
           this.logger.error(
             { client: m.client.id, err: err instanceof Error ? err.message : String(err) },
             'reloading the client credentials failed; keeping the ones already loaded',
           );
+          return { id: m.client.id, outcome: 'failed' as const };
         }
       }),
     );
-    return { changed: changed.sort(), firstRead: firstRead.sort(), failed: failed.sort() };
+    const ids = (outcome: string) =>
+      outcomes.flatMap((o) => (o.outcome === outcome ? [o.id] : [])).sort();
+    return { changed: ids('changed'), firstRead: ids('first'), failed: ids('failed') };
   }
 
   /** The clients `caller` may use. */
