@@ -133,7 +133,7 @@ export class FleetRefresh {
     await this.holdFleet(record);
     const unusable = this.unusable(record);
     if (unusable) return unusable;
-    // If a newer token is stored, the fence keeps it. Undefined: the store failed, push on recovery.
+    // The fence keeps a newer stored token. Undefined: the store failed, push on recovery.
     const written = await this.orIfStoreFails(
       this.deps.store.records.writeFenced(this.client.id, record),
       undefined,
