@@ -2,8 +2,8 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildSync } from 'esbuild';
 import * as undici from 'undici';
+import { bundleForNode } from '../../test/support/node-bundle';
 import { Agent, failedToConnect, translateTransportError } from './provider-http';
 import { ProviderErrorCode } from './provider.exception';
 
@@ -32,17 +32,7 @@ describe('provider-http: undici without its index', () => {
 
     function nodeUndiciLoaded(contents: string): boolean {
       const bundle = join(build, `${Math.random().toString(36).slice(2)}.js`);
-      buildSync({
-        stdin: { contents, resolveDir: join(ROOT, 'src'), loader: 'ts' },
-        tsconfig: join(ROOT, 'tsconfig.json'),
-        bundle: true,
-        packages: 'external',
-        platform: 'node',
-        format: 'cjs',
-        target: 'node20',
-        outfile: bundle,
-        logLevel: 'error',
-      });
+      bundleForNode(contents, bundle);
       const script = `
         require(${JSON.stringify(bundle)});
         console.log(process.moduleLoadList.some((m) => m.includes('internal/deps/undici')));`;

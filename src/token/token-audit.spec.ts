@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildSync } from 'esbuild';
+import { bundleForNode } from '../../test/support/node-bundle';
 
 const ROOT = join(__dirname, '..', '..');
 
@@ -19,25 +19,13 @@ describe('TokenAuditTrail', () => {
   beforeAll(() => {
     build = mkdtempSync(join(tmpdir(), 'tb-token-audit-build-'));
     bundle = join(build, 'token-audit.js');
-    buildSync({
-      stdin: {
-        contents: [
-          "export { createLogger } from './logging/logger';",
-          "export { TokenAuditTrail } from './token/token-audit';",
-        ].join('\n'),
-        resolveDir: join(ROOT, 'src'),
-        sourcefile: 'token-audit.entry.ts',
-        loader: 'ts',
-      },
-      tsconfig: join(ROOT, 'tsconfig.json'),
-      bundle: true,
-      packages: 'external',
-      platform: 'node',
-      format: 'cjs',
-      target: 'node20',
-      outfile: bundle,
-      logLevel: 'error',
-    });
+    bundleForNode(
+      [
+        "export { createLogger } from './logging/logger';",
+        "export { TokenAuditTrail } from './token/token-audit';",
+      ].join('\n'),
+      bundle,
+    );
   });
   afterAll(() => rmSync(build, { recursive: true, force: true }));
 
