@@ -2,7 +2,7 @@ import { hash, timingSafeEqual } from 'node:crypto';
 import type { ApiKeyGrant } from '../config/caller-auth.schema';
 import { ConfigErrorCode, ConfigException } from '../config/config.exception';
 import { bearerCredential, MAX_CREDENTIAL_LENGTH, unauthenticated } from './bearer-credential';
-import type { Caller, CallerAuthenticator } from './caller';
+import type { Caller, CallerAuthenticator, CallerReload } from './caller';
 import { grantedCaller } from './caller-authorization';
 
 interface Entry {
@@ -23,12 +23,6 @@ function bucketOf(digest: string): number {
     digest.charCodeAt(4) * 0x100000000 +
     digest.charCodeAt(5) * 0x10000000000
   );
-}
-
-/** By caller name: names are safe to log, keys and hashes are not. */
-interface ApiKeyReload {
-  added: string[];
-  removed: string[];
 }
 
 /**
@@ -72,21 +66,17 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
   }
 
   /** All at once: a request sees the old set or the new, never a mix. Throws on a duplicate key. */
-  replace(grants: readonly ApiKeyGrant[]): ApiKeyReload {
+  replace(grants: readonly ApiKeyGrant[]): CallerReload {
     const next = new Map<string, Entry>();
+    const buckets = new Map<number, Entry[]>();
     for (const g of grants) {
       if (next.has(g.sha256)) {
         throw ConfigException.of(ConfigErrorCode.Invalid, [
           `callerAuth: the API key of caller "${g.name}" is listed twice (in callerAuth.apiKeys and the key secret, or twice in one); list each key once`,
         ]);
       }
-      next.set(g.sha256, {
-        digest: Buffer.from(g.sha256, 'hex'),
-        caller: grantedCaller(g.name, g),
-      });
-    }
-    const buckets = new Map<number, Entry[]>();
-    for (const entry of next.values()) {
+      const entry = { digest: Buffer.from(g.sha256, 'hex'), caller: grantedCaller(g.name, g) };
+      next.set(g.sha256, entry);
       const bucket = bucketOf(entry.digest.toString('latin1'));
       buckets.set(bucket, [...(buckets.get(bucket) ?? []), entry]);
     }
@@ -102,7 +92,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
   /** A failed read keeps the current keys: a Secrets Manager hiccup must not lock callers out. */
   reloadEvery(
     everyMs: number,
-    report: (result: { changed: ApiKeyReload } | { error: unknown }) => void,
+    report: (result: { changed: CallerReload } | { error: unknown }) => void,
   ): void {
     clearInterval(this.reloadTimer);
     this.reloadTimer = setInterval(() => {
@@ -120,7 +110,7 @@ export class ApiKeyAuthenticator implements CallerAuthenticator {
   }
 
   /** The admin reload: the same source as the timer. Throws, keeping the current keys, on failure. */
-  async reloadNow(): Promise<ApiKeyReload> {
+  async reloadNow(): Promise<CallerReload> {
     if (this.load === undefined) return { added: [], removed: [] };
     return this.replace(await this.load());
   }

@@ -33,11 +33,10 @@ export class CallerAuthException extends BrokerException<CallerAuthErrorCode> {
   constructor(
     code: CallerAuthErrorCode,
     message: string,
-    options: BrokerExceptionOptions & { audit?: { client?: string; reason?: string } } = {},
+    options: BrokerExceptionOptions & Partial<Pick<CallerAuthException, 'audit'>> = {},
   ) {
-    const { audit, ...rest } = options;
-    super(code, message, rest);
-    this.audit = audit ?? {};
+    super(code, message, options);
+    this.audit = options.audit ?? {};
   }
 
   override get problemStatus(): ProblemStatus {

@@ -1,4 +1,4 @@
-import type { CallerScope } from '../config/caller-auth.schema';
+import type { CallerScope, SubjectGrant } from '../config/caller-auth.schema';
 import { CLIENT_ID_PATTERN } from '../config/client.schema';
 import type { Caller } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
@@ -30,10 +30,7 @@ export function assertMayUse(caller: Caller, clientId: string, configured = true
 }
 
 /** A `"*"` among the clients grants them all. */
-export function grantedCaller(
-  name: string,
-  grant: { readonly clients: readonly string[]; readonly scopes: readonly CallerScope[] },
-): Caller {
+export function grantedCaller(name: string, grant: SubjectGrant): Caller {
   const clients = grant.clients.includes('*') ? '*' : new Set(grant.clients);
   return { name, clients, scopes: new Set(grant.scopes) };
 }

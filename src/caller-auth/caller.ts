@@ -12,8 +12,14 @@ export interface Caller {
 export interface CallerAuthenticator {
   authenticate(authorization: string | undefined): Caller | Promise<Caller>;
   close?(): void;
-  /** Names of added and removed callers; absent: nothing to re-read in this mode. */
-  reloadNow?(): Promise<{ added: string[]; removed: string[] }>;
+  /** Absent: nothing to re-read in this mode. */
+  reloadNow?(): Promise<CallerReload>;
+}
+
+/** By caller name: names are safe to log, keys and hashes are not. */
+export interface CallerReload {
+  added: string[];
+  removed: string[];
 }
 
 export const CALLER_AUTHENTICATOR = 'TOKEN_BROKER:CALLER_AUTHENTICATOR';
