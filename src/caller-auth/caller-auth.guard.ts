@@ -21,7 +21,7 @@ interface CallerContext {
 interface Seen {
   caller?: Caller;
   clientId?: string;
-  authorized: boolean;
+  authorized?: boolean;
 }
 
 const SEEN = new WeakMap<FastifyRequest, Seen>();
@@ -54,7 +54,7 @@ export class CallerAuthGuard implements CanActivate {
     scope: CallerScope,
     pathClient?: () => string,
   ): Promise<CallerContext> {
-    const seen: Seen = { authorized: false };
+    const seen: Seen = {};
     SEEN.set(req, seen);
     const caller = await this.auth.authenticate(authorizationOf(req.raw));
     seen.caller = caller;
@@ -70,15 +70,12 @@ export class CallerAuthGuard implements CanActivate {
 /** `undefined` if the guard did not admit the request (yet). */
 export function callerContext(req: FastifyRequest): CallerContext | undefined {
   const seen = SEEN.get(req);
-  return seen?.authorized && seen.caller && seen.clientId
-    ? { caller: seen.caller, clientId: seen.clientId }
-    : undefined;
+  return seen?.authorized ? { caller: seen.caller!, clientId: seen.clientId! } : undefined;
 }
 
 /** For audit lines of refused requests. */
 export function partialCallerContext(req: FastifyRequest): Partial<CallerContext> {
-  const seen = SEEN.get(req);
-  return { caller: seen?.caller, clientId: seen?.clientId };
+  return SEEN.get(req) ?? {};
 }
 
 /** A repeated one is ambiguous and refused. */

@@ -80,9 +80,9 @@ async function createApiKeyAuthenticator(
       }
     });
   }
-  const callers = [...new Set(apiKeys.map((k) => k.name))];
+  const inlineCallers = [...new Set(apiKeys.map((k) => k.name))];
   logger.info(
-    { mode: 'api-key', keyCount: auth.size, inlineCallers: callers, source: apiKeysSource },
+    { mode: 'api-key', keyCount: auth.size, inlineCallers, source: apiKeysSource },
     'caller authentication: API keys',
   );
   if (auth.size === 0) logger.warn('no API keys are configured: every caller will get 401');

@@ -81,13 +81,10 @@ export function remoteServiceAccountKeys(
   };
   return {
     getKey,
-    warmUp: async () => {
-      try {
-        await jwks.reload();
-      } catch (err) {
+    warmUp: () =>
+      jwks.reload().catch((err: unknown) => {
         throw failed(err);
-      }
-    },
+      }),
   };
 }
 
