@@ -115,11 +115,8 @@ export function parseClientCredentials(
   };
 }
 
+const CREDENTIAL_FIELDS = ['clientId', 'clientSecret', 'privateKey', 'certificate'] as const;
+
 export function sameCredentials(a: ClientCredentials, b: ClientCredentials): boolean {
-  return (
-    a.clientId === b.clientId &&
-    a.clientSecret === b.clientSecret &&
-    a.privateKey === b.privateKey &&
-    a.certificate === b.certificate
-  );
+  return CREDENTIAL_FIELDS.every((field) => a[field] === b[field]);
 }
