@@ -115,7 +115,13 @@ export function parseClientCredentials(
   };
 }
 
-const CREDENTIAL_FIELDS = ['clientId', 'clientSecret', 'privateKey', 'certificate'] as const;
+/** Every field of {@link ClientCredentials}: the compiler refuses the record if one is missing. */
+const CREDENTIAL_FIELDS = Object.keys({
+  clientId: true,
+  clientSecret: true,
+  privateKey: true,
+  certificate: true,
+} satisfies Record<keyof ClientCredentials, true>) as (keyof ClientCredentials)[];
 
 export function sameCredentials(a: ClientCredentials, b: ClientCredentials): boolean {
   return CREDENTIAL_FIELDS.every((field) => a[field] === b[field]);
