@@ -76,15 +76,11 @@ export function createCheckoutAgent(settings: OrdersSettings): Agent {
 export class ProviderApiClient implements ProviderApiGateway {
   private readonly origins = new Map<string, { origin: string; base: string }>();
 
-  private readonly deadlineMs: number;
-
   constructor(
     private readonly dispatcher: Dispatcher,
     private readonly settings: OrdersSettings,
     private readonly userAgent = 'token-broker',
-  ) {
-    this.deadlineMs = ordersCallDeadlineMs(settings);
-  }
+  ) {}
 
   /**
    * `dispatch` with a handler rather than `request`: a small answer is collected into one buffer,
@@ -94,7 +90,8 @@ export class ProviderApiClient implements ProviderApiGateway {
     const base = this.baseOf(request.client);
     const what = `${request.method} request for client "${request.client.id}"`;
     return new Promise((settle) => {
-      const handler = new ExchangeHandler(request, what, this.deadlineMs, settle);
+      const deadlineMs = ordersCallDeadlineMs(this.settings);
+      const handler = new ExchangeHandler(request, what, deadlineMs, settle);
       this.dispatcher.dispatch(
         {
           origin: base.origin,
@@ -141,7 +138,6 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
   private stream: Readable | undefined;
   private inFlight: Dispatcher.DispatchController | undefined;
   private expired: Error | undefined;
-  private readonly limit: number;
   private readonly deadline: ReturnType<typeof setTimeout>;
 
   constructor(
@@ -150,7 +146,6 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     private readonly deadlineMs: number,
     private readonly settle: (outcome: ApiOutcome) => void,
   ) {
-    this.limit = request.maxResponseBytes;
     // One deadline for the whole call: undici's body timeout is an idle timer a trickle evades.
     this.deadline = setTimeout(() => this.expire(), deadlineMs);
   }
@@ -174,7 +169,8 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     this.size = 0;
     const length = responseHeaders['content-length'];
     const announced = Number(Array.isArray(length) ? length[0] : length);
-    if (this.request.whole || announced <= Math.min(SMALL_ANSWER_BYTES, this.limit)) return;
+    const limit = this.request.maxResponseBytes;
+    if (this.request.whole || announced <= Math.min(SMALL_ANSWER_BYTES, limit)) return;
     this.stream = new Readable({
       read: () => controller.resume(),
       // The consumer gone (or done with it): stop the transfer.
@@ -184,20 +180,16 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
         done(err);
       },
     });
-    this.resolve({
-      kind: 'answered',
-      status: this.status,
-      headers: this.headers,
-      body: this.stream,
-    });
+    this.answer(this.stream);
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     this.size += chunk.length;
-    if (this.size > this.limit) {
+    const limit = this.request.maxResponseBytes;
+    if (this.size > limit) {
       this.tooLarge = new ProviderException(
         ProviderErrorCode.MalformedResponse,
-        `${this.what}: the provider answered HTTP ${this.status} with a body over ${this.limit} bytes (${this.request.limitSetting})`,
+        `${this.what}: the provider answered HTTP ${this.status} with a body over ${limit} bytes (${this.request.limitSetting})`,
         { status: this.status },
       );
       this.chunks = [];
@@ -214,12 +206,7 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
       this.stream.push(null);
       return;
     }
-    this.resolve({
-      kind: 'answered',
-      status: this.status,
-      headers: this.headers,
-      body: this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks, this.size),
-    });
+    this.answer(this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks, this.size));
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, cause: Error): void {
@@ -259,6 +246,10 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
         `${this.what}: no connection to the provider came free within ${this.deadlineMs} ms`,
       ),
     });
+  }
+
+  private answer(body: Buffer | Readable): void {
+    this.resolve({ kind: 'answered', status: this.status, headers: this.headers, body });
   }
 
   private resolve(outcome: ApiOutcome): void {
