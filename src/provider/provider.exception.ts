@@ -25,17 +25,15 @@ const TRANSIENT = new Set<ProviderErrorCode>([
   ProviderErrorCode.MalformedResponse,
 ]);
 
-interface ProviderFailureDetails {
+interface ProviderExceptionOptions extends BrokerExceptionOptions {
   status?: number;
   /** Milliseconds. */
   retryAfterMs?: number;
 }
 
-interface ProviderExceptionOptions extends BrokerExceptionOptions, ProviderFailureDetails {}
-
 /** Messages never include a body verbatim: it may echo credentials or a token. */
 export class ProviderException extends BrokerException<ProviderErrorCode> {
-  readonly details: ProviderFailureDetails;
+  readonly details: Pick<ProviderExceptionOptions, 'status' | 'retryAfterMs'>;
 
   constructor(code: ProviderErrorCode, message: string, options: ProviderExceptionOptions = {}) {
     super(code, message, options);

@@ -96,31 +96,31 @@ export function tokenErrorForStatus(
 ): ProviderException {
   const oauthError = readOAuthError(body);
   const suffix = oauthError ? ` (error "${oauthError}")` : '';
+  // Only a server failure or a rate limit says when to try again.
+  const fail = (code: ProviderErrorCode, message: string, retryable = false) =>
+    new ProviderException(code, `${what}: ${message}`, {
+      status,
+      ...(retryable && { retryAfterMs: parseRetryAfter(retryAfter) }),
+    });
   if (status === 401 || oauthError === 'invalid_client') {
-    return new ProviderException(
+    return fail(
       ProviderErrorCode.InvalidClient,
-      `${what}: the provider refused the client credentials (HTTP ${status}${suffix}); check ${check}`,
-      { status },
+      `the provider refused the client credentials (HTTP ${status}${suffix}); check ${check}`,
     );
   }
   if (status === 429) {
-    return new ProviderException(
-      ProviderErrorCode.RateLimited,
-      `${what}: rate limited by the provider (HTTP 429)`,
-      { status, retryAfterMs: parseRetryAfter(retryAfter) },
-    );
+    return fail(ProviderErrorCode.RateLimited, 'rate limited by the provider (HTTP 429)', true);
   }
   if (status >= 500) {
-    return new ProviderException(
+    return fail(
       ProviderErrorCode.ServerError,
-      `${what}: the provider failed (HTTP ${status}${suffix})`,
-      { status, retryAfterMs: parseRetryAfter(retryAfter) },
+      `the provider failed (HTTP ${status}${suffix})`,
+      true,
     );
   }
-  return new ProviderException(
+  return fail(
     ProviderErrorCode.Rejected,
-    `${what}: the provider rejected the request (HTTP ${status}${suffix})`,
-    { status },
+    `the provider rejected the request (HTTP ${status}${suffix})`,
   );
 }
 
