@@ -14,16 +14,10 @@ export const OAUTH_BODY_LIMIT_BYTES = 16_384;
  */
 export const ASSERTION_ALGORITHMS = ['RS256', 'ES256'];
 
-/** RFC 6749 §2.3.1, RFC 7523 §2.2; `none` sent nothing. */
-type OAuthClientAuthMethod =
-  | 'client_secret_basic'
-  | 'client_secret_post'
-  | 'client_assertion'
-  | 'none';
-
 /** Before any credential is checked. */
 export interface OAuthTokenRequest {
-  readonly method: OAuthClientAuthMethod;
+  /** RFC 6749 §2.3.1, RFC 7523 §2.2; `none` sent nothing. */
+  readonly method: 'client_secret_basic' | 'client_secret_post' | 'client_assertion' | 'none';
   /** As the configured authenticator reads it: `Bearer <key or JWT>`. */
   readonly authorization: string | undefined;
   readonly clientId: string | undefined;
@@ -43,7 +37,8 @@ const KNOWN = [
   'audience',
   'scope',
 ] as const;
-type Known = (typeof KNOWN)[number];
+type Params = Partial<Record<(typeof KNOWN)[number], string>>;
+type ClientAuthentication = Omit<OAuthTokenRequest, 'target'>;
 
 const BASIC = /^Basic +([A-Za-z0-9+/]+={0,2}) *$/i;
 const FORM = /^application\/x-www-form-urlencoded\s*(;|$)/i;
@@ -64,7 +59,7 @@ export function parseOAuthTokenRequest(
     throw invalid('send the parameters as application/x-www-form-urlencoded (RFC 6749 §4.4.2)');
   }
   const form = new URLSearchParams(body);
-  const p: Partial<Record<Known, string>> = {};
+  const p: Params = {};
   for (const name of KNOWN) {
     const values = form.getAll(name);
     if (values.length > 1) throw invalid(`parameter "${name}" is repeated; give it once`);
@@ -85,10 +80,10 @@ export function parseOAuthTokenRequest(
 }
 
 function clientAuthentication(
-  p: Partial<Record<Known, string>>,
+  p: Params,
   authorization: string | undefined,
   mode: CallerAuthMode,
-): Pick<OAuthTokenRequest, 'method' | 'authorization' | 'clientId'> {
+): ClientAuthentication {
   if (authorization === REPEATED_AUTHORIZATION) {
     throw invalid('send one Authorization header; this request has several (RFC 6749 §2.3)');
   }
@@ -102,11 +97,7 @@ function clientAuthentication(
   if (post) {
     if (mode === 'kubernetes') throw unsupported('client_secret_post', mode, false);
     if (p.client_id === undefined) throw invalid('client_secret_post needs "client_id"');
-    return {
-      method: 'client_secret_post',
-      authorization: `Bearer ${p.client_secret}`,
-      clientId: p.client_id,
-    };
+    return authenticated('client_secret_post', p.client_secret!, p.client_id);
   }
   if (assertion) {
     if (p.client_assertion_type !== JWT_BEARER_ASSERTION) {
@@ -114,20 +105,16 @@ function clientAuthentication(
     }
     if (p.client_assertion === undefined) throw invalid('"client_assertion" is required');
     if (mode === 'api-key') throw unsupported('a client assertion', mode, false);
-    return {
-      method: 'client_assertion',
-      authorization: `Bearer ${p.client_assertion}`,
-      clientId: p.client_id,
-    };
+    return authenticated('client_assertion', p.client_assertion, p.client_id);
   }
   return { method: 'none', authorization: undefined, clientId: p.client_id };
 }
 
 function basicAuthentication(
-  p: Partial<Record<Known, string>>,
+  p: Params,
   authorization: string,
   mode: CallerAuthMode,
-): Pick<OAuthTokenRequest, 'method' | 'authorization' | 'clientId'> {
+): ClientAuthentication {
   const basic = /^basic /i.test(authorization);
   if (!basic) throw unsupported('this Authorization scheme', mode, basic);
   if (mode === 'kubernetes') throw unsupported('client_secret_basic', mode, basic);
@@ -135,7 +122,16 @@ function basicAuthentication(
   if (p.client_id !== undefined && p.client_id !== id) {
     throw invalid('"client_id" differs from the client id in the Authorization header');
   }
-  return { method: 'client_secret_basic', authorization: `Bearer ${secret}`, clientId: id };
+  return authenticated('client_secret_basic', secret, id);
+}
+
+/** The credential as the configured authenticator reads it. */
+function authenticated(
+  method: ClientAuthentication['method'],
+  credential: string,
+  clientId: string | undefined,
+): ClientAuthentication {
+  return { method, authorization: `Bearer ${credential}`, clientId };
 }
 
 /** The Basic challenge answers a Basic header. */
@@ -152,26 +148,23 @@ function basicCredentials(authorization: string): [string, string] {
   const match = BASIC.exec(authorization);
   const decoded = match ? Buffer.from(match[1], 'base64').toString('utf8') : '';
   const colon = decoded.indexOf(':');
-  const bad = () =>
+  const bad = (options: { cause?: unknown } = {}) =>
     new OAuthException(
       OAuthErrorCode.InvalidClient,
       'the Authorization header must be "Basic base64(urlencoded client_id:urlencoded client_secret)"',
-      { basicChallenge: true },
+      { basicChallenge: true, ...options },
     );
   if (colon < 1) throw bad();
   try {
     const formDecode = (s: string) => decodeURIComponent(s.replace(/\+/g, ' '));
     return [formDecode(decoded.slice(0, colon)), formDecode(decoded.slice(colon + 1))];
-  } catch (err) {
-    throw new OAuthException(OAuthErrorCode.InvalidClient, bad().message, {
-      basicChallenge: true,
-      cause: err,
-    });
+  } catch (cause) {
+    throw bad({ cause });
   }
 }
 
 /** `resource` (RFC 8707), else `audience`, else `scope`; two of them must agree. */
-function target(p: Partial<Record<Known, string>>): OAuthTokenRequest['target'] {
+function target(p: Params): OAuthTokenRequest['target'] {
   const given = (['resource', 'audience', 'scope'] as const).filter((n) => p[n] !== undefined);
   if (given.length === 0) return undefined;
   const values = new Set(given.map((n) => p[n]));
