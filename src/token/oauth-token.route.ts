@@ -178,72 +178,69 @@ export class OAuthTokenRoute implements OnModuleInit {
     if (err instanceof OAuthException) return err;
     const method = progress.request?.method;
     const mode = this.config.callerAuth.mode;
-    const as = (code: OAuthErrorCode, message: string, retryAfterSeconds?: number) =>
-      new OAuthException(code, message, {
-        cause: err,
-        retryAfterSeconds,
-        // A failed Basic login, or no credential where Basic is what the broker takes.
-        basicChallenge:
-          code === OAuthErrorCode.InvalidClient &&
-          (method === 'client_secret_basic' || (method === 'none' && mode === 'api-key')),
-      });
-    if (err instanceof CallerAuthException) return callerAuthError(err, as, method, mode);
-    if (err instanceof TokenException) return tokenError(err, as, progress);
-    if (err instanceof RequestException) return as(OAuthErrorCode.InvalidRequest, err.message);
-    return as(
-      OAuthErrorCode.ServerError,
-      `unexpected error; quote the request's x-request-id when reporting it`,
-    );
+    const [code, message, retryAfterSeconds]: OAuthError =
+      err instanceof CallerAuthException
+        ? callerAuthError(err, method, mode)
+        : err instanceof TokenException
+          ? tokenError(err, progress)
+          : err instanceof RequestException
+            ? [OAuthErrorCode.InvalidRequest, err.message]
+            : [OAuthErrorCode.ServerError, UNEXPECTED_ERROR];
+    return new OAuthException(code, message, {
+      cause: err,
+      retryAfterSeconds,
+      // A failed Basic login, or no credential where Basic is what the broker takes.
+      basicChallenge:
+        code === OAuthErrorCode.InvalidClient &&
+        (method === 'client_secret_basic' || (method === 'none' && mode === 'api-key')),
+    });
   }
 }
 
-type OAuthErrorOf = (
-  code: OAuthErrorCode,
-  message: string,
-  retryAfterSeconds?: number,
-) => OAuthException;
+type OAuthError = [code: OAuthErrorCode, message: string, retryAfterSeconds?: number];
+
+const UNEXPECTED_ERROR = `unexpected error; quote the request's x-request-id when reporting it`;
 
 function callerAuthError(
   err: CallerAuthException,
-  as: OAuthErrorOf,
   method: OAuthTokenRequest['method'] | undefined,
   mode: BrokerConfig['callerAuth']['mode'],
-): OAuthException {
+): OAuthError {
   switch (err.code) {
     case CallerAuthErrorCode.Unauthenticated:
-      return as(
+      return [
         OAuthErrorCode.InvalidClient,
         method === 'none'
           ? `authenticate with ${methodsFor(mode).join(' or ')}`
           : 'client authentication failed',
-      );
+      ];
     case CallerAuthErrorCode.Forbidden:
-      return as(OAuthErrorCode.UnauthorizedClient, err.message);
+      return [OAuthErrorCode.UnauthorizedClient, err.message];
     case CallerAuthErrorCode.Unavailable:
-      return as(OAuthErrorCode.TemporarilyUnavailable, err.message, 2);
+      return [OAuthErrorCode.TemporarilyUnavailable, err.message, 2];
   }
 }
 
-function tokenError(err: TokenException, as: OAuthErrorOf, progress: Progress): OAuthException {
+function tokenError(err: TokenException, progress: Progress): OAuthError {
   switch (err.code) {
     case TokenErrorCode.UnknownClient:
-      return as(
+      return [
         progress.request?.target?.param === 'scope'
           ? OAuthErrorCode.InvalidScope
           : OAuthErrorCode.InvalidTarget,
         err.message,
-      );
+      ];
     case TokenErrorCode.ClientRequired:
-      return as(
+      return [
         OAuthErrorCode.InvalidRequest,
         'several clients are possible: name one with resource=<client id>',
-      );
+      ];
     case TokenErrorCode.Unavailable:
     case TokenErrorCode.CredentialsRejected:
     case TokenErrorCode.CredentialsUnavailable:
     case TokenErrorCode.ShuttingDown: {
       const retry = err.retryAfterSeconds ?? err.problemStatus.retryAfterSeconds ?? 1;
-      return as(OAuthErrorCode.TemporarilyUnavailable, err.message, retry);
+      return [OAuthErrorCode.TemporarilyUnavailable, err.message, retry];
     }
   }
 }
