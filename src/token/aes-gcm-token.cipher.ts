@@ -32,7 +32,8 @@ export function cacheKeyId(key: Buffer): string {
  * rotation open with whichever configured key wrote them.
  */
 export class AesGcmTokenCipher implements TokenCipher {
-  private readonly current: { id: string; key: Buffer };
+  readonly currentKeyId: string;
+  private readonly currentKey: Buffer;
   private readonly byId = new Map<string, Buffer[]>();
   private readonly macKeysById = new Map<string, Buffer[]>();
   readonly authenticates = true;
@@ -46,11 +47,8 @@ export class AesGcmTokenCipher implements TokenCipher {
       this.byId.set(id, [...(this.byId.get(id) ?? []), key]);
       this.macKeysById.set(id, [...(this.macKeysById.get(id) ?? []), macKey(key)]);
     }
-    this.current = { id: cacheKeyId(current), key: current };
-  }
-
-  get currentKeyId(): string {
-    return this.current.id;
+    this.currentKeyId = cacheKeyId(current);
+    this.currentKey = current;
   }
 
   get keyIds(): string[] {
@@ -63,8 +61,8 @@ export class AesGcmTokenCipher implements TokenCipher {
    */
   seal(clientId: string, accessToken: string, context = '', generation = 0): string {
     const aad = boundData(clientId, context, generation);
-    const body = encrypt(this.current.key, aad, Buffer.from(accessToken, 'utf8'));
-    return `${PREFIX}${this.current.id}:${body.toString('base64url')}`;
+    const body = encrypt(this.currentKey, aad, Buffer.from(accessToken, 'utf8'));
+    return `${PREFIX}${this.currentKeyId}:${body.toString('base64url')}`;
   }
 
   open(clientId: string, sealed: string, context = '', generation = 0): string {
@@ -86,8 +84,8 @@ export class AesGcmTokenCipher implements TokenCipher {
   /** `context` is the associated data: the value only opens for the record it was written for. */
   sealBytes(context: readonly string[], bytes: Buffer): Buffer {
     return Buffer.concat([
-      Buffer.from(`${BYTES_PREFIX}${this.current.id}:`, 'latin1'),
-      encrypt(this.current.key, lengthPrefixed(context), bytes),
+      Buffer.from(`${BYTES_PREFIX}${this.currentKeyId}:`, 'latin1'),
+      encrypt(this.currentKey, lengthPrefixed(context), bytes),
     ]);
   }
 
@@ -106,7 +104,7 @@ export class AesGcmTokenCipher implements TokenCipher {
 
   /** What the idempotency store keeps next to an answer it will replay. */
   mac(parts: readonly (string | Buffer)[]): string {
-    return `${this.current.id}:${hmacOf(macKey(this.current.key), parts)}`;
+    return `${this.currentKeyId}:${hmacOf(macKey(this.currentKey), parts)}`;
   }
 
   /** Under any configured key (rotation). */
