@@ -129,20 +129,16 @@ export class OAuthTokenRoute implements OnModuleInit {
           'client authentication failed',
         );
       }
-      const clientId = this.clientFor(caller, request);
+      // The named client, else the caller's only one, else the broker's only one.
+      const only = caller.clients !== '*' && caller.clients.size === 1;
+      const requested = request.target?.value ?? (only ? [...caller.clients][0] : undefined);
+      const clientId = this.tokens.resolveClient(requested, caller);
       progress.clientId = clientId;
       const record = await this.front.tokenFor(caller, clientId, requestIdsOf(req));
       return reply.code(200).headers(TOKEN_HEADERS).send(tokenBody(record, Date.now()));
     } catch (err) {
       return this.refuse(err, progress, req, reply);
     }
-  }
-
-  /** The named client, else the caller's only one, else the broker's only one. */
-  private clientFor(caller: Caller, request: OAuthTokenRequest): string {
-    const only = caller.clients !== '*' && caller.clients.size === 1;
-    const requested = request.target?.value ?? (only ? [...caller.clients][0] : undefined);
-    return this.tokens.resolveClient(requested, caller);
   }
 
   /** Audited like a refused `GET /token`. */
