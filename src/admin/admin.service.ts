@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import type { FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
@@ -58,18 +59,28 @@ export class AdminService implements OnModuleInit {
   ): Promise<T> {
     let caller: Caller | undefined;
     let client: string | undefined;
+    // `requestId` is the broker's own id (the line's existing name), `callerRequestId` beside it.
+    const { reqId, callerRequestId } = requestIdsOf(req);
     const line = (outcome: string, reason?: string) => ({
       caller: caller?.name,
       action,
       client,
       outcome,
       reason,
-      ...auditIds(req),
+      requestId: reqId,
+      ...(callerRequestId !== undefined && { callerRequestId }),
     });
     try {
       caller = await this.auth.authenticate(authorizationOf(req.raw));
       assertScope(caller, 'admin');
-      if (FLEET_WIDE.has(action)) assertGrantsEveryClient(caller, action);
+      if (FLEET_WIDE.has(action) && caller.clients !== '*') {
+        // Names only the caller: the refusal must not tell which other clients exist.
+        throw new CallerAuthException(
+          CallerAuthErrorCode.Forbidden,
+          `caller "${caller.name}" may not ${action} the whole fleet: that needs a grant of every client ("*"); ask the platform team`,
+          { audit: { reason: 'fleet_wide_needs_every_client' } },
+        );
+      }
       if (clientId !== undefined) client = this.tokens.resolveClient(clientId, caller);
       const result = await work(caller, client).catch(translate);
       this.audit.info({ ...line('ok'), ...summary(result) }, 'admin');
@@ -90,10 +101,11 @@ export class AdminService implements OnModuleInit {
   async revoke(clientId: string) {
     const revocation = await this.tokens.fleet.revoke(clientId);
     const deadline = Date.now() + ACK_WAIT_MS;
-    let acknowledged = await this.tokens.fleet.revocationAcks(clientId, revocation.generation);
+    const acks = () => this.tokens.fleet.revocationAcks(clientId, revocation.generation);
+    let acknowledged = await acks();
     while (acknowledged < revocation.delivered && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, ACK_POLL_MS));
-      acknowledged = await this.tokens.fleet.revocationAcks(clientId, revocation.generation);
+      await sleep(ACK_POLL_MS);
+      acknowledged = await acks();
     }
     return {
       client: clientId,
@@ -135,16 +147,6 @@ export class AdminService implements OnModuleInit {
   }
 }
 
-function assertGrantsEveryClient(caller: Caller, action: AdminAction): void {
-  if (caller.clients === '*') return;
-  // Names only the caller: the refusal must not tell which other clients exist.
-  throw new CallerAuthException(
-    CallerAuthErrorCode.Forbidden,
-    `caller "${caller.name}" may not ${action} the whole fleet: that needs a grant of every client ("*"); ask the platform team`,
-    { audit: { reason: 'fleet_wide_needs_every_client' } },
-  );
-}
-
 /** A fleet-wide action without Redis is refused (503); a provider refusal names its code only. */
 function translate(err: unknown): never {
   if (err instanceof TokenStoreException) {
@@ -162,10 +164,4 @@ function translate(err: unknown): never {
     );
   }
   throw err;
-}
-
-/** `requestId` is the broker's own id (the line's existing name), `callerRequestId` beside it. */
-function auditIds(req: FastifyRequest): { requestId: string; callerRequestId?: string } {
-  const { reqId, callerRequestId } = requestIdsOf(req);
-  return { requestId: reqId, ...(callerRequestId !== undefined && { callerRequestId }) };
 }
