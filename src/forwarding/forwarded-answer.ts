@@ -58,15 +58,12 @@ export async function collected(
 }
 
 function tooLargeToStore(status: number, limit: number): ApiFailure {
-  return {
-    kind: 'failed',
-    delivered: 'maybe',
-    error: new ProviderException(
-      ProviderErrorCode.MalformedResponse,
-      `the provider answered HTTP ${status} with a body over ${limit} bytes, too large to keep for Idempotency-Key replays (FORWARD_MAX_STORED_RESPONSE_BYTES)`,
-      { status },
-    ),
-  };
+  const error = new ProviderException(
+    ProviderErrorCode.MalformedResponse,
+    `the provider answered HTTP ${status} with a body over ${limit} bytes, too large to keep for Idempotency-Key replays (FORWARD_MAX_STORED_RESPONSE_BYTES)`,
+    { status },
+  );
+  return { kind: 'failed', delivered: 'maybe', error };
 }
 
 function returned(
@@ -110,13 +107,7 @@ export async function screened(
 }
 
 /** An answer whose body failed while being read: it may have been acted on, so never resent. */
-function readFailed(cause: unknown) {
-  return {
-    kind: 'failed',
-    delivered: 'maybe',
-    error:
-      cause instanceof ProviderException
-        ? cause
-        : translateTransportError(cause, 'reading the provider answer'),
-  } as const;
+function readFailed(cause: unknown): ApiFailure {
+  const error = translateTransportError(cause, 'reading the provider answer');
+  return { kind: 'failed', delivered: 'maybe', error };
 }
