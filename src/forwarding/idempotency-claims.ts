@@ -56,17 +56,14 @@ export class IdempotencyClaims {
     const settings = PROFILES[profile].settings(this.config);
     const ttlMs = settings.idempotencyTtlSeconds * 1000;
     const owner = randomUUID();
-    let result;
-    try {
-      result = await this.store.claim(
+    const result = await this.store
+      .claim(
         ref,
         { bodyHash, owner, leaseMs: this.leaseMs, maxPerCaller: settings.maxRecordsPerCaller },
         // Never shorter than a claim can be held, so a record cannot vanish mid-flight.
         Math.max(ttlMs, 2 * this.leaseMs),
-      );
-    } catch (err) {
-      throw this.claimFailed(profile, ref, err);
-    }
+      )
+      .catch((err: unknown) => this.claimFailed(profile, ref, err));
     if (result.claimed) return { ledger: this.ledger(ref, owner, ttlMs) };
     return { replay: this.recorded(profile, result.existing, bodyHash, ref.clientId) };
   }
@@ -138,7 +135,7 @@ export class IdempotencyClaims {
   }
 
   /** Fail closed: without the store, a repeat could not be recognised and might duplicate. */
-  private claimFailed(profile: ForwardingProfile, ref: IdempotencyRef, err: unknown): Error {
+  private claimFailed(profile: ForwardingProfile, ref: IdempotencyRef, err: unknown): never {
     if (!(err instanceof IdempotencyStoreException)) throw err;
     const noun = PROFILES[profile].noun;
     switch (err.code) {
@@ -147,7 +144,7 @@ export class IdempotencyClaims {
           { client: ref.clientId, idemKeyHash: ref.keyHash.slice(0, 16), reason: err.message },
           'idempotency record failed its integrity check: refused, nothing replayed or sent; something other than a broker writes to Redis',
         );
-        return forwardingProblem(
+        throw forwardingProblem(
           profile,
           'tampered',
           `the stored outcome of this Idempotency-Key fails its integrity check (it was changed in Redis by something other than a broker), so it is not replayed; nothing was sent. Tell the platform team, and check with the provider whether the ${noun} was processed before using a new key`,
@@ -156,18 +153,18 @@ export class IdempotencyClaims {
       case IdempotencyStoreErrorCode.CallerLimit:
         // Refused rather than forwarded unrecorded: the caller asked for replay protection,
         // and a retry of an unrecorded request could act twice.
-        return forwardingProblem(
+        throw forwardingProblem(
           profile,
           'callerLimit',
           `${err.message}; nothing was sent. Retry after ${err.retryAfterSeconds ?? 1} s, when its oldest record expires, or send requests that need no replay protection without an Idempotency-Key`,
           { retryAfterSeconds: err.retryAfterSeconds, cause: err },
         );
       case IdempotencyStoreErrorCode.Corrupt:
-        return forwardingProblem(profile, 'storeUnavailable', `${err.message}; nothing was sent`, {
+        throw forwardingProblem(profile, 'storeUnavailable', `${err.message}; nothing was sent`, {
           cause: err,
         });
       case IdempotencyStoreErrorCode.Unavailable:
-        return forwardingProblem(
+        throw forwardingProblem(
           profile,
           'storeUnavailable',
           `the idempotency store (Redis) is unreachable, so a duplicate ${noun} could not be ruled out; nothing was sent. Retry shortly with the same Idempotency-Key`,
