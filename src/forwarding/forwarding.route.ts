@@ -75,8 +75,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   }
 
   onApplicationShutdown(): void {
-    this.trails.orders.close();
-    this.trails.forward.close();
+    for (const trail of Object.values(this.trails)) trail.close();
   }
 
   onModuleInit(): void {

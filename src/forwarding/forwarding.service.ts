@@ -1,4 +1,3 @@
-import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
@@ -35,13 +34,8 @@ export interface ForwardCall {
   readonly body?: Buffer;
 }
 
-export interface ForwardReply {
-  readonly status: number;
-  readonly headers: Readonly<Record<string, string>>;
-  /** Streams unless it was collected for an `Idempotency-Key` or replayed. */
-  readonly body: Readable | Buffer;
-  readonly replayed: boolean;
-}
+/** Its body streams unless it was collected for an `Idempotency-Key` or replayed. */
+export type ForwardReply = Omit<ForwardedAnswer, 'kind'> & { readonly replayed: boolean };
 
 /** For the route's audit line: never holds a secret. */
 export interface ForwardingAudit {

@@ -30,8 +30,6 @@ export function echoesToken(body: Buffer, tokens: readonly string[]): boolean {
   return new TokenEchoScanner(tokens).push(body);
 }
 
-type ScreenedStream = { readonly echoed: true } | { readonly body: Buffer | Readable };
-
 /**
  * Reads up to `decideBytes` before relaying, so a short answer can still be refused with a
  * status; a longer one is screened as it streams and cut off at a late token. Bytes that could
@@ -42,7 +40,7 @@ export async function screenStream(
   tokens: readonly string[],
   decideBytes: number,
   onLateEcho: () => void,
-): Promise<ScreenedStream> {
+): Promise<{ readonly echoed: true } | { readonly body: Buffer | Readable }> {
   const scanner = new TokenEchoScanner(tokens);
   const chunks = body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
   const held: Buffer[] = [];
