@@ -1,17 +1,12 @@
 export type RateLimitScope = 'client' | 'caller';
 
-export type RateLimitVerdict =
-  | {
-      readonly allowed: true;
-      /** Counted in process memory because Redis could not be reached: a per-replica limit. */
-      readonly degraded: boolean;
-    }
-  | {
-      readonly allowed: false;
-      readonly degraded: boolean;
-      readonly scope: RateLimitScope;
-      readonly retryAfterMs: number;
-    };
+export type RateLimitVerdict = {
+  /** Counted in process memory because Redis could not be reached: a per-replica limit. */
+  readonly degraded: boolean;
+} & (
+  | { readonly allowed: true }
+  | { readonly allowed: false; readonly scope: RateLimitScope; readonly retryAfterMs: number }
+);
 
 /**
  * Per client and per (client, caller). Fleet-wide through Redis, so N replicas do not allow N
