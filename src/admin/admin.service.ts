@@ -133,16 +133,14 @@ export class AdminService implements OnModuleInit {
   /** Names only, never a value. */
   private async reloadHere() {
     const credentials = await this.tokens.reloadCredentials();
-    let callers: { added: string[]; removed: string[] } | { error: string };
-    try {
-      callers = (await this.auth.reloadNow?.()) ?? { added: [], removed: [] };
-    } catch {
+    const callers = await Promise.resolve(this.auth.reloadNow?.()).then(
+      (changed) => changed ?? { added: [], removed: [] },
       // The reader's message may name internals; the periodic reload's log has the cause.
-      callers = {
+      () => ({
         error:
           'the caller grants could not be re-read (the API key source); the loaded ones stay in force',
-      };
-    }
+      }),
+    );
     return { credentials, callers };
   }
 }
