@@ -28,11 +28,9 @@ export class ForwardingAuditTrail extends AuditTrail {
       if (!this.admit(outcome.result, Date.now(), party)) return;
       this.reportSuppressed();
     }
-    const ids = requestIdsOf(req);
     this.logger.info(
       {
-        reqId: ids.reqId,
-        callerRequestId: ids.callerRequestId,
+        ...requestIdsOf(req),
         caller: seen.caller?.name,
         client,
         ...extra,
