@@ -97,13 +97,10 @@ export async function screened(
     return 'echoed';
   }
   if (Buffer.isBuffer(answer.body)) return echoesToken(answer.body, tokens) ? 'echoed' : answer;
-  let result;
-  try {
-    result = await screenStream(answer.body, tokens, SCREEN_BEFORE_RELAY_BYTES, onLateEcho);
-  } catch (cause) {
-    return readFailed(cause);
-  }
-  return 'echoed' in result ? 'echoed' : { ...answer, body: result.body };
+  return screenStream(answer.body, tokens, SCREEN_BEFORE_RELAY_BYTES, onLateEcho).then(
+    (result) => ('echoed' in result ? 'echoed' : { ...answer, body: result.body }),
+    readFailed,
+  );
 }
 
 /** An answer whose body failed while being read: it may have been acted on, so never resent. */
