@@ -222,28 +222,23 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   }
 
   private translate(profile: ForwardingProfile, err: unknown): unknown {
-    switch ((err as { code?: unknown } | null)?.code) {
-      case 'FST_ERR_CTP_BODY_TOO_LARGE': {
-        const { noun, bodyLimitSetting, settings } = PROFILES[profile];
-        return forwardingProblem(
-          profile,
-          'bodyTooLarge',
-          `the ${noun} body exceeds ${settings(this.config).bodyLimitBytes} bytes (${bodyLimitSetting})`,
-          { cause: err },
-        );
-      }
-      case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
-        // The passthrough answers Fastify's own 400.
-        return profile === 'orders'
-          ? new ForwardingException(
-              OrdersErrorCode.InvalidBody,
-              'the request body does not match its Content-Length',
-              { cause: err },
-            )
-          : err;
-      default:
-        return err;
+    const code = (err as { code?: unknown } | null)?.code;
+    if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+      const { noun, bodyLimitSetting, settings } = PROFILES[profile];
+      return forwardingProblem(
+        profile,
+        'bodyTooLarge',
+        `the ${noun} body exceeds ${settings(this.config).bodyLimitBytes} bytes (${bodyLimitSetting})`,
+        { cause: err },
+      );
     }
+    // Anything else passes unchanged, as does the passthrough's bad Content-Length (Fastify's 400).
+    if (code !== 'FST_ERR_CTP_INVALID_CONTENT_LENGTH' || profile === 'forward') return err;
+    return new ForwardingException(
+      OrdersErrorCode.InvalidBody,
+      'the request body does not match its Content-Length',
+      { cause: err },
+    );
   }
 }
 
