@@ -81,16 +81,13 @@ function readIdempotencyKey(
   for (let i = 0; i < rawHeaders.length; i += 2) {
     if (rawHeaders[i].toLowerCase() === 'idempotency-key') count++;
   }
-  if (count > 1 || Array.isArray(value)) {
+  const repeated = count > 1 || Array.isArray(value);
+  if (repeated || !IDEMPOTENCY_KEY.test(value)) {
     throw new ForwardingException(
       OrdersErrorCode.InvalidIdempotencyKey,
-      'the Idempotency-Key header is repeated; send it once',
-    );
-  }
-  if (!IDEMPOTENCY_KEY.test(value)) {
-    throw new ForwardingException(
-      OrdersErrorCode.InvalidIdempotencyKey,
-      'the Idempotency-Key header must be 1-255 printable ASCII characters, e.g. a UUID',
+      repeated
+        ? 'the Idempotency-Key header is repeated; send it once'
+        : 'the Idempotency-Key header must be 1-255 printable ASCII characters, e.g. a UUID',
     );
   }
   return value;
