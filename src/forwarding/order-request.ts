@@ -32,6 +32,8 @@ const IDEMPOTENCY_KEY = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/;
 /** W3C Trace Context `traceparent`, version 00 layout (later versions start the same way). */
 const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 const TRACESTATE = /^[\x20-\x7e]{1,512}$/;
+/** A `charset` parameter's value naming UTF-8, bare or quoted, in any case. */
+const UTF8_CHARSET = /^(?:utf-?8|"utf-?8")$/i;
 
 /**
  * A malformed `Idempotency-Key` is a 400: dropping it would drop the caller's protection
@@ -107,13 +109,7 @@ export function isJsonContentType(header: string | undefined): boolean {
   return params.every((p) => {
     const eq = p.indexOf('=');
     const name = (eq < 0 ? p : p.slice(0, eq)).trim().toLowerCase();
-    if (name !== 'charset') return true;
-    const charset = p
-      .slice(eq + 1)
-      .trim()
-      .replace(/^"(.*)"$/, '$1')
-      .toLowerCase();
-    return charset === 'utf-8' || charset === 'utf8';
+    return name !== 'charset' || UTF8_CHARSET.test(p.slice(eq + 1).trim());
   });
 }
 
