@@ -75,12 +75,16 @@ export function createCheckoutAgent(settings: OrdersSettings): Agent {
  */
 export class ProviderApiClient implements ProviderApiGateway {
   private readonly origins = new Map<string, { origin: string; base: string }>();
+  /** One deadline for the whole call, fixed by the settings. */
+  private readonly deadlineMs: number;
 
   constructor(
     private readonly dispatcher: Dispatcher,
     private readonly settings: OrdersSettings,
     private readonly userAgent = 'token-broker',
-  ) {}
+  ) {
+    this.deadlineMs = ordersCallDeadlineMs(settings);
+  }
 
   /**
    * `dispatch` with a handler rather than `request`: a small answer is collected into one buffer,
@@ -90,8 +94,7 @@ export class ProviderApiClient implements ProviderApiGateway {
     const base = this.baseOf(request.client);
     const what = `${request.method} request for client "${request.client.id}"`;
     return new Promise((settle) => {
-      const deadlineMs = ordersCallDeadlineMs(this.settings);
-      const handler = new ExchangeHandler(request, what, deadlineMs, settle);
+      const handler = new ExchangeHandler(request, what, this.deadlineMs, settle);
       this.dispatcher.dispatch(
         {
           origin: base.origin,
