@@ -1,3 +1,5 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { repoRoot } from '../test/support/repo-root';
 
@@ -8,4 +10,29 @@ import { repoRoot } from '../test/support/repo-root';
  */
 export function brokerMain(): string {
   return resolve(repoRoot(), process.env.BENCH_BROKER_MAIN ?? join('dist', 'main.js'));
+}
+
+let image: { major: string; path: string } | null | undefined;
+
+/**
+ * The Node the image runs (the Dockerfile's first `FROM node:<major>`): this one when the major
+ * matches, else the one the tests installed under `.tmp/`, else npm's `node@<major>` through npx.
+ * `null` when the Dockerfile names none.
+ */
+export function imageNode(): { major: string; path: string } | null {
+  if (image !== undefined) return image;
+  const dockerfile = readFileSync(join(repoRoot(), 'Dockerfile'), 'utf8');
+  const major = /^FROM node:(\d+)/m.exec(dockerfile)?.[1];
+  if (major === undefined) return (image = null);
+  const installed = join(repoRoot(), '.tmp', `node-${major}`, 'node_modules', '.bin', 'node');
+  const path =
+    major === process.versions.node.split('.')[0]
+      ? process.execPath
+      : existsSync(installed)
+        ? installed
+        : execFileSync('npx', ['-y', `node@${major}`, '-p', 'process.execPath'], {
+            encoding: 'utf8',
+            stdio: ['ignore', 'pipe', 'ignore'],
+          }).trim();
+  return (image = { major, path });
 }

@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { get } from 'node:http';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import {
   SecretsManagerEmulator,
   secretsManagerClientEnv,
@@ -11,6 +11,7 @@ import { ManagedProcess, minimalEnv } from '../test/support/managed-process';
 import { freePort } from '../test/support/ports';
 import { repoRoot } from '../test/support/repo-root';
 import { startRedis } from '../test/support/redis/standalone';
+import { imageNode } from './paths';
 import { startBenchSetup } from './setup';
 
 /** The targets for one replica: ready within a second, idle RSS at most 100 MB once settled. */
@@ -151,28 +152,21 @@ export async function benchReplica(opts: {
 }
 
 /**
- * The Node binaries to measure: this one, and the image's major (Dockerfile's first
- * `FROM node:NN`) through the `node@NN` registry package as `.ci/run` uses it, when it differs.
- * `BENCH_REPLICA_NODE` names another binary instead of the image's.
+ * This Node and the image's (or `BENCH_REPLICA_NODE`), once each: the image's is what replicas
+ * run, this one what the tests and the sandbox may run.
  */
 export function replicaNodes(): Array<{ label: string; path: string }> {
-  const nodes = [{ label: `Node ${process.versions.node}`, path: process.execPath }];
-  const dockerfile = readFileSync(join(repoRoot(), 'Dockerfile'), 'utf8');
-  const major = /^FROM node:(\d+)/m.exec(dockerfile)?.[1];
-  let path = process.env.BENCH_REPLICA_NODE;
-  if (path === undefined && major !== undefined && major !== process.versions.node.split('.')[0]) {
-    path = execFileSync('npx', ['-y', `node@${major}`, '-p', 'process.execPath'], {
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'ignore'],
-    }).trim();
-  }
-  if (path !== undefined) {
-    const version = execFileSync(path, ['-p', 'process.versions.node'], {
-      encoding: 'utf8',
-    }).trim();
-    nodes.push({ label: `Node ${version} (image)`, path });
-  }
-  return nodes;
+  const image = imageNode();
+  const other = process.env.BENCH_REPLICA_NODE ?? image?.path;
+  const paths = [...new Set([process.execPath, ...(other === undefined ? [] : [other])])];
+  return paths.map((path) => {
+    const version =
+      path === process.execPath
+        ? process.versions.node
+        : execFileSync(path, ['-p', 'process.versions.node'], { encoding: 'utf8' }).trim();
+    const isImage = version.split('.')[0] === image?.major;
+    return { label: `Node ${version}${isImage ? ' (image)' : ''}`, path };
+  });
 }
 
 /** RSS that fell by this share from its early idle value counts as the memory reducer's work. */
