@@ -16,9 +16,11 @@ const LOAD_MS = 15_000;
 const MIN_TTL_S = 3;
 /**
  * The broker counts a token's life from when it *sent* the token request, the emulator from
- * when it answered: the broker's belief is short by that request's latency, on purpose.
+ * when it answered: the broker's belief is short by that request's latency, on purpose. That is
+ * a few ms, but a replica's request has taken 100 ms on a loaded 2-core machine: the same 0.25 s
+ * the suite allows the largest shortfall below.
  */
-const ISSUE_SLACK_MS = 50;
+const ISSUE_SLACK_MS = 250;
 /**
  * A writer sends the remaining lifetime measured on its clock; Redis anchors it when the script
  * runs, a write's latency later: the stored expiry can be late by that much (a few ms).
