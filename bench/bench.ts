@@ -414,10 +414,9 @@ async function main(): Promise<void> {
  * section still measures this Node too. Returns that run's exit status, if there was one.
  */
 function runOnImageNode(): number | undefined {
+  if (process.env.BENCH_NODE === 'current') return undefined;
   const image = imageNode();
-  if (process.env.BENCH_NODE === 'current' || !image || image.path === process.execPath) {
-    return undefined;
-  }
+  if (!image || image.path === process.execPath) return undefined;
   console.log(
     `bench: on the image's Node ${image.major} (BENCH_NODE=current stays on ${process.version})`,
   );
