@@ -17,8 +17,8 @@ const MIN_TTL_S = 3;
 /**
  * The broker counts a token's life from when it *sent* the token request, the emulator from
  * when it answered: the broker's belief is short by that request's latency, on purpose. That is
- * a few ms, but a replica's request has taken 100 ms on a loaded 2-core machine: the same 0.25 s
- * the suite allows the largest shortfall below.
+ * a few ms, but once in CI on 2 cores a token's answers fell 100 ms beyond the rounding (1.1 s
+ * short), most likely that request's latency: the same 0.25 s the suite allows below.
  */
 const ISSUE_SLACK_MS = 250;
 /**
