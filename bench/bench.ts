@@ -8,6 +8,7 @@ import { hammer } from '../test/support/load';
 import { createServer as createHttpServer, type Server } from 'node:http';
 import { startAuthBrokers, TRACED_TARGET } from './auth.bench';
 import { benchOrders } from './orders.bench';
+import { loadWithLatency } from './latency';
 import { imageNode } from './paths';
 import { benchReplica, REPLICA_TARGETS, replicaNodes } from './replica.bench';
 import { FLEET_CLIENT, requestsPerCycle, startFleet } from '../test/support/fleet';
@@ -36,7 +37,7 @@ async function load(
   method?: 'GET' | 'POST',
   body?: string,
 ): Promise<Row> {
-  const r = await autocannon({
+  const { result: r, latency } = await loadWithLatency({
     url,
     connections: CONNECTIONS,
     duration: DURATION_SEC,
@@ -48,7 +49,7 @@ async function load(
   if (r.non2xx > 0 || r.errors > 0) {
     throw new Error(`${url}: ${r.non2xx} non-2xx answers and ${r.errors} errors under load`);
   }
-  return { name: url, reqPerSec: r.requests.average, p50Ms: r.latency.p50, p99Ms: r.latency.p99 };
+  return { name: url, reqPerSec: r.requests.average, ...latency };
 }
 
 function median(values: number[]): number {
@@ -306,7 +307,7 @@ function printRows(title: string, rows: Row[]): void {
   console.log(`\n## ${title}`);
   for (const r of rows) {
     console.log(
-      `  ${r.name.padEnd(40)} ${r.reqPerSec.toFixed(0).padStart(8)} req/s   p50 ${r.p50Ms.toFixed(2)} ms   p99 ${r.p99Ms.toFixed(2)} ms`,
+      `  ${r.name.padEnd(40)} ${r.reqPerSec.toFixed(0).padStart(8)} req/s   p50 ${r.p50Ms.toFixed(3)} ms   p99 ${r.p99Ms.toFixed(3)} ms`,
     );
   }
 }
@@ -388,8 +389,8 @@ async function benchOrdersSection(): Promise<void> {
   );
   console.log(
     `  broker ${(delayedBroker.reqPerSec / delayedDirect.reqPerSec).toFixed(3)}x the direct req/s (target >= 0.85: ${verdict(delayedBroker.reqPerSec / delayedDirect.reqPerSec >= 0.85)}), ` +
-      `p50 overhead ${(delayedBroker.p50Ms - delayedDirect.p50Ms).toFixed(2)} ms (target <= 1: ${verdict(delayedBroker.p50Ms - delayedDirect.p50Ms <= 1)}; autocannon rounds to whole ms); ` +
-      `the bare forwarder ${(delayedFloor.reqPerSec / delayedDirect.reqPerSec).toFixed(3)}x, p50 overhead ${(delayedFloor.p50Ms - delayedDirect.p50Ms).toFixed(2)} ms`,
+      `p50 overhead ${(delayedBroker.p50Ms - delayedDirect.p50Ms).toFixed(3)} ms (target <= 1: ${verdict(delayedBroker.p50Ms - delayedDirect.p50Ms <= 1)}); ` +
+      `the bare forwarder ${(delayedFloor.reqPerSec / delayedDirect.reqPerSec).toFixed(3)}x, p50 overhead ${(delayedFloor.p50Ms - delayedDirect.p50Ms).toFixed(3)} ms`,
   );
 }
 

@@ -2,7 +2,6 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import autocannon from 'autocannon';
 import { Client } from 'undici';
 import {
   PROVIDER_ORDERS_PATHS,
@@ -12,6 +11,7 @@ import {
 import { type BrokerProcess, spawnBroker } from '../test/support/broker-process';
 import { adoptChild } from '../test/support/managed-process';
 import { freePort } from '../test/support/ports';
+import { loadWithLatency } from './latency';
 import { brokerMain } from './paths';
 
 /** One measured configuration, as the main bench harness prints it. */
@@ -383,7 +383,7 @@ async function load(t: Target, durationSec: number, connections: number): Promis
   if (t.bearer !== undefined) headers.authorization = `Bearer ${t.bearer}`;
   const url = t.url;
   let n = 0;
-  const result = await autocannon({
+  const { result, latency } = await loadWithLatency({
     url,
     method: get ? 'GET' : 'POST',
     headers,
@@ -409,8 +409,7 @@ async function load(t: Target, durationSec: number, connections: number): Promis
   return {
     name: url,
     reqPerSec: result.requests.average,
-    p50Ms: result.latency.p50,
-    p99Ms: result.latency.p99,
+    ...latency,
   };
 }
 
