@@ -35,7 +35,6 @@ export class AesGcmTokenCipher implements TokenCipher {
   readonly currentKeyId: string;
   private readonly currentKey: Buffer;
   private readonly byId = new Map<string, Buffer[]>();
-  private readonly macKeysById = new Map<string, Buffer[]>();
   readonly authenticates = true;
 
   /** `previous` keys only read (values written before a rotation). */
@@ -45,7 +44,6 @@ export class AesGcmTokenCipher implements TokenCipher {
       const id = cacheKeyId(key);
       // Two distinct keys could share an 8-digit id; opening then simply tries both.
       this.byId.set(id, [...(this.byId.get(id) ?? []), key]);
-      this.macKeysById.set(id, [...(this.macKeysById.get(id) ?? []), macKey(key)]);
     }
     this.currentKeyId = cacheKeyId(current);
     this.currentKey = current;
@@ -110,11 +108,11 @@ export class AesGcmTokenCipher implements TokenCipher {
   /** Under any configured key (rotation). */
   verifyMac(parts: readonly (string | Buffer)[], tag: string): boolean {
     const colon = tag.indexOf(':');
-    const keys = colon > 0 ? this.macKeysById.get(tag.slice(0, colon)) : undefined;
+    const keys = colon > 0 ? this.byId.get(tag.slice(0, colon)) : undefined;
     if (keys === undefined) return false;
     const given = Buffer.from(tag.slice(colon + 1), 'latin1');
     return keys.some((key) => {
-      const expected = Buffer.from(hmacOf(key, parts), 'latin1');
+      const expected = Buffer.from(hmacOf(macKey(key), parts), 'latin1');
       return expected.length === given.length && timingSafeEqual(expected, given);
     });
   }
