@@ -43,10 +43,8 @@ interface RefreshLoopDeps {
 }
 
 /**
- * The single flight of one client's refresh (at most one loop per process) and where it stands:
- * failures, holds, the provider's lifetime, and what a caller is told meanwhile. Waiters are
- * refused as soon as no token can reach them in time. Between passes the loop sleeps for the
- * backoff, or until a store event wakes it.
+ * The single flight of one client's refresh (at most one loop per process) and where it stands.
+ * Waiters are refused as soon as no token can reach them in time.
  */
 export class RefreshLoop {
   private readonly waiters = new TokenWaiters();
@@ -277,7 +275,7 @@ export class RefreshLoop {
     const servingUntil = held.valid()?.expiresAt;
     const lastError = err instanceof Error ? err : new Error(String(err));
     const attempt = (this.failure?.count ?? 0) + 1;
-    const verdict = judgeFailure(err, {
+    const { permanent, result, delayMs } = judgeFailure(err, {
       client: this.client,
       attempt,
       backoffBaseMs: settings.backoffBaseMs,
@@ -286,8 +284,7 @@ export class RefreshLoop {
       servingUntil,
       random: this.deps.random,
     });
-    this.deps.metrics.refreshes.labels(this.client.id, verdict.result).inc();
-    const { permanent } = verdict;
+    this.deps.metrics.refreshes.labels(this.client.id, result).inc();
     this.phase = afterFailure(this.phase, lastError, permanent);
     this.deps.logger[permanent ? 'error' : 'warn'](
       {
@@ -302,7 +299,7 @@ export class RefreshLoop {
         : 'token refresh failed; will retry',
     );
     if (permanent) this.waiters.rejectAll(permanent);
-    return verdict.delayMs;
+    return delayMs;
   }
 
   /** Waiters who cannot outwait `delayMs` are refused at once, with the real `Retry-After`. */

@@ -63,11 +63,8 @@ export class TokenAuditTrail extends AuditTrail implements OnApplicationShutdown
       this.issuedLines.record(last.slot.aggregate, ids, now);
       return;
     }
-    let byClient = this.slots.get(caller);
-    if (byClient === undefined) {
-      byClient = new Map();
-      this.slots.set(caller, byClient);
-    }
+    const byClient = this.slots.get(caller) ?? new Map<string, CallerSlot>();
+    this.slots.set(caller, byClient);
     let slot = byClient.get(clientId);
     if (slot === undefined || slot.record !== record) {
       slot = {
