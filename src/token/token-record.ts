@@ -16,17 +16,11 @@ export function fingerprintOf(accessToken: string): string {
   return createHash('sha256').update(accessToken).digest('hex').slice(0, 16);
 }
 
-export function toRecord(grant: {
-  accessToken: string;
-  obtainedAt: number;
-  expiresAt: number;
-}): TokenRecord {
-  return {
-    accessToken: grant.accessToken,
-    obtainedAt: grant.obtainedAt,
-    expiresAt: grant.expiresAt,
-    fingerprint: fingerprintOf(grant.accessToken),
-  };
+export function toRecord(
+  grant: Pick<TokenRecord, 'accessToken' | 'obtainedAt' | 'expiresAt'>,
+): TokenRecord {
+  const { accessToken, obtainedAt, expiresAt } = grant;
+  return { accessToken, obtainedAt, expiresAt, fingerprint: fingerprintOf(accessToken) };
 }
 
 /** Generation 0 (no revoke ever) is left out, the same as absent. */
