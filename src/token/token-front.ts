@@ -34,9 +34,8 @@ export interface TokenAnswer {
 
 /**
  * `GET /token`, its only implementation: answered from Node's request event, sparing the hottest
- * route Fastify's pipeline. It takes exactly `/token`: any other spelling of a target goes to the
- * router, which has no `/token` route and answers 404. Admission, query, L1 read or bounded wait,
- * audit and answer: synchronous when no I/O is needed, so the hot path allocates no promise.
+ * route Fastify's pipeline. It takes exactly `/token` (any other spelling reaches the router: 404),
+ * and is synchronous when no I/O is needed, so the hot path allocates no promise.
  */
 @Injectable()
 export class TokenFront {
