@@ -189,10 +189,9 @@ export class FleetRefresh {
       await store.records.discardCorrupt(this.client.id);
       return undefined;
     }
-    metrics.cacheLookups
-      .labels(this.client.id, 'l2', stored.status === 'found' ? 'hit' : 'miss')
-      .inc();
-    return stored.status === 'found' ? stored.record : undefined;
+    const found = stored.status === 'found' ? stored.record : undefined;
+    metrics.cacheLookups.labels(this.client.id, 'l2', found ? 'hit' : 'miss').inc();
+    return found;
   }
 
   /** `fallback` when the store fails (noted); any other error is rethrown. */
