@@ -21,10 +21,7 @@ import { TokenService } from './token.service';
       // `?client=` as GET /token resolves it, for caller admission on the other routes.
       provide: CLIENT_RESOLVER,
       inject: [TokenService],
-      useFactory:
-        (tokens: TokenService): ClientResolver =>
-        (requested, caller) =>
-          tokens.resolveClient(requested, caller),
+      useFactory: (tokens: TokenService): ClientResolver => tokens.resolveClient.bind(tokens),
     },
   ],
   exports: [TokenService, CLIENT_RESOLVER],
