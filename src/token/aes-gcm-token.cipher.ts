@@ -53,10 +53,6 @@ export class AesGcmTokenCipher implements TokenCipher {
     return [...this.byId.keys()];
   }
 
-  /**
-   * `context` (the store's clear fields) and `generation` are authenticated too: a value whose
-   * clear fields were edited, moved to another client, or put back after a revoke fails to open.
-   */
   seal(clientId: string, accessToken: string, context = '', generation = 0): string {
     const aad = boundData(clientId, context, generation);
     const body = encrypt(this.currentKey, aad, Buffer.from(accessToken, 'utf8'));
