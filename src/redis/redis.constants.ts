@@ -1,10 +1,5 @@
 import { createHash } from 'node:crypto';
 
-/** The shared command connection, absent without a Redis. */
-export const REDIS_CONNECTION = 'TOKEN_BROKER:REDIS_CONNECTION';
-/** The Redis passwords, read once at start-up. */
-export const REDIS_SECRETS = 'TOKEN_BROKER:REDIS_SECRETS';
-
 /** Every key of a client shares the hash tag `{<client>}`: Lua scripts need one Cluster slot. */
 export const redisKeys = {
   token: (clientId: string) => `tb:{${clientId}}:token`,

@@ -10,14 +10,12 @@ import { FORWARD_RATE_LIMITER, IDEMPOTENCY_STORE } from '../forwarding/forwardin
 import { TOKEN_CIPHER, type TokenCipher } from '../token/token-cipher';
 import { TOKEN_STORE, type TokenStore } from '../token/token-store';
 import { MemoryTokenStore } from '../token/token-store.memory';
-import type { SecretReader } from '../secrets/secret-reader';
-import { SECRET_READER } from '../secrets/secrets.constants';
+import { SECRET_READER, type SecretReader } from '../secrets/secret-reader';
 import { SecretsModule } from '../secrets/secrets.module';
 import { createTokenCipher } from '../token/token-cipher.factory';
 import { RedisIdempotencyStore } from './idempotency-store.redis';
 import type { ForwardRateLimiter } from '../forwarding/forward-rate-limiter';
 import { RedisForwardRateLimiter } from './forward-rate-limiter.redis';
-import { REDIS_CONNECTION, REDIS_SECRETS } from './redis.constants';
 import {
   createRedisConnection,
   type RedisClient,
@@ -25,6 +23,11 @@ import {
   readRedisSecrets,
 } from './redis.connection';
 import { RedisTokenStore } from './token-store.redis';
+
+/** The shared command connection, absent without a Redis. */
+const REDIS_CONNECTION = 'TOKEN_BROKER:REDIS_CONNECTION';
+/** The Redis passwords, read once at start-up. */
+const REDIS_SECRETS = 'TOKEN_BROKER:REDIS_SECRETS';
 
 /** Without a Redis configured: process memory, valid for a single replica only. */
 @Module({

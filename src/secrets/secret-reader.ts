@@ -14,6 +14,9 @@ export type SecretRef =
     }
   | { file: string; secretId?: undefined; versionStage?: undefined };
 
+/** Injection token for the {@link SecretReader} adapter. */
+export const SECRET_READER = 'TOKEN_BROKER:SECRET_READER';
+
 /** The only place that speaks the AWS SDK or reads secret files. */
 export interface SecretReader {
   read(ref: SecretRef): Promise<string>;

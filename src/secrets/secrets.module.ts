@@ -1,6 +1,5 @@
 import { Module } from '@nestjs/common';
-import { AwsSecretReader } from './secret-reader';
-import { SECRET_READER } from './secrets.constants';
+import { AwsSecretReader, SECRET_READER } from './secret-reader';
 
 @Module({
   providers: [{ provide: SECRET_READER, useFactory: () => new AwsSecretReader() }],
