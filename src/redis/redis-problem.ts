@@ -107,6 +107,8 @@ function causes(err: unknown): Error[] {
   return found;
 }
 
-function firstLine(text: string): string {
+/** An error's message (or any text), first line only and capped: a reply may run on for pages. */
+export function firstLine(cause: unknown): string {
+  const text = cause instanceof Error ? cause.message : String(cause);
   return text.split('\n')[0].slice(0, 200);
 }

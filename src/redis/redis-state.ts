@@ -1,5 +1,10 @@
 import type { Logger } from 'pino';
-import { classifyRedisError, isDroppedConnection, type RedisProblem } from './redis-problem';
+import {
+  classifyRedisError,
+  firstLine,
+  isDroppedConnection,
+  type RedisProblem,
+} from './redis-problem';
 
 /** `down`: an outage (degraded, ready); `misconfigured`: will not pass by itself (not ready). */
 type RedisState = 'up' | 'down' | 'misconfigured';
@@ -55,7 +60,7 @@ export class RedisStateTracker {
    * isn't writeable" says nothing new), unless the connection reports the server went away.
    */
   failed(cause: unknown, connectionError = false): void {
-    if (connectionError) this.lastConnectionReason = reasonOf(cause);
+    if (connectionError) this.lastConnectionReason = firstLine(cause);
     const problem = classifyRedisError(cause);
     if (problem) {
       // Same kind, other words (EVALSHA retried as EVAL; WRONGPASS on every attempt).
@@ -83,7 +88,7 @@ export class RedisStateTracker {
         redis: this.describe,
         from,
         to: 'down',
-        reason: this.lastConnectionReason ?? reasonOf(cause),
+        reason: this.lastConnectionReason ?? firstLine(cause),
       },
       'Redis unreachable: serving from memory, refreshing per replica until it returns',
     );
@@ -100,9 +105,4 @@ function isOutage(cause: unknown): boolean {
     code === 'ETIMEDOUT' ||
     code === 'EAI_AGAIN'
   );
-}
-
-function reasonOf(cause: unknown): string {
-  const text = cause instanceof Error ? cause.message : String(cause);
-  return text.split('\n')[0].slice(0, 200);
 }
