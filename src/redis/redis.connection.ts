@@ -137,14 +137,14 @@ export function createRedisConnection(
   secrets: RedisSecrets = {},
 ): RedisClient {
   const plan = connectionPlan(settings, role, secrets);
-  const client =
-    plan.kind === 'cluster'
-      ? new Cluster(plan.nodes, plan.options)
-      : plan.url === undefined
-        ? new Redis(plan.options)
-        : new Redis(plan.url, plan.options);
-  if (plan.kind === 'redis' && plan.url !== undefined) {
-    watchTlsMismatch(client as Redis, plan.url, settings);
+  let client: RedisClient;
+  if (plan.kind === 'cluster') {
+    client = new Cluster(plan.nodes, plan.options);
+  } else if (plan.url === undefined) {
+    client = new Redis(plan.options);
+  } else {
+    client = new Redis(plan.url, plan.options);
+    watchTlsMismatch(client, plan.url, settings);
   }
   // The owner is built later (after the cache key is read): an error in between with no
   // listener would make ioredis print a raw non-JSON line. Kept for `takeEarlyError`.
@@ -202,7 +202,6 @@ function watchTlsMismatch(client: Redis, url: string, settings: RedisSettings): 
   });
 }
 
-/** Per connection: stops keeping errors and returns the last one kept. */
 const earlyErrors = new WeakMap<RedisClient, () => unknown>();
 
 /** Stops keeping errors and returns the last one reported before the owner listened. */

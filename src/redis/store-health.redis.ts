@@ -100,13 +100,8 @@ export class RedisStoreHealth implements StoreHealth {
   }
 
   topology(): StoreTopology {
-    const { mode } = this.settings;
-    return {
-      kind: 'redis',
-      mode,
-      nodes: redisNodes(this.settings).nodes,
-      state: this.tracker.state,
-    };
+    const { nodes } = redisNodes(this.settings);
+    return { kind: 'redis', mode: this.settings.mode, nodes, state: this.tracker.state };
   }
 
   async checkContinuity(clientId: string): Promise<StoreContinuity> {

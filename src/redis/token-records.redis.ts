@@ -142,8 +142,7 @@ export class RedisTokenRecords implements TokenRecords {
       return undefined;
     }
     // The fingerprint is in clear for the fence; it must be this token's.
-    if (fingerprintOf(accessToken) !== fp) return undefined;
-    return accessToken;
+    return fingerprintOf(accessToken) === fp ? accessToken : undefined;
   }
 
   private corrupt(clientId: string, val: string): StoredToken {

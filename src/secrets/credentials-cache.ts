@@ -30,9 +30,7 @@ export class CredentialsCache {
       this.credentials = await this.load();
       this.loadedAt = this.now();
     } catch (err) {
-      if (this.credentials && err instanceof SecretsException && err.transient)
-        return this.credentials;
-      throw err;
+      if (!(this.credentials && err instanceof SecretsException && err.transient)) throw err;
     }
     return this.credentials;
   }
