@@ -63,8 +63,11 @@ export class TokenAuditTrail extends AuditTrail implements OnApplicationShutdown
       this.issuedLines.record(last.slot.aggregate, ids, now);
       return;
     }
-    const byClient = this.slots.get(caller) ?? new Map<string, CallerSlot>();
-    this.slots.set(caller, byClient);
+    let byClient = this.slots.get(caller);
+    if (byClient === undefined) {
+      byClient = new Map();
+      this.slots.set(caller, byClient);
+    }
     let slot = byClient.get(clientId);
     if (slot === undefined || slot.record !== record) {
       slot = {
