@@ -451,13 +451,23 @@ describe('POST /orders (one broker, API-key callers, real Redis)', () => {
       expect(await tokenOf('acme')).toBe(fresh);
     });
 
-    it('answers a second 401 with 502 and creates nothing; the key stays usable', async () => {
-      provider.rejectNextOrders(2);
+    it('within the rejection floor relays the 401 as it is: no token request, nothing resent, the key stays usable', async () => {
+      const tokenRequests = provider.stats.tokenRequests;
+      const held = await tokenOf('acme');
+      provider.rejectNextOrders(1);
       const res = await order(orderBody('retry-2'), { key: 'retry-key-2' });
-      expect(res.status).toBe(502);
-      expect(problemOf(res).code).toBe('order_token_rejected');
-      expect(provider.stats.orderRequests).toBe(2);
+      expect(res.status).toBe(401);
+      expect(provider.stats.orderRequests).toBe(1);
       expect(provider.stats.ordersCreated).toBe(0);
+      expect(provider.stats.tokenRequests).toBe(tokenRequests);
+      expect(await tokenOf('acme')).toBe(held);
+      expect(
+        await metricValue(broker.url, 'token_broker_token_rejections_total', {
+          client: 'acme',
+          call: 'orders',
+          verdict: 'floored',
+        }),
+      ).toBe(1);
       // Nothing was created, so the claim was released: the same key may be retried.
       const again = await order(orderBody('retry-2'), { key: 'retry-key-2' });
       expect(again.status).toBe(201);

@@ -88,6 +88,9 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
         backoffMaxMs: 1000,
         // 2 s tokens in some scenarios: the default 5 s floor would make them unservable.
         minRefreshIntervalMs: 100,
+        // The fence and the invalidation themselves; their bounds have suites of their own.
+        minRejectionIntervalMs: 0,
+        rejectionsPerCaller: 0,
       }),
       ...overrides,
     };
@@ -313,8 +316,8 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
     // Rotated at the source and at the provider; the manager still caches the old secret.
     emulator.setCredentials({ [ROTATED.clientId]: ROTATED.clientSecret });
     secret = ROTATED;
-    expect(await a.manager.invalidate(first.fingerprint)).toBe(true);
-    const second = await a.manager.get(0);
+    expect(await a.manager.reject(first.fingerprint, 'test')).toBe('invalidated');
+    const second = await a.manager.getForwardable(0);
     expect(second.fingerprint).not.toBe(first.fingerprint);
     expect(credentialLoads).toBe(2);
     expect(emulator.stats.rejectedTokenAuth).toBe(1);
@@ -346,13 +349,13 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
   it('credentials are re-read once they are older than credentialsReloadSeconds', async () => {
     const a = await replica(53, { credentialsReloadSeconds: 10 }, false);
     const first = await a.manager.get(0);
-    await a.manager.invalidate(first.fingerprint);
-    await a.manager.get(0);
+    await a.manager.reject(first.fingerprint, 'test');
+    await a.manager.getForwardable(0);
     expect(credentialLoads).toBe(1);
     clock.advance(11_000);
     const third = await a.manager.get(0);
-    await a.manager.invalidate(third.fingerprint);
-    await a.manager.get(0);
+    await a.manager.reject(third.fingerprint, 'test');
+    await a.manager.getForwardable(0);
     expect(credentialLoads).toBe(2);
   });
 
@@ -387,9 +390,9 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
     await Promise.all(fleet.slice(1).map((r) => r.manager.get(0)));
     expect(requests()).toBe(1);
     const results = await Promise.all(
-      Array.from({ length: 30 }, (_, i) => fleet[i % 3].manager.invalidate(first.fingerprint)),
+      Array.from({ length: 30 }, (_, i) => fleet[i % 3].manager.reject(first.fingerprint, 'test')),
     );
-    expect(results.filter(Boolean).length).toBeGreaterThanOrEqual(1);
+    expect(results.filter((v) => v === 'invalidated').length).toBeGreaterThanOrEqual(1);
     await waitFor(() => fleet.every((r) => fp(r) !== undefined && fp(r) !== first.fingerprint), {
       timeoutMs: 3000,
       what: 'every replica to hold a replacement token',
@@ -397,22 +400,22 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
     expect(requests()).toBe(2);
     expect(new Set(fleet.map(fp)).size).toBe(1);
     // The stale fingerprint no longer invalidates anything.
-    expect(await fleet[0].manager.invalidate(first.fingerprint)).toBe(false);
+    expect(await fleet[0].manager.reject(first.fingerprint, 'test')).toBe('stale');
     expect(requests()).toBe(2);
   });
 
   it('a rejected token is never adopted again, even when the store hands it back', async () => {
     const a = await replica(75, {}, false);
     const rejected = await a.manager.get(0);
-    expect(await a.manager.invalidate(rejected.fingerprint)).toBe(true);
-    const replacement = await a.manager.get(0);
+    expect(await a.manager.reject(rejected.fingerprint, 'test')).toBe('invalidated');
+    const replacement = await a.manager.getForwardable(0);
     expect(replacement.fingerprint).not.toBe(rejected.fingerprint);
     // A write that began before the rejection lands now, the same token with a later expiry:
     // the pub/sub message and the store read both offer it; the manager keeps its replacement.
     const writer = await replica(76, {}, false);
     const stale = toRecord({
       accessToken: rejected.accessToken,
-      obtainedAt: clock.now(),
+      obtainedAt: rejected.obtainedAt,
       expiresAt: replacement.expiresAt + 60_000,
     });
     expect(await writer.store.records.writeFenced(CLIENT_ID, stale)).toBe(true);
@@ -421,9 +424,10 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
       what: 'the pub/sub message to reach the replicas',
     });
     expect(fp(a)).toBe(replacement.fingerprint);
-    // With nothing in memory, a refresh finds it in the store and fetches a new one instead.
-    expect(await a.manager.invalidate(replacement.fingerprint)).toBe(true);
-    const third = await a.manager.get(0);
+    // The store holds the stale copy now, so the store has nothing to invalidate; the refresh
+    // finds that copy and fetches a new one instead.
+    expect(await a.manager.reject(replacement.fingerprint, 'test')).toBe('stale');
+    const third = await a.manager.getForwardable(0);
     expect([rejected.fingerprint, replacement.fingerprint]).not.toContain(third.fingerprint);
     expect(requests()).toBe(3);
   });

@@ -5,8 +5,8 @@ import { redisKeys } from '../src/redis/redis.constants';
 import { createRedisConnection } from '../src/redis/redis.connection';
 import { RedisTokenStore } from '../src/redis/token-store.redis';
 import { PlainTokenCipher } from '../src/token/token-cipher';
-import { type TokenRecord, toRecord } from '../src/token/token-record';
-import type { TokenStoreEvent } from '../src/token/token-store';
+import { type TokenRecord, toRecord, withGeneration } from '../src/token/token-record';
+import type { RejectionRule, TokenStoreEvent } from '../src/token/token-store';
 import { TokenStoreException } from '../src/token/token-store.exception';
 import { RedisCluster } from './support/redis/cluster';
 import { adminCommand } from './support/redis/node';
@@ -35,6 +35,9 @@ function openStore(
   stores.push(store);
   return store;
 }
+
+/** No floor and no budget: the tests of the fence itself. */
+const OPEN: RejectionRule = { caller: 'test', floorMs: 0, perCaller: 0, windowMs: 1000 };
 
 function record(token: string, obtainedAt: number, lifetimeMs: number): TokenRecord {
   return toRecord({ accessToken: token, obtainedAt, expiresAt: obtainedAt + lifetimeMs });
@@ -141,11 +144,15 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       const current = record('current', t0, 60_000);
       await store.records.writeFenced(CLIENT, current);
       expect(
-        await store.records.invalidate(CLIENT, record('stale', t0 - 1000, 60_000).fingerprint),
-      ).toBe(false);
+        await store.records.invalidate(
+          CLIENT,
+          record('stale', t0 - 1000, 60_000).fingerprint,
+          OPEN,
+        ),
+      ).toBe('stale');
       expect((await store.records.read(CLIENT)).status).toBe('found');
-      expect(await store.records.invalidate(CLIENT, current.fingerprint)).toBe(true);
-      expect(await store.records.invalidate(CLIENT, current.fingerprint)).toBe(false);
+      expect(await store.records.invalidate(CLIENT, current.fingerprint, OPEN)).toBe('invalidated');
+      expect(await store.records.invalidate(CLIENT, current.fingerprint, OPEN)).toBe('stale');
       expect((await store.records.read(CLIENT)).status).toBe('absent');
     });
 
@@ -155,12 +162,81 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       const t0 = Date.now();
       const rejected = record('rejected', t0 - 10_000, 60_000);
       await store.records.writeFenced(CLIENT, rejected);
-      await store.records.invalidate(CLIENT, rejected.fingerprint);
+      await store.records.invalidate(CLIENT, rejected.fingerprint, OPEN);
       expect(await store.records.writeFenced(CLIENT, rejected)).toBe(false);
       // The provider shortened its lifetimes meanwhile: earlier expiry, but requested later.
       const replacement = record('replacement', Date.now() + 5, 10_000);
       expect(await store.records.writeFenced(CLIENT, replacement)).toBe(true);
       expect(await store.records.read(CLIENT)).toEqual({ status: 'found', record: replacement });
+    });
+  });
+
+  describe('rejection bounds', () => {
+    const rule = (caller: string, over: Partial<RejectionRule> = {}): RejectionRule => ({
+      caller,
+      floorMs: 60_000,
+      perCaller: 2,
+      windowMs: 60_000,
+      ...over,
+    });
+
+    it('holds a rejection floor: within it a rejection of the new token invalidates nothing', async () => {
+      const store = newStore();
+      await store.health.waitUntilReady(2000);
+      const first = record('first', Date.now() - 1000, 60_000);
+      await store.records.writeFenced(CLIENT, first);
+      expect(await store.records.invalidate(CLIENT, first.fingerprint, rule('a'))).toBe(
+        'invalidated',
+      );
+      const second = record('second', Date.now() + 5, 60_000);
+      expect(await store.records.writeFenced(CLIENT, second)).toBe(true);
+      expect(await store.records.invalidate(CLIENT, second.fingerprint, rule('b'))).toBe('floored');
+      expect(await store.records.read(CLIENT)).toEqual({ status: 'found', record: second });
+      const pttl = await raw.pttl(redisKeys.rejectionFloor(CLIENT));
+      expect(pttl).toBeGreaterThan(50_000);
+    });
+
+    it("counts each caller's invalidations per window, apart from the others'", async () => {
+      const store = newStore();
+      await store.health.waitUntilReady(2000);
+      const verdicts: string[] = [];
+      for (const caller of ['proxy', 'proxy', 'proxy', 'other']) {
+        const t = record(`t-${verdicts.length}`, Date.now() + verdicts.length, 60_000);
+        expect(await store.records.writeFenced(CLIENT, t)).toBe(true);
+        verdicts.push(
+          await store.records.invalidate(CLIENT, t.fingerprint, rule(caller, { floorMs: 0 })),
+        );
+      }
+      expect(verdicts).toEqual(['invalidated', 'invalidated', 'caller_budget', 'invalidated']);
+      const left = await raw.pttl(redisKeys.callerRejections(CLIENT, 'proxy'));
+      expect(left).toBeGreaterThan(50_000);
+      expect(left).toBeLessThanOrEqual(60_000);
+    });
+
+    it('takes the same token again when it was granted after the invalidation', async () => {
+      const store = newStore();
+      await store.health.waitUntilReady(2000);
+      const t0 = Date.now();
+      const issued = record('reissued-until-expiry', t0 - 10_000, 60_000);
+      await store.records.writeFenced(CLIENT, issued);
+      expect(await store.records.invalidate(CLIENT, issued.fingerprint, OPEN)).toBe('invalidated');
+      // Requested before the invalidation: still refused.
+      expect(await store.records.writeFenced(CLIENT, issued)).toBe(false);
+      // The provider hands out the same token with what is left of its lifetime.
+      const again = { ...issued, obtainedAt: Date.now() + 5 };
+      expect(await store.records.writeFenced(CLIENT, again)).toBe(true);
+      const read = await store.records.read(CLIENT);
+      expect(read.status === 'found' && read.record.fingerprint).toBe(issued.fingerprint);
+    });
+
+    it('takes the same token again after an operator revoke, once granted in the new generation', async () => {
+      const store = newStore();
+      await store.health.waitUntilReady(2000);
+      const issued = record('same-after-revoke', Date.now() - 10_000, 60_000);
+      await store.records.writeFenced(CLIENT, issued);
+      const { generation } = await store.bus.revoke(CLIENT);
+      const again = withGeneration({ ...issued, obtainedAt: Date.now() + 5 }, generation);
+      expect(await store.records.writeFenced(CLIENT, again)).toBe(true);
     });
   });
 
@@ -267,7 +343,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       const rejected = record('rejected', honest.health.now() - 10_000, 60_000);
       await honest.records.writeFenced(CLIENT, rejected);
       // The fast replica sees the 401; its wall clock would have put the marker 30 s ahead.
-      expect(await fast.records.invalidate(CLIENT, rejected.fingerprint)).toBe(true);
+      expect(await fast.records.invalidate(CLIENT, rejected.fingerprint, OPEN)).toBe('invalidated');
       const replacement = record('replacement', honest.health.now() + 5, 10_000);
       expect(await honest.records.writeFenced(CLIENT, replacement)).toBe(true);
       expect((await fast.records.read(CLIENT)).status).toBe('found');
@@ -338,7 +414,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       });
     });
 
-    it('is lifted with the token a replica saw rejected, not by a stale rejection', async () => {
+    it('is never lifted by a rejection: a caller who can cause 401s cannot hurry the fleet', async () => {
       const a = newStore();
       const b = newStore();
       await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
@@ -346,11 +422,8 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       const current = record('current', t0, 60_000);
       await a.records.writeFenced(CLIENT, current);
       await a.lock.holdRefreshes(CLIENT, 60_000, 60_000);
-      // A rejection of an older token changes nothing.
-      await b.records.invalidate(CLIENT, record('stale', t0 - 1000, 60_000).fingerprint);
+      expect(await b.records.invalidate(CLIENT, current.fingerprint, OPEN)).toBe('invalidated');
       expect((await a.lock.refreshHold(CLIENT)).ms).toBeGreaterThan(50_000);
-      expect(await b.records.invalidate(CLIENT, current.fingerprint)).toBe(true);
-      expect(await a.lock.refreshHold(CLIENT)).toEqual({ ms: 0 });
     });
 
     it('is lifted when a corrupt value is discarded (the fleet has no usable token)', async () => {
@@ -528,7 +601,7 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       seen.length = 0;
       const t = record('pub', Date.now(), 60_000);
       await a.records.writeFenced(CLIENT, t);
-      await a.records.invalidate(CLIENT, t.fingerprint);
+      await a.records.invalidate(CLIENT, t.fingerprint, OPEN);
       // Late copies of the subscription probe may still arrive: leave them out.
       const real = () => seen.filter((e) => !(e.type === 'updated' && e.fingerprint === 'probe'));
       await waitFor(() => real().length >= 2, { timeoutMs: 3000, what: 'two events' });

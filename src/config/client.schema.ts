@@ -100,6 +100,37 @@ const clientForwardSchema = z
   })
   .strict();
 
+/**
+ * Which provider 401s on a forwarded call mean the token itself was refused: `invalid_token`
+ * only those that say so (`WWW-Authenticate: Bearer error="invalid_token"`, RFC 6750 §3.1, or
+ * the `bodyMarker`); `any` every 401.
+ */
+export const REJECTION_EVIDENCE = ['invalid_token', 'any'] as const;
+export type RejectionEvidence = (typeof REJECTION_EVIDENCE)[number];
+
+/**
+ * When a provider 401 counts as a refused token (then the broker invalidates it, within the
+ * rejection floor and the caller's budget, and retries once with a new one). Any other 401 is
+ * relayed as it is: it may come from a reason the caller controls (a wrong one-time code, a
+ * missing consent).
+ */
+const tokenRejectionSchema = z
+  .object({
+    /**
+     * `POST /orders`. @default 'any' with grant `provider-query` (the provider does not
+     * document its 401), 'invalid_token' otherwise
+     */
+    orders: z.enum(REJECTION_EVIDENCE).optional(),
+    /** The passthrough. @default 'invalid_token' */
+    forward: z.enum(REJECTION_EVIDENCE).default('invalid_token'),
+    /**
+     * Text whose presence in the first 4 KiB of a 401's body marks a refused token too, for a
+     * provider that says so in its body, e.g. `"error":"invalid_token"`.
+     */
+    bodyMarker: z.string().min(1).max(256).optional(),
+  })
+  .strict();
+
 /** How a client's token request is shaped on the wire. */
 export const TOKEN_GRANTS = ['provider-query', 'rfc6749'] as const;
 export type TokenGrant = (typeof TOKEN_GRANTS)[number];
@@ -298,6 +329,8 @@ export const clientSchema = z
     credentials: clientCredentialsSourceSchema,
     /** The token request's shape and client authentication. @default the provider's dialect */
     tokenRequest: tokenRequestSchema.default(() => tokenRequestSchema.parse({})),
+    /** Which provider 401s mean the token was refused. @default see its fields */
+    tokenRejection: tokenRejectionSchema.default(() => tokenRejectionSchema.parse({})),
     /** The provider passthrough's allow-list for this client. @default checkout and marketing v1 */
     forward: clientForwardSchema.default(() => clientForwardSchema.parse({})),
   })

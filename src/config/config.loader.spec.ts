@@ -40,6 +40,7 @@ describe(loadConfig.name, () => {
         authUrl: 'https://partner.credify.tech',
         baseUrl: 'https://partner.credify.tech',
         ordersPath: '/api/checkout/v1/orders',
+        tokenRejection: { forward: 'invalid_token' },
         credentials: { secretId: BASE.CREDENTIALS_SECRET_ID },
         tokenRequest: { grant: 'provider-query', auth: 'client_secret_basic' },
         forward: {

@@ -18,9 +18,25 @@ export const tokenSettingsSchema = z
     /**
      * Fleet-wide floor between two tokens obtained from the provider (Redis-enforced; per
      * replica while Redis is down). Bounds the provider's request rate whatever the token
-     * lifetime or the callers' `min_ttl`; a rejected or corrupt token lifts it. @default 5000
+     * lifetime or the callers' `min_ttl`; a corrupt token lifts it, a rejected one never does.
+     * @default 5000
      */
     minRefreshIntervalMs: int(100, 600_000).default(5000),
+    /**
+     * Fleet-wide floor between two invalidations of a client's token after the provider
+     * rejected it on a forwarded call (Redis-enforced; per replica while Redis is down). Within
+     * it a rejection costs nothing: the 401 is relayed as it is and the token kept. @default 30000
+     */
+    minRejectionIntervalMs: int(0, 3_600_000).default(30_000),
+    /**
+     * Invalidations one caller's forwarded calls may cause per client and
+     * `rejectionWindowSeconds`; past it its 401s are relayed as they are, counted
+     * (`token_broker_token_rejections_total`) and logged, and nothing is invalidated. `0`: no
+     * bound. @default 3
+     */
+    rejectionsPerCaller: int(0, 1_000_000).default(3),
+    /** The window of `rejectionsPerCaller`. @default 3600 */
+    rejectionWindowSeconds: int(1, 86_400).default(3600),
     /** Re-read credentials this often even without a failure (rotation). @default 3600 */
     credentialsReloadSeconds: int(10, 604_800).default(3600),
   })

@@ -5,6 +5,7 @@ import type { ApiOutcome, ApiRequest, ProviderApiGateway } from '../provider/pro
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { type TokenRecord, toRecord } from '../token/token-record';
 import { TokenErrorCode, TokenException } from '../token/token.exception';
+import type { RejectionVerdict } from '../token/token-store';
 import type { TokenService } from '../token/token.service';
 import { IdempotencyStoreErrorCode, IdempotencyStoreException } from './idempotency-store';
 import { MemoryIdempotencyStore } from './idempotency-store.memory';
@@ -47,10 +48,10 @@ class FakeTokens {
   private readonly rejected = new Set<string>();
   unavailable = false;
 
-  asService(): Pick<TokenService, 'resolveClient' | 'getToken' | 'replaceRejected'> {
+  asService(): Pick<TokenService, 'resolveClient' | 'getForwardToken' | 'replaceRejected'> {
     return {
       resolveClient: (client) => client ?? CLIENT,
-      getToken: async (): Promise<TokenRecord> => {
+      getForwardToken: async (): Promise<TokenRecord> => {
         if (this.unavailable)
           throw new TokenException(TokenErrorCode.Unavailable, 'no token', {
             retryAfterSeconds: 1,
@@ -65,12 +66,12 @@ class FakeTokens {
     };
   }
 
-  async invalidate(_client: string, fp: string): Promise<boolean> {
+  async invalidate(_client: string, fp: string): Promise<RejectionVerdict> {
     this.invalidations.push(fp);
     this.rejected.add(fp);
-    if (this.current.fingerprint !== fp) return false;
+    if (this.current.fingerprint !== fp) return 'stale';
     this.current = token(`t${++this.fetched}`);
-    return true;
+    return 'invalidated';
   }
 }
 
@@ -134,12 +135,14 @@ describe(`${ForwardingService.name} for orders`, () => {
   let replays: Counter<'client'>;
   let echoes: Counter<'client' | 'call'>;
   let latency: Histogram<'call' | 'status_class'>;
+  let rejections: Counter<'client' | 'call' | 'verdict'>;
 
   function service(checkout: ProviderApiGateway, s = store) {
     const metrics = {
       providerLatency: latency,
       idempotentReplays: replays,
       upstreamTokenEchoes: echoes,
+      tokenRejections: rejections,
     };
     const svc = new ForwardingService(tokens.asService(), checkout, s, config, metrics, logger);
     const client = config.clients[0];
@@ -178,6 +181,12 @@ describe(`${ForwardingService.name} for orders`, () => {
       name: 'echoes',
       help: 'h',
       labelNames: ['client', 'call'] as const,
+      registers: [registry],
+    });
+    rejections = new Counter({
+      name: 'rejections',
+      help: 'h',
+      labelNames: ['client', 'call', 'verdict'] as const,
       registers: [registry],
     });
     latency = new Histogram({

@@ -22,24 +22,38 @@ function token(name: string): TokenRecord {
   return toRecord({ accessToken: name, obtainedAt: now, expiresAt: now + 600_000 });
 }
 
-/** Tokens as the forwarding core sees them: a rejected one is replaced (fenced) by the next. */
-function fakeTokens() {
+/**
+ * Tokens as the forwarding core sees them: a rejected one is replaced (fenced) by the next,
+ * unless `verdict` says the bounds hold.
+ */
+function fakeTokens(verdict: 'floored' | 'caller_budget' | undefined = undefined) {
   let n = 0;
   let current = token('t0');
   const replaced: string[] = [];
   return {
     replaced,
-    getToken: async () => current,
-    replaceRejected: async (_client: string, fp: string) => {
+    getForwardToken: async () => current,
+    replaceRejected: async (_client: string, fp: string, _caller: string) => {
       replaced.push(fp);
-      if (fp !== current.fingerprint) return false;
+      if (verdict !== undefined) return verdict;
+      if (fp !== current.fingerprint) return 'stale' as const;
       current = token(`t${++n}`);
-      return true;
+      return 'invalidated' as const;
     },
   };
 }
 
-type Step = ApiOutcome | { status: number; body?: string | Readable; length?: boolean };
+/** RFC 6750's answer to a refused token. */
+const REFUSED = { 'www-authenticate': 'Bearer realm="api", error="invalid_token"' };
+
+type Step =
+  | ApiOutcome
+  | {
+      status: number;
+      body?: string | Readable;
+      length?: boolean;
+      headers?: Record<string, string>;
+    };
 
 /** A provider API answering from a script, one entry per call, recording the calls. */
 class ScriptedApi implements ProviderApiGateway {
@@ -54,7 +68,7 @@ class ScriptedApi implements ProviderApiGateway {
     return {
       kind: 'answered',
       status: next.status,
-      headers: { 'content-type': 'application/json', 'set-cookie': ['s=1'] },
+      headers: { 'content-type': 'application/json', 'set-cookie': ['s=1'], ...next.headers },
       body: typeof body === 'string' ? Buffer.from(body) : body,
     };
   }
@@ -113,6 +127,12 @@ describe(ForwardingService.name, () => {
       labelNames: ['client', 'call'] as const,
       registers: [registry],
     }),
+    tokenRejections: new Counter({
+      name: 'rejections',
+      help: 'h',
+      labelNames: ['client', 'call', 'verdict'] as const,
+      registers: [registry],
+    }),
   };
   const logger = pino({ level: 'silent' });
   const service = (api: ProviderApiGateway, tokens = fakeTokens()) =>
@@ -155,9 +175,12 @@ describe(ForwardingService.name, () => {
     expect(get.calls).toHaveLength(1);
   });
 
-  it('drains a streamed 401, invalidates the token (fenced) and retries once with a new one', async () => {
+  it('drains a streamed 401 that says the token was refused, invalidates it (fenced) and retries once', async () => {
     const rejected = Readable.from([Buffer.from('{"error":"invalid_token"}')]);
-    const api = new ScriptedApi([{ status: 401, body: rejected }, { status: 201 }]);
+    const api = new ScriptedApi([
+      { status: 401, body: rejected, headers: REFUSED },
+      { status: 201 },
+    ]);
     const tokens = fakeTokens();
     const audit = { attempts: 0 };
     const reply = await service(api, tokens).forward(callOf('POST', undefined, '{"a":1}'), audit);
@@ -169,10 +192,75 @@ describe(ForwardingService.name, () => {
     // The refused answer's body was drained, not left holding the connection.
     expect(rejected.readableFlowing).toBe(true);
 
-    const always = new ScriptedApi([{ status: 401 }, { status: 401 }]);
+    const always = new ScriptedApi([
+      { status: 401, headers: REFUSED },
+      { status: 401, headers: REFUSED },
+    ]);
     expect(await codeOf(service(always).forward(callOf('GET'), { attempts: 0 }))).toBe(
       ForwardErrorCode.TokenRejected,
     );
+  });
+
+  it('relays a 401 that does not say the token was refused: nothing invalidated, nothing resent', async () => {
+    const challenges: Record<string, string>[] = [
+      {},
+      { 'www-authenticate': 'Bearer realm="api", error="insufficient_scope"' },
+    ];
+    for (const headers of challenges) {
+      const api = new ScriptedApi([{ status: 401, body: '{"error":"otp_invalid"}', headers }]);
+      const tokens = fakeTokens();
+      const reply = await service(api, tokens).forward(callOf('POST', undefined, '{}'), {
+        attempts: 0,
+      });
+      expect(reply.status).toBe(401);
+      expect(api.calls).toHaveLength(1);
+      expect(tokens.replaced).toHaveLength(0);
+    }
+  });
+
+  it('relays the 401 as it is when the rejection floor or the caller budget holds', async () => {
+    for (const verdict of ['floored', 'caller_budget'] as const) {
+      const api = new ScriptedApi([{ status: 401, body: 'no', headers: REFUSED }]);
+      const tokens = fakeTokens(verdict);
+      const reply = await service(api, tokens).forward(callOf('POST', 'kf', '{}'), {
+        attempts: 0,
+      });
+      expect(reply.status).toBe(401);
+      // Keyed: collected whole, so the relayed body is a Buffer.
+      expect(Buffer.isBuffer(reply.body) && reply.body.toString()).toBe('no');
+      expect(api.calls).toHaveLength(1);
+      expect(tokens.replaced).toHaveLength(1);
+    }
+  });
+
+  it("takes a client's body marker as evidence, and relays a long 401 body whole", async () => {
+    const marked = brokerConfigSchema.parse({
+      ...config,
+      clients: [{ ...config.clients[0], tokenRejection: { bodyMarker: 'TOKEN_EXPIRED' } }],
+    });
+    const svc = (api: ProviderApiGateway, tokens = fakeTokens()) =>
+      new ForwardingService(tokens, api, new MemoryIdempotencyStore(), marked, metrics, logger);
+    const call = { ...callOf('GET'), client: marked.clients[0] };
+    const hit = new ScriptedApi([
+      { status: 401, body: Readable.from([Buffer.from('{"code":"TOKEN_EXPIRED"}')]) },
+      { status: 200 },
+    ]);
+    expect((await svc(hit).forward(call, { attempts: 0 })).status).toBe(200);
+    expect(hit.calls).toHaveLength(2);
+    const long = 'x'.repeat(10_000) + 'TOKEN_EXPIRED';
+    const miss = new ScriptedApi([
+      {
+        status: 401,
+        body: Readable.from([Buffer.from(long.slice(0, 3000)), Buffer.from(long.slice(3000))]),
+      },
+    ]);
+    const reply = await svc(miss).forward(call, { attempts: 0 });
+    expect(reply.status).toBe(401);
+    const chunks: Buffer[] = [];
+    if (Buffer.isBuffer(reply.body)) chunks.push(reply.body);
+    else for await (const c of reply.body) chunks.push(c as Buffer);
+    expect(Buffer.concat(chunks).toString()).toBe(long);
+    expect(miss.calls).toHaveLength(1);
   });
 
   it('replays a keyed request, and marks unknown an answer too large to store', async () => {
@@ -301,7 +389,10 @@ describe(ForwardingService.name, () => {
     });
 
     it('refuses the token it replaced after a 401 as well as the fresh one', async () => {
-      const api = new ScriptedApi([{ status: 401 }, { status: 200, body: 'Bearer t0' }]);
+      const api = new ScriptedApi([
+        { status: 401, headers: REFUSED },
+        { status: 200, body: 'Bearer t0' },
+      ]);
       expect(await codeOf(service(api).forward(callOf('GET'), { attempts: 0 }))).toBe(
         ForwardErrorCode.UpstreamEchoedToken,
       );

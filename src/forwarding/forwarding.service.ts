@@ -20,6 +20,7 @@ import { PROFILES } from './forwarding.profiles';
 import { IdempotencyClaims, type Ledger, NO_LEDGER } from './idempotency-claims';
 import type { IdempotencyStore } from './idempotency-store';
 import type { OrderHeaders } from './order-request';
+import { bodyMarks, evidenceRule, headersRefuseToken } from './token-rejection';
 
 export interface ForwardCall {
   readonly profile: ForwardingProfile;
@@ -52,22 +53,23 @@ const KEYED_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 const SAFE_METHODS = new Set(['GET', 'HEAD']);
 
 /**
- * Never repeats a request that may have reached the provider; the one retry follows a 401,
- * which the provider answers before looking at the request. The rejected token is invalidated
- * fenced, so a storm of 401s across the fleet costs one token request. No Nest import, so it is
+ * Never repeats a request that may have reached the provider; the one retry follows a 401 that
+ * says the token was refused, which the provider answers before looking at the request. The
+ * refused token is invalidated fenced and within bounds, so neither a storm of 401s across the
+ * fleet nor one caller's 401s cost more than one token request per rejection floor. No Nest import, so it is
  * unit tested without the framework.
  */
 export class ForwardingService {
   private readonly claims: IdempotencyClaims;
 
   constructor(
-    private readonly tokens: Pick<TokenService, 'getToken' | 'replaceRejected'>,
+    private readonly tokens: Pick<TokenService, 'getForwardToken' | 'replaceRejected'>,
     private readonly api: ProviderApiGateway,
     store: IdempotencyStore,
     private readonly config: Pick<BrokerConfig, 'orders' | 'token' | 'forward'>,
     private readonly metrics: Pick<
       MetricsService,
-      'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes'
+      'providerLatency' | 'idempotentReplays' | 'upstreamTokenEchoes' | 'tokenRejections'
     >,
     private readonly logger: Logger,
   ) {
@@ -147,7 +149,12 @@ export class ForwardingService {
     );
   }
 
-  /** The token layer never hands a rejected token out again (`replaceRejected`). */
+  /**
+   * A 401 that says the token was refused is evidence, not a verdict: the token is invalidated
+   * (fenced, within the fleet's rejection floor and this caller's budget) and the call sent once
+   * more with its replacement. Past those bounds, or without such evidence, the 401 is relayed
+   * as it is and nothing is resent: the request may have reached the provider.
+   */
   private async send(
     call: ForwardCall,
     withKey: boolean,
@@ -155,24 +162,54 @@ export class ForwardingService {
     sent: string[],
   ): Promise<ForwardedAnswer | ApiFailure> {
     const clientId = call.client.id;
-    // The first token, then once more with a fresh one after a 401.
+    const rejections = this.metrics.tokenRejections;
+    // The first token, then once more with a fresh one after a refusal.
     for (let tries = 0; tries < 2; tries++) {
-      const token = await this.tokens.getToken(clientId, TOKEN_MIN_REMAINING_MS);
+      const token = await this.tokens.getForwardToken(clientId, TOKEN_MIN_REMAINING_MS);
       sent.push(token.accessToken);
       audit.attempts++;
       audit.tokenFingerprint = token.fingerprint;
       const started = performance.now();
-      const outcome = await this.callProvider(call, token, withKey);
+      const called = await this.callProvider(call, token, withKey);
+      let outcome = called.outcome;
       const statusClass =
         outcome.kind === 'answered' ? `${Math.floor(outcome.status / 100)}xx` : 'none';
       this.metrics.providerLatency
         .labels(call.profile, statusClass)
         .observe((performance.now() - started) / 1000);
       if (outcome.kind !== 'answered' || outcome.status !== 401) return outcome;
+      let refused = called.refusedToken;
+      const marker = call.client.tokenRejection.bodyMarker;
+      if (!refused && marker !== undefined) {
+        const read = await bodyMarks(outcome, marker);
+        outcome = read.answer;
+        refused = read.marked;
+      }
+      if (!refused) {
+        rejections.labels(clientId, call.profile, 'not_evidence').inc();
+        return outcome;
+      }
+      // Fenced: a no-op when another request (or replica) already replaced this token.
+      const verdict = await this.tokens.replaceRejected(clientId, token.fingerprint, call.caller);
+      rejections.labels(clientId, call.profile, verdict).inc();
+      // Bounded: the 401 goes back as it is. After the retry, the broker gives up either way.
+      if (tries === 0 && (verdict === 'floored' || verdict === 'caller_budget')) {
+        this.logger.warn(
+          {
+            client: clientId,
+            caller: call.caller,
+            call: call.profile,
+            fingerprint: token.fingerprint,
+            verdict,
+          },
+          verdict === 'floored'
+            ? 'provider refused the token again within TOKEN_MIN_REJECTION_INTERVAL_MS of the last invalidation: 401 relayed, token kept'
+            : "the caller's calls caused TOKEN_REJECTIONS_PER_CALLER invalidations within TOKEN_REJECTION_WINDOW_SECONDS: 401 relayed, token kept",
+        );
+        return outcome;
+      }
       // Lets go of a 401 answer that will not be relayed.
       if (!Buffer.isBuffer(outcome.body)) outcome.body.resume();
-      // Fenced: a no-op when another request (or replica) already replaced this token.
-      await this.tokens.replaceRejected(clientId, token.fingerprint);
     }
     throw forwardingProblem(
       call.profile,
@@ -186,7 +223,7 @@ export class ForwardingService {
     call: ForwardCall,
     token: TokenRecord,
     withKey: boolean,
-  ): Promise<ForwardedAnswer | ApiFailure> {
+  ): Promise<{ outcome: ForwardedAnswer | ApiFailure; refusedToken: boolean }> {
     const { client, method, target } = call;
     const profile = PROFILES[call.profile];
     const settings = profile.settings(this.config);
@@ -205,9 +242,17 @@ export class ForwardingService {
     if (outcome.kind === 'failed' && outcome.delivered === 'no' && SAFE_METHODS.has(method)) {
       outcome = await send();
     }
-    return withKey
-      ? collected(outcome, settings.maxStoredBytes, profile.returned)
-      : passed(outcome, profile.returned);
+    // Judged on the provider's own headers: WWW-Authenticate is not returned to the caller.
+    const refusedToken =
+      outcome.kind === 'answered' &&
+      outcome.status === 401 &&
+      (evidenceRule(client, call.profile) === 'any' || headersRefuseToken(outcome.headers));
+    return {
+      outcome: withKey
+        ? await collected(outcome, settings.maxStoredBytes, profile.returned)
+        : passed(outcome, profile.returned),
+      refusedToken,
+    };
   }
 
   private async conclude(
@@ -218,9 +263,9 @@ export class ForwardingService {
   ): Promise<ForwardedAnswer> {
     const { noun, uncertain } = PROFILES[call.profile];
     if (outcome.kind === 'answered') {
-      // 429: rate limited, refused before processing, so a retry under the same key is safe
-      // (and replaying a stale 429 for a day would block it).
-      if (outcome.status === 429) await ledger({ state: 'released' });
+      // 429: rate limited, 401: not authorised; both refused before processing, so a retry
+      // under the same key is safe (and replaying a stale refusal for a day would block it).
+      if (outcome.status === 429 || outcome.status === 401) await ledger({ state: 'released' });
       else if (withKey) {
         const { status, headers, body } = outcome;
         const response = { status, contentType: headers['content-type'], body: body as Buffer };

@@ -67,6 +67,12 @@ export class MetricsService {
     labelNames: ['client'] as const,
     registers: [this.registry],
   });
+  readonly tokenRejections = new Counter({
+    name: 'token_broker_token_rejections_total',
+    help: 'Provider 401s on forwarded calls, per client, call (orders, forward) and verdict: invalidated (a replacement was fetched), stale (already replaced), floored (within TOKEN_MIN_REJECTION_INTERVAL_MS), caller_budget (the caller spent TOKEN_REJECTIONS_PER_CALLER), not_evidence (no sign the token was refused: relayed as it is).',
+    labelNames: ['client', 'call', 'verdict'] as const,
+    registers: [this.registry],
+  });
   readonly upstreamTokenEchoes = new Counter({
     name: 'token_broker_upstream_token_echoes_total',
     help: 'Provider answers that contained the access token the broker sent, withheld from the caller (502) or cut off mid-stream, per client and call (orders, forward).',

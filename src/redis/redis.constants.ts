@@ -9,6 +9,11 @@ export const redisKeys = {
   backoff: (clientId: string) => `tb:{${clientId}}:backoff`,
   /** Exists after each grant (PX `TOKEN_MIN_REFRESH_INTERVAL_MS`): no replica asks meanwhile. */
   floor: (clientId: string) => `tb:{${clientId}}:floor`,
+  /** Exists after a rejection invalidated the token (PX `TOKEN_MIN_REJECTION_INTERVAL_MS`). */
+  rejectionFloor: (clientId: string) => `tb:{${clientId}}:rejfloor`,
+  /** How many invalidations one caller's calls caused in the current window. */
+  callerRejections: (clientId: string, caller: string) =>
+    `tb:{${clientId}}:rej:${createHash('sha256').update(caller).digest('hex').slice(0, 32)}`,
   /** Never expires: it must only vanish with the data. */
   epoch: (clientId: string) => `tb:{${clientId}}:epoch`,
   /** Written by older versions: read during a rolling upgrade, never written. */

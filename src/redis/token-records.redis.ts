@@ -2,7 +2,13 @@
 import { MAX_LIFETIME_SECONDS } from '../provider/token-response.parser';
 import type { TokenCipher } from '../token/token-cipher';
 import { fingerprintOf, type TokenRecord, withGeneration } from '../token/token-record';
-import type { StoredToken, TokenRecords, TokenStoreEvent } from '../token/token-store';
+import type {
+  RejectionRule,
+  RejectionVerdict,
+  StoredToken,
+  TokenRecords,
+  TokenStoreEvent,
+} from '../token/token-store';
 import type { RedisFleetBus } from './fleet-bus.redis';
 import { redisKeys } from './redis.constants';
 import type { RedisStoreHealth } from './store-health.redis';
@@ -10,6 +16,13 @@ import type { RedisStoreHealth } from './store-health.redis';
 const MAX_LIFETIME_MS = MAX_LIFETIME_SECONDS * 1000;
 /** All times are Redis's: no skew to allow. */
 const FENCE_SLACK_MS = 60_000;
+/** What the invalidation script answered. */
+const VERDICTS = new Map<number, RejectionVerdict>([
+  [1, 'invalidated'],
+  [0, 'stale'],
+  [-1, 'floored'],
+  [-2, 'caller_budget'],
+]);
 
 /**
  * A hash per client (`exp`, `obt` in Redis time and `fp` in clear for the fence, `wexp` the
@@ -100,16 +113,24 @@ export class RedisTokenRecords implements TokenRecords {
     return written === 1;
   }
 
-  async invalidate(clientId: string, fingerprint: string): Promise<boolean> {
+  async invalidate(
+    clientId: string,
+    fingerprint: string,
+    rule: RejectionRule,
+  ): Promise<RejectionVerdict> {
     const done = await this.health.run((redis) =>
       redis.tbInvalidate(
         redisKeys.token(clientId),
-        redisKeys.floor(clientId),
+        redisKeys.rejectionFloor(clientId),
+        redisKeys.callerRejections(clientId, rule.caller),
         fingerprint,
         redisKeys.events(clientId),
+        rule.floorMs,
+        rule.perCaller,
+        rule.windowMs,
       ),
     );
-    return done === 1;
+    return VERDICTS.get(Number(done)) ?? 'stale';
   }
 
   async discardCorrupt(clientId: string): Promise<void> {

@@ -27,7 +27,7 @@ end
  * The fence: an older token never replaces a newer one, whoever writes it. The lock makes one
  * refresher per fleet likely, not certain (a failover can grant it twice); this is what is
  * certain. After an invalidation the stored expiry stays as a fence, and any token *requested
- * after* it may replace it. A token requested before a revoke never lands (the generation
+ * after* it may replace it, even the same token again. A token requested before a revoke never lands (the generation
  * fences it). Durations come from the writer's clock; `exp`/`obt` are stored in Redis time.
  *
  * KEYS[1] token hash, KEYS[2] generation.
@@ -54,8 +54,9 @@ local cur = redis.call('HMGET', KEYS[1], 'exp', 'inv', 'fp')
 local curExp = tonumber(cur[1])
 local inv = tonumber(cur[2])
 -- The stored token (or the rejected one still fencing) never comes back: converting durations
--- costs a millisecond here and there, which must not make the same token look newer.
-if cur[3] == ARGV[3] then return {0, gen} end
+-- costs a millisecond here and there, which must not make the same token look newer. Unless it
+-- was granted again after the invalidation: some providers re-issue a token until it expires.
+if cur[3] == ARGV[3] and not (inv and obt > inv) then return {0, gen} end
 -- No token we wrote expires this far beyond now: corrupt, not a fence.
 if curExp and curExp > now + tonumber(ARGV[6]) then curExp = nil end
 if curExp then
@@ -122,18 +123,31 @@ return r
 `;
 
 /**
- * Only if the stored token is still the one seen rejected: a storm of 401s for an old token costs
- * one refresh and never discards the new one. Lifts the floor: a replacement is needed now.
+ * A caller's call saw the provider reject the token with this fingerprint. Only if the stored
+ * token is still that one: a storm of 401s for an old token costs one refresh and never discards
+ * the new one. Unlike a corrupt value it leaves the refresh floor alone, and has a floor of its
+ * own: a caller who can make the provider answer 401 must not make the fleet ask for tokens
+ * faster than one per `minRejectionIntervalMs`, nor more than `perCaller` times a window.
  *
- * KEYS[1] token hash, KEYS[2] refresh floor. ARGV[1] fingerprint, ARGV[2] channel.
- * Returns 1 invalidated, 0 already invalidated or replaced.
+ * KEYS[1] token hash, KEYS[2] rejection floor, KEYS[3] the caller's rejection count.
+ * ARGV[1] fingerprint, ARGV[2] channel, ARGV[3] rejection floor (ms), ARGV[4] rejections one
+ * caller may cause per window (0: no bound), ARGV[5] the window (ms).
+ * Returns 1 invalidated, 0 already invalidated or replaced, -1 the rejection floor holds, -2 the
+ * caller's budget is spent.
  */
 const INVALIDATE = `${REDIS_NOW}
 if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return 0 end
 if redis.call('HEXISTS', KEYS[1], 'inv') == 1 then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+local budget = tonumber(ARGV[4])
+if budget > 0 then
+  local used = tonumber(redis.call('GET', KEYS[3])) or 0
+  if used >= budget then return -2 end
+  if redis.call('INCR', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
+end
+if tonumber(ARGV[3]) > 0 then redis.call('SET', KEYS[2], '1', 'PX', ARGV[3]) end
 redis.call('HSET', KEYS[1], 'inv', redisNow())
 redis.call('HDEL', KEYS[1], 'val')
-redis.call('DEL', KEYS[2])
 redis.call('PUBLISH', ARGV[2], 'i:' .. ARGV[1])
 return 1
 `;
@@ -231,7 +245,7 @@ export type RedisWithScripts = RedisClient & {
 export function defineTokenStoreScripts(redis: RedisClient): RedisWithScripts {
   redis.defineCommand('tbProbe', { numberOfKeys: 2, lua: PROBE });
   redis.defineCommand('tbWriteFenced', { numberOfKeys: 2, lua: WRITE_FENCED });
-  redis.defineCommand('tbInvalidate', { numberOfKeys: 2, lua: INVALIDATE });
+  redis.defineCommand('tbInvalidate', { numberOfKeys: 3, lua: INVALIDATE });
   redis.defineCommand('tbRead', { numberOfKeys: 2, lua: READ });
   redis.defineCommand('tbRevoke', { numberOfKeys: 3, lua: REVOKE });
   redis.defineCommand('tbAcknowledge', { numberOfKeys: 1, lua: ACKNOWLEDGE });

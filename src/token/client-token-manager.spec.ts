@@ -99,7 +99,7 @@ describe(ClientTokenManager.name, () => {
 
     const first = m.get(2000);
     await releaseStarted.opened;
-    await m.invalidate(old.fingerprint);
+    expect(await m.reject(old.fingerprint, 'proxy')).toBe('invalidated');
     releasing.open();
 
     // The caller that asked before the rejection may not be handed the rejected token either.

@@ -9,7 +9,8 @@ import { FleetRefresh, type Forced, noteStoreFailure } from './fleet-refresh';
 import { HeldToken } from './held-token';
 import { RefreshLoop } from './refresh-loop';
 import type { TokenRecord } from './token-record';
-import type { TokenStore, TokenStoreEvent } from './token-store';
+import { RejectionLedger } from './rejection-ledger';
+import type { RejectionRule, RejectionVerdict, TokenStore, TokenStoreEvent } from './token-store';
 
 interface ManagerDeps {
   store: TokenStore;
@@ -37,6 +38,7 @@ export class ClientTokenManager {
    * set-aside token may be about to cover.
    */
   private resyncing?: Promise<void>;
+  private readonly localRejections: RejectionLedger;
   private readonly now: () => number;
   readonly l1Hits: HitCell;
   readonly credentials: CredentialsCache;
@@ -46,6 +48,7 @@ export class ClientTokenManager {
     private readonly deps: ManagerDeps,
   ) {
     this.now = deps.now ?? Date.now;
+    this.localRejections = new RejectionLedger(this.now);
     this.held = new HeldToken(client.id, { metrics: deps.metrics, now: this.now });
     this.l1Hits = deps.metrics.l1HitCell(client.id);
     this.credentials = new CredentialsCache(
@@ -93,20 +96,53 @@ export class ClientTokenManager {
     return this.loop.waitFor(minRemainingMs);
   }
 
-  async invalidate(fingerprint: string): Promise<boolean> {
-    let invalidated = this.held.reject(fingerprint);
-    // Its replacement is needed now, whatever the floor (the store lifts the fleet's).
-    this.refresh.liftLocalFloor();
-    if (invalidated) {
-      this.deps.logger.warn(
-        { client: this.client.id, fingerprint },
-        'provider rejected the current token; refreshing',
-      );
+  /** For a call the broker forwards: never a token the provider refused. */
+  async getForwardable(minRemainingMs: number): Promise<TokenRecord> {
+    const hit = this.held.forwardable(minRemainingMs);
+    if (hit) return hit;
+    if (this.resyncing !== undefined) {
+      await this.resyncing;
+      const back = this.held.forwardable(minRemainingMs);
+      if (back) return back;
     }
-    const inStore = this.deps.store.records.invalidate(this.client.id, fingerprint);
-    invalidated = (await this.refresh.orIfStoreFails(inStore, false)) || invalidated;
-    if (invalidated) this.loop.ensureRefreshing('invalidated');
-    return invalidated;
+    return this.loop.waitFor(minRemainingMs);
+  }
+
+  /**
+   * `caller`'s call saw the provider refuse the token with `fingerprint`. The refusal costs a
+   * token request only within the fleet's rejection floor and the caller's budget; the refused
+   * token is still served to `GET /token` until its replacement is in hand.
+   */
+  async reject(fingerprint: string, caller: string): Promise<RejectionVerdict> {
+    const { settings, store, logger } = this.deps;
+    const rule: RejectionRule = {
+      caller,
+      floorMs: settings.minRejectionIntervalMs,
+      perCaller: settings.rejectionsPerCaller,
+      windowMs: settings.rejectionWindowSeconds * 1000,
+    };
+    const inStore = store.records.invalidate(this.client.id, fingerprint, rule);
+    // The store is down: this replica's own floor and budget, for the token it holds alone.
+    const verdict =
+      (await this.refresh.orIfStoreFails(inStore, undefined)) ??
+      this.rejectLocally(fingerprint, rule);
+    if (verdict === 'invalidated' || verdict === 'stale') {
+      if (this.held.reject(fingerprint) && verdict === 'invalidated') {
+        logger.warn(
+          { client: this.client.id, fingerprint, caller },
+          'provider rejected the current token; refreshing (the token is still served to GET /token until its replacement is in hand)',
+        );
+      }
+      this.loop.ensureRefreshing('rejected');
+    }
+    return verdict;
+  }
+
+  private rejectLocally(fingerprint: string, rule: RejectionRule): RejectionVerdict {
+    const held = this.held.current;
+    if (held?.fingerprint !== fingerprint || this.held.isRejected(held)) return 'stale';
+    const admitted = this.localRejections.admit(this.client.id, rule);
+    return admitted === 'ok' ? 'invalidated' : admitted;
   }
 
   onStoreEvent(event: TokenStoreEvent): void {
@@ -118,15 +154,16 @@ export class ClientTokenManager {
     }
     if (event.type === 'invalidated') {
       // Another replica saw the provider refuse it: it is no better here.
-      const dropped = this.held.reject(event.fingerprint);
-      this.refresh.liftLocalFloor();
-      if (dropped) this.loop.ensureRefreshing('invalidated');
+      if (this.held.reject(event.fingerprint)) this.loop.ensureRefreshing('invalidated');
       return;
     }
-    // Our own token (we wrote it, or already adopted it): nothing to re-read. Anything else
-    // is re-read, and the adoption keeps whichever of the two expires later.
+    // Our own token (we wrote it, or already adopted it): nothing to re-read, unless it was
+    // refused (the provider may have granted the same token again). Anything else is re-read,
+    // and the adoption keeps whichever of the two expires later.
     const cur = this.held.current;
-    if (cur !== undefined && event.fingerprint === cur.fingerprint) return;
+    if (cur !== undefined && event.fingerprint === cur.fingerprint && !this.held.isRejected(cur)) {
+      return;
+    }
     // A running loop is waiting for exactly this: it re-reads now instead of at its next poll.
     if (this.loop.running) this.loop.ring();
     else void this.adoptFromStore();

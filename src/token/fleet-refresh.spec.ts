@@ -316,11 +316,15 @@ describe(FleetRefresh.name, () => {
       expect(grantor.calls).toHaveLength(2);
     });
 
-    it('a rejected token lifts the floor: its replacement is asked for at once', async () => {
+    it('a rejected token does not lift the floor: its replacement waits for it', async () => {
       const pass = await new FleetRefresh(client, deps).run(ctx);
       expect(pass.kind).toBe('token');
       const first = pass.kind === 'token' ? pass.record : undefined;
-      await timed.invalidate(CLIENT, first!.fingerprint);
+      const rule = { caller: 'proxy', floorMs: 0, perCaller: 0, windowMs: 1000 };
+      expect(await timed.invalidate(CLIENT, first!.fingerprint, rule)).toBe('invalidated');
+      expect(await new FleetRefresh(client, deps).run(ctx)).toMatchObject({ kind: 'floor' });
+      expect(grantor.calls).toHaveLength(1);
+      now += FLOOR_MS;
       expect(await new FleetRefresh(client, deps).run(ctx)).toMatchObject({ fetched: true });
       expect(grantor.calls).toHaveLength(2);
     });

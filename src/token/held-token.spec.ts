@@ -59,20 +59,42 @@ describe(HeldToken.name, () => {
     expect(token.keep(forced, true)).toBe(forced);
   });
 
-  it('drops a rejected token if held and never lets it be held again', async () => {
-    const { token, metrics } = held();
+  it('keeps a rejected token for GET /token, never forwards it, and replaces it with any acceptable one', async () => {
+    const { token, metrics, clock } = held();
     const a = record('a', 40_000);
     token.keep(a);
     expect(token.reject(record('other', 40_000).fingerprint)).toBe(false);
     expect(token.current).toBe(a);
+    clock.now += 1;
     expect(token.reject(a.fingerprint)).toBe(true);
-    expect(token.current).toBeUndefined();
-    expect(await remainingSeconds(metrics)).toBe(0);
+    expect(token.current).toBe(a);
+    expect(token.servable(0)).toBe(a);
+    expect(token.forwardable(0)).toBeUndefined();
+    expect(await remainingSeconds(metrics)).toBeGreaterThan(0);
     expect(token.mayHold(a)).toBe(false);
-    const b = record('b', 40_000);
-    token.refuse(b.fingerprint);
-    expect(token.isRejected(b.fingerprint)).toBe(true);
-    expect(token.mayHold(record('c', 40_000))).toBe(true);
+    // Even one that expires sooner replaces the refused token.
+    const b = record('b', 20_000);
+    expect(token.mayHold(b)).toBe(true);
+    token.keep(b);
+    expect(token.current).toBe(b);
+    expect(token.forwardable(0)).toBe(b);
+  });
+
+  it('takes the same token again when the provider granted it after the refusal', () => {
+    const { token, clock } = held();
+    const a = record('same', 40_000);
+    token.keep(a);
+    clock.now += 1;
+    token.reject(a.fingerprint);
+    expect(token.isRejected(a)).toBe(true);
+    expect(token.reissued(a)).toBe(false);
+    clock.now += 1;
+    const again = { ...a, obtainedAt: clock.now };
+    expect(token.isRejected(again)).toBe(false);
+    expect(token.reissued(again)).toBe(true);
+    expect(token.mayHold(again)).toBe(true);
+    token.keep(again);
+    expect(token.forwardable(0)).toBe(again);
   });
 
   it('on a revoke, drops and refuses tokens of older generations, the set-aside one too', () => {
@@ -84,7 +106,7 @@ describe(HeldToken.name, () => {
     expect(token.generation).toBe(2);
     expect(token.current).toBeUndefined();
     expect(token.mayHold(old)).toBe(false);
-    expect(token.isRejected(aside.fingerprint)).toBe(true);
+    expect(token.isRejected(aside)).toBe(true);
     const current = record('new', 40_000, 2);
     expect(token.ofGeneration(current)).toBe(true);
     token.keep(current);

@@ -16,13 +16,19 @@ interface HeldTokenDeps {
 }
 
 /**
- * L1: never a token the provider refused or of a revoked generation, and only replaced by one
- * that expires later.
+ * L1: never a token of a revoked generation, never one the provider refused adopted again (unless
+ * granted again after the refusal: some providers re-issue a token until it expires), and only
+ * replaced by one that expires later or by any acceptable one when the held token was refused.
+ * A refused token stays held for `GET /token` until its replacement is in hand, since a refusal
+ * is a caller's call's evidence, not a verdict; calls forwarded by the broker skip it.
  */
 export class HeldToken {
   private record?: TokenRecord;
-  /** Refused fingerprints: never adopted again, even from a pass or message already started. */
-  private readonly rejected = new Set<string>();
+  /**
+   * Refused fingerprints and when: a grant of the same token requested before then is never
+   * adopted again, even from a pass or message already started.
+   */
+  private readonly rejected = new Map<string, number>();
   /** The fleet's revocation generation as this replica knows it. */
   private knownGeneration = 0;
   private obtained = false;
@@ -64,8 +70,21 @@ export class HeldToken {
     return this.record && this.record.expiresAt > this.deps.now() ? this.record : undefined;
   }
 
-  isRejected(fingerprint: string): boolean {
-    return this.rejected.has(fingerprint);
+  /** Refused, and `record` was requested before the refusal. */
+  isRejected(record: Pick<TokenRecord, 'fingerprint' | 'obtainedAt'>): boolean {
+    const at = this.rejected.get(record.fingerprint);
+    return at !== undefined && record.obtainedAt <= at;
+  }
+
+  /** A grant after the refusal of the same token: the provider re-issued what it had refused. */
+  reissued(record: TokenRecord): boolean {
+    return this.rejected.has(record.fingerprint) && !this.isRejected(record);
+  }
+
+  /** What a forwarded call may send: servable and not refused. */
+  forwardable(minRemainingMs: number): TokenRecord | undefined {
+    const r = this.servable(minRemainingMs);
+    return r !== undefined && !this.isRejected(r) ? r : undefined;
   }
 
   ofGeneration(record: TokenRecord): boolean {
@@ -73,7 +92,7 @@ export class HeldToken {
   }
 
   mayHold(record: TokenRecord): boolean {
-    return !this.rejected.has(record.fingerprint) && this.ofGeneration(record);
+    return !this.isRejected(record) && this.ofGeneration(record);
   }
 
   outlastedBy(record: TokenRecord): boolean {
@@ -82,18 +101,16 @@ export class HeldToken {
 
   refuse(fingerprint: string): void {
     this.rejected.delete(fingerprint);
-    this.rejected.add(fingerprint);
+    this.rejected.set(fingerprint, this.deps.now());
     if (this.rejected.size > REMEMBERED_REJECTIONS) {
-      this.rejected.delete(this.rejected.values().next().value!);
+      this.rejected.delete(this.rejected.keys().next().value!);
     }
   }
 
-  /** Whether the token was the one held (then dropped). */
+  /** Whether the token was the one held (kept for `GET /token` until replaced). */
   reject(fingerprint: string): boolean {
     this.refuse(fingerprint);
-    if (this.record?.fingerprint !== fingerprint) return false;
-    this.drop();
-    return true;
+    return this.record?.fingerprint === fingerprint;
   }
 
   /** `forced`: whatever the one held. Returns the token held afterwards. */
@@ -101,7 +118,8 @@ export class HeldToken {
     const cur = this.record;
     const replaces =
       this.outlastedBy(record) ||
-      (cur?.expiresAt === record.expiresAt && record.fingerprint !== cur.fingerprint);
+      (cur?.expiresAt === record.expiresAt && record.fingerprint !== cur.fingerprint) ||
+      (cur !== undefined && this.isRejected(cur) && !this.isRejected(record));
     if (forced || replaces) this.record = record;
     const held = this.record!;
     this.obtained = true;

@@ -155,7 +155,7 @@ export class RefreshLoop {
             // adopted the fleet's new token meanwhile, and the pass must then stop instead of
             // fetching one more.
             goodEnough: (r) =>
-              !held.isRejected(r.fingerprint) &&
+              !held.isRejected(r) &&
               !isDue(aheadMs, r.obtainedAt, r.expiresAt, now()) &&
               this.waiters.allMetBy(r, now() + MIN_SERVE_MS),
             failed: (err) => this.failed(err),
@@ -181,6 +181,12 @@ export class RefreshLoop {
       // pass judged it (adopting it would hand the rejected token straight back to the caller
       // retrying after its 401): the next pass asks again.
       if (!held.mayHold(pass.record)) return 0;
+      if (pass.fetched && held.reissued(pass.record)) {
+        this.deps.logger.warn(
+          { client: this.client.id, fingerprint: pass.record.fingerprint },
+          'the provider granted again the token it had refused (or an operator revoked): serving it; if it must not be used, revoke it at the provider',
+        );
+      }
       if (pass.unshared) held.needsResync = true;
       this.adopt(pass.record, pass.fetched);
       held.noteRefresh(pass.fetched ? 'fetched' : 'adopted');

@@ -1,5 +1,8 @@
+import { RejectionLedger } from './rejection-ledger';
 import { type TokenRecord, withGeneration } from './token-record';
 import {
+  type RejectionRule,
+  type RejectionVerdict,
   type LockState,
   type RefreshHold,
   type Locked,
@@ -41,9 +44,12 @@ export class MemoryTokenStore
   private readonly heldUntil = new Map<string, { until: number; lifetimeMs: number }>();
 
   private readonly generations = new Map<string, number>();
+  private readonly rejections: RejectionLedger;
   private readonly acks = new Map<string, number>();
 
-  constructor(private readonly now: () => number = Date.now) {}
+  constructor(private readonly now: () => number = Date.now) {
+    this.rejections = new RejectionLedger(now);
+  }
 
   async read(clientId: string): Promise<StoredToken> {
     const entry = this.entries.get(clientId);
@@ -56,26 +62,30 @@ export class MemoryTokenStore
   async writeFenced(clientId: string, record: TokenRecord): Promise<boolean> {
     if ((record.generation ?? 0) < this.generation(clientId)) return false;
     const cur = this.entries.get(clientId);
-    if (cur?.record.fingerprint === record.fingerprint) return false;
-    if (cur && record.expiresAt <= cur.record.expiresAt) {
-      const afterInvalidation =
-        cur.invalidatedAt !== undefined && record.obtainedAt > cur.invalidatedAt;
-      if (!afterInvalidation) return false;
-    }
+    // Granted after the invalidation: current, even when the provider re-issued the same token.
+    const afterInvalidation =
+      cur?.invalidatedAt !== undefined && record.obtainedAt > cur.invalidatedAt;
+    if (cur?.record.fingerprint === record.fingerprint && !afterInvalidation) return false;
+    if (cur && record.expiresAt <= cur.record.expiresAt && !afterInvalidation) return false;
     this.entries.set(clientId, { record });
     this.emit({ type: 'updated', clientId, fingerprint: record.fingerprint });
     return true;
   }
 
-  async invalidate(clientId: string, fingerprint: string): Promise<boolean> {
+  async invalidate(
+    clientId: string,
+    fingerprint: string,
+    rule: RejectionRule,
+  ): Promise<RejectionVerdict> {
     const cur = this.entries.get(clientId);
     if (!cur || cur.record.fingerprint !== fingerprint || cur.invalidatedAt !== undefined) {
-      return false;
+      return 'stale';
     }
+    const admitted = this.rejections.admit(clientId, rule);
+    if (admitted !== 'ok') return admitted;
     cur.invalidatedAt = this.now();
-    this.heldUntil.delete(clientId);
     this.emit({ type: 'invalidated', clientId, fingerprint });
-    return true;
+    return 'invalidated';
   }
 
   async discardCorrupt(clientId: string): Promise<void> {

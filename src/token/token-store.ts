@@ -40,6 +40,22 @@ export interface RefreshHold {
   lifetimeMs?: number;
 }
 
+/** The bounds on what the provider's rejections may cost, and whose call saw the rejection. */
+export interface RejectionRule {
+  caller: string;
+  /** After an invalidation, none for this long (`TOKEN_MIN_REJECTION_INTERVAL_MS`). */
+  floorMs: number;
+  /** Invalidations one caller may cause per window; 0: no bound. */
+  perCaller: number;
+  windowMs: number;
+}
+
+/**
+ * `invalidated`: a replacement is needed; `stale`: the token was already invalidated or replaced
+ * (a retry with the current one is fine); `floored`, `caller_budget`: nothing was invalidated.
+ */
+export type RejectionVerdict = 'invalidated' | 'stale' | 'floored' | 'caller_budget';
+
 export type Locked<T> = { acquired: true; value: T } | { acquired: false };
 
 export type StoredToken =
@@ -61,8 +77,11 @@ export interface TokenRecords {
    * invalidated before `record` was requested.
    */
   writeFenced(clientId: string, record: TokenRecord): Promise<boolean>;
-  /** Only if still the one with `fingerprint`: a storm of rejections costs one refresh. */
-  invalidate(clientId: string, fingerprint: string): Promise<boolean>;
+  /**
+   * Only if still the one with `fingerprint`: a storm of rejections costs one refresh. Never
+   * lifts the refresh floor; holds a rejection floor of its own and counts the caller's budget.
+   */
+  invalidate(clientId: string, fingerprint: string, rule: RejectionRule): Promise<RejectionVerdict>;
   discardCorrupt(clientId: string): Promise<void>;
   /** Events from every replica, this one included. */
   onEvent(listener: (event: TokenStoreEvent) => void): void;
@@ -78,7 +97,7 @@ export interface RefreshLock {
   /** Only ever extends a deferral: the whole fleet makes one attempt per window. */
   deferRefresh(clientId: string, delayMs: number): Promise<number>;
   refreshDeferral(clientId: string): Promise<number>;
-  /** `invalidate` and `discardCorrupt` lift the floor: the fleet then needs a token now. */
+  /** `discardCorrupt` lifts the floor (the fleet then needs a token now); `invalidate` never does. */
   holdRefreshes(clientId: string, intervalMs: number, lifetimeMs: number): Promise<void>;
   refreshHold(clientId: string): Promise<RefreshHold>;
 }

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { TEST_CLIENT, testConfig } from '../../test/support/test-config';
+import { type BrokerConfigInput, TEST_CLIENT, testConfig } from '../../test/support/test-config';
 import { MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { GrantedToken } from '../provider/token-response.parser';
@@ -37,8 +37,13 @@ const secrets: SecretReader = {
 describe(TokenService.name, () => {
   const services: TokenService[] = [];
 
-  function service(ids: string[], grantor = new Grantor(), store = new MemoryTokenStore()) {
-    const config = testConfig({ clients: ids.map((id) => ({ ...TEST_CLIENT, id })) });
+  function service(
+    ids: string[],
+    grantor = new Grantor(),
+    store = new MemoryTokenStore(),
+    token: BrokerConfigInput['token'] = {},
+  ) {
+    const config = testConfig({ clients: ids.map((id) => ({ ...TEST_CLIENT, id })), token });
     const metrics = new MetricsService();
     const s = new TokenService(config, store, grantor, secrets, pino({ level: 'silent' }), metrics);
     services.push(s);
@@ -95,18 +100,52 @@ describe(TokenService.name, () => {
     });
   });
 
-  it('replaceRejected: the next getToken returns a different token, and a storm costs one fetch', async () => {
-    const { s, grantor } = service(['acme']);
+  it('replaceRejected: forwarded calls get a different token, a storm costs one fetch, GET /token keeps the old one until then', async () => {
+    const { s, grantor } = service(['acme'], new Grantor(), new MemoryTokenStore(), {
+      minRefreshIntervalMs: 100,
+    });
     const first = await s.getToken('acme', 0);
-    const results = await Promise.all(
-      Array.from({ length: 10 }, () => s.replaceRejected('acme', first.fingerprint)),
+    const verdicts = await Promise.all(
+      Array.from({ length: 10 }, () => s.replaceRejected('acme', first.fingerprint, 'proxy')),
     );
-    expect(results.filter(Boolean).length).toBeGreaterThanOrEqual(1);
-    const second = await s.getToken('acme', 0);
+    expect(verdicts.filter((v) => v === 'invalidated')).toHaveLength(1);
+    expect(new Set(verdicts)).toEqual(new Set(['invalidated', 'stale']));
+    // Until the replacement is in hand, the refused token is still the one served.
+    expect(s.peek('acme', 0)).toBe(first);
+    const second = await s.getForwardToken('acme', 0);
     expect(second.fingerprint).not.toBe(first.fingerprint);
     expect(grantor.requests).toBe(2);
-    expect(await s.replaceRejected('acme', first.fingerprint)).toBe(false);
+    expect(await s.replaceRejected('acme', first.fingerprint, 'proxy')).toBe('stale');
     expect(s.peek('acme', 0)).toBe(second);
+  });
+
+  it('replaceRejected within the rejection floor invalidates nothing and costs no fetch', async () => {
+    const { s, grantor } = service(['acme'], new Grantor(), new MemoryTokenStore(), {
+      minRefreshIntervalMs: 100,
+      minRejectionIntervalMs: 60_000,
+    });
+    const first = await s.getToken('acme', 0);
+    expect(await s.replaceRejected('acme', first.fingerprint, 'proxy')).toBe('invalidated');
+    const second = await s.getForwardToken('acme', 0);
+    expect(await s.replaceRejected('acme', second.fingerprint, 'proxy')).toBe('floored');
+    expect(await s.getForwardToken('acme', 0)).toBe(second);
+    expect(grantor.requests).toBe(2);
+  });
+
+  it("replaceRejected past a caller's budget invalidates nothing; other callers keep theirs", async () => {
+    const { s, grantor } = service(['acme'], new Grantor(), new MemoryTokenStore(), {
+      minRefreshIntervalMs: 100,
+      minRejectionIntervalMs: 0,
+      rejectionsPerCaller: 1,
+    });
+    const first = await s.getToken('acme', 0);
+    expect(await s.replaceRejected('acme', first.fingerprint, 'proxy')).toBe('invalidated');
+    const second = await s.getForwardToken('acme', 0);
+    expect(await s.replaceRejected('acme', second.fingerprint, 'proxy')).toBe('caller_budget');
+    expect(await s.replaceRejected('acme', second.fingerprint, 'other')).toBe('invalidated');
+    const third = await s.getForwardToken('acme', 0);
+    expect(third.fingerprint).not.toBe(second.fingerprint);
+    expect(grantor.requests).toBe(3);
   });
 
   it('getToken and replaceRejected refuse an unknown client like resolveClient', async () => {
@@ -114,7 +153,7 @@ describe(TokenService.name, () => {
     await expect(s.getToken('nope', 0)).rejects.toMatchObject({
       code: TokenErrorCode.UnknownClient,
     });
-    await expect(s.replaceRejected('nope', 'fp')).rejects.toMatchObject({
+    await expect(s.replaceRejected('nope', 'fp', 'proxy')).rejects.toMatchObject({
       code: TokenErrorCode.UnknownClient,
     });
   });
@@ -137,7 +176,7 @@ describe(TokenService.name, () => {
     const token = await s.getToken('acme', 0);
     store.invalidate = () =>
       Promise.reject(new TokenStoreException(TokenStoreErrorCode.Unavailable, 'down'));
-    expect(await s.replaceRejected('acme', 'another-fingerprint')).toBe(false);
+    expect(await s.replaceRejected('acme', 'another-fingerprint', 'proxy')).toBe('stale');
     expect(s.peek('acme', 0)).toBe(token);
   });
 });

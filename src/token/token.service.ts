@@ -18,7 +18,7 @@ import { SECRET_READER, type SecretReader } from '../secrets/secret-reader';
 import { ClientTokenManager } from './client-token-manager';
 import { StoreContinuityWatch } from './store-continuity.watch';
 import type { TokenRecord } from './token-record';
-import { type FleetBus, TOKEN_STORE, type TokenStore } from './token-store';
+import { type FleetBus, type RejectionVerdict, TOKEN_STORE, type TokenStore } from './token-store';
 import { tracedGrantor, tracedTokenStore } from './traced-ports';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -136,12 +136,23 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return this.manager(clientId).get(minRemainingMs);
   }
 
+  /** A token for a call the broker forwards: never one the provider refused. */
+  async getForwardToken(clientId: string, minRemainingMs: number): Promise<TokenRecord> {
+    return this.manager(clientId).getForwardable(minRemainingMs);
+  }
+
   /**
-   * The provider rejected the token with `fingerprint`: never handed out again, and dropped (here
-   * and in the store) only if still current, so a storm of rejections costs one refresh.
+   * `caller`'s call saw the provider reject the token with `fingerprint`: never forwarded again,
+   * and invalidated in the store only if still current, within the fleet's rejection floor and
+   * the caller's budget, so neither a storm of rejections nor one caller's 401s cost more than
+   * one refresh per floor.
    */
-  async replaceRejected(clientId: string, fingerprint: string): Promise<boolean> {
-    return this.manager(clientId).invalidate(fingerprint);
+  async replaceRejected(
+    clientId: string,
+    fingerprint: string,
+    caller: string,
+  ): Promise<RejectionVerdict> {
+    return this.manager(clientId).reject(fingerprint, caller);
   }
 
   status() {
