@@ -252,6 +252,34 @@ describe(ProviderEmulator.name, () => {
       expect(emu.stats).toMatchObject({ tokenRequests: 3, tokensIssued: 1, rejectedTokenAuth: 0 });
     });
 
+    it('answers 429 with Retry-After past tokenGrantsPerMinute, counting only grants', async () => {
+      await start({ tokenGrantsPerMinute: 2 });
+      await token();
+      await token();
+      const limited = await requestToken();
+      expect(limited.status).toBe(429);
+      expect(Number(limited.headers.get('retry-after'))).toBeGreaterThanOrEqual(59);
+      expect(emu.stats).toMatchObject({
+        tokenRequests: 3,
+        tokensIssued: 2,
+        rateLimitedTokenRequests: 1,
+      });
+    });
+
+    it('hands the same token out again until it expires with reissueTokens, even revoked', async () => {
+      await start({ reissueTokens: true, tokenLifetimeSeconds: 600 });
+      const first = await token();
+      emu.revokeToken(first);
+      expect(emu.isValidToken(first)).toBe(false);
+      const res = await requestToken();
+      const body = (await res.json()) as { access_token: string; expires_in: number };
+      expect(body.access_token).toBe(first);
+      expect(body.expires_in).toBeGreaterThan(590);
+      expect(body.expires_in).toBeLessThanOrEqual(600);
+      expect(emu.isValidToken(first)).toBe(true);
+      expect(emu.stats).toMatchObject({ tokensIssued: 1, tokensReissued: 1 });
+    });
+
     it('answers a 401 invalid_client tokenFailure with the given body and WWW-Authenticate', async () => {
       await start({
         tokenFailure: { kind: 'status', status: 401, body: '{"error":"invalid_client"}' },
@@ -528,6 +556,8 @@ describe(ProviderEmulator.name, () => {
         ordersCreated: 0,
         orders: [],
         rejectedTokenAuth: 0,
+        rateLimitedTokenRequests: 0,
+        tokensReissued: 0,
         apiRequests: 0,
         calls: [],
       });

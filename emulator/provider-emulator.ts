@@ -76,6 +76,18 @@ export interface ProviderKnobs {
    * (`split`). @default 'redacted'
    */
   echoAuthorization: 'redacted' | 'verbatim' | 'split';
+  /**
+   * Tokens granted per minute (sliding window) before the token endpoint answers 429 with
+   * `Retry-After`, as an authorization server with a rate limit does; `0`: no limit.
+   * @default 0
+   */
+  tokenGrantsPerMinute: number;
+  /**
+   * Hand a client the token it already holds, with what is left of its lifetime, until it
+   * expires (as PayPal and several enterprise servers do), even after a revoke on this side.
+   * @default false
+   */
+  reissueTokens: boolean;
 }
 
 /** The provider's behaviour when nothing is configured. */
@@ -89,6 +101,8 @@ export const DEFAULT_PROVIDER_KNOBS: Readonly<ProviderKnobs> = Object.freeze({
   ordersFailure: null,
   apiFailure: null,
   echoAuthorization: 'redacted',
+  tokenGrantsPerMinute: 0,
+  reissueTokens: false,
 });
 
 /** A way for the token endpoint to fail. Applied before credentials are checked. */
@@ -172,6 +186,10 @@ export interface ProviderStats {
   orders: CreatedOrder[];
   /** Token requests refused for missing, malformed or wrong Basic credentials. */
   rejectedTokenAuth: number;
+  /** Token requests answered 429 by `tokenGrantsPerMinute`. */
+  rateLimitedTokenRequests: number;
+  /** Token requests answered with a token already issued (`reissueTokens`). */
+  tokensReissued: number;
   /** Non-order API requests, whatever their outcome. */
   apiRequests: number;
   /** Non-order API calls processed (valid token): each is "done" once. */
@@ -182,6 +200,8 @@ function emptyStats(): ProviderStats {
   return {
     tokenRequests: 0,
     tokensIssued: 0,
+    rateLimitedTokenRequests: 0,
+    tokensReissued: 0,
     tokenRequestTimes: [],
     issued: [],
     orderRequests: 0,
@@ -205,6 +225,10 @@ export class ProviderEmulator {
   private knobs: ProviderKnobs;
   private credentials: Map<string, string>;
   private readonly tokens = new Map<string, IssuedToken>();
+  /** When tokens were granted in the last minute (`tokenGrantsPerMinute`). */
+  private readonly grantTimes: number[] = [];
+  /** Each client's newest token (`reissueTokens`). */
+  private readonly newest = new Map<string, IssuedToken>();
   private readonly revoked = new Set<string>();
   private readonly oneShotTokenFailures: TokenFailure[] = [];
   private ordersToReject = 0;
@@ -286,6 +310,7 @@ export class ProviderEmulator {
     this.oneShotTokenFailures.length = 0;
     this.ordersToReject = 0;
     this.callsToReject = 0;
+    this.grantTimes.length = 0;
   }
 
   /** A deep copy of what the emulator has seen, safe to keep while it carries on. */
@@ -445,10 +470,33 @@ export class ProviderEmulator {
       return;
     }
 
-    const issued = this.issue(auth.clientId);
+    const limit = this.knobs.tokenGrantsPerMinute;
+    const now = Date.now();
+    while (this.grantTimes.length > 0 && this.grantTimes[0] <= now - 60_000)
+      this.grantTimes.shift();
+    if (limit > 0 && this.grantTimes.length >= limit) {
+      this.current.rateLimitedTokenRequests++;
+      const retryAfter = Math.max(1, Math.ceil((this.grantTimes[0] + 60_000 - now) / 1000));
+      sendJson(
+        res,
+        429,
+        { error: 'rate_limited', error_description: 'Too many token requests.' },
+        { ...noStore, 'retry-after': String(retryAfter) },
+      );
+      return;
+    }
+    this.grantTimes.push(now);
+    const held = this.knobs.reissueTokens ? this.heldBy(auth.clientId, now) : undefined;
+    const issued = held ?? this.issue(auth.clientId);
+    if (held) {
+      this.current.tokensReissued++;
+      this.current.issued.push({ ...held });
+    }
     const payload: Record<string, unknown> = { access_token: issued.token };
     if (this.knobs.tokenType !== null) payload.token_type = this.knobs.tokenType;
-    const lifetime = this.knobs.tokenLifetimeSeconds;
+    const lifetime = held
+      ? Math.floor((held.expiresAt - now) / 1000)
+      : this.knobs.tokenLifetimeSeconds;
     switch (this.knobs.expiresIn) {
       case 'number':
         payload.expires_in = lifetime;
@@ -487,6 +535,14 @@ export class ProviderEmulator {
     return { problem: 'Unknown client or wrong client secret.' };
   }
 
+  /** The client's newest token with a second or more left, revoked or not. */
+  private heldBy(clientId: string, now: number): IssuedToken | undefined {
+    const issued = this.newest.get(clientId);
+    if (issued === undefined || issued.expiresAt - now < 1000) return undefined;
+    this.revoked.delete(issued.token);
+    return issued;
+  }
+
   private issue(clientId: string): IssuedToken {
     let token: string;
     do token = randomBytes(32).toString('base64url');
@@ -499,6 +555,7 @@ export class ProviderEmulator {
       clientId,
     };
     this.tokens.set(token, issued);
+    this.newest.set(clientId, issued);
     this.current.tokensIssued++;
     this.current.issued.push({ ...issued });
     return issued;
