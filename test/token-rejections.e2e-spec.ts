@@ -1,5 +1,6 @@
 import { type Stack, startStack } from './support/stack';
 import { metricValue } from './support/token-watch';
+import { waitFor } from './support/wait';
 
 // A Redis and two brokers on a shared machine take more than Jest's 5 s to start.
 jest.setTimeout(120_000);
@@ -53,6 +54,7 @@ describe('provider 401s on forwarded calls (2 brokers, real Redis, api-key calle
         callers: {
           'shop-proxy': { clients: ['*'], scopes: ['forward'] },
           'shop-token': { clients: ['*'], scopes: ['token'] },
+          oncall: { clients: ['*'], scopes: ['admin'] },
         },
       },
       env: {
@@ -157,5 +159,31 @@ describe('provider 401s on forwarded calls (2 brokers, real Redis, api-key calle
     // No polling: the fence took the re-issued token, so nobody asks the provider again.
     await new Promise((resolve) => setTimeout(resolve, 1500));
     expect(fleet.provider.stats.tokenRequests).toBe(1);
+
+    // An operator's revoke: the provider hands the same token back, and the answer says so.
+    const res = await fetch(`${fleet.brokers[0].url}/admin/clients/${REISSUE}/revoke`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${fleet.keys.oncall}` },
+    });
+    expect(res.status).toBe(200);
+    const revoked = (await res.json()) as {
+      revokedFingerprint: string;
+      replacement: { fingerprint: string; reissued: boolean } | null;
+      warning?: string;
+    };
+    expect(revoked.replacement).toMatchObject({
+      fingerprint: revoked.revokedFingerprint,
+      reissued: true,
+    });
+    expect(revoked.warning).toMatch(/revoke it at the provider/);
+    // The fleet is not locked out until expiry: both replicas serve and forward with it.
+    for (const b of [0, 1]) {
+      await waitFor(async () => (await token(REISSUE, b)).status === 200, {
+        timeoutMs: 5000,
+        what: `replica ${b} to serve the re-issued token`,
+      });
+      expect((await forwarded(REISSUE, b)).status).toBe(200);
+    }
+    expect(fleet.provider.stats.tokenRequests).toBe(2);
   });
 });

@@ -65,6 +65,7 @@ export class AdminController {
         fingerprint: r.revokedFingerprint,
         notified: r.replicas.notified,
         acknowledged: r.replicas.acknowledged,
+        reissued: r.replacement?.reissued,
       }),
     );
   }

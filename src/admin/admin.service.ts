@@ -22,6 +22,8 @@ const FLEET_WIDE: ReadonlySet<AdminAction> = new Set(['reload']);
 /** How long a revoke's answer waits for the notified replicas to acknowledge. */
 const ACK_WAIT_MS = 2000;
 const ACK_POLL_MS = 50;
+/** How long a revoke's answer waits for the replacement token, to name it. */
+const REPLACEMENT_WAIT_MS = 3000;
 
 /** One audit line per call, allowed or refused: never a token or a secret, only fingerprints. */
 @Injectable()
@@ -97,7 +99,11 @@ export class AdminService implements OnModuleInit {
     }
   }
 
-  /** Waits up to {@link ACK_WAIT_MS} for the replicas it reached to acknowledge. */
+  /**
+   * Waits up to {@link ACK_WAIT_MS} for the replicas it reached to acknowledge, then up to
+   * {@link REPLACEMENT_WAIT_MS} for this replica's replacement token, to say whether the
+   * provider granted the revoked token again (some re-issue a token until it expires).
+   */
   async revoke(clientId: string) {
     const revocation = await this.tokens.fleet.revoke(clientId);
     const deadline = Date.now() + ACK_WAIT_MS;
@@ -107,11 +113,35 @@ export class AdminService implements OnModuleInit {
       await sleep(ACK_POLL_MS);
       acknowledged = await acks();
     }
+    const next = await this.tokens.replacementAfter(
+      clientId,
+      revocation.generation,
+      REPLACEMENT_WAIT_MS,
+    );
+    const reissued = next !== undefined && next.fingerprint === revocation.fingerprint;
+    if (reissued) {
+      this.logger.warn(
+        { client: clientId, fingerprint: next.fingerprint, generation: revocation.generation },
+        'revoke: the provider granted the revoked token again; revoke it at the provider',
+      );
+    }
     return {
       client: clientId,
       generation: revocation.generation,
       revokedFingerprint: revocation.fingerprint,
       replicas: { notified: revocation.delivered, acknowledged },
+      replacement:
+        next === undefined
+          ? null
+          : {
+              fingerprint: next.fingerprint,
+              expiresAt: new Date(next.expiresAt).toISOString(),
+              reissued,
+            },
+      ...(reissued && {
+        warning:
+          'the provider granted the revoked token again (it re-issues a token until it expires), so the fleet serves it again: revoke it at the provider to stop its use',
+      }),
     };
   }
 

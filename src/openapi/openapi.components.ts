@@ -103,6 +103,16 @@ const SCHEMAS = {
     generation: z.int().min(1),
     revokedFingerprint: fingerprint.optional(),
     replicas: z.looseObject({ notified: count, acknowledged: count }),
+    replacement: z
+      .looseObject({ fingerprint, expiresAt: z.string(), reissued: z.boolean() })
+      .nullable()
+      .describe(
+        "This replica's next token, once held within 3 s (else null); `reissued`: the provider granted the revoked token again.",
+      ),
+    warning: z
+      .string()
+      .optional()
+      .describe('Set when the provider re-issued the revoked token: revoke it at the provider.'),
   }),
   AdminReload: z.looseObject({
     replicas: z

@@ -104,7 +104,7 @@ export const OPERATOR_OPERATIONS: Record<string, Json> = {
     summary:
       "Drops the client's token on every replica for good (a new generation); a new one is fetched",
     answer:
-      '`replicas.notified`: replicas the notification reached; `acknowledged`: those that dropped the token within 2 s.',
+      '`replicas.notified`: replicas the notification reached; `acknowledged`: those that dropped the token within 2 s; `replacement`: the next token, and whether the provider re-issued the revoked one (then revoke it at the provider).',
     schema: 'AdminRevoke',
     codes: [...NOT_FOUND, 'admin_store_unavailable', 'internal_error'],
     client: true,

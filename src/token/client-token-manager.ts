@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
 import type { TokenSettings } from '../config/config.schema';
@@ -11,6 +12,9 @@ import { RefreshLoop } from './refresh-loop';
 import type { TokenRecord } from './token-record';
 import { RejectionLedger } from './rejection-ledger';
 import type { RejectionRule, RejectionVerdict, TokenStore, TokenStoreEvent } from './token-store';
+
+/** How often {@link ClientTokenManager.replacementAfter} looks. */
+const REPLACEMENT_POLL_MS = 25;
 
 interface ManagerDeps {
   store: TokenStore;
@@ -205,6 +209,17 @@ export class ClientTokenManager {
       this.loop.adopt(result.record, result.fetched, true);
     }
     return result;
+  }
+
+  /** The token held once it is of `generation` or later; undefined past `timeoutMs`. */
+  async replacementAfter(generation: number, timeoutMs: number): Promise<TokenRecord | undefined> {
+    const deadline = this.now() + timeoutMs;
+    for (;;) {
+      const r = this.held.valid();
+      if (r !== undefined && (r.generation ?? 0) >= generation) return r;
+      if (this.now() >= deadline) return undefined;
+      await sleep(REPLACEMENT_POLL_MS);
+    }
   }
 
   /** Fingerprints, never tokens. */

@@ -155,6 +155,15 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     return this.manager(clientId).reject(fingerprint, caller);
   }
 
+  /** This replica's token of `generation` or later, once it holds one within `timeoutMs`. */
+  replacementAfter(
+    clientId: string,
+    generation: number,
+    timeoutMs: number,
+  ): Promise<TokenRecord | undefined> {
+    return this.manager(clientId).replacementAfter(generation, timeoutMs);
+  }
+
   status() {
     const { kind, healthy, configurationError } = this.store.health;
     return {
