@@ -88,6 +88,35 @@ const CASES: AlertCase[] = [
     ],
   },
   {
+    name: 'client unservable fires when no replica can serve a client for 5 minutes, not for one replica',
+    series: [
+      {
+        series: `token_broker_client_servable{${SERIES}, client="initech-prod"}`,
+        values: '0x10',
+      },
+      {
+        series: `token_broker_client_servable{namespace="${NAMESPACE}", job="${JOB}", pod="tb-1", client="initech-prod"}`,
+        values: '0x10',
+      },
+      {
+        series: `token_broker_client_servable{${SERIES}, client="acme-prod"}`,
+        values: '0x10',
+      },
+      {
+        series: `token_broker_client_servable{namespace="${NAMESPACE}", job="${JOB}", pod="tb-1", client="acme-prod"}`,
+        values: '1x10',
+      },
+    ],
+    expect: [
+      { at: '3m', alert: 'TokenBrokerClientUnservable', labels: [] },
+      {
+        at: '6m',
+        alert: 'TokenBrokerClientUnservable',
+        labels: [{ namespace: NAMESPACE, client: 'initech-prod', severity: 'warning' }],
+      },
+    ],
+  },
+  {
     name: 'refresh failing fires after 3 failed attempts in 15 minutes',
     series: [
       {

@@ -641,6 +641,7 @@ describe('Helm chart helm/token-broker', () => {
       const byName = new Map(rules.map((r) => [r.alert as string, r]));
       expect([...byName.keys()].sort()).toEqual([
         'TokenBrokerCallersRateLimited',
+        'TokenBrokerClientUnservable',
         'TokenBrokerCredentialsRejected',
         'TokenBrokerDegraded',
         'TokenBrokerLockContention',

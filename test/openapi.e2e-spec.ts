@@ -53,6 +53,8 @@ describe('OpenAPI description', () => {
       inProcess: true,
       clients: [...CALLER_CLIENTS, { id: UNAVAILABLE_CLIENT, refused: true }],
       secrets: 'secrets-manager',
+      // Every client required: the one that never gets a token shows the not-ready answer.
+      env: { READINESS_REQUIRED_CLIENTS: [...CALLER_CLIENTS, UNAVAILABLE_CLIENT].join(',') },
       callerAuth: {
         mode: 'api-key',
         callers: {
@@ -217,7 +219,7 @@ describe('OpenAPI description', () => {
 
   it('health, metrics, this document, and an unknown route', async () => {
     expect((await exchange('GET', '/health/live', '/health/live')).status).toBe(200);
-    // initech-prod never gets a token: not ready, and the document says how that looks.
+    // initech-prod never gets a token and is required: not ready, as the document says it looks.
     expect((await exchange('GET', '/health/ready', '/health/ready')).status).toBe(503);
     expect((await exchange('GET', '/metrics', '/metrics')).status).toBe(200);
     expect((await exchange('GET', '/openapi.json', '/openapi.json')).status).toBe(200);

@@ -21,6 +21,7 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'HTTP_REQUEST_TIMEOUT_MS', path: ['http', 'requestTimeoutMs'] },
   { env: 'HTTP_KEEP_ALIVE_TIMEOUT_MS', path: ['http', 'keepAliveTimeoutMs'] },
   { env: 'OAUTH_ISSUER', path: ['http', 'issuer'] },
+  { env: 'READINESS_REQUIRED_CLIENTS', path: ['readiness', 'requiredClients'] },
   { env: 'LOG_LEVEL', path: ['log', 'level'] },
   { env: 'AUDIT_INTERVAL_SECONDS', path: ['audit', 'intervalSeconds'] },
   { env: 'AUDIT_PER_REQUEST', path: ['audit', 'perRequest'] },

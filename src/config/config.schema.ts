@@ -10,7 +10,7 @@ import {
   tokenSettingsSchema,
 } from './provider.schema';
 import { redisConfigured, redisSettingsSchema } from './redis.schema';
-import { type Issue, issuesOf } from './schema-parts';
+import { commaList, type Issue, issuesOf } from './schema-parts';
 
 /**
  * Shape and defaults only: the loader feeds it from the environment and an optional file. Secret
@@ -27,6 +27,20 @@ const cacheEncryptionSchema = z
      * `test`) when Redis is configured.
      */
     key: credentialsSourceSchema.optional(),
+  })
+  .strict();
+
+/** When a replica reports ready (`/health/ready`). */
+const readinessSchema = z
+  .object({
+    /**
+     * Clients each of which must have a servable token for the replica to be ready; a comma list
+     * in the environment. Empty: ready once any client has one, so that one merchant whose token
+     * endpoint is down does not take every pod, and every other merchant, out of rotation (the
+     * failing client is named in the admin readiness details, `token_broker_client_servable` and
+     * the `TokenBrokerClientUnservable` alert). @default [] (any one client)
+     */
+    requiredClients: z.preprocess(commaList, z.array(z.string().min(1))).default([]),
   })
   .strict();
 
@@ -50,6 +64,7 @@ const brokerConfigFields = z
     // Parsed even when absent, so a missing section reports the missing mode by its name.
     callerAuth: z.preprocess((v) => v ?? {}, callerAuthSettingsSchema),
     cacheEncryption: cacheEncryptionSchema.default({}),
+    readiness: readinessSchema.default({ requiredClients: [] }),
   })
   .strict();
 
@@ -61,6 +76,9 @@ export const brokerConfigSchema = brokerConfigFields
     cfg.clients.forEach((c, i) => {
       if (seen.has(c.id)) issue(['clients', i, 'id'], 'duplicate client id');
       seen.add(c.id);
+    });
+    cfg.readiness.requiredClients.forEach((id, i) => {
+      if (!seen.has(id)) issue(['readiness', 'requiredClients', i], 'not a configured client id');
     });
     if (cfg.token.refreshAheadSeconds >= cfg.token.defaultLifetimeSeconds) {
       issue(['token', 'refreshAheadSeconds'], 'must be shorter than token.defaultLifetimeSeconds');

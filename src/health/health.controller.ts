@@ -1,14 +1,17 @@
 import { Controller, Get, Req, Res, ServiceUnavailableException } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { HealthCheck, HealthCheckService, HealthIndicatorService } from '@nestjs/terminus';
+import { replicaReady, servable } from '../token/client-readiness';
 import { TokenService } from '../token/token.service';
 import { arrivedOnAdminListener } from '../http/listeners';
 import { DrainState } from './drain-state';
 
 /**
- * A later provider outage does not make a replica unready: callers must keep reaching it for the
- * still-valid token. Redis down is `degraded`, still ready; Redis refusing the broker's settings
- * is not. The full report names secrets, so it is answered on the admin listener only.
+ * Ready when the replica can serve (`replicaReady`): one client's failure is that client's, named
+ * in the details, never every merchant's. A later provider outage does not make a replica unready:
+ * callers must keep reaching it for the still-valid token. Redis down is `degraded`, still ready;
+ * Redis refusing the broker's settings is not. The full report names secrets, so it is answered on
+ * the admin listener only.
  */
 @Controller('health')
 export class HealthController {
@@ -62,6 +65,7 @@ export class HealthController {
     const clients = status.map((c) => ({
       client: c.client,
       hasToken: c.hasToken,
+      servable: servable(c),
       expiresAt: c.expiresAt !== undefined ? new Date(c.expiresAt).toISOString() : undefined,
       refreshing: c.refreshing,
       error:
@@ -69,15 +73,14 @@ export class HealthController {
         (c.lifetimeError !== undefined ? 'token_lifetime_too_short' : undefined),
       detail: c.permanentError?.message ?? c.lifetimeError ?? c.lastError,
     }));
-    // A replica holding a valid token stays ready until it expires: every replica shares the
-    // credentials, so the first refused refresh would otherwise fail callers of valid tokens.
-    const failing = status.some(
-      (c) =>
-        (c.permanentError !== undefined && !c.hasToken) ||
-        !c.everObtained ||
-        c.lifetimeError !== undefined,
-    );
-    return failing ? session.down({ clients }) : session.up({ clients });
+    const unservable = clients.filter((c) => !c.servable).map((c) => c.client);
+    const required = this.tokens.requiredClients;
+    const details = {
+      clients,
+      ...(unservable.length > 0 && { unservable }),
+      ...(required.length > 0 && { requiredClients: required }),
+    };
+    return replicaReady(status, required) ? session.up(details) : session.down(details);
   }
 
   private storeIndicator() {

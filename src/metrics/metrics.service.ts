@@ -9,6 +9,14 @@ export type RefreshResult =
   | 'permanent_error'
   | 'credentials_error';
 
+/** One client as the scrape-time gauges read it. */
+export interface ClientGaugeState {
+  client: string;
+  /** The held token's expiry (epoch ms); undefined when none is valid. */
+  expiresAt?: number;
+  servable: boolean;
+}
+
 /** Flushed into prom-client at scrape time. */
 export interface HitCell {
   count: number;
@@ -22,11 +30,31 @@ type StoreState = (typeof STORE_STATES)[number];
 export class MetricsService {
   readonly registry = new Registry();
 
-  readonly tokenRemaining = new Gauge({
+  private clientSource: () => readonly ClientGaugeState[] = () => [];
+  /** Computed at each scrape from the held token's expiry: it falls while refreshes fail. */
+  readonly tokenRemaining: Gauge<'client'> = new Gauge({
     name: 'token_broker_token_remaining_seconds',
-    help: 'Remaining lifetime of the token this replica serves, per client (0 when none).',
+    help: 'Remaining lifetime of the token this replica serves, per client (0 when none), as of the scrape.',
     labelNames: ['client'] as const,
     registers: [this.registry],
+    collect: (): void => {
+      const now = Date.now();
+      for (const c of this.clientSource()) {
+        const left = c.expiresAt === undefined ? 0 : Math.max(0, (c.expiresAt - now) / 1000);
+        this.tokenRemaining.set({ client: c.client }, left);
+      }
+    },
+  });
+  readonly clientServable: Gauge<'client'> = new Gauge({
+    name: 'token_broker_client_servable',
+    help: '1 while this replica can serve the client (it obtained a token, whose lifetime is long enough, and its credentials are not refused with no valid token left), 0 otherwise.',
+    labelNames: ['client'] as const,
+    registers: [this.registry],
+    collect: (): void => {
+      for (const c of this.clientSource()) {
+        this.clientServable.set({ client: c.client }, c.servable ? 1 : 0);
+      }
+    },
   });
   readonly refreshes = new Counter({
     name: 'token_broker_refresh_total',
@@ -130,6 +158,11 @@ export class MetricsService {
   /** `undefined`: no Redis. */
   setStoreStateSource(source: () => StoreState | undefined): void {
     this.storeStateSource = source;
+  }
+
+  /** Each client's held token expiry and whether it is servable, read at scrape time. */
+  setClientSource(source: () => readonly ClientGaugeState[]): void {
+    this.clientSource = source;
   }
 
   setDegradedSource(source: () => boolean): void {

@@ -11,7 +11,7 @@ export interface LastRefresh {
 }
 
 interface HeldTokenDeps {
-  metrics: Pick<MetricsService, 'tokenRemaining' | 'lastRefreshSuccess'>;
+  metrics: Pick<MetricsService, 'lastRefreshSuccess'>;
   now: () => number;
 }
 
@@ -35,14 +35,12 @@ export class HeldToken {
   /** Held a token the store may lack (it was down): push it on recovery. */
   needsResync = false;
   lastRefresh?: LastRefresh;
-  private readonly remainingGauge;
   private readonly lastSuccessGauge;
 
   constructor(
     clientId: string,
     private readonly deps: HeldTokenDeps,
   ) {
-    this.remainingGauge = deps.metrics.tokenRemaining.labels(clientId);
     this.lastSuccessGauge = deps.metrics.lastRefreshSuccess.labels(clientId);
   }
 
@@ -123,17 +121,15 @@ export class HeldToken {
     if (forced || replaces) this.record = record;
     const held = this.record!;
     this.obtained = true;
-    this.remainingGauge.set(Math.max(0, (held.expiresAt - this.deps.now()) / 1000));
     this.lastSuccessGauge.set(this.deps.now() / 1000);
     return held;
   }
 
   drop(): void {
     this.record = undefined;
-    this.remainingGauge.set(0);
   }
 
-  /** While the generation is unknown; the gauge keeps it, {@link restore} may bring it back. */
+  /** While the generation is unknown; {@link restore} may bring it back. */
   setAside(): void {
     this.record = undefined;
   }

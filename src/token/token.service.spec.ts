@@ -158,6 +158,20 @@ describe(TokenService.name, () => {
     });
   });
 
+  it('computes the remaining lifetime and servability at scrape time, 0 with no token', async () => {
+    const { s, metrics } = service(['acme', 'beta']);
+    await s.getToken('acme', 0);
+    const gauge = async (name: 'tokenRemaining' | 'clientServable') =>
+      Object.fromEntries(
+        (await metrics[name].get()).values.map((v) => [String(v.labels.client), v.value]),
+      );
+    const remaining = await gauge('tokenRemaining');
+    expect(remaining.acme).toBeGreaterThan(3590);
+    expect(remaining.acme).toBeLessThanOrEqual(3600);
+    expect(remaining.beta).toBe(0);
+    expect(await gauge('clientServable')).toEqual({ acme: 1, beta: 0 });
+  });
+
   it('status reports each client and the store', async () => {
     const store = new MemoryTokenStore();
     const { s } = service(['acme', 'beta'], new Grantor(), store);

@@ -15,6 +15,7 @@ import { TOKEN_GRANTOR } from '../provider/provider.constants';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import { loadClientCredentials } from '../secrets/client-credentials';
 import { SECRET_READER, type SecretReader } from '../secrets/secret-reader';
+import { servable } from './client-readiness';
 import { ClientTokenManager } from './client-token-manager';
 import { StoreContinuityWatch } from './store-continuity.watch';
 import type { TokenRecord } from './token-record';
@@ -71,6 +72,12 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
       for (const m of this.managers.values()) void m.resync();
     });
     metrics.setDegradedSource(() => store.health.kind === 'redis' && !store.health.healthy);
+    metrics.setClientSource(() =>
+      [...this.managers.values()].map((m) => {
+        const s = m.status();
+        return { client: s.client, expiresAt: s.expiresAt, servable: servable(s) };
+      }),
+    );
     metrics.setStoreStateSource(() =>
       store.health.kind === 'redis' ? store.health.topology().state : undefined,
     );
@@ -162,6 +169,11 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     timeoutMs: number,
   ): Promise<TokenRecord | undefined> {
     return this.manager(clientId).replacementAfter(generation, timeoutMs);
+  }
+
+  /** `readiness.requiredClients`: each must be servable for the replica to be ready. */
+  get requiredClients(): readonly string[] {
+    return this.config.readiness.requiredClients;
   }
 
   status() {

@@ -91,7 +91,13 @@ describe('provider token endpoint failing through the refresh window', () => {
       // Phase 2: the provider goes down again and stays down past the new token's expiry.
       emulator.setKnobs({ tokenFailure: { kind: 'status', status: 503 } });
       const secondExpiry = recovered.expiresAt;
+      // The gauge the near-expiry alert reads falls through the outage, to 0 after expiry.
+      const remaining = () => metricValue(urls[0], 'token_broker_token_remaining_seconds');
+      const gauge = [await remaining()];
+      await delay(Math.max(0, secondExpiry - 1500 - Date.now()));
+      gauge.push(await remaining());
       await delay(Math.max(0, secondExpiry + 2500 - Date.now()));
+      gauge.push(await remaining());
       const refusedAfterExpiry = watch.refusals.filter((r) => r.sentAt >= secondExpiry - 1000);
       emulator.setKnobs({ tokenFailure: null });
       const recoveryRequestedAt = Date.now();
@@ -110,8 +116,12 @@ describe('provider token endpoint failing through the refresh window', () => {
           failingMs: recoverAt - failStart,
           newTokenMsBeforeOldExpiry: recoveredBeforeExpiryMs,
           refusedAfterExpiry: refusedAfterExpiry.length,
+          remainingGauge: gauge.map((g) => g.toFixed(1)).join(' -> '),
         }),
       );
+      expect(gauge[1]).toBeLessThan(gauge[0] - 1);
+      expect(gauge[1]).toBeGreaterThan(0);
+      expect(gauge[2]).toBe(0);
 
       expect(result.calls).toBeGreaterThan(1000);
       expect(result.failures).toEqual([]);
