@@ -384,6 +384,12 @@ describe('POST /oauth2/token (real brokers)', () => {
         'invalid_request',
       ],
       [
+        'an empty Basic secret',
+        () => post(apiKeyBroker, grant, { authorization: basic('checkout', '') }),
+        401,
+        'invalid_client',
+      ],
+      [
         'client_secret_post without client_id',
         () => post(apiKeyBroker, { ...grant, client_secret: opsKey }),
         400,
@@ -476,7 +482,7 @@ describe('POST /oauth2/token (real brokers)', () => {
       expect(await res.json()).not.toHaveProperty('scopes_supported');
     });
 
-    it('kubernetes mode: a JWT client assertion and its algorithms', async () => {
+    it('kubernetes mode: no method advertised (a service-account token is no private_key_jwt)', async () => {
       // fetch() sets Host itself; node:http sends the one a cluster DNS name would give.
       const doc = await new Promise<Record<string, unknown>>((resolve, reject) => {
         get(
@@ -493,9 +499,10 @@ describe('POST /oauth2/token (real brokers)', () => {
       expect(doc).toMatchObject({
         issuer: 'http://token-broker.shop.svc',
         token_endpoint: 'http://token-broker.shop.svc/oauth2/token',
-        token_endpoint_auth_methods_supported: ['private_key_jwt'],
-        token_endpoint_auth_signing_alg_values_supported: ['RS256', 'ES256'],
+        // An empty list: an absent one would mean client_secret_basic (RFC 8414 §2).
+        token_endpoint_auth_methods_supported: [],
       });
+      expect(doc).not.toHaveProperty('token_endpoint_auth_signing_alg_values_supported');
     });
   });
 });
