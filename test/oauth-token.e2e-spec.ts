@@ -13,6 +13,7 @@ import {
   sha256,
   startCallerBrokers,
 } from './support/caller-brokers';
+import { startStack } from './support/stack';
 import { waitFor } from './support/wait';
 
 const basic = (id: string, secret: string) =>
@@ -480,6 +481,40 @@ describe('POST /oauth2/token (real brokers)', () => {
       // Built from the Host header unless OAUTH_ISSUER is set: a shared cache must not keep it.
       expect(res.headers.get('cache-control')).toBe('no-store');
       expect(await res.json()).not.toHaveProperty('scopes_supported');
+    });
+
+    it('warns at start-up in production without OAUTH_ISSUER, naming the setting, and not with it', async () => {
+      const stack = await startStack({
+        name: 'oauth-issuer',
+        clients: ['acme-prod'],
+        callerAuth: { mode: 'api-key', callers: { checkout: { clients: ['acme-prod'] } } },
+        inProcess: true,
+        replicas: 0,
+      });
+      try {
+        const warnings = async (env: Record<string, string | undefined>) => {
+          const broker = await stack.addBroker({ env });
+          await broker.stop();
+          return broker
+            .logs()
+            .map((l) => JSON.parse(l) as { level: string; setting?: string; msg: string })
+            .filter((l) => l.setting === 'OAUTH_ISSUER');
+        };
+        const unset = await warnings({ NODE_ENV: 'production' });
+        expect(unset).toEqual([
+          expect.objectContaining({
+            level: 'warn',
+            msg: expect.stringMatching(/^OAUTH_ISSUER \(http\.issuer\) is not set: /),
+          }),
+        ]);
+        expect(
+          await warnings({ NODE_ENV: 'production', OAUTH_ISSUER: 'http://token-broker.shop.svc' }),
+        ).toEqual([]);
+        // The sandbox and the tests: the Host-derived document is the point there.
+        expect(await warnings({ NODE_ENV: 'development' })).toEqual([]);
+      } finally {
+        await stack.close();
+      }
     });
 
     it('kubernetes mode: no method advertised (a service-account token is no private_key_jwt)', async () => {
