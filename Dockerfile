@@ -1,13 +1,15 @@
 # syntax=docker/dockerfile:1
 
 # Node 26 ("Lithium") is the Active LTS line since 2026-10-28; 24 moved to maintenance.
-# `.ci/run` reads the major from the first `FROM node:<major>` line and runs the whole test suite
-# on that major (the `node@26` npm package), so the tests prove the runtime the image ships.
-# For reproducible builds, pin the digest (`node:26-trixie-slim@sha256:...`) and let
-# Renovate/Dependabot bump it.
+# `.ci/run` reads the major from NODE_IMAGE's default below and runs the whole test suite on that
+# major (the `node@26` npm package), so the tests prove the runtime the image ships.
+# The base image of both stages. A tag moves: a release build pins the digest it was tested on,
+# `--build-arg NODE_IMAGE=node:26-trixie-slim@sha256:<digest>` (or a mirror's copy of it), and
+# lets Renovate/Dependabot bump it. Keep the major: it is the one the tests ran on.
+ARG NODE_IMAGE=node:26-trixie-slim
 
 # ---- build: full dependency tree, compile, then drop the dev dependencies -------------------
-FROM node:26-trixie-slim AS build
+FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 # The manifest and lockfile alone first, so the dependency layer is reused until they change.
 COPY package.json package-lock.json ./
@@ -19,18 +21,19 @@ COPY tsconfig.json tsconfig.build.json esbuild.config.mjs ./
 # dist-dev/ by `npm run build:dev`) and are not even in the build context.
 COPY src ./src
 # `npm run build`: tsc compiles src/ into dist-tsc/, then esbuild bundles that with its
-# dependencies into one file, dist/main.js (esbuild.config.mjs says why and what it leaves out).
+# dependencies into one file, dist/main.js (esbuild.config.mjs says why and what it leaves out),
+# without a source map: the image runs the bundle, nobody debugs it from there.
 # --omit=optional as well: every optional package in the production tree is only there because
 # a dev dependency (testcontainers) installed it and it satisfies an optional peer of
 # @nestjs/terminus (gRPC health checks, unused): @grpc/*, protobufjs, @types/node, yargs...
 # No production dependency has an optional dependency of its own; revisit if one ever does.
-RUN npm run build \
+RUN BUNDLE_SOURCE_MAP=false npm run build \
  && npm prune --omit=dev --omit=optional --no-audit --no-fund --ignore-scripts
 
 # ---- runtime: node, the pruned node_modules and dist, nothing else --------------------------
 # node_modules still holds every production dependency: the bundle requires the ones it leaves
 # out (ioredis, the AWS SDK, jose, OpenTelemetry) from there.
-FROM node:26-trixie-slim AS runtime
+FROM ${NODE_IMAGE} AS runtime
 # `node dist/main.js` needs neither npm, npx nor corepack; removing them removes their
 # dependencies from image scans and from an attacker's toolbox.
 RUN rm -rf /usr/local/lib/node_modules /usr/local/bin/npm /usr/local/bin/npx \

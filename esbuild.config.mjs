@@ -55,8 +55,9 @@ await build({
   // The dependencies' license notices, which minifying would keep inline (one is not ASCII).
   legalComments: 'external',
   // Chained through tsc's own maps: dist/main.js.map points at src/*.ts, so with
-  // `node --enable-source-maps` a stack trace reads as before the bundle.
-  sourcemap: 'linked',
+  // `node --enable-source-maps` a stack trace reads as before the bundle. The image is built
+  // with BUNDLE_SOURCE_MAP=false: it would ship a map of the source tree that nothing there reads.
+  sourcemap: process.env.BUNDLE_SOURCE_MAP === 'false' ? false : 'linked',
   sourcesContent: false,
   // Nest's ESM code asks `import.meta` where it is, to `createRequire` its optional packages; in
   // a CommonJS bundle that is this file, whose node_modules are the same.

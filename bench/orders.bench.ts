@@ -148,6 +148,8 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
         PROVIDER_AUTH_URL: emulator.url,
         PROVIDER_BASE_URL: emulator.url,
         CREDENTIALS_FILE: credentialsFile,
+        // Mode none needs a development NODE_ENV (unset is production).
+        NODE_ENV: 'development',
         CALLER_AUTH_MODE: 'none',
         CALLER_AUTH_ALLOW_NONE: 'true',
         // The production default: the audit line per order is part of the cost.

@@ -15,14 +15,14 @@ export function brokerMain(): string {
 let image: { major: string; path: string } | null | undefined;
 
 /**
- * The Node the image runs (the Dockerfile's first `FROM node:<major>`): this one when the major
+ * The Node the image runs (the Dockerfile's `ARG NODE_IMAGE=node:<major>`): this one when the major
  * matches, else the one the tests installed under `.tmp/`, else npm's `node@<major>` through npx.
  * `null` when the Dockerfile names none.
  */
 export function imageNode(): { major: string; path: string } | null {
   if (image !== undefined) return image;
   const dockerfile = readFileSync(join(repoRoot(), 'Dockerfile'), 'utf8');
-  const major = /^FROM node:(\d+)/m.exec(dockerfile)?.[1];
+  const major = /^ARG NODE_IMAGE=node:(\d+)/m.exec(dockerfile)?.[1];
   if (major === undefined) return (image = null);
   const installed = join(repoRoot(), '.tmp', `node-${major}`, 'node_modules', '.bin', 'node');
   const path =

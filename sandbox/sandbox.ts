@@ -39,6 +39,8 @@ async function main(): Promise<void> {
 
   const port = process.env.PORT ?? '8080';
   const config = loadConfig({
+    // A local tool, so development, asked for by name: unset means production.
+    NODE_ENV: 'development',
     PORT: port,
     HOST: '127.0.0.1',
     LOG_LEVEL: process.env.LOG_LEVEL ?? 'info',

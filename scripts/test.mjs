@@ -3,8 +3,8 @@
 //
 // NestJS 12 ships ES modules only. Jest's CommonJS runtime require()s them natively from Node
 // 24.9 on, with `--experimental-vm-modules`; before that nothing can run the app in-process.
-// On an older Node this script re-runs itself on the Docker image's Node major (the first
-// `FROM node:<major>` of the Dockerfile), installed under .tmp/node-<major> as `.ci/run` does.
+// On an older Node this script re-runs itself on the Docker image's Node major (the
+// `ARG NODE_IMAGE=node:<major>` of the Dockerfile), installed under .tmp/node-<major> as `.ci/run` does.
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -48,11 +48,11 @@ if (major > 24 || (major === 24 && minor >= 9)) {
 }
 
 const dockerfile = readFileSync(join(root, 'Dockerfile'), 'utf8');
-const imageMajor = /^FROM node:(\d+)/m.exec(dockerfile)?.[1];
+const imageMajor = /^ARG NODE_IMAGE=node:(\d+)/m.exec(dockerfile)?.[1];
 if (imageMajor === undefined) {
   throw new Error(
     `Node ${process.versions.node} cannot run the app inside Jest (needs >= 24.9), and the ` +
-      'Dockerfile names no `FROM node:<major>` to use instead',
+      'Dockerfile names no `ARG NODE_IMAGE=node:<major>` to use instead',
   );
 }
 const prefix = join(root, '.tmp', `node-${imageMajor}`);

@@ -13,7 +13,7 @@ import type { Logger } from 'pino';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { AppModule } from './app.module';
-import type { BrokerConfig } from './config/config.schema';
+import { type BrokerConfig, isDevelopmentEnv } from './config/config.schema';
 import { adminPortOf } from './config/http.schema';
 import { problemAnswer, toProblem } from './http/problem';
 import { sendProblem } from './http/problem.reply';
@@ -84,6 +84,7 @@ export async function createBrokerApp(
   config: BrokerConfig,
   logger: Logger,
 ): Promise<NestFastifyApplication> {
+  warnOfRiskySettings(config, logger);
   const adminPort = adminPortOf(config.http);
   // It and the app's parts it reads are all set before `listen`, so before any request arrives.
   let fastifyHandler: NodeHandler;
@@ -116,6 +117,16 @@ export async function createBrokerApp(
   fastify.addHook('preClose', async () => drain.close());
   if (adminPort !== undefined) addAdminListener(fastify, config.http, adminPort, onRequest);
   return app;
+}
+
+/** Settings that work but leave a door open: said once at start-up, by the setting's name. */
+function warnOfRiskySettings(config: BrokerConfig, logger: Logger): void {
+  if (!isDevelopmentEnv(config.nodeEnv) && config.http.issuer === undefined) {
+    logger.warn(
+      { setting: 'OAUTH_ISSUER' },
+      "OAUTH_ISSUER (http.issuer) is not set: the OAuth metadata (/.well-known/oauth-authorization-server) builds its issuer and token_endpoint from each request's Host header, so a caller picks the URLs it is sent. Set it to the origin callers reach the broker at, e.g. http://token-broker.<namespace>.svc (the Helm chart sets it from its Service)",
+    );
+  }
 }
 
 function createAdapter(

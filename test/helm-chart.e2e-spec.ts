@@ -222,11 +222,11 @@ function matches(selector: Record<string, string>, labels: Record<string, string
 }
 
 /** Runs the broker's own config loader on the rendered ConfigMap and Deployment env. */
-function loadRenderedConfig(objects: K8sObject[]) {
+function loadRenderedConfig(objects: K8sObject[], fullname = RELEASE_FULLNAME) {
   const dir = mkdtempSync(join(tmpdir(), 'tb-chart-config-'));
   try {
     const file = join(dir, 'broker.yaml');
-    writeFileSync(file, only(objects, 'ConfigMap', RELEASE_FULLNAME).data['broker.yaml'] as string);
+    writeFileSync(file, only(objects, 'ConfigMap', fullname).data['broker.yaml'] as string);
     const env: Record<string, string> = { NODE_ENV: 'production' };
     for (const e of broker(objects).env as K8sObject[]) {
       // A secretKeyRef resolves at run time; any valid value of that variable stands in.
@@ -865,6 +865,51 @@ describe('Helm chart helm/token-broker', () => {
       expect(renderError(SETS.cluster, ['redis.cluster.nodes=["no-port"]'])).toMatch(
         /redis\.cluster\.nodes\.0: Does not match pattern/,
       );
+    });
+  });
+
+  describe('OAuth issuer and caller audience', () => {
+    it('sets OAUTH_ISSUER from the Service name, overridable, so the metadata never reads the Host header', () => {
+      const cfg = loadRenderedConfig(render(['required']));
+      expect(cfg.http.issuer).toBe(`http://${RELEASE_FULLNAME}.${NAMESPACE}.svc`);
+      expect(loadRenderedConfig(render(['required'], ['service.port=8081'])).http.issuer).toBe(
+        `http://${RELEASE_FULLNAME}.${NAMESPACE}.svc:8081`,
+      );
+      expect(
+        loadRenderedConfig(render(['required'], ['config.http.issuer=https://tb.shop.example']))
+          .http.issuer,
+      ).toBe('https://tb.shop.example');
+      expect(renderError(['required'], ['config.http.issuer=not a url'])).toMatch(
+        /config\.http\.issuer: Does not match pattern/,
+      );
+    });
+
+    it('gives each release its own caller audience in mode kubernetes, the test pod included', () => {
+      const objects = render(['required']);
+      const audience = `${RELEASE_FULLNAME}.${NAMESPACE}`;
+      expect(loadRenderedConfig(objects).callerAuth.kubernetes.audience).toBe(audience);
+      const pod = only(objects, 'Pod');
+      expect(pod.spec.volumes[0].projected.sources[0].serviceAccountToken.audience).toBe(audience);
+      // Another release in the same namespace: another audience.
+      const other = render(['required'], ['fullnameOverride=tb-other']);
+      expect(loadRenderedConfig(other, 'tb-other').callerAuth.kubernetes.audience).toBe(
+        `tb-other.${NAMESPACE}`,
+      );
+      // Given: used as it is, by the broker and the test pod alike.
+      const given = render(['required'], ['config.extra.callerAuth.kubernetes.audience=shop-tb']);
+      expect(loadRenderedConfig(given).callerAuth.kubernetes.audience).toBe('shop-tb');
+      // Mode api-key: no kubernetes audience is written.
+      const apiKey = render(
+        ['required'],
+        [
+          'config.extra.callerAuth.mode=api-key',
+          'config.extra.callerAuth.kubernetes=null',
+          'config.extra.callerAuth.apiKeysSource.secretId=token-broker/caller-api-keys',
+          'tests.tokenFetch.enabled=false',
+        ],
+      );
+      const apiKeyFile = only(apiKey, 'ConfigMap', RELEASE_FULLNAME).data['broker.yaml'] as string;
+      expect(apiKeyFile).not.toContain('audience');
     });
   });
 

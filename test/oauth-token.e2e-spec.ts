@@ -13,6 +13,7 @@ import {
   sha256,
   startCallerBrokers,
 } from './support/caller-brokers';
+import { startStack } from './support/stack';
 import { waitFor } from './support/wait';
 
 const basic = (id: string, secret: string) =>
@@ -384,6 +385,12 @@ describe('POST /oauth2/token (real brokers)', () => {
         'invalid_request',
       ],
       [
+        'an empty Basic secret',
+        () => post(apiKeyBroker, grant, { authorization: basic('checkout', '') }),
+        401,
+        'invalid_client',
+      ],
+      [
         'client_secret_post without client_id',
         () => post(apiKeyBroker, { ...grant, client_secret: opsKey }),
         400,
@@ -476,7 +483,41 @@ describe('POST /oauth2/token (real brokers)', () => {
       expect(await res.json()).not.toHaveProperty('scopes_supported');
     });
 
-    it('kubernetes mode: a JWT client assertion and its algorithms', async () => {
+    it('warns at start-up in production without OAUTH_ISSUER, naming the setting, and not with it', async () => {
+      const stack = await startStack({
+        name: 'oauth-issuer',
+        clients: ['acme-prod'],
+        callerAuth: { mode: 'api-key', callers: { checkout: { clients: ['acme-prod'] } } },
+        inProcess: true,
+        replicas: 0,
+      });
+      try {
+        const warnings = async (env: Record<string, string | undefined>) => {
+          const broker = await stack.addBroker({ env });
+          await broker.stop();
+          return broker
+            .logs()
+            .map((l) => JSON.parse(l) as { level: string; setting?: string; msg: string })
+            .filter((l) => l.setting === 'OAUTH_ISSUER');
+        };
+        const unset = await warnings({ NODE_ENV: 'production' });
+        expect(unset).toEqual([
+          expect.objectContaining({
+            level: 'warn',
+            msg: expect.stringMatching(/^OAUTH_ISSUER \(http\.issuer\) is not set: /),
+          }),
+        ]);
+        expect(
+          await warnings({ NODE_ENV: 'production', OAUTH_ISSUER: 'http://token-broker.shop.svc' }),
+        ).toEqual([]);
+        // The sandbox and the tests: the Host-derived document is the point there.
+        expect(await warnings({ NODE_ENV: 'development' })).toEqual([]);
+      } finally {
+        await stack.close();
+      }
+    });
+
+    it('kubernetes mode: no method advertised (a service-account token is no private_key_jwt)', async () => {
       // fetch() sets Host itself; node:http sends the one a cluster DNS name would give.
       const doc = await new Promise<Record<string, unknown>>((resolve, reject) => {
         get(
@@ -493,9 +534,10 @@ describe('POST /oauth2/token (real brokers)', () => {
       expect(doc).toMatchObject({
         issuer: 'http://token-broker.shop.svc',
         token_endpoint: 'http://token-broker.shop.svc/oauth2/token',
-        token_endpoint_auth_methods_supported: ['private_key_jwt'],
-        token_endpoint_auth_signing_alg_values_supported: ['RS256', 'ES256'],
+        // An empty list: an absent one would mean client_secret_basic (RFC 8414 §2).
+        token_endpoint_auth_methods_supported: [],
       });
+      expect(doc).not.toHaveProperty('token_endpoint_auth_signing_alg_values_supported');
     });
   });
 });

@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -97,5 +98,26 @@ describe('README and sandbox commands', () => {
   it('refuses the same call without the key: the sandbox authenticates callers', async () => {
     const { stdout } = await shell(`curl -s -o /dev/null -w '%{http_code}' '${SANDBOX_URL}/token'`);
     expect(stdout).toBe('401');
+  });
+
+  it('hashes an API key with the README recipe, and prints nothing when $key is unset', async () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('### Give a service an API key'));
+    const [, block] = /```sh\n([\s\S]*?)```/.exec(section) ?? [];
+    const hashLine = block.split('\n').find((line) => line.includes('sha256sum'))!;
+    const hash = (key?: string) =>
+      run('sh', ['-c', hashLine], { env: { PATH: process.env.PATH, ...(key && { key }) } }).then(
+        (r) => ({ code: 0, stdout: r.stdout }),
+        (err: { code: number; stdout: string }) => ({ code: err.code, stdout: err.stdout }),
+      );
+    // Unset, the hash of the empty string (which the broker refuses) is never printed.
+    const unset = await hash();
+    expect(unset.stdout).toBe('');
+    expect(unset.code).not.toBe(0);
+    const key = 'a3f9'.repeat(16);
+    expect(await hash(key)).toEqual({
+      code: 0,
+      stdout: `${createHash('sha256').update(key).digest('hex')}\n`,
+    });
   });
 });

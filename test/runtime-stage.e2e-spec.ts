@@ -45,13 +45,28 @@ interface Instruction {
 }
 
 interface Stage {
+  /** As the build resolves it with no `--build-arg`: the global `ARG`s' defaults substituted. */
   image: string;
+  /** As written, e.g. `${NODE_IMAGE}`. */
+  imageAsWritten: string;
   name: string | undefined;
   instructions: Instruction[];
 }
 
+/** The `ARG`s before the first `FROM`, with their defaults: what `FROM` lines may use. */
+function globalArgs(text: string): Map<string, string | undefined> {
+  const args = new Map<string, string | undefined>();
+  for (const line of text.split('\n').map((l) => l.trim())) {
+    if (/^FROM\s/i.test(line)) break;
+    const m = /^ARG\s+(\w+)(?:=(\S*))?$/i.exec(line);
+    if (m) args.set(m[1], m[2]);
+  }
+  return args;
+}
+
 /** Splits a Dockerfile into stages of instructions (continuations joined, comments dropped). */
 function parseDockerfile(text: string): Stage[] {
+  const args = globalArgs(text);
   const logical: string[] = [];
   let pending = '';
   for (const raw of text.split('\n')) {
@@ -67,14 +82,21 @@ function parseDockerfile(text: string): Stage[] {
   }
   const stages: Stage[] = [];
   for (const line of logical.filter((l) => l !== '')) {
-    const [, op, args] = /^(\S+)\s*(.*)$/.exec(line) ?? [];
+    const [, op, rest] = /^(\S+)\s*(.*)$/.exec(line) ?? [];
     const upper = op.toUpperCase();
+    if (upper === 'ARG' && stages.length === 0) continue;
     if (upper === 'FROM') {
-      const [, image, name] = /^(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?$/i.exec(args) ?? [];
-      stages.push({ image, name, instructions: [] });
+      const [, image, name] = /^(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?$/i.exec(rest) ?? [];
+      const resolved = image.replace(/\$\{(\w+)\}|\$(\w+)/g, (_m, a?: string, b?: string) => {
+        const value = args.get((a ?? b)!);
+        if (value === undefined)
+          throw new Error(`Dockerfile: FROM ${image} uses an ARG without a default`);
+        return value;
+      });
+      stages.push({ image: resolved, imageAsWritten: image, name, instructions: [] });
     } else {
       if (stages.length === 0) throw new Error(`Dockerfile: ${upper} before the first FROM`);
-      stages[stages.length - 1].instructions.push({ op: upper, args });
+      stages[stages.length - 1].instructions.push({ op: upper, args: rest });
     }
   }
   return stages;
@@ -326,6 +348,17 @@ describe('Docker runtime stage', () => {
     expect(cmd).toEqual(['node', 'dist/main.js']);
   });
 
+  it('takes its base image from one ARG, which a release build pins by digest', () => {
+    // Both stages from NODE_IMAGE, whose default is what the tests ran on (.ci/run reads it).
+    expect(globalArgs(dockerfile).get('NODE_IMAGE')).toMatch(/^node:\d+-/);
+    expect([buildStage.imageAsWritten, runtimeStage.imageAsWritten]).toEqual([
+      '${NODE_IMAGE}',
+      '${NODE_IMAGE}',
+    ]);
+    // The comment tells a release build how to pin it.
+    expect(dockerfile).toContain('--build-arg NODE_IMAGE=node:');
+  });
+
   it('ships only production dependencies and the compiled app', () => {
     const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
       dependencies: Record<string, string>;
@@ -341,6 +374,10 @@ describe('Docker runtime stage', () => {
       expect([dep, existsSync(join(appDir, 'node_modules', dep))]).toEqual([dep, false]);
     }
     expect(existsSync(join(appDir, 'dist', 'main.js'))).toBe(true);
+    // No source map, nor a pointer to one: it would describe the source tree to whoever reads
+    // the image, and nothing there uses it.
+    expect(walk(join(appDir, 'dist')).filter((f) => f.endsWith('.map'))).toEqual([]);
+    expect(readFileSync(join(appDir, 'dist', 'main.js'), 'utf8')).not.toContain('sourceMappingURL');
     // No sources, tests or build configuration: only what `node dist/main.js` needs.
     expect(readdirSync(appDir).filter((f) => /^(src|test|tsconfig.*|\..*)$/.test(f))).toEqual([]);
     expect(walk(join(appDir, 'dist')).filter((f) => /\.spec\.js$|\.ts$/.test(f))).toEqual([]);

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { CALLER_SCOPES } from '../config/caller-auth.schema';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { BrokerConfig } from '../config/config.schema';
+import { describeCredentialsSource } from '../config/secret-reference';
 import { LOGGER } from '../logging/logger';
 import { SECRET_READER, type SecretReader } from '../secrets/secret-reader';
 import { SecretsModule } from '../secrets/secrets.module';
@@ -81,7 +82,12 @@ async function createApiKeyAuthenticator(
   }
   const inlineCallers = [...new Set(apiKeys.map((k) => k.name))];
   logger.info(
-    { mode: 'api-key', keyCount: auth.size, inlineCallers, source: apiKeysSource },
+    {
+      mode: 'api-key',
+      keyCount: auth.size,
+      inlineCallers,
+      source: apiKeysSource && describeCredentialsSource(apiKeysSource),
+    },
     'caller authentication: API keys',
   );
   if (auth.size === 0) logger.warn('no API keys are configured: every caller will get 401');

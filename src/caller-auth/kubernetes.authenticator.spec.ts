@@ -134,6 +134,16 @@ describe(KubernetesAuthenticator.name, () => {
       /lifetime \(exp - iat\) is 31539600 s, over the 172800 s accepted/,
     ],
     [
+      'issued in the future beyond the clock tolerance (exp - iat would understate its life)',
+      () =>
+        issuer.token({
+          subject: CHECKOUT,
+          issuedAtSeconds: 47 * 3600,
+          expiresInSeconds: 48 * 3600,
+        }),
+      /issued \d+ s in the future \(its "iat"\), beyond the 5 s of clock skew accepted/,
+    ],
+    [
       'for another audience',
       () => issuer.token({ subject: CHECKOUT, audience: 'vault' }),
       /"aud" claim/,
@@ -234,6 +244,12 @@ describe(KubernetesAuthenticator.name, () => {
     const err = result as CallerAuthException;
     expect(err.code).toBe(CallerAuthErrorCode.Unauthenticated);
     expect(err.message).toMatch(reason);
+  });
+
+  it('accepts a token issued within the clock tolerance ahead of the broker (a fast cluster clock)', async () => {
+    const token = await issuer.token({ subject: CHECKOUT, issuedAtSeconds: 3 });
+    const caller = await outcome(authenticator().authenticate(`Bearer ${token}`));
+    expect(caller).toMatchObject({ name: CHECKOUT });
   });
 
   it('accepts a token living exactly the 48 h maximum', async () => {

@@ -76,6 +76,14 @@ export class KubernetesAuthenticator implements CallerAuthenticator {
     } catch (err) {
       throw rejection(err);
     }
+    // jose checks `iat` only against a maximum age: a token "issued" in the future would make
+    // exp - iat as short as it likes while living as long as its exp.
+    const nowSeconds = Math.floor(Date.now() / 1000);
+    if (payload.iat! > nowSeconds + this.options.clockToleranceSeconds) {
+      throw unauthenticated(
+        `service-account token rejected: it was issued ${payload.iat! - nowSeconds} s in the future (its "iat"), beyond the ${this.options.clockToleranceSeconds} s of clock skew accepted; check the clocks of the cluster and the broker`,
+      );
+    }
     // Cached until `exp`, so the lifetime bounds how long a leaked token works here.
     const lifetime = payload.exp! - payload.iat!;
     if (lifetime > this.options.maxTokenLifetimeSeconds) {

@@ -28,6 +28,9 @@ const callerScopesSchema = z
   .min(1, { message: 'grant at least one scope ("token", "forward", "admin")' })
   .transform((scopes) => [...new Set(scopes)]);
 
+/** `sha256("")`. */
+const EMPTY_KEY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+
 /** One API key, stored only as its SHA-256: the broker never holds the key itself. */
 const apiKeyGrantSchema = z
   .object({
@@ -41,7 +44,13 @@ const apiKeyGrantSchema = z
       .regex(/^[0-9a-fA-F]{64}$/, {
         message: "must be the 64 hex digits of the key's SHA-256, never the key itself",
       })
-      .transform((v) => v.toLowerCase()),
+      .transform((v) => v.toLowerCase())
+      // What `printf %s "$key" | sha256sum` prints when `$key` is unset: it would let in any
+      // caller sending an empty key.
+      .refine((v) => v !== EMPTY_KEY_SHA256, {
+        message:
+          'is the SHA-256 of an empty key (the key variable was empty when it was hashed); generate a key with `openssl rand -hex 32` and hash that',
+      }),
     /** Client ids this key may use; `"*"` for every client. */
     clients: clientGrantSchema,
     /** What this key may do with those clients; a proxy-only caller has `["forward"]`. @default ["token", "forward"] */
@@ -115,7 +124,12 @@ const kubernetesCallerAuthSchema = z
     jwksUrl: httpUrl.optional(),
     /** The `iss` every token must carry (the API server's `--service-account-issuer`). Required in mode `kubernetes`. */
     issuer: z.string().min(1).optional(),
-    /** The `aud` every token must carry: the `audience` of the callers' projected token volume. @default 'token-broker' */
+    /**
+     * The `aud` every token must carry: the `audience` of the callers' projected token volume.
+     * Set one per broker: brokers of a cluster trust the same issuer, so with a shared audience
+     * each accepts the tokens made for the others (the Helm chart sets `<fullname>.<namespace>`).
+     * @default 'token-broker'
+     */
     audience: z.string().min(1).default('token-broker'),
     /**
      * Service-account subject to the clients it may use, e.g. `{"system:serviceaccount:shop:checkout": ["acme-prod"]}`,

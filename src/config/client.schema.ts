@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { commaList, exactHttpUrl, httpUrl, int, issuesOf } from './schema-parts';
+import { filePathSchema, secretIdSchema } from './secret-reference';
 
 export const CLIENT_ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
@@ -7,13 +8,16 @@ const path = z
   .string()
   .regex(/^\/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*$/, { message: 'must be an absolute URL path' });
 
-/** Where a client's `{"client_id","client_secret"}` JSON is read from: exactly one source. */
+/**
+ * Where a client's `{"client_id","client_secret"}` JSON is read from: exactly one source. Each
+ * must have a reference's shape (a secret name or ARN, a file path): it is printed in messages.
+ */
 export const credentialsSourceSchema = z
   .object({
     /** AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env. */
-    secretId: z.string().min(1).optional(),
+    secretId: secretIdSchema.optional(),
     /** A file holding the same JSON (local development, or a Secrets Store CSI mount). */
-    file: z.string().min(1).optional(),
+    file: filePathSchema.optional(),
   })
   .strict()
   .refine((c) => (c.secretId === undefined) !== (c.file === undefined), {
@@ -28,15 +32,15 @@ export type CredentialsSource = z.infer<typeof credentialsSourceSchema>;
 const clientCredentialsSourceSchema = z
   .object({
     /** AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env. */
-    secretId: z.string().min(1).optional(),
+    secretId: secretIdSchema.optional(),
     /** A file holding the same JSON (local development, or a Secrets Store CSI mount). */
-    file: z.string().min(1).optional(),
+    file: filePathSchema.optional(),
     /** The client id, with `privateKeyFile` (the files hold only key material). */
     clientId: z.string().min(1).optional(),
     /** PEM client certificate (chain) file for `tls_client_auth`, e.g. a mounted `tls.crt`. */
-    certificateFile: z.string().min(1).optional(),
+    certificateFile: filePathSchema.optional(),
     /** PEM (or JWK) private key file for `private_key_jwt` and `tls_client_auth`, e.g. `tls.key`. */
-    privateKeyFile: z.string().min(1).optional(),
+    privateKeyFile: filePathSchema.optional(),
   })
   .strict()
   .superRefine((c, ctx) => {

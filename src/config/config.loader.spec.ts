@@ -6,7 +6,9 @@ import { DEFAULT_CLIENT_ID, loadConfig } from './config.loader';
 import { adminPortOf } from './http.schema';
 import { redisConfigured } from './redis.schema';
 
+/** Reading, not the production rules (config.security.spec): Redis without a cache key is fine. */
 const BASE = {
+  NODE_ENV: 'test',
   PROVIDER_AUTH_URL: 'https://partner.credify.tech',
   PROVIDER_BASE_URL: 'https://partner.credify.tech/',
   CREDENTIALS_SECRET_ID: 'arn:aws:secretsmanager:us-east-1:1:secret:acme',
@@ -278,6 +280,86 @@ describe(loadConfig.name, () => {
       'tokn: {refreshAheadSeconds: 5}\nclients: [{id: a, authUrl: "https://a", baseUrl: "https://a", credentials: {file: /a}}]',
     );
     expect(problems({ BROKER_CONFIG_FILE: file }).join()).toMatch(/tokn/);
+  });
+
+  it('names an unknown key only when it looks like a setting name (a pasted secret stays off stderr)', () => {
+    const pasted = 'ghp_4f9Qz7LkX2vB8nR1tY6wE3mA0sD5cH9jK2pL';
+    const file = tempFile(
+      'b.yaml',
+      [
+        'tokn: {refreshAheadSeconds: 5}',
+        `${pasted}: true`,
+        '"client_secret: s3cr3t-DO-NOT-PRINT": 1',
+        'clients: [{id: a, authUrl: "https://a", baseUrl: "https://a", credentials: {file: /a}}]',
+      ].join('\n'),
+    );
+    const found = problems({
+      ...BASE,
+      BROKER_CONFIG_FILE: file,
+      PROVIDER_AUTH_URL: undefined,
+      PROVIDER_BASE_URL: undefined,
+      CREDENTIALS_SECRET_ID: undefined,
+    });
+    expect(found).toEqual([
+      `${file}: unknown keys "tokn", 2 unknown keys (not shown); check the spelling against docs/configuration.md`,
+    ]);
+    expect(found.join('\n')).not.toMatch(/ghp_|s3cr3t/);
+    const one = tempFile(
+      'c.yaml',
+      `${pasted}: 1\nclients: [{id: a, authUrl: "https://a", baseUrl: "https://a", credentials: {file: /a}}]`,
+    );
+    expect(
+      problems({
+        ...BASE,
+        BROKER_CONFIG_FILE: one,
+        PROVIDER_AUTH_URL: undefined,
+        PROVIDER_BASE_URL: undefined,
+        CREDENTIALS_SECRET_ID: undefined,
+      }),
+    ).toEqual([
+      `${one}: unknown key an unknown key (not shown); check the spelling against docs/configuration.md`,
+    ]);
+  });
+
+  describe('settings that name a secret', () => {
+    it.each([
+      ['CREDENTIALS_SECRET_ID', '{"client_id":"acme","client_secret":"s3cr3t-DO-NOT-PRINT"}'],
+      ['CREDENTIALS_SECRET_ID', 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:a b'],
+      ['CREDENTIALS_FILE', '-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n'],
+      ['CALLER_API_KEYS_SECRET_ID', 'hunter2 DO-NOT-PRINT'],
+      ['CACHE_KEY_FILE', '{"current":"s3cr3t-DO-NOT-PRINT"}'],
+      ['REDIS_PASSWORD_SECRET_ID', 'p@ss word!'],
+    ])('refuses a %s that is not shaped like a reference, unprinted', (name, value) => {
+      // The setting's sibling (a secret id or a file for the same thing) is left unset.
+      const found = problems({
+        ...BASE,
+        CREDENTIALS_SECRET_ID: undefined,
+        CREDENTIALS_FILE: name.startsWith('CREDENTIALS_') ? undefined : '/run/provider.json',
+        CALLER_API_KEYS_FILE: name.startsWith('CALLER_API_KEYS_') ? undefined : '/run/keys.json',
+        REDIS_URL: 'redis://cache:6379',
+        [name]: value,
+      });
+      expect(found).toEqual([
+        expect.stringMatching(
+          new RegExp(`^${name}: must be a (Secrets Manager secret name|file path)`),
+        ),
+      ]);
+      expect(found.join('\n')).not.toContain(value);
+      expect(found.join('\n')).not.toMatch(/DO-NOT-PRINT|MIIEv|p@ss|secret:a b/);
+    });
+
+    it('accepts secret names, ARNs and paths as they are written', () => {
+      const cfg = loadConfig({
+        ...BASE,
+        CREDENTIALS_SECRET_ID:
+          'arn:aws-us-gov:secretsmanager:us-gov-west-1:123456789012:secret:tb/acme-prod-AbCdEf',
+        CACHE_KEY_FILE: '/mnt/secrets-store/token broker/cache-key',
+      });
+      expect(cfg.clients[0].credentials.secretId).toMatch(/AbCdEf$/);
+      expect(cfg.cacheEncryption.key).toEqual({
+        file: '/mnt/secrets-store/token broker/cache-key',
+      });
+    });
   });
 
   it('refuses a user name or password in the provider URLs, naming the setting, never the password', () => {

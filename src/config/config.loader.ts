@@ -3,6 +3,7 @@ import { parse as parseYaml } from 'yaml';
 import type { ZodError } from 'zod';
 import { ConfigErrorCode, ConfigException } from './config.exception';
 import { type BrokerConfig, brokerConfigSchema } from './config.schema';
+import { looksLikeSettingName, shownReference } from './secret-reference';
 
 type Path = readonly (string | number)[];
 
@@ -160,7 +161,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): B
   if (!result.success) {
     throw ConfigException.of(
       ConfigErrorCode.Invalid,
-      describeIssues(result.error, raw, origins, fileName),
+      describeIssues(result.error, raw, origins, fileName && shownReference(fileName)),
       { cause: result.error },
     );
   }
@@ -182,11 +183,37 @@ function describeIssues(
       (unsupplied && fileName
         ? `${unsupplied} (or ${formatPath(issue.path)} in ${fileName})`
         : unsupplied) ??
-      (fileName ? `${fileName}: ${formatPath(issue.path)}` : formatPath(issue.path));
+      (fileName
+        ? issue.path.length > 0
+          ? `${fileName}: ${formatPath(issue.path)}`
+          : fileName
+        : formatPath(issue.path));
     // Only the message, never the input: the offending value may be a misplaced secret.
     const missing = issue.code === 'invalid_type' && absent;
-    return `${setting}: ${missing ? 'required' : issue.message}`;
+    const message =
+      issue.code === 'unrecognized_keys'
+        ? unknownKeys(issue.keys)
+        : missing
+          ? 'required'
+          : issue.message;
+    return `${setting}: ${message}`;
   });
+}
+
+/**
+ * Zod's own message quotes every unknown key, and a secret pasted into the file as a key (or a
+ * key and value on one line) would reach stderr: only keys that look like setting names are named.
+ */
+function unknownKeys(keys: readonly string[]): string {
+  const named = keys.filter(looksLikeSettingName).map((k) => `"${k}"`);
+  const hidden = keys.length - named.length;
+  const parts = [
+    ...named,
+    ...(hidden === 0
+      ? []
+      : [hidden === 1 ? 'an unknown key (not shown)' : `${hidden} unknown keys (not shown)`]),
+  ];
+  return `unknown ${keys.length === 1 ? 'key' : 'keys'} ${parts.join(', ')}; check the spelling against docs/configuration.md`;
 }
 
 /** Its own, else the nearest enclosing one, else those that set fields inside it. */
@@ -210,10 +237,18 @@ function getPath(root: unknown, path: readonly PropertyKey[]): unknown {
   return node;
 }
 
+/** A record's key (a subject, a header name) is printed only when it could be a name. */
 function formatPath(path: readonly PropertyKey[]): string {
   return path
-    .map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i === 0 ? '' : '.'}${String(p)}`))
+    .map((p, i) =>
+      typeof p === 'number' ? `[${p}]` : `${i === 0 ? '' : '.'}${shownKey(String(p))}`,
+    )
     .join('');
+}
+
+/** Names (`system:serviceaccount:shop:checkout`, `X-Tenant`), not what a secret looks like. */
+function shownKey(key: string): string {
+  return looksLikeSettingName(key) || shownReference(key) === key ? key : '(a key not shown)';
 }
 
 /** Hundreds of clients take tens of KiB; far more is a mistake, and YAML parsing grows with it. */

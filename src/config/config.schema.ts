@@ -57,10 +57,12 @@ const brokerConfigFields = z
     clients: z.array(clientSchema).min(1, { message: 'configure at least one client' }),
     /**
      * `NODE_ENV`; anything but `development` or `test` (`production`, `Production`, `prod`...)
-     * is production, where development conveniences (no caller auth, clear cache) are errors.
-     * @default 'development'
+     * is production, where development conveniences (no caller auth, clear cache, plain `http://`
+     * to the provider) are errors. Unset is production too: a deployment that forgets it fails
+     * closed; local runs ask for `development` (the sandbox does) or `test` (Jest does).
+     * @default 'production'
      */
-    nodeEnv: z.string().min(1).default('development'),
+    nodeEnv: z.string().min(1).default('production'),
     // Parsed even when absent, so a missing section reports the missing mode by its name.
     callerAuth: z.preprocess((v) => v ?? {}, callerAuthSettingsSchema),
     cacheEncryption: cacheEncryptionSchema.default({}),
@@ -97,7 +99,7 @@ export type BrokerConfig = z.infer<typeof brokerConfigSchema>;
  * Whether `NODE_ENV` names a development setting. Only the two exact names do: a misspelt
  * production value (`Production`, `prod`) must fail closed, not unlock development shortcuts.
  */
-function isDevelopmentEnv(nodeEnv: string): boolean {
+export function isDevelopmentEnv(nodeEnv: string): boolean {
   return nodeEnv === 'development' || nodeEnv === 'test';
 }
 
@@ -105,11 +107,13 @@ const LOOPBACK = new BlockList();
 LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
 LOOPBACK.addAddress('::1', 'ipv6');
 
-/** Whether a listen address only accepts connections from this machine. */
+/** Whether a listen address (or a URL's host) only reaches this machine. */
 function isLoopbackHost(host: string): boolean {
   if (host === 'localhost') return true;
-  const family = isIP(host);
-  return family !== 0 && LOOPBACK.check(host, family === 4 ? 'ipv4' : 'ipv6');
+  // A URL writes an IPv6 host in brackets.
+  const bare = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+  const family = isIP(bare);
+  return family !== 0 && LOOPBACK.check(bare, family === 4 ? 'ipv4' : 'ipv6');
 }
 
 /** What the security checks read. */
@@ -132,6 +136,7 @@ function refineSecurity(cfg: ParsedFields, issue: Issue): void {
   }
   checkGrants(cfg, issue);
   checkCacheEncryption(cfg, production, issue);
+  if (production) checkProviderTransport(cfg, issue);
 }
 
 /** Mode `none`: development only, on loopback, and turned off explicitly. */
@@ -197,6 +202,36 @@ function checkGrants(cfg: ParsedFields, issue: Issue): void {
   for (const [subject, grant] of Object.entries(auth.kubernetes.subjects)) {
     checkGrant(grant.clients, ['callerAuth', 'kubernetes', 'subjects', subject]);
   }
+}
+
+/**
+ * In production a shared secret or a token never crosses the network in clear: every client's
+ * token endpoint (the client secret goes there, the token comes back) and API (each call carries
+ * the bearer token) are `https://`, or on this machine (a sidecar, a local emulator).
+ */
+function checkProviderTransport(cfg: ParsedFields, issue: Issue): void {
+  cfg.clients.forEach((client, i) => {
+    const { grant, auth, url } = client.tokenRequest;
+    const sendsSecret = auth === 'client_secret_basic' || auth === 'client_secret_post';
+    const checked: Array<{ path: PropertyKey[]; value: string | undefined; carries: string }> = [
+      grant === 'provider-query'
+        ? { path: ['authUrl'], value: client.authUrl, carries: 'the client secret' }
+        : {
+            path: ['tokenRequest', 'url'],
+            value: url,
+            carries: sendsSecret ? 'the client secret' : 'the token it answers',
+          },
+      { path: ['baseUrl'], value: client.baseUrl, carries: 'the bearer token' },
+    ];
+    for (const { path, value, carries } of checked) {
+      if (value === undefined || !value.startsWith('http://')) continue;
+      if (isLoopbackHost(new URL(value).hostname)) continue;
+      issue(
+        ['clients', i, ...path],
+        `must be https:// in production (NODE_ENV not "development" or "test"): ${carries} travels on it; plain http:// is accepted for a loopback host only (127.0.0.1, ::1, localhost)`,
+      );
+    }
+  });
 }
 
 function checkCacheEncryption(cfg: ParsedFields, production: boolean, issue: Issue): void {

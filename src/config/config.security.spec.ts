@@ -56,7 +56,7 @@ describe('caller authentication and cache encryption settings', () => {
   });
 
   describe('mode none', () => {
-    const LOCAL = { ...CLIENT, HOST: '127.0.0.1' };
+    const LOCAL = { ...CLIENT, HOST: '127.0.0.1', NODE_ENV: 'development' };
 
     it('needs an explicit CALLER_AUTH_ALLOW_NONE', () => {
       expect(problems({ ...LOCAL, CALLER_AUTH_MODE: 'none' })).toEqual([
@@ -71,6 +71,8 @@ describe('caller authentication and cache encryption settings', () => {
     });
 
     it.each([
+      // Unset is production: a deployment that forgets NODE_ENV fails closed.
+      [undefined, 'true'],
       ['production', 'true'],
       ['production', undefined],
       ['Production', 'true'],
@@ -92,7 +94,7 @@ describe('caller authentication and cache encryption settings', () => {
     it.each([undefined, '0.0.0.0', '::', '10.0.0.12', 'broker.internal', '::ffff:10.0.0.1'])(
       'refuses any non-loopback HOST (%s) whatever NODE_ENV says, naming both settings',
       (host) => {
-        for (const nodeEnv of [undefined, 'development', 'test']) {
+        for (const nodeEnv of ['development', 'test']) {
           const found = problems({
             ...CLIENT,
             HOST: host,
@@ -206,6 +208,25 @@ describe('caller authentication and cache encryption settings', () => {
       expect(problems({ BROKER_CONFIG_FILE: unknown })).toEqual([
         `${unknown}: callerAuth.apiKeys[0].clients[0]: not a configured client id`,
       ]);
+    });
+
+    it('refuses the hash of an empty key (the recipe run with $key unset), naming the entry, not the hash', () => {
+      const empty = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+      const file = configFile({
+        clients,
+        callerAuth: {
+          mode: 'api-key',
+          apiKeys: [
+            { name: 'checkout', sha256: HASH, clients: ['acme-prod'] },
+            { name: 'billing', sha256: empty.toUpperCase(), clients: ['acme-prod'] },
+          ],
+        },
+      });
+      const found = problems({ BROKER_CONFIG_FILE: file });
+      expect(found).toEqual([
+        `${file}: callerAuth.apiKeys[1].sha256: is the SHA-256 of an empty key (the key variable was empty when it was hashed); generate a key with \`openssl rand -hex 32\` and hash that`,
+      ]);
+      expect(found.join('\n').toLowerCase()).not.toContain(empty);
     });
   });
 
@@ -366,8 +387,21 @@ describe('caller authentication and cache encryption settings', () => {
       // The memory store never lets the token out of the process.
       expect(loadConfig(prod).cacheEncryption).toEqual({});
       expect(
-        loadConfig({ ...CLIENT, ...API_KEYS, REDIS_URL: 'redis://cache:6379' }).cacheEncryption,
+        loadConfig({
+          ...CLIENT,
+          ...API_KEYS,
+          NODE_ENV: 'development',
+          REDIS_URL: 'redis://cache:6379',
+        }).cacheEncryption,
       ).toEqual({});
+    });
+
+    it('counts an unset NODE_ENV as production: the token is never stored in clear by omission', () => {
+      const unset = { ...CLIENT, ...API_KEYS, REDIS_URL: 'redis://cache:6379' };
+      expect(problems(unset)).toEqual([
+        'CACHE_KEY_SECRET_ID or CACHE_KEY_FILE: required when Redis is used and NODE_ENV is not "development" or "test": the token must be encrypted at rest (generate a key with `openssl rand -base64 32`)',
+      ]);
+      expect(loadConfig({ ...CLIENT, ...API_KEYS }).nodeEnv).toBe('production');
     });
 
     it('is required in production for Sentinel and Cluster too, not only for REDIS_URL', () => {
@@ -384,6 +418,66 @@ describe('caller authentication and cache encryption settings', () => {
       expect(
         problems({ ...prod, REDIS_MODE: 'cluster', REDIS_CLUSTER_NODES: 'c0:6379' }).join(),
       ).toContain(required);
+    });
+  });
+
+  describe('plain http:// toward the provider', () => {
+    const PROD = { ...API_KEYS, CREDENTIALS_FILE: '/var/run/secrets/provider.json' };
+    const reason = (carries: string) =>
+      `must be https:// in production (NODE_ENV not "development" or "test"): ${carries} travels on it; plain http:// is accepted for a loopback host only (127.0.0.1, ::1, localhost)`;
+
+    it('refuses it in production for the token and API URLs, naming each setting', () => {
+      expect(
+        problems({
+          ...PROD,
+          PROVIDER_AUTH_URL: 'http://partner.credify.tech',
+          PROVIDER_BASE_URL: 'http://partner.credify.tech',
+        }),
+      ).toEqual([
+        `PROVIDER_AUTH_URL: ${reason('the client secret')}`,
+        `PROVIDER_BASE_URL: ${reason('the bearer token')}`,
+      ]);
+      for (const auth of ['client_secret_basic', 'client_secret_post']) {
+        expect(
+          problems({
+            ...PROD,
+            ...CLIENT,
+            TOKEN_REQUEST_GRANT: 'rfc6749',
+            TOKEN_REQUEST_AUTH: auth,
+            TOKEN_REQUEST_URL: 'http://auth.ship.example/oauth2/token',
+          }),
+        ).toEqual([`TOKEN_REQUEST_URL: ${reason('the client secret')}`]);
+      }
+      expect(
+        problems({
+          ...PROD,
+          ...CLIENT,
+          TOKEN_REQUEST_GRANT: 'rfc6749',
+          TOKEN_REQUEST_AUTH: 'private_key_jwt',
+          TOKEN_REQUEST_URL: 'http://auth.ship.example/oauth2/token',
+        }),
+      ).toEqual([`TOKEN_REQUEST_URL: ${reason('the token it answers')}`]);
+    });
+
+    it.each(['http://127.0.0.1:9090', 'http://localhost:9090', 'http://[::1]:9090'])(
+      'accepts it in production on a loopback host (%s: a sidecar, a local emulator)',
+      (url) => {
+        const cfg = loadConfig({ ...PROD, PROVIDER_AUTH_URL: url, PROVIDER_BASE_URL: url });
+        expect(cfg.clients[0].authUrl).toBe(url);
+      },
+    );
+
+    it('accepts it in development and test, where the emulators run', () => {
+      for (const nodeEnv of ['development', 'test']) {
+        const url = 'http://provider.internal';
+        const cfg = loadConfig({
+          ...PROD,
+          NODE_ENV: nodeEnv,
+          PROVIDER_AUTH_URL: url,
+          PROVIDER_BASE_URL: url,
+        });
+        expect(cfg.clients[0].baseUrl).toBe(url);
+      }
     });
   });
 

@@ -48,7 +48,8 @@ export const httpSettingsSchema = z
     /**
      * The broker's OAuth issuer (`OAUTH_ISSUER`): the origin callers reach it at, e.g.
      * `https://token-broker.shop.svc`, from which the RFC 8414 metadata builds its URLs. Set it
-     * wherever the Host header is not trusted: otherwise any caller picks the URLs it is sent.
+     * wherever the Host header is not trusted: otherwise any caller picks the URLs it is sent
+     * (production warns at start-up without it; the Helm chart sets its Service's DNS name).
      * @default the request's origin (scheme and Host)
      */
     issuer: httpUrl

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { credentialsSourceSchema } from './client.schema';
 import { commaList, flag, int, issuesOf } from './schema-parts';
+import { filePathSchema } from './secret-reference';
 
 /** The Redis topologies the broker speaks, each through ioredis's own support. */
 export const REDIS_MODES = ['standalone', 'sentinel', 'cluster'] as const;
@@ -53,11 +54,11 @@ const redisTlsSchema = z
     /** TLS to Redis (and to the sentinels in mode `sentinel`). A `rediss://` URL turns it on. @default false */
     enabled: flag.default(false),
     /** PEM bundle of the CA(s) that signed the server certificate. @default undefined (the system trust store) */
-    caFile: z.string().min(1).optional(),
+    caFile: filePathSchema.optional(),
     /** PEM client certificate for mutual TLS; needs `keyFile`. @default undefined */
-    certFile: z.string().min(1).optional(),
+    certFile: filePathSchema.optional(),
     /** PEM private key of `certFile`. @default undefined */
-    keyFile: z.string().min(1).optional(),
+    keyFile: filePathSchema.optional(),
     /** Hostname the server certificate must name (and SNI) when it differs from the address dialled. @default undefined (the host dialled) */
     serverName: z.string().min(1).optional(),
   })

@@ -46,10 +46,11 @@ const SCHEMAS = {
     token_endpoint: z.string(),
     grant_types_supported: z.array(z.literal('client_credentials')),
     response_types_supported: z.array(z.string()).max(0).optional(),
-    token_endpoint_auth_methods_supported: z.array(
-      z.enum(['client_secret_basic', 'client_secret_post', 'private_key_jwt']),
-    ),
-    token_endpoint_auth_signing_alg_values_supported: names.optional(),
+    token_endpoint_auth_methods_supported: z
+      .array(z.enum(['client_secret_basic', 'client_secret_post', 'none']))
+      .describe(
+        'Empty in caller-auth mode `kubernetes`: the service-account token sent as `client_assertion` is a reusable bearer credential, which no registered method names (it is not `private_key_jwt`).',
+      ),
   }),
   ProviderAnswer: z.unknown().describe("The provider's JSON, passed through unchanged."),
   AdminStatus: z.looseObject({

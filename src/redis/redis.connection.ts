@@ -4,7 +4,9 @@ import type { ConnectionOptions } from 'node:tls';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import type { CredentialsSource } from '../config/client.schema';
 import type { RedisSettings } from '../config/config.schema';
+import { shownReference } from '../config/secret-reference';
 import { readSource, type SecretReader } from '../secrets/secret-reader';
+import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
 import {
   explainRedisError,
   isDroppedConnection,
@@ -78,11 +80,25 @@ export function redisOptions(
 function tlsOptions(settings: RedisSettings): ConnectionOptions | undefined {
   const tls = settings.tls;
   if (!tls.enabled) return undefined;
-  const read = (file: string | undefined) => (file === undefined ? undefined : readFileSync(file));
+  const read = (file: string | undefined, setting: string) => {
+    if (file === undefined) return undefined;
+    try {
+      return readFileSync(file);
+    } catch (cause) {
+      // Not Node's message: it quotes the path, which is printed only if it looks like one.
+      const code = (cause as NodeJS.ErrnoException).code ?? 'error';
+      const shown = shownReference(file);
+      throw new SecretsException(
+        code === 'ENOENT' ? SecretsErrorCode.NotFound : SecretsErrorCode.Unavailable,
+        `cannot read ${setting} "${shown}" (${code}); check the path and the mount`,
+        { source: shown },
+      );
+    }
+  };
   return {
-    ca: read(tls.caFile),
-    cert: read(tls.certFile),
-    key: read(tls.keyFile),
+    ca: read(tls.caFile, 'REDIS_TLS_CA_FILE (redis.tls.caFile)'),
+    cert: read(tls.certFile, 'REDIS_TLS_CERT_FILE (redis.tls.certFile)'),
+    key: read(tls.keyFile, 'REDIS_TLS_KEY_FILE (redis.tls.keyFile)'),
     servername: tls.serverName,
   };
 }

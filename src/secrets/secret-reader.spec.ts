@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { AwsSecretReader } from './secret-reader';
+import { REFERENCE_NOT_SHOWN } from '../config/secret-reference';
+import { AwsSecretReader, readSource } from './secret-reader';
 import { SecretsErrorCode } from './secrets.exception';
 
 /** The real AWS SDK against a loopback endpoint (its standard environment variables). */
@@ -53,5 +54,27 @@ describe(AwsSecretReader.name, () => {
     } finally {
       reader.onApplicationShutdown();
     }
+  });
+});
+
+describe('secret references in messages', () => {
+  it('names a missing file that looks like a path, and hides one that looks like a secret', async () => {
+    const reader = new AwsSecretReader();
+    await expect(reader.read({ file: '/no/such/credentials.json' })).rejects.toMatchObject({
+      code: SecretsErrorCode.NotFound,
+      message:
+        'cannot read secret file "/no/such/credentials.json" (ENOENT); check the path and the mount',
+    });
+    const pasted = 'q7Zp3YV0kR8mWc2LxN5tB9hJ4dF6gS1aE0uI';
+    const err = (await readSource(reader, { file: pasted }).catch((e: unknown) => e)) as Error & {
+      source: string;
+      cause: unknown;
+    };
+    expect(err.message).toBe(
+      `cannot read secret file "${REFERENCE_NOT_SHOWN}" (ENOENT); check the path and the mount`,
+    );
+    expect(err.source).toBe(REFERENCE_NOT_SHOWN);
+    // Node's own error quotes the path: not attached.
+    expect(JSON.stringify({ cause: String(err.cause) })).not.toContain(pasted);
   });
 });

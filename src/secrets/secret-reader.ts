@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 // Types only: the SDK itself is loaded on the first Secrets Manager read.
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { CredentialsSource } from '../config/client.schema';
+import { shownReference } from '../config/secret-reference';
 import { SecretsErrorCode, SecretsException } from './secrets.exception';
 
 /** Exactly one of a Secrets Manager id (name or ARN) or a file path. */
@@ -22,7 +23,10 @@ export interface SecretReader {
   read(ref: SecretRef): Promise<string>;
 }
 
-/** A configured source's text, and `where`: the file or secret id its messages name. */
+/**
+ * A configured source's text, and `where`: the file or secret id its messages name (as
+ * {@link shownReference} prints it: a secret pasted in its place is not repeated).
+ */
 export async function readSource(
   reader: SecretReader,
   source: CredentialsSource,
@@ -32,7 +36,7 @@ export async function readSource(
     source.file !== undefined
       ? { file: source.file }
       : { secretId: source.secretId!, ...(versionStage !== undefined && { versionStage }) };
-  return { text: await reader.read(ref), where: ref.file ?? ref.secretId };
+  return { text: await reader.read(ref), where: shownReference(ref.file ?? ref.secretId) };
 }
 
 /** Refused as malformed with `message`, with no cause: a parser message may quote the secret. */
@@ -73,8 +77,10 @@ export class AwsSecretReader implements SecretReader {
     this.client?.destroy();
   }
 
+  // Messages and `source` name the secret as shownReference prints it; the SDK gets it as it is.
   private async readFromAws(secretId: string, versionStage?: string): Promise<string> {
-    const sdk = await this.loadSdk(secretId);
+    const shown = shownReference(secretId);
+    const sdk = await this.loadSdk(shown);
     // Created lazily: a file-only deployment must not need AWS_REGION.
     this.client ??= new sdk.SecretsManagerClient({ maxAttempts: 2 });
     let value: string | undefined;
@@ -88,12 +94,18 @@ export class AwsSecretReader implements SecretReader {
       );
       value = out.SecretString;
     } catch (cause) {
-      throw translateAwsError(secretId, cause, sdk.SecretsManagerServiceException);
+      // The SDK's message may quote the id (an access-denied names the resource).
+      throw translateAwsError(
+        shown,
+        shown === secretId ? cause : undefined,
+        cause,
+        sdk.SecretsManagerServiceException,
+      );
     }
     if (value === undefined || value === '') {
       throw SecretsException.malformed(
-        secretId,
-        `Secrets Manager secret "${secretId}" has no SecretString; store the JSON as a string secret`,
+        shown,
+        `Secrets Manager secret "${shown}" has no SecretString; store the JSON as a string secret`,
       );
     }
     return value;
@@ -103,7 +115,7 @@ export class AwsSecretReader implements SecretReader {
    * Loaded on the first Secrets Manager read: the largest dependency, and a deployment whose
    * secrets are all files never needs it.
    */
-  private async loadSdk(secretId: string): Promise<SecretsManagerSdk> {
+  private async loadSdk(shownSecretId: string): Promise<SecretsManagerSdk> {
     this.sdk ??= import('@aws-sdk/client-secrets-manager');
     try {
       return await this.sdk;
@@ -111,8 +123,8 @@ export class AwsSecretReader implements SecretReader {
       this.sdk = undefined;
       throw new SecretsException(
         SecretsErrorCode.Unavailable,
-        `cannot load the AWS SDK (@aws-sdk/client-secrets-manager) to read "${secretId}"; check that the image ships the production dependencies`,
-        { source: secretId, cause },
+        `cannot load the AWS SDK (@aws-sdk/client-secrets-manager) to read "${shownSecretId}"; check that the image ships the production dependencies`,
+        { source: shownSecretId, cause },
       );
     }
   }
@@ -121,6 +133,7 @@ export class AwsSecretReader implements SecretReader {
     try {
       return await readFile(file, 'utf8');
     } catch (cause) {
+      const shown = shownReference(file);
       const code = (cause as NodeJS.ErrnoException).code;
       const errorCode =
         code === 'ENOENT'
@@ -130,24 +143,29 @@ export class AwsSecretReader implements SecretReader {
             : SecretsErrorCode.Unavailable;
       throw new SecretsException(
         errorCode,
-        `cannot read secret file "${file}" (${code ?? 'error'}); check the path and the mount`,
-        { source: file, cause },
+        `cannot read secret file "${shown}" (${code ?? 'error'}); check the path and the mount`,
+        { source: shown, cause: shown === file ? cause : code },
       );
     }
   }
 }
 
+/**
+ * `shownSecretId`: the id as {@link shownReference} prints it; `cause`: the SDK's error when it
+ * may be kept (it may quote the id), `error` to classify.
+ */
 function translateAwsError(
-  secretId: string,
+  shownSecretId: string,
   cause: unknown,
+  error: unknown,
   ServiceException: SecretsManagerSdk['SecretsManagerServiceException'],
 ): SecretsException {
-  const name = cause instanceof Error ? cause.name : 'Error';
+  const name = error instanceof Error ? error.name : 'Error';
   if (name === 'ResourceNotFoundException') {
     return new SecretsException(
       SecretsErrorCode.NotFound,
-      `Secrets Manager secret "${secretId}" not found; check the name/ARN and AWS_REGION`,
-      { source: secretId, cause },
+      `Secrets Manager secret "${shownSecretId}" not found; check the name/ARN and AWS_REGION`,
+      { source: shownSecretId, cause },
     );
   }
   if (
@@ -158,17 +176,17 @@ function translateAwsError(
   ) {
     return new SecretsException(
       SecretsErrorCode.AccessDenied,
-      `not allowed to read Secrets Manager secret "${secretId}" (${name}); check the IAM role (IRSA) and the KMS key policy`,
-      { source: secretId, cause },
+      `not allowed to read Secrets Manager secret "${shownSecretId}" (${name}); check the IAM role (IRSA) and the KMS key policy`,
+      { source: shownSecretId, cause },
     );
   }
   const transient =
     TRANSIENT_AWS_ERRORS.has(name) ||
-    !(cause instanceof ServiceException) ||
-    (cause.$metadata.httpStatusCode ?? 500) >= 500;
+    !(error instanceof ServiceException) ||
+    (error.$metadata.httpStatusCode ?? 500) >= 500;
   return new SecretsException(
     transient ? SecretsErrorCode.Unavailable : SecretsErrorCode.AccessDenied,
-    `reading Secrets Manager secret "${secretId}" failed (${name}); ${transient ? 'will retry' : 'check the secret and the IAM policy'}`,
-    { source: secretId, cause },
+    `reading Secrets Manager secret "${shownSecretId}" failed (${name}); ${transient ? 'will retry' : 'check the secret and the IAM policy'}`,
+    { source: shownSecretId, cause },
   );
 }

@@ -1,8 +1,7 @@
 import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
-import { SERVICE_ACCOUNT_ALGORITHMS } from '../caller-auth/kubernetes.authenticator';
 import { OAuthErrorCode, OAuthException } from './oauth.exception';
 import {
-  ASSERTION_ALGORITHMS,
+  describeMethods,
   JWT_BEARER_ASSERTION,
   methodsFor,
   parseOAuthTokenRequest,
@@ -182,7 +181,9 @@ describe('parseOAuthTokenRequest', () => {
       ).code,
     ).toBe('invalid_client');
     expect(methodsFor('api-key')).toEqual(['client_secret_basic', 'client_secret_post']);
-    expect(methodsFor('kubernetes')).toEqual(['private_key_jwt']);
+    // A service-account token is a reusable bearer credential, not a private_key_jwt assertion.
+    expect(methodsFor('kubernetes')).toEqual([]);
+    expect(describeMethods('kubernetes')).toContain('service-account token as client_assertion');
   });
 
   it('never quotes a submitted secret in its messages', () => {
@@ -199,7 +200,24 @@ describe('parseOAuthTokenRequest', () => {
     }
   });
 
-  it('advertises the algorithms the kubernetes authenticator accepts', () => {
-    expect(ASSERTION_ALGORITHMS).toEqual(SERVICE_ACCOUNT_ALGORITHMS);
+  it('refuses an empty client secret in the Basic header (invalid_client, Basic challenge)', () => {
+    for (const raw of ['checkout:', 'checkout', ':']) {
+      const r = refusal(() =>
+        parseOAuthTokenRequest(FORM, 'grant_type=client_credentials', basic(raw), 'api-key'),
+      );
+      expect([raw, r.code, r.basicChallenge]).toEqual([raw, 'invalid_client', true]);
+    }
+    expect(
+      refusal(() =>
+        parseOAuthTokenRequest(
+          FORM,
+          'grant_type=client_credentials',
+          basic('checkout:'),
+          'api-key',
+        ),
+      ).message,
+    ).toBe(
+      'the client secret in the Authorization header is empty; send the API key as the secret',
+    );
   });
 });

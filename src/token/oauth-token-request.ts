@@ -8,12 +8,6 @@ export const JWT_BEARER_ASSERTION = 'urn:ietf:params:oauth:client-assertion-type
 /** Largest form body read: a service-account assertion is ~1 KiB, the rest a few names. */
 export const OAUTH_BODY_LIMIT_BYTES = 16_384;
 
-/**
- * The kubernetes authenticator's `SERVICE_ACCOUNT_ALGORITHMS` (a unit spec keeps them equal), not
- * imported: that file loads the JWT stack, which the other modes never load.
- */
-export const ASSERTION_ALGORITHMS = ['RS256', 'ES256'];
-
 /** Before any credential is checked. */
 export interface OAuthTokenRequest {
   /** RFC 6749 §2.3.1, RFC 7523 §2.2; `none` sent nothing. */
@@ -119,6 +113,15 @@ function basicAuthentication(
   if (!basic) throw unsupported('this Authorization scheme', mode, basic);
   if (mode === 'kubernetes') throw unsupported('client_secret_basic', mode, basic);
   const [id, secret] = basicCredentials(authorization);
+  // `Bearer ` with nothing after it is no credential; refused here, before any authenticator
+  // could compare it, whatever the configured key list holds.
+  if (secret === '') {
+    throw new OAuthException(
+      OAuthErrorCode.InvalidClient,
+      'the client secret in the Authorization header is empty; send the API key as the secret',
+      { basicChallenge: true },
+    );
+  }
   if (p.client_id !== undefined && p.client_id !== id) {
     throw invalid('"client_id" differs from the client id in the Authorization header');
   }
@@ -138,7 +141,7 @@ function authenticated(
 function unsupported(method: string, mode: CallerAuthMode, basicChallenge: boolean) {
   return new OAuthException(
     OAuthErrorCode.InvalidClient,
-    `${method} is not accepted here; this broker authenticates callers with ${methodsFor(mode).join(' or ') || 'nothing'}`,
+    `${method} is not accepted here; this broker authenticates callers with ${describeMethods(mode)}`,
     { basicChallenge },
   );
 }
@@ -179,15 +182,27 @@ function target(p: Params): OAuthTokenRequest['target'] {
   return { param, value: param === 'scope' ? value.trim() : value };
 }
 
-/** `token_endpoint_auth_methods_supported` (RFC 8414). */
+/**
+ * `token_endpoint_auth_methods_supported` (RFC 8414). None for mode `kubernetes`: its
+ * service-account token, sent as a client assertion, is a reusable bearer credential, not the
+ * single-use assertion signed with the client's own key that `private_key_jwt` names, and no
+ * registered method describes it. An empty list, not an absent one, which means
+ * `client_secret_basic`.
+ */
 export function methodsFor(mode: CallerAuthMode): string[] {
   switch (mode) {
     case 'api-key':
       return ['client_secret_basic', 'client_secret_post'];
     case 'kubernetes':
-      // The registered name for a JWT client assertion (RFC 7523 §2.2, OIDC Core §9).
-      return ['private_key_jwt'];
+      return [];
     case 'none':
       return ['none'];
   }
+}
+
+/** The methods {@link methodsFor} advertises, or what the caller sends instead, for messages. */
+export function describeMethods(mode: CallerAuthMode): string {
+  return mode === 'kubernetes'
+    ? `its projected service-account token as client_assertion (client_assertion_type ${JWT_BEARER_ASSERTION})`
+    : methodsFor(mode).join(' or ');
 }

@@ -10,7 +10,7 @@ import { requestIdsOf } from '../http/request-id';
 import { RequestException } from '../http/request.exception';
 import { OAuthErrorCode, OAuthException } from './oauth.exception';
 import {
-  ASSERTION_ALGORITHMS,
+  describeMethods,
   methodsFor,
   OAUTH_BODY_LIMIT_BYTES,
   type OAuthTokenRequest,
@@ -99,9 +99,6 @@ export class OAuthTokenRoute implements OnModuleInit {
       // No authorization endpoint: nothing is issued to a browser.
       response_types_supported: [],
       token_endpoint_auth_methods_supported: methodsFor(mode),
-      ...(mode === 'kubernetes'
-        ? { token_endpoint_auth_signing_alg_values_supported: ASSERTION_ALGORITHMS }
-        : {}),
     };
   }
 
@@ -207,7 +204,7 @@ function callerAuthError(
       return [
         OAuthErrorCode.InvalidClient,
         method === 'none'
-          ? `authenticate with ${methodsFor(mode).join(' or ')}`
+          ? `authenticate with ${describeMethods(mode)}`
           : 'client authentication failed',
       ];
     case CallerAuthErrorCode.Forbidden:

@@ -91,6 +91,22 @@ describe('refresh failure', () => {
       );
       expect(fromFile?.operatorDetail).toContain('file "/run/creds.json"');
       expect(fromFile?.message).not.toContain('/run/creds.json');
+      // The readiness report shows operatorDetail: a secret pasted as the secret id stays out.
+      const pasted = 'q7Zp3YV0kR8mWc2LxN5tB9hJ4dF6gS1aE0uI';
+      const hidden = permanentFailure(
+        err,
+        { ...client, credentials: { secretId: pasted } },
+        30_000,
+      );
+      expect(hidden?.operatorDetail).toBe(
+        'provider said provider_invalid_client; they were read from Secrets Manager secret "(not shown: does not look like a secret name or file path)"',
+      );
+      const keyFile = permanentFailure(
+        err,
+        { ...client, credentials: { clientId: 'acme', privateKeyFile: '/run/acme/tls.key' } },
+        30_000,
+      );
+      expect(keyFile?.operatorDetail).toContain('file "/run/acme/tls.key"');
     });
 
     it('maps another provider 4xx to unavailable and a permanent secret failure to credentials unavailable', () => {

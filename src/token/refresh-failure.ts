@@ -1,5 +1,6 @@
 /** What a failed refresh means, as pure functions; the state machine only records the verdict. */
 import type { ClientConfig } from '../config/client.schema';
+import { describeCredentialsSource } from '../config/secret-reference';
 import type { RefreshResult } from '../metrics/metrics.service';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import { SecretsException } from '../secrets/secrets.exception';
@@ -121,7 +122,7 @@ export function permanentFailure(
         cause: err,
         // The credentials' source (a reference, never the value) is what the operator fixes.
         operatorDetail: rejected
-          ? `${err.message}; they were read from ${source.file !== undefined ? `file "${source.file}"` : `Secrets Manager secret "${source.secretId}"`}`
+          ? `${err.message}; they were read from ${describeCredentialsSource(source)}`
           : err.message,
       },
     );

@@ -359,6 +359,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       writeFileSync(cacheKeyFile, content, { mode: 0o600 });
     }
     const env: Record<string, string> = {
+      // Unset is production; a suite about production behaviour sets it in `opts.env`.
+      NODE_ENV: 'test',
       BROKER_CONFIG_FILE: configFile,
       HOST: '127.0.0.1',
       LOG_LEVEL: 'debug',

@@ -28,7 +28,7 @@ export function testClient(overrides: Partial<ClientInput> = {}): ClientConfig {
 
 /**
  * The broker's whole configuration, parsed: {@link TEST_CLIENT} as its only client, caller auth
- * off (development), listening on loopback, every other section at its default. `overrides`
+ * off (`NODE_ENV` test), listening on loopback, every other section at its default. `overrides`
  * replaces whole top-level sections (`clients`, `token`, `orders`...).
  */
 export function testConfig(overrides: Partial<BrokerConfigInput> = {}): BrokerConfig {
@@ -36,6 +36,8 @@ export function testConfig(overrides: Partial<BrokerConfigInput> = {}): BrokerCo
     clients: [TEST_CLIENT],
     callerAuth: { mode: 'none', allowNone: true },
     http: { host: '127.0.0.1' },
+    // Unset is production: caller auth could not be off.
+    nodeEnv: 'test',
     ...overrides,
   });
 }

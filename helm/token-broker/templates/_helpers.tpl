@@ -215,6 +215,25 @@ A NetworkPolicy peer from an object's namespaceSelector and podSelector (either 
 {{- end }}
 
 {{/*
+The broker's OAuth issuer (OAUTH_ISSUER, http.issuer): config.http.issuer, else the Service's
+cluster DNS name, so that the OAuth metadata never builds its URLs from a caller's Host header.
+*/}}
+{{- define "token-broker.issuer" -}}
+{{- $port := .Values.service.port | int }}
+{{- (.Values.config.http | default dict).issuer | default (printf "http://%s.%s.svc%s" (include "token-broker.fullname" .) .Release.Namespace (eq $port 80 | ternary "" (printf ":%d" $port))) }}
+{{- end }}
+
+{{/*
+The audience of the callers' service-account tokens in mode kubernetes:
+config.extra.callerAuth.kubernetes.audience, else <fullname>.<namespace>, one per release, so
+that a token projected for one broker of the cluster is refused by every other.
+*/}}
+{{- define "token-broker.callerAudience" -}}
+{{- $auth := (.Values.config.extra | default dict).callerAuth | default dict }}
+{{- ($auth.kubernetes | default dict).audience | default (printf "%s.%s" (include "token-broker.fullname" .) .Release.Namespace) }}
+{{- end }}
+
+{{/*
 Where the config file is mounted; BROKER_CONFIG_FILE points at it.
 */}}
 {{- define "token-broker.configDir" -}}/etc/token-broker{{- end }}
@@ -222,10 +241,11 @@ Where the config file is mounted; BROKER_CONFIG_FILE points at it.
 {{/*
 The broker's config file. Chart-managed keys (http.port, http.host, http.adminPort) come first, the modelled
 sections next, config.extra last (deep merge, extra wins). The Redis URL is never part of it.
+The defaults the chart chooses (http.issuer, the kubernetes audience) yield to values.
 */}}
 {{- define "token-broker.config" -}}
 {{- $c := .Values.config }}
-{{- $http := merge (dict "port" (.Values.containerPort | int) "host" "0.0.0.0" "adminPort" (.Values.adminPort | int)) (deepCopy $c.http) }}
+{{- $http := merge (dict "port" (.Values.containerPort | int) "host" "0.0.0.0" "adminPort" (.Values.adminPort | int) "issuer" (include "token-broker.issuer" .)) (deepCopy $c.http) }}
 {{- $cfg := dict "http" $http "log" (deepCopy $c.log) "clients" (deepCopy $c.clients) }}
 {{- range $section := list "token" "provider" "orders" "forward" "audit" }}
 {{- with (get $c $section) }}
@@ -238,6 +258,12 @@ sections next, config.extra last (deep merge, extra wins). The Redis URL is neve
 {{- $_ := set $cfg "redis" (deepCopy $c.redis) }}
 {{- end }}
 {{- $cfg = mergeOverwrite $cfg (deepCopy ($c.extra | default dict)) }}
+{{- $auth := $cfg.callerAuth | default dict }}
+{{- if eq ($auth.mode | default "" | toString) "kubernetes" }}
+{{- $k8s := $auth.kubernetes | default dict }}
+{{- $_ := set $k8s "audience" (include "token-broker.callerAudience" .) }}
+{{- $_ := set $auth "kubernetes" $k8s }}
+{{- end }}
 {{- toYaml $cfg }}
 {{- end }}
 
