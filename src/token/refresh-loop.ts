@@ -20,6 +20,7 @@ import {
   unavailableError,
 } from './refresh-failure';
 import {
+  clientPhase,
   isDue,
   MAX_TIMER_MS,
   MIN_SERVE_MS,
@@ -63,10 +64,15 @@ export class RefreshLoop {
   /** What a refresh can offer a caller at most; `problem` while too short to serve and refresh. */
   private lifetime?: { ms: number; problem?: string };
 
+  /** Where in the refresh window this client refreshes, the same on every replica. */
+  private readonly spreadPhase: number;
+
   constructor(
     private readonly client: ClientConfig,
     private readonly deps: RefreshLoopDeps,
-  ) {}
+  ) {
+    this.spreadPhase = clientPhase(client.id);
+  }
 
   get running(): boolean {
     return this.loop !== undefined;
@@ -117,12 +123,12 @@ export class RefreshLoop {
     const lifetimeMs = held.expiresAt - held.obtainedAt;
     this.noteLifetime(lifetimeMs);
     clearTimeout(this.refreshTimer);
-    const { settings, random, now } = this.deps;
+    const { settings, now } = this.deps;
     const at = refreshAt(
       settings.refreshAheadSeconds * 1000,
       held.obtainedAt,
       held.expiresAt,
-      random,
+      this.spreadPhase,
     );
     // Clamped: a delay over the timer's limit makes setTimeout fire at once (a refresh loop).
     this.refreshTimer = setTimeout(

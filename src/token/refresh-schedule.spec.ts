@@ -1,4 +1,10 @@
-import { isDue, refreshAt, refreshLeadMs, retryDelayMs } from './refresh-schedule';
+import { clientPhase, isDue, refreshAt, refreshLeadMs, retryDelayMs } from './refresh-schedule';
+
+/** How far `t` is from the nearest multiple of `width`, in ms. */
+function offGrid(t: number, width: number): number {
+  const r = ((t % width) + width) % width;
+  return Math.min(r, width - r);
+}
 
 describe('refresh schedule', () => {
   it('refreshes refreshAhead before expiry for long-lived tokens', () => {
@@ -9,19 +15,58 @@ describe('refresh schedule', () => {
     expect(refreshLeadMs(300_000, 0, 60_000)).toBe(30_000);
   });
 
-  it('subtracts up to a quarter of the lead as jitter, and no more than 30 s', () => {
-    expect(refreshAt(300_000, 0, 1_800_000, () => 0)).toBe(1_500_000);
-    expect(refreshAt(300_000, 0, 1_800_000, () => 1)).toBe(1_500_000 - 30_000);
-    expect(refreshAt(4_000, 0, 10_000, () => 1)).toBe(10_000 - 4_000 - 1_000);
+  it("refreshes at the client's phase of the spread (a quarter of the lead) before expiresAt - lead", () => {
+    // Lead 300 s, spread 75 s: each phase lands on its own point of a 75 s grid.
+    const expiresAt = 1_800_000;
+    const latest = expiresAt - 300_000;
+    for (const phase of [0, 0.25, 0.5, 0.99]) {
+      const t = refreshAt(300_000, 0, expiresAt, phase);
+      expect(t).toBeLessThanOrEqual(latest);
+      expect(t).toBeGreaterThan(latest - 75_000);
+      expect(offGrid(t - phase * 75_000, 75_000)).toBeLessThanOrEqual(1);
+    }
+    // Short tokens: lead 4 s (half the lifetime caps it), spread 1 s.
+    const short = refreshAt(4_000, 0, 10_000, 0.5);
+    expect(short).toBeLessThanOrEqual(6_000);
+    expect(short).toBeGreaterThan(5_000);
+  });
+
+  it('keeps a client on the same phase lifetime after lifetime', () => {
+    const phase = clientPhase('acme-prod');
+    const first = refreshAt(10_000, 0, 60_000, phase);
+    // The next token is obtained at that instant and lives as long.
+    const second = refreshAt(10_000, first, first + 60_000, phase);
+    expect(offGrid(second - first, 2_500)).toBeLessThanOrEqual(1);
+    expect(second - first).toBeLessThanOrEqual(50_001);
+    expect(second - first).toBeGreaterThan(47_500);
+  });
+
+  it('spreads 1000 clients obtained at one instant: the busiest second is within 2x the even share', () => {
+    // 60 s tokens refreshed 10 s ahead: a 2.5 s spread, an even share of 400 a second.
+    const perSecond = new Map<number, number>();
+    for (let i = 0; i < 1000; i++) {
+      const t = refreshAt(10_000, 0, 60_000, clientPhase(`merchant-${i}-prod`));
+      const second = Math.floor(t / 1000);
+      perSecond.set(second, (perSecond.get(second) ?? 0) + 1);
+    }
+    const busiest = Math.max(...perSecond.values());
+    expect(busiest).toBeLessThanOrEqual(2 * (1000 / 2.5));
+    // And by 100 ms slots, the even share being 40.
+    const perSlot = new Map<number, number>();
+    for (let i = 0; i < 1000; i++) {
+      const slot = Math.floor(refreshAt(10_000, 0, 60_000, clientPhase(`m-${i}`)) / 100);
+      perSlot.set(slot, (perSlot.get(slot) ?? 0) + 1);
+    }
+    expect(Math.max(...perSlot.values())).toBeLessThanOrEqual(80);
   });
 
   it('calls a token due from the earliest moment any replica may refresh it', () => {
-    // lead 300 s, jitter up to 30 s: due from 330 s before expiry.
-    expect(isDue(300_000, 0, 1_800_000, 1_800_000 - 330_001)).toBe(false);
-    expect(isDue(300_000, 0, 1_800_000, 1_800_000 - 330_000)).toBe(true);
-    // Every timer fires inside the window, whatever its jitter draw.
-    for (const draw of [0, 0.5, 1]) {
-      const at = refreshAt(4_000, 0, 10_000, () => draw);
+    // Lead 300 s, spread 75 s: due from 375 s before expiry.
+    expect(isDue(300_000, 0, 1_800_000, 1_800_000 - 375_001)).toBe(false);
+    expect(isDue(300_000, 0, 1_800_000, 1_800_000 - 375_000)).toBe(true);
+    // Every timer fires inside the window, whatever its phase.
+    for (const phase of [0, 0.5, 0.999]) {
+      const at = refreshAt(4_000, 0, 10_000, phase);
       expect(isDue(4_000, 0, 10_000, at)).toBe(true);
     }
     // A token just obtained is never due.

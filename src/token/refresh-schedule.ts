@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /** Timing rules as pure functions, so they can be unit-tested exactly (epoch ms). */
 
 /** Never hand out a token with less than this left: it could expire on the wire. */
@@ -26,25 +28,43 @@ export function refreshLeadMs(
 }
 
 /**
- * Each replica subtracts its own jitter so the fleet does not hit the lock at one instant; the
- * earliest wins it and the others find the new token already stored.
+ * A client's place in its refresh window, in [0, 1): from a hash of its id, so every replica
+ * agrees, a restart keeps it, and N clients obtained at one instant (a start, a fleet-wide
+ * revoke) refresh evenly over the window instead of repeating that burst every lifetime.
+ */
+export function clientPhase(clientId: string): number {
+  return createHash('sha256').update(clientId).digest().readUIntBE(0, 6) / 2 ** 48;
+}
+
+/** How far before `expiresAt - lead` the clients' refreshes are spread. */
+export function spreadWidthMs(lead: number): number {
+  return lead / 4;
+}
+
+/**
+ * The client refreshes at the last instant at or before `expiresAt - lead` that sits at its
+ * phase of a grid one spread wide, in absolute time: every lifetime lands on the same phase, so
+ * the spread holds lifetime after lifetime, and every replica's timer agrees to within the
+ * replicas' clocks (no per-replica jitter, which made the earliest replica decide and narrowed
+ * the spread). One replica wins the lock; the others find the new token stored.
  */
 export function refreshAt(
   refreshAheadMs: number,
   obtainedAt: number,
   expiresAt: number,
-  random: () => number = Math.random,
+  phase: number,
 ): number {
   const lead = refreshLeadMs(refreshAheadMs, obtainedAt, expiresAt);
-  const jitter = random() * maxJitterMs(lead);
-  return expiresAt - lead - jitter;
+  const width = spreadWidthMs(lead);
+  const latest = expiresAt - lead;
+  return Math.round(width > 0 ? latest - mod(latest - phase * width, width) : latest);
 }
 
-function maxJitterMs(lead: number): number {
-  return Math.min(lead / 4, 30_000);
+function mod(a: number, n: number): number {
+  return ((a % n) + n) % n;
 }
 
-/** Some replica's timer (lead plus the largest jitter) may already have fired for it. */
+/** Some replica's timer (the lead and the spread) may already have fired for it. */
 export function isDue(
   refreshAheadMs: number,
   obtainedAt: number,
@@ -52,7 +72,7 @@ export function isDue(
   now: number,
 ): boolean {
   const lead = refreshLeadMs(refreshAheadMs, obtainedAt, expiresAt);
-  return expiresAt - now <= lead + maxJitterMs(lead);
+  return expiresAt - now <= lead + spreadWidthMs(lead);
 }
 
 /**
