@@ -121,7 +121,8 @@ export class ForwardingService {
     withKey: boolean,
   ): Promise<ForwardedAnswer | ApiFailure> {
     const { status } = answer;
-    const checked = await screened(answer, sent, () => this.echoed(call, status, true));
+    const limit = PROFILES[call.profile].settings(this.config).response;
+    const checked = await screened(answer, sent, limit, () => this.echoed(call, status, true));
     if (checked !== 'echoed') return checked;
     this.echoed(call, status, false);
     // Processed, or refused: the provider answered, and only a 429 certainly did nothing.
@@ -206,8 +207,8 @@ export class ForwardingService {
       outcome = await send();
     }
     return withKey
-      ? collected(outcome, settings.maxStoredBytes, profile.returned)
-      : passed(outcome, profile.returned);
+      ? collected(outcome, settings.maxStoredBytes, profile.returned, settings.response)
+      : passed(outcome, profile.returned, settings.response);
   }
 
   private async conclude(
