@@ -12,7 +12,8 @@ import { constants, createGunzip, createInflate, type Gunzip, type Inflate } fro
  * random characters: a clean answer matches by chance with negligible probability.
  *
  * Native string operations do the work (a byte loop in JavaScript is several times slower on a
- * large answer): the text is lower-cased whole, and only the escapes found call back.
+ * large answer): the text is lower-cased whole, escapes are found with `indexOf`, and the runs
+ * between them are sliced.
  */
 
 /**
