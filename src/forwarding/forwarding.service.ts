@@ -123,7 +123,8 @@ export class ForwardingService {
     withKey: boolean,
   ): Promise<ForwardedAnswer | ApiFailure> {
     const { status } = answer;
-    const checked = await screened(answer, sent, () => this.echoed(call, status, true));
+    const limit = PROFILES[call.profile].settings(this.config).response;
+    const checked = await screened(answer, sent, limit, () => this.echoed(call, status, true));
     if (checked !== 'echoed') return checked;
     this.echoed(call, status, false);
     // Processed, or refused: the provider answered, and only a 429 certainly did nothing.
@@ -249,8 +250,8 @@ export class ForwardingService {
       (evidenceRule(client, call.profile) === 'any' || headersRefuseToken(outcome.headers));
     return {
       outcome: withKey
-        ? await collected(outcome, settings.maxStoredBytes, profile.returned)
-        : passed(outcome, profile.returned),
+        ? await collected(outcome, settings.maxStoredBytes, profile.returned, settings.response)
+        : await passed(outcome, profile.returned, settings.response),
       refusedToken,
     };
   }

@@ -14,7 +14,10 @@ export interface ApiRequest {
   readonly method: string;
   /** Path and query below `{base_url}`: the client's orders path, or the caller's, checked. */
   readonly target: string;
-  /** Names lowercased; the adapter adds `Accept`, the bearer token and its user agent. */
+  /**
+   * Names lowercased; the adapter adds `Accept`, `Accept-Encoding: identity`, the bearer token and
+   * its user agent.
+   */
   readonly headers: Readonly<Record<string, string>>;
   /** Bounded by the route. */
   readonly body?: Buffer;
@@ -103,6 +106,8 @@ export class ProviderApiClient implements ProviderApiGateway {
           headers: {
             ...request.headers,
             accept: request.headers.accept ?? 'application/json',
+            // The answer is screened for the token and relayed as read: never a compressed one.
+            'accept-encoding': 'identity',
             authorization: `Bearer ${request.accessToken}`,
             'user-agent': this.userAgent,
           },
