@@ -153,8 +153,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
       }
       const path = this.clients.get(clientId)!.ordersPath;
       TARGETS.set(req, { clientId, path, query: '' });
-      await this.limit(profile, clientId, caller.name);
-      this.hold(profile, caller.name, req, reply);
+      await this.budgeted(profile, clientId, caller.name, req, reply);
       return;
     }
     const { caller, clientId } = await this.guard.authorize(req, 'forward', () => {
@@ -166,8 +165,28 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     if (!target) throw new Error('the guard admitted a passthrough request without its path');
     const client = this.clients.get(clientId)!;
     allowedBy(client.id, client.forward.allow, req.method, target.path);
-    await this.limit(profile, client.id, caller.name);
-    this.hold(profile, caller.name, req, reply);
+    await this.budgeted(profile, client.id, caller.name, req, reply);
+  }
+
+  /**
+   * The rate limits, then the replica's budgets. A request refused here has not had its body
+   * read: the connection is closed after the answer rather than read to its end and discarded,
+   * which would cost the very memory and time the budgets protect.
+   */
+  private async budgeted(
+    profile: ForwardingProfile,
+    clientId: string,
+    caller: string,
+    req: FastifyRequest,
+    reply: FastifyReply,
+  ): Promise<void> {
+    try {
+      await this.limit(profile, clientId, caller);
+      this.hold(profile, caller, req, reply);
+    } catch (err) {
+      reply.header('connection', 'close');
+      throw err;
+    }
   }
 
   /** The route's rate limits, per client and per (client, caller). */
@@ -206,7 +225,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     const hold = this.budgets.enter(profile, caller);
     if ('kind' in hold) throw this.overBudget(profile, caller, hold);
     HOLDS.set(req, hold);
-    reply.raw.once('close', hold.release);
+    reply.raw.once('close', () => hold.release());
     const declared = Number(req.headers['content-length'] ?? 0);
     // Past the body limit Fastify answers 413 without reading it: nothing to reserve.
     const limit = PROFILES[profile].settings(this.config).bodyLimitBytes;
@@ -230,7 +249,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
         next(refused ? this.overBudget(profile, caller, refused) : null, chunk);
       },
     });
-    payload.once('error', (err) => meter.destroy(err));
+    payload.once('error', (err: Error) => meter.destroy(err));
     return payload.pipe(meter);
   }
 

@@ -31,9 +31,9 @@ export type BudgetRefusal =
 /** What one request holds of the budgets, until {@link Hold.release}. */
 export interface Hold {
   /** Takes `bytes` more of the body budgets; nothing is taken when it is refused. */
-  reserve(bytes: number): BudgetRefusal | undefined;
+  reserve(this: void, bytes: number): BudgetRefusal | undefined;
   /** Idempotent: the request ended (answered, failed or aborted). */
-  release(): void;
+  release(this: void): void;
 }
 
 export interface BudgetLimits {
@@ -53,7 +53,10 @@ export function budgetLimits(config: {
       forward: config.forward.maxInFlightPerCaller,
     },
     bodyBytes,
-    callerBodyBytes: Math.max(1, Math.floor((bodyBytes * config.orders.bodyBudgetCallerPercent) / 100)),
+    callerBodyBytes: Math.max(
+      1,
+      Math.floor((bodyBytes * config.orders.bodyBudgetCallerPercent) / 100),
+    ),
   };
 }
 
@@ -93,12 +96,13 @@ export class RequestBudgets {
     return {
       reserve: (bytes) => {
         if (released) return undefined;
+        // The replica first: when it is full, no caller's share is the reason to name.
+        if (this.heldBytes + bytes > this.limits.bodyBytes) {
+          return { kind: 'replica_bytes', max: this.limits.bodyBytes };
+        }
         const mine = this.callerBytes.get(caller) ?? 0;
         if (mine + bytes > this.limits.callerBodyBytes) {
           return { kind: 'caller_bytes', max: this.limits.callerBodyBytes };
-        }
-        if (this.heldBytes + bytes > this.limits.bodyBytes) {
-          return { kind: 'replica_bytes', max: this.limits.bodyBytes };
         }
         this.callerBytes.set(caller, mine + bytes);
         this.heldBytes += bytes;
