@@ -214,7 +214,7 @@ describe('budgets per caller and per replica (broker processes, real Redis)', ()
         expect([429, 503]).toContain(a.status);
         expect(Number(a.retryAfter)).toBeGreaterThanOrEqual(1);
       }
-      // The caller's in-flight budget (32), or the body budget (64 MiB without a memory limit).
+      // The caller's share of the body budget (32 of the 64 MiB without a memory limit), or all of it.
       expect(300 - refused.length).toBeLessThanOrEqual(admittedAtMost);
       // The callers give up: every byte and request is given back.
       for (const r of requests) r.socket.destroy();
@@ -399,10 +399,11 @@ describe('budgets per caller and per replica (broker processes, real Redis)', ()
     report(
       `100 keyed passthrough calls with 1 MB answers: Redis used_memory grew ${(growth / MiB).toFixed(1)} MiB; answers ${JSON.stringify(Object.fromEntries(statuses))}; provider saw ${stack.provider.stats.calls.length}`,
     );
-    // The budget counts what is stored; Redis's allocator rounds each answer up by a few percent.
-    expect(growth).toBeLessThanOrEqual(16 * MiB * 1.1);
+    // The budget counts what is stored, and the one answer in flight when it is reached may
+    // pass it; Redis's allocator rounds each answer up by a few percent.
+    expect(growth).toBeLessThanOrEqual((16 + 1) * MiB * 1.05);
     expect(statuses.get('429 idempotency_bytes_exceeded') ?? 0).toBeGreaterThan(50);
     expect(retryAfterMissing).toBe(0);
-    expect(stack.provider.stats.calls.length).toBeLessThanOrEqual(17);
+    expect(stack.provider.stats.calls.length).toBeLessThanOrEqual(18);
   });
 });

@@ -351,16 +351,22 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       expect((refused as IdempotencyStoreException).retryAfterSeconds).toBeGreaterThan(0);
       // Another route's records, and another caller's, are counted apart.
       expect(await claim(bytes('orders'))).toBe(true);
-      expect(
-        await store.claim(ref(CLIENT, keys[2], `${caller}-other`), bytes(), TTL_MS),
-      ).toEqual({ claimed: true });
+      expect(await store.claim(ref(CLIENT, keys[2], `${caller}-other`), bytes(), TTL_MS)).toEqual({
+        claimed: true,
+      });
       // Settled, each counts its 3000-byte answer plus the record's overhead (3512): room again.
       for (const [key, c] of [
         [keys[0], a],
         [keys[1], b],
       ] as const) {
         expect(
-          await store.settle(ref(CLIENT, key, caller), c.owner, completed(answer), TTL_MS, 'forward'),
+          await store.settle(
+            ref(CLIENT, key, caller),
+            c.owner,
+            completed(answer),
+            TTL_MS,
+            'forward',
+          ),
         ).toBe(true);
       }
       // 7024 + 4000 > 9000: still full.
@@ -385,12 +391,10 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
       // Records that expire give their bytes back with them.
       const brief = `${caller}-brief`;
       const claimBrief = () =>
-        store
-          .claim(ref(CLIENT, idempotencyKeyHash(randomUUID()), brief), bytes(), 150)
-          .then(
-            (r) => r.claimed,
-            () => false,
-          );
+        store.claim(ref(CLIENT, idempotencyKeyHash(randomUUID()), brief), bytes(), 150).then(
+          (r) => r.claimed,
+          () => false,
+        );
       expect(await claimBrief()).toBe(true);
       expect(await claimBrief()).toBe(true);
       expect(await claimBrief()).toBe(false);

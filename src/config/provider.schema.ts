@@ -74,9 +74,9 @@ export const ordersSettingsSchema = z
     /**
      * Orders one caller may have in progress on this replica at once, its body being read
      * included; past it 429 `order_caller_budget_exceeded` with `Retry-After`. `0`: no bound.
-     * @default 32
+     * @default 64
      */
-    maxInFlightPerCaller: int(0, 100_000).default(32),
+    maxInFlightPerCaller: int(0, 100_000).default(64),
     /** Orders per second per client, all callers together, fleet-wide (per replica without Redis); `0`: no limit. @default 100 */
     clientRatePerSecond: int(0, 100_000).default(100),
     /** Extra orders per client allowed above its rate within any 10-second window. @default 200 */
@@ -94,9 +94,10 @@ export const ordersSettingsSchema = z
     maxIdempotencyRecordsPerCaller: int(0, 10_000_000).default(100_000),
     /**
      * Most bytes of order `Idempotency-Key` records one caller may hold per client at once in
-     * the store (Redis): each record counts its stored answer plus 512 bytes, and one in flight
-     * counts `maxResponseBytes` until its answer is known. Past it a keyed order is refused (429
-     * `idempotency_bytes_exceeded`, nothing sent). `0`: no bound. @default 67108864 (64 MiB)
+     * the store (Redis): each record counts its stored answer plus 512 bytes. Past it a keyed
+     * order is refused (429 `idempotency_bytes_exceeded`, nothing sent) until records expire;
+     * orders in flight when it is reached may pass it by their answers. `0`: no bound.
+     * @default 67108864 (64 MiB)
      */
     maxIdempotencyBytesPerCaller: int(0, 68_719_476_736).default(67_108_864),
   })
@@ -131,18 +132,18 @@ export const forwardSettingsSchema = z
     maxIdempotencyRecordsPerCaller: int(0, 10_000_000).default(10_000),
     /**
      * Most bytes of passthrough `Idempotency-Key` records one caller may hold per client at once
-     * in the store (Redis): each record counts its stored answer plus 512 bytes, and one in
-     * flight counts `maxStoredResponseBytes` until its answer is known. Past it a keyed request is
-     * refused (429 `idempotency_bytes_exceeded`, nothing sent) until records expire. `0`: no
-     * bound. @default 16777216 (16 MiB)
+     * in the store (Redis): each record counts its stored answer plus 512 bytes. Past it a keyed
+     * request is refused (429 `idempotency_bytes_exceeded`, nothing sent) until records expire;
+     * requests in flight when it is reached may pass it by their answers (at most
+     * `maxStoredResponseBytes` each). `0`: no bound. @default 16777216 (16 MiB)
      */
     maxIdempotencyBytesPerCaller: int(0, 68_719_476_736).default(16_777_216),
     /**
      * Passthrough requests one caller may have in progress on this replica at once, from the
      * body being read to the answer's last byte; past it 429 `forward_caller_budget_exceeded`
-     * with `Retry-After`. `0`: no bound. @default 32
+     * with `Retry-After`. `0`: no bound. @default 64
      */
-    maxInFlightPerCaller: int(0, 100_000).default(32),
+    maxInFlightPerCaller: int(0, 100_000).default(64),
     /** Requests per second per client, all callers together, fleet-wide (per replica without Redis); `0`: no limit. @default 100 */
     clientRatePerSecond: int(0, 100_000).default(100),
     /** Extra requests per client allowed above its rate within any 10-second window. @default 200 */

@@ -117,14 +117,16 @@ export class IdempotencyClaims {
   /** The route's bounds on what one caller keeps per client; `undefined` when it has none. */
   private quota(profile: ForwardingProfile): IdempotencyQuota | undefined {
     const { recordsSetting, bytesSetting, settings } = PROFILES[profile];
-    const { maxRecordsPerCaller, maxBytesPerCaller, maxStoredBytes } = settings(this.config);
+    const { maxRecordsPerCaller, maxBytesPerCaller } = settings(this.config);
     if (maxRecordsPerCaller === 0 && maxBytesPerCaller === 0) return undefined;
     return {
       profile,
       maxRecords: maxRecordsPerCaller,
       maxBytes: maxBytesPerCaller,
-      // A bound below one record's worst case still admits one record at a time.
-      reserveBytes: Math.min(RECORD_OVERHEAD_BYTES + maxStoredBytes, maxBytesPerCaller),
+      // Not the largest answer it may store: that would refuse legitimate bursts long before
+      // the bound is near. Answers in flight when it is reached may pass it by their size,
+      // which the in-flight budgets and the stored-answer limit bound.
+      reserveBytes: RECORD_OVERHEAD_BYTES,
       recordsSetting,
       bytesSetting,
     };

@@ -1,6 +1,9 @@
 import { BrokerException } from '../errors/broker.exception';
 import type { ForwardingProfile } from './forwarding.exception';
 
+/** The route whose bounds a record counts against: `POST /orders` or the passthrough. */
+export type IdempotencyRoute = ForwardingProfile;
+
 export interface StoredResponse {
   readonly status: number;
   /** The only response header a replay repeats. */
@@ -39,17 +42,17 @@ export interface IdempotencyClaim {
 
 /**
  * What one caller may keep per client in the store, per route. The bounds are checked and the
- * claim counted in one atomic step; an in-flight claim holds `reserveBytes` until it is settled,
- * so concurrent claims cannot overshoot `maxBytes` together.
+ * claim counted in one atomic step; an in-flight claim counts `reserveBytes` until it is settled
+ * and then what its record holds.
  */
 export interface IdempotencyQuota {
   /** Each route's records are counted apart. */
-  readonly profile: ForwardingProfile;
+  readonly profile: IdempotencyRoute;
   /** Records at once, this one included; 0: no bound. */
   readonly maxRecords: number;
   /** Bytes at once ({@link storedBytes} of each record); 0: no bound. */
   readonly maxBytes: number;
-  /** What an in-flight claim counts: the largest record the route may store. */
+  /** What an in-flight claim counts until its answer is known. */
   readonly reserveBytes: number;
   /** Named in the refusal. */
   readonly recordsSetting: string;
@@ -98,7 +101,7 @@ export interface IdempotencyStore {
     owner: string,
     settlement: Settlement,
     ttlMs: number,
-    quota?: ForwardingProfile,
+    quota?: IdempotencyRoute,
   ): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -132,7 +135,7 @@ export function callerBytes(
 ): IdempotencyStoreException {
   return new IdempotencyStoreException(
     IdempotencyStoreErrorCode.CallerBytes,
-    `caller "${ref.caller}" holds Idempotency-Key records for client "${ref.clientId}" of nearly ${quota.maxBytes} bytes, the most it may (${quota.bytesSetting}; a request in flight counts the largest answer it may store)`,
+    `caller "${ref.caller}" holds Idempotency-Key records for client "${ref.clientId}" of ${quota.maxBytes} bytes or more, the most it may (${quota.bytesSetting})`,
     { retryAfterSeconds: Math.max(1, Math.ceil(retryAfterMs / 1000)) },
   );
 }

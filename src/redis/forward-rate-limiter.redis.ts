@@ -7,9 +7,9 @@ import {
   RateLimiterRes,
 } from 'rate-limiter-flexible';
 import type { ForwardSettings } from '../config/provider.schema';
-import type { ForwardingProfile } from '../forwarding/forwarding.exception';
 import type {
   ForwardRateLimiter,
+  RateLimitedRoute,
   RateLimitScope,
   RateLimitVerdict,
 } from '../forwarding/forward-rate-limiter';
@@ -25,10 +25,10 @@ export type RateSettings = Pick<
 >;
 
 /** Counter key prefixes: the passthrough's predate the orders' and stay as they were. */
-const PREFIXES: Record<ForwardingProfile, string> = { forward: 'tb:rl', orders: 'tb:rl:orders' };
+const PREFIXES: Record<RateLimitedRoute, string> = { forward: 'tb:rl', orders: 'tb:rl:orders' };
 
 /** How the fallback warning names the route and its metric. */
-const NAMES: Record<ForwardingProfile, [string, string]> = {
+const NAMES: Record<RateLimitedRoute, [string, string]> = {
   forward: ['passthrough', 'token_broker_forward_rate_limit_fallback_total'],
   orders: ['POST /orders', 'token_broker_orders_rate_limit_fallback_total'],
 };
@@ -57,7 +57,7 @@ export class RedisForwardRateLimiter implements ForwardRateLimiter {
     redis: RedisClient | null,
     settings: RateSettings,
     private readonly logger: Logger,
-    private readonly profile: ForwardingProfile = 'forward',
+    private readonly profile: RateLimitedRoute = 'forward',
   ) {
     const prefix = PREFIXES[profile];
     this.client = pair(

@@ -1,10 +1,10 @@
-import type { ForwardingProfile } from '../forwarding/forwarding.exception';
 import {
   callerBytes,
   callerLimit,
   type ClaimResult,
   type IdempotencyClaim,
   type IdempotencyRef,
+  type IdempotencyRoute,
   type IdempotencyRecord,
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
@@ -26,7 +26,7 @@ import type { TokenCipher } from '../token/token-cipher';
  * to their sum). ARGV: body hash, owner, lease length (ms), TTL ms, MAC of the body hash, most
  * records (0: no bound), most bytes (0: no bound), bytes an in-flight claim counts.
  * Check and create in one script, so exactly one of concurrent claims creates the record and
- * concurrent claims cannot overshoot a bound together. The lease is kept on Redis's clock (TIME):
+ * each claim sees the others' counts. The lease is kept on Redis's clock (TIME):
  * replicas' clocks differ. An old record answers only an exact repeat, marked 'legacy' (9th
  * field) for its MACs; a caller at a bound gets {'full' or 'bytes', ms until its oldest record
  * expires}. The counting keys expire with the longest-lived record they count.
@@ -215,7 +215,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     owner: string,
     settlement: Settlement,
     ttlMs: number,
-    profile?: ForwardingProfile,
+    profile?: IdempotencyRoute,
   ): Promise<boolean> {
     const [state, what] = SETTLING[settlement.state];
     const answer =
@@ -364,7 +364,7 @@ function recordKey(ref: IdempotencyRef): string {
  */
 function quotaKeys(
   ref: IdempotencyRef,
-  profile: ForwardingProfile = 'forward',
+  profile: IdempotencyRoute = 'forward',
 ): [string, string, string] {
   const { clientId, caller } = ref;
   return [

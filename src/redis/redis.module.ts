@@ -115,8 +115,7 @@ const REDIS_SECRETS = 'TOKEN_BROKER:REDIS_SECRETS';
         config: BrokerConfig,
         redis: RedisClient | null,
         logger: Logger,
-      ): ForwardRateLimiter =>
-        new RedisForwardRateLimiter(redis, config.orders, logger, 'orders'),
+      ): ForwardRateLimiter => new RedisForwardRateLimiter(redis, config.orders, logger, 'orders'),
     },
   ],
   exports: [TOKEN_STORE, IDEMPOTENCY_STORE, FORWARD_RATE_LIMITER, ORDERS_RATE_LIMITER],
