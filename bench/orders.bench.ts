@@ -154,9 +154,11 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
         CALLER_AUTH_ALLOW_NONE: 'true',
         // The production default: the audit line per order is part of the cost.
         LOG_LEVEL: 'info',
-        // The passthrough's limits stay on (the limiter's cost is measured) but out of reach.
+        // The rate limits stay on (the limiter's cost is measured) but out of reach.
         FORWARD_CLIENT_RATE_PER_SECOND: '100000',
         FORWARD_CALLER_RATE_PER_SECOND: '100000',
+        ORDERS_CLIENT_RATE_PER_SECOND: '100000',
+        ORDERS_CALLER_RATE_PER_SECOND: '100000',
       },
     });
     await broker.waitReady();

@@ -3,6 +3,7 @@ import { Cluster, type Redis } from 'ioredis';
 import { redisSettingsSchema } from '../src/config/redis.schema';
 import {
   type IdempotencyClaim,
+  type IdempotencyQuota,
   type IdempotencyRef,
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
@@ -10,6 +11,7 @@ import {
   type Settlement,
   type StoredResponse,
 } from '../src/forwarding/idempotency-store';
+import type { ForwardingProfile } from '../src/forwarding/forwarding.exception';
 import { MemoryIdempotencyStore } from '../src/forwarding/idempotency-store.memory';
 import { idempotencyKeyHash } from '../src/forwarding/order-request';
 import { RedisIdempotencyStore } from '../src/redis/idempotency-store.redis';
@@ -32,6 +34,23 @@ function ref(clientId: string, keyHash: string, caller = 'checkout'): Idempotenc
 
 function claimOf(bodyHash = 'body-a'): IdempotencyClaim {
   return { bodyHash, owner: randomUUID(), leaseMs: 30_000 };
+}
+
+/** Bounds of the passthrough's (or `profile`'s) records; 0 turns one off. */
+function quotaOf(
+  maxRecords: number,
+  maxBytes = 0,
+  reserveBytes = 0,
+  profile: ForwardingProfile = 'forward',
+): IdempotencyQuota {
+  return {
+    profile,
+    maxRecords,
+    maxBytes,
+    reserveBytes,
+    recordsSetting: 'RECORDS_SETTING',
+    bytesSetting: 'BYTES_SETTING',
+  };
 }
 
 const RELEASE: Settlement = { state: 'released' };
@@ -243,7 +262,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
     });
 
     it('bounds the records one caller holds per client, counting until they expire or are released', async () => {
-      const bounded = (bodyHash = 'body-a') => ({ ...claimOf(bodyHash), maxPerCaller: 2 });
+      const bounded = (bodyHash = 'body-a') => ({ ...claimOf(bodyHash), quota: quotaOf(2) });
       const keys = [1, 2, 3].map(() => idempotencyKeyHash(randomUUID()));
       const first = bounded();
       expect(await store.claim(ref(CLIENT, keys[0]), first, TTL_MS)).toEqual({ claimed: true });
@@ -286,7 +305,7 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
         store
           .claim(
             ref(CLIENT, idempotencyKeyHash(randomUUID()), 'brief'),
-            { ...claimOf(), maxPerCaller: 1 },
+            { ...claimOf(), quota: quotaOf(1) },
             150,
           )
           .then(
@@ -300,8 +319,99 @@ describe.each(TOPOLOGY_KINDS)('IdempotencyStore (%s Redis)', (kind) => {
         intervalMs: 50,
         what: 'the expired record to free its place',
       });
-      // Unbounded claims (orders) are never refused.
+      // Unbounded claims are never refused.
       expect(await store.claim(ref(CLIENT, fourth), claimOf(), TTL_MS)).toEqual({ claimed: true });
+    });
+
+    it('bounds the bytes one caller stores per client and route: in flight at the most a record may be, settled at what it holds, freed on release and expiry', async () => {
+      const caller = `bytes-${randomUUID()}`;
+      const answer = { status: 200, body: Buffer.alloc(3000, 1) };
+      // Room for two in-flight claims of 4000 bytes, or more settled records of ~3500.
+      const bytes = (profile: ForwardingProfile = 'forward') => ({
+        ...claimOf(),
+        quota: quotaOf(0, 9000, 4000, profile),
+      });
+      const claim = (c: IdempotencyClaim, ttlMs = TTL_MS) =>
+        store.claim(ref(CLIENT, idempotencyKeyHash(randomUUID()), caller), c, ttlMs).then(
+          (r) => r.claimed,
+          (err: unknown) => err,
+        );
+      const keys = [0, 1, 2].map(() => idempotencyKeyHash(randomUUID()));
+      const a = bytes();
+      const b = bytes();
+      expect(await store.claim(ref(CLIENT, keys[0], caller), a, TTL_MS)).toEqual({ claimed: true });
+      expect(await store.claim(ref(CLIENT, keys[1], caller), b, TTL_MS)).toEqual({ claimed: true });
+      // Two in flight hold 8000: a third does not fit, and the refusal names the setting.
+      const refused = await claim(bytes());
+      expect(refused).toBeInstanceOf(IdempotencyStoreException);
+      expect((refused as IdempotencyStoreException).code).toBe(
+        IdempotencyStoreErrorCode.CallerBytes,
+      );
+      expect((refused as IdempotencyStoreException).message).toMatch(/BYTES_SETTING/);
+      expect((refused as IdempotencyStoreException).retryAfterSeconds).toBeGreaterThan(0);
+      // Another route's records, and another caller's, are counted apart.
+      expect(await claim(bytes('orders'))).toBe(true);
+      expect(await store.claim(ref(CLIENT, keys[2], `${caller}-other`), bytes(), TTL_MS)).toEqual({
+        claimed: true,
+      });
+      // Settled, each counts its 3000-byte answer plus the record's overhead (3512): room again.
+      for (const [key, c] of [
+        [keys[0], a],
+        [keys[1], b],
+      ] as const) {
+        expect(
+          await store.settle(
+            ref(CLIENT, key, caller),
+            c.owner,
+            completed(answer),
+            TTL_MS,
+            'forward',
+          ),
+        ).toBe(true);
+      }
+      // 7024 + 4000 > 9000: still full.
+      expect(await claim(bytes())).toBeInstanceOf(IdempotencyStoreException);
+      // A released claim gives its bytes back.
+      const released = bytes();
+      const releasedRef = ref(CLIENT, idempotencyKeyHash(randomUUID()), `${caller}-r`);
+      expect(await store.claim(releasedRef, released, TTL_MS)).toEqual({ claimed: true });
+      expect(await store.claim(releasedRef, released, TTL_MS)).toMatchObject({ claimed: false });
+      expect(await store.settle(releasedRef, released.owner, RELEASE, TTL_MS, 'forward')).toBe(
+        true,
+      );
+      const again = bytes();
+      const againRef = ref(CLIENT, idempotencyKeyHash(randomUUID()), `${caller}-r`);
+      expect(await store.claim(againRef, again, TTL_MS)).toEqual({ claimed: true });
+      expect(await store.claim(againRef, again, TTL_MS)).toMatchObject({ claimed: false });
+      const twice = bytes();
+      expect(await store.claim(ref(CLIENT, keys[0], `${caller}-r`), twice, TTL_MS)).toEqual({
+        claimed: true,
+      });
+      expect(await claimOn(`${caller}-r`)).toBeInstanceOf(IdempotencyStoreException);
+      // Records that expire give their bytes back with them.
+      const brief = `${caller}-brief`;
+      const claimBrief = () =>
+        store.claim(ref(CLIENT, idempotencyKeyHash(randomUUID()), brief), bytes(), 150).then(
+          (r) => r.claimed,
+          () => false,
+        );
+      expect(await claimBrief()).toBe(true);
+      expect(await claimBrief()).toBe(true);
+      expect(await claimBrief()).toBe(false);
+      await waitFor(claimBrief, {
+        timeoutMs: 3000,
+        intervalMs: 50,
+        what: 'the expired records to give their bytes back',
+      });
+
+      function claimOn(who: string) {
+        return store
+          .claim(ref(CLIENT, idempotencyKeyHash(randomUUID()), who), bytes(), TTL_MS)
+          .then(
+            (r) => r.claimed,
+            (err: unknown) => err,
+          );
+      }
     });
 
     it("keeps callers' keys apart: another caller's same key and body is its own record", async () => {

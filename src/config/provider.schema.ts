@@ -74,6 +74,48 @@ export const ordersSettingsSchema = z
     bodyTimeoutMs: int(100, 300_000).default(10_000),
     /** Provider responses larger than this are not relayed (502, outcome unknown). @default 1048576 (1 MiB) */
     maxResponseBytes: int(1024, 16_777_216).default(1_048_576),
+    /**
+     * Request body bytes this replica holds at once, `POST /orders` and the passthrough
+     * together. A request whose `Content-Length` does not fit in what is left is refused with 503
+     * (`order_body_budget_exhausted`, `forward_body_budget_exhausted`) and `Retry-After` before
+     * its body is read; a chunked body is cut off when it outgrows it. `0`: a quarter of the
+     * container's memory limit (cgroup), or 64 MiB where there is none. @default 0
+     */
+    bodyBudgetBytes: int(0, 4_294_967_296).default(0),
+    /**
+     * The share of {@link bodyBudgetBytes} one caller may hold, in percent: past it that caller
+     * is refused with 429 (`*_caller_budget_exceeded`) while others still get through. @default 50
+     */
+    bodyBudgetCallerPercent: int(1, 100).default(50),
+    /**
+     * Orders one caller may have in progress on this replica at once, its body being read
+     * included; past it 429 `order_caller_budget_exceeded` with `Retry-After`. `0`: no bound.
+     * @default 64
+     */
+    maxInFlightPerCaller: int(0, 100_000).default(64),
+    /** Orders per second per client, all callers together, fleet-wide (per replica without Redis); `0`: no limit. @default 100 */
+    clientRatePerSecond: int(0, 100_000).default(100),
+    /** Extra orders per client allowed above its rate within any 10-second window. @default 200 */
+    clientRateBurst: int(0, 1_000_000).default(200),
+    /** Orders per second per (client, caller), fleet-wide; `0`: no limit. @default 50 */
+    callerRatePerSecond: int(0, 100_000).default(50),
+    /** Extra orders per (client, caller) allowed above its rate within any 10-second window. @default 100 */
+    callerRateBurst: int(0, 1_000_000).default(100),
+    /**
+     * Most order `Idempotency-Key` records one caller may hold per client at once (kept
+     * `idempotencyTtlSeconds`); past it a keyed order is refused (429
+     * `idempotency_records_exceeded`, nothing sent) until its oldest record expires. `0`: no
+     * bound. @default 100000
+     */
+    maxIdempotencyRecordsPerCaller: int(0, 10_000_000).default(100_000),
+    /**
+     * Most bytes of order `Idempotency-Key` records one caller may hold per client at once in
+     * the store (Redis): each record counts its stored answer plus 512 bytes. Past it a keyed
+     * order is refused (429 `idempotency_bytes_exceeded`, nothing sent) until records expire;
+     * orders in flight when it is reached may pass it by their answers. `0`: no bound.
+     * @default 67108864 (64 MiB)
+     */
+    maxIdempotencyBytesPerCaller: int(0, 68_719_476_736).default(67_108_864),
   })
   .strict();
 
@@ -104,6 +146,20 @@ export const forwardSettingsSchema = z
      * oldest record expires. `0`: no bound. @default 10000
      */
     maxIdempotencyRecordsPerCaller: int(0, 10_000_000).default(10_000),
+    /**
+     * Most bytes of passthrough `Idempotency-Key` records one caller may hold per client at once
+     * in the store (Redis): each record counts its stored answer plus 512 bytes. Past it a keyed
+     * request is refused (429 `idempotency_bytes_exceeded`, nothing sent) until records expire;
+     * requests in flight when it is reached may pass it by their answers (at most
+     * `maxStoredResponseBytes` each). `0`: no bound. @default 16777216 (16 MiB)
+     */
+    maxIdempotencyBytesPerCaller: int(0, 68_719_476_736).default(16_777_216),
+    /**
+     * Passthrough requests one caller may have in progress on this replica at once, from the
+     * body being read to the answer's last byte; past it 429 `forward_caller_budget_exceeded`
+     * with `Retry-After`. `0`: no bound. @default 64
+     */
+    maxInFlightPerCaller: int(0, 100_000).default(64),
     /** Requests per second per client, all callers together, fleet-wide (per replica without Redis); `0`: no limit. @default 100 */
     clientRatePerSecond: int(0, 100_000).default(100),
     /** Extra requests per client allowed above its rate within any 10-second window. @default 200 */

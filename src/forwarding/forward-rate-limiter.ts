@@ -1,4 +1,9 @@
+import type { ForwardingProfile } from './forwarding.exception';
+
 export type RateLimitScope = 'client' | 'caller';
+
+/** Each route has its own limits and counters. */
+export type RateLimitedRoute = ForwardingProfile;
 
 export type RateLimitVerdict = {
   /** Counted in process memory because Redis could not be reached: a per-replica limit. */

@@ -25,7 +25,13 @@ export enum OrdersErrorCode {
   /** Changed in Redis by something other than a broker: nothing is replayed or sent. */
   IdempotencyRecordTampered = 'idempotency_record_tampered',
   IdempotencyRecordsExceeded = 'idempotency_records_exceeded',
+  IdempotencyBytesExceeded = 'idempotency_bytes_exceeded',
   ProviderTimeout = 'order_provider_timeout',
+  RateLimited = 'order_rate_limited',
+  /** Too many requests, or too many body bytes, of this caller on this replica. */
+  CallerBudgetExceeded = 'order_caller_budget_exceeded',
+  /** This replica holds as many request bodies as its memory allows. */
+  BodyBudgetExhausted = 'order_body_budget_exhausted',
 }
 
 /**
@@ -45,6 +51,8 @@ export enum ForwardErrorCode {
   /** Withheld, never relayed or stored; the request may have been processed. */
   UpstreamEchoedToken = 'forward_upstream_echoed_token',
   ProviderTimeout = 'forward_provider_timeout',
+  CallerBudgetExceeded = 'forward_caller_budget_exceeded',
+  BodyBudgetExhausted = 'forward_body_budget_exhausted',
 }
 
 export type ForwardingErrorCode = OrdersErrorCode | ForwardErrorCode;
@@ -78,7 +86,23 @@ export const FORWARDING_PROBLEMS: ProblemTable<ForwardingErrorCode> = {
     title: 'Too many Idempotency-Key records',
     retryAfterSeconds: 1,
   },
+  [OrdersErrorCode.IdempotencyBytesExceeded]: {
+    status: 429,
+    title: 'Too many Idempotency-Key bytes stored',
+    retryAfterSeconds: 1,
+  },
   [OrdersErrorCode.ProviderTimeout]: { status: 504, title: 'Provider timeout' },
+  [OrdersErrorCode.RateLimited]: { status: 429, title: 'Rate limited', retryAfterSeconds: 1 },
+  [OrdersErrorCode.CallerBudgetExceeded]: {
+    status: 429,
+    title: 'Caller over its in-flight budget',
+    retryAfterSeconds: 1,
+  },
+  [OrdersErrorCode.BodyBudgetExhausted]: {
+    status: 503,
+    title: 'Replica body budget exhausted',
+    retryAfterSeconds: 1,
+  },
   [ForwardErrorCode.PathInvalid]: { status: 400, title: 'Invalid provider path' },
   [ForwardErrorCode.NotAllowed]: { status: 403, title: "Not allowed by the client's allow-list" },
   [ForwardErrorCode.InFlight]: { status: 409, title: 'Request in flight' },
@@ -93,6 +117,16 @@ export const FORWARDING_PROBLEMS: ProblemTable<ForwardingErrorCode> = {
     title: 'Provider answer echoed the token',
   },
   [ForwardErrorCode.ProviderTimeout]: { status: 504, title: 'Provider timeout' },
+  [ForwardErrorCode.CallerBudgetExceeded]: {
+    status: 429,
+    title: 'Caller over its in-flight budget',
+    retryAfterSeconds: 1,
+  },
+  [ForwardErrorCode.BodyBudgetExhausted]: {
+    status: 503,
+    title: 'Replica body budget exhausted',
+    retryAfterSeconds: 1,
+  },
 };
 
 export class ForwardingException extends BrokerException<ForwardingErrorCode> {
@@ -121,6 +155,10 @@ export const FAILURE_CODES = {
   storeUnavailable: both(OrdersErrorCode.IdempotencyUnavailable),
   tampered: both(OrdersErrorCode.IdempotencyRecordTampered),
   callerLimit: both(OrdersErrorCode.IdempotencyRecordsExceeded),
+  callerBytes: both(OrdersErrorCode.IdempotencyBytesExceeded),
+  rateLimited: each(OrdersErrorCode.RateLimited, ForwardErrorCode.RateLimited),
+  callerBudget: each(OrdersErrorCode.CallerBudgetExceeded, ForwardErrorCode.CallerBudgetExceeded),
+  bodyBudget: each(OrdersErrorCode.BodyBudgetExhausted, ForwardErrorCode.BodyBudgetExhausted),
 } satisfies Record<string, Record<ForwardingProfile, ForwardingErrorCode>>;
 
 /** What went wrong, in terms both profiles share. */

@@ -14,6 +14,8 @@ export interface ProfileSettings {
   readonly idempotencyTtlSeconds: number;
   /** Per caller and client at once; 0: no bound. */
   readonly maxRecordsPerCaller: number;
+  /** Stored bytes per caller and client at once; 0: no bound. */
+  readonly maxBytesPerCaller: number;
   /** The most of an answer kept for `Idempotency-Key` replays. */
   readonly maxStoredBytes: number;
   readonly response: Pick<ApiRequest, 'maxResponseBytes' | 'limitSetting' | 'whole'>;
@@ -23,6 +25,9 @@ export interface ProfileSettings {
 export interface Profile {
   readonly route: Pick<RouteOptions, 'method' | 'url' | 'exposeHeadRoute'>;
   readonly bodyLimitSetting: string;
+  /** The settings of the stored-records bounds, as refusals name them. */
+  readonly recordsSetting: string;
+  readonly bytesSetting: string;
   readonly span: (method: string) => string;
   /** The audit line's message. */
   readonly msg: string;
@@ -70,6 +75,8 @@ export const PROFILES: Record<ForwardingProfile, Profile> = {
   orders: {
     route: { method: 'POST', url: '/orders' },
     bodyLimitSetting: 'ORDERS_BODY_LIMIT_BYTES',
+    recordsSetting: 'ORDERS_IDEMPOTENCY_MAX_RECORDS_PER_CALLER',
+    bytesSetting: 'ORDERS_IDEMPOTENCY_MAX_BYTES_PER_CALLER',
     span: () => 'POST /orders',
     msg: 'order',
     noun: 'order',
@@ -78,7 +85,8 @@ export const PROFILES: Record<ForwardingProfile, Profile> = {
     settings: ({ orders }) => ({
       bodyLimitBytes: orders.bodyLimitBytes,
       idempotencyTtlSeconds: orders.idempotencyTtlSeconds,
-      maxRecordsPerCaller: 0,
+      maxRecordsPerCaller: orders.maxIdempotencyRecordsPerCaller,
+      maxBytesPerCaller: orders.maxIdempotencyBytesPerCaller,
       maxStoredBytes: orders.maxResponseBytes,
       response: {
         maxResponseBytes: orders.maxResponseBytes,
@@ -99,6 +107,8 @@ export const PROFILES: Record<ForwardingProfile, Profile> = {
       exposeHeadRoute: false,
     },
     bodyLimitSetting: 'FORWARD_BODY_LIMIT_BYTES',
+    recordsSetting: 'FORWARD_IDEMPOTENCY_MAX_RECORDS_PER_CALLER',
+    bytesSetting: 'FORWARD_IDEMPOTENCY_MAX_BYTES_PER_CALLER',
     span: (method) => `${method} /provider/{client}/{providerPath}`,
     msg: 'forward',
     noun: 'request',
@@ -108,6 +118,7 @@ export const PROFILES: Record<ForwardingProfile, Profile> = {
       bodyLimitBytes: forward.bodyLimitBytes,
       idempotencyTtlSeconds: forward.idempotencyTtlSeconds,
       maxRecordsPerCaller: forward.maxIdempotencyRecordsPerCaller,
+      maxBytesPerCaller: forward.maxIdempotencyBytesPerCaller,
       maxStoredBytes: forward.maxStoredResponseBytes,
       response: {
         maxResponseBytes: forward.maxResponseBytes,

@@ -1,5 +1,6 @@
 import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
+import { Transform } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import {
@@ -22,7 +23,11 @@ import { inCallerSpan } from '../tracing/spans';
 import type { ForwardRateLimiter } from './forward-rate-limiter';
 import { allowedBy, type ForwardTarget, parseForwardTarget } from './forward-target';
 import { ForwardingAuditTrail } from './forwarding-audit';
-import { FORWARD_RATE_LIMITER, IDEMPOTENCY_STORE } from './forwarding.constants';
+import {
+  FORWARD_RATE_LIMITER,
+  IDEMPOTENCY_STORE,
+  ORDERS_RATE_LIMITER,
+} from './forwarding.constants';
 import {
   ForwardErrorCode,
   ForwardingException,
@@ -34,6 +39,7 @@ import { PROFILES } from './forwarding.profiles';
 import { type ForwardingAudit, type ForwardReply, ForwardingService } from './forwarding.service';
 import type { IdempotencyStore } from './idempotency-store';
 import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
+import { type BudgetRefusal, budgetLimits, type Hold, RequestBudgets } from './request-budgets';
 
 /** Caller headers the passthrough lets the provider see besides idempotency, request id, trace. */
 const PASSED_HEADERS = ['content-type', 'accept', 'accept-language'] as const;
@@ -44,6 +50,26 @@ const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/
 const JSON_ONLY = 'send the order as Content-Type: application/json (UTF-8)';
 
 const TARGETS = new WeakMap<FastifyRequest, ForwardTarget>();
+/** What each admitted request holds of the replica's budgets until its response closes. */
+const HOLDS = new WeakMap<FastifyRequest, Hold>();
+
+/** The budget label of the metric, per problem code a budget answers. */
+const BUDGET_CODES = new Map<string, string>([
+  [OrdersErrorCode.IdempotencyRecordsExceeded, 'idempotency_records'],
+  [OrdersErrorCode.IdempotencyBytesExceeded, 'idempotency_bytes'],
+  [OrdersErrorCode.BodyBudgetExhausted, 'body_bytes'],
+  [ForwardErrorCode.BodyBudgetExhausted, 'body_bytes'],
+]);
+
+/** Each budget's settings, as the refusal names them. */
+const IN_FLIGHT_SETTING: Record<ForwardingProfile, string> = {
+  orders: 'ORDERS_MAX_IN_FLIGHT_PER_CALLER',
+  forward: 'FORWARD_MAX_IN_FLIGHT_PER_CALLER',
+};
+const RATE_SETTINGS: Record<ForwardingProfile, Record<'client' | 'caller', string>> = {
+  orders: { client: 'ORDERS_CLIENT_RATE_PER_SECOND', caller: 'ORDERS_CALLER_RATE_PER_SECOND' },
+  forward: { client: 'FORWARD_CLIENT_RATE_PER_SECOND', caller: 'FORWARD_CALLER_RATE_PER_SECOND' },
+};
 
 /**
  * Each profile is an encapsulated Fastify context rather than a Nest controller: its raw-bytes
@@ -55,6 +81,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   private readonly trails: Record<ForwardingProfile, ForwardingAuditTrail>;
   private readonly clients: ReadonlyMap<string, ClientConfig>;
   private readonly service: ForwardingService;
+  private readonly budgets: RequestBudgets;
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
@@ -63,6 +90,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     @Inject(PROVIDER_API_GATEWAY) api: ProviderApiGateway,
     @Inject(IDEMPOTENCY_STORE) store: IdempotencyStore,
     @Inject(FORWARD_RATE_LIMITER) private readonly limiter: ForwardRateLimiter,
+    @Inject(ORDERS_RATE_LIMITER) private readonly ordersLimiter: ForwardRateLimiter,
     private readonly metrics: MetricsService,
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
     @Inject(LOGGER) logger: Logger,
@@ -72,6 +100,11 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
       new ForwardingAuditTrail(auditLogger(logger, profile), PROFILES[profile].msg, config.audit);
     this.trails = { orders: trail('orders'), forward: trail('forward') };
     this.clients = new Map(config.clients.map((c) => [c.id, c]));
+    this.budgets = new RequestBudgets(budgetLimits(config));
+    metrics.setBudgetSources(
+      () => ({ held: this.budgets.bodyBytes, limit: this.budgets.limits.bodyBytes }),
+      (route) => this.budgets.requests(route),
+    );
   }
 
   onApplicationShutdown(): void {
@@ -96,7 +129,8 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
       scope.route({
         ...PROFILES[profile].route,
         bodyLimit,
-        onRequest: (req) => this.admit(profile, req),
+        onRequest: (req, reply) => this.admit(profile, req, reply),
+        preParsing: async (req, _reply, payload) => this.metered(profile, req, payload),
         handler: (req, reply) => this.handle(profile, req, reply),
       });
     });
@@ -106,15 +140,20 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
    * Before the body is read. The target's shape is checked only after the caller may forward,
    * so nothing of the path is looked at for a caller who may not.
    */
-  private async admit(profile: ForwardingProfile, req: FastifyRequest): Promise<void> {
+  private async admit(
+    profile: ForwardingProfile,
+    req: FastifyRequest,
+    reply: FastifyReply,
+  ): Promise<void> {
     if (profile === 'orders') {
-      const { clientId } = await this.guard.authorize(req, 'forward');
+      const { caller, clientId } = await this.guard.authorize(req, 'forward');
       // Any media type reaches the route as bytes: refused here with a clear message.
       if (!isJsonContentType(req.headers['content-type'])) {
         throw new ForwardingException(OrdersErrorCode.UnsupportedMediaType, JSON_ONLY);
       }
       const path = this.clients.get(clientId)!.ordersPath;
       TARGETS.set(req, { clientId, path, query: '' });
+      await this.budgeted(profile, clientId, caller.name, req, reply);
       return;
     }
     const { caller, clientId } = await this.guard.authorize(req, 'forward', () => {
@@ -126,17 +165,125 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     if (!target) throw new Error('the guard admitted a passthrough request without its path');
     const client = this.clients.get(clientId)!;
     allowedBy(client.id, client.forward.allow, req.method, target.path);
-    const verdict = await this.limiter.consume(client.id, caller.name);
-    if (verdict.degraded) this.metrics.forwardRateLimitFallback.inc();
-    if (!verdict.allowed) {
-      const seconds = Math.max(1, Math.ceil(verdict.retryAfterMs / 1000));
-      throw new ForwardingException(
-        ForwardErrorCode.RateLimited,
-        verdict.scope === 'client'
-          ? `client "${client.id}" is over its passthrough rate limit (FORWARD_CLIENT_RATE_PER_SECOND, all callers together); retry after ${seconds} s`
-          : `caller "${caller.name}" is over its passthrough rate limit for client "${client.id}" (FORWARD_CALLER_RATE_PER_SECOND); retry after ${seconds} s`,
-        { retryAfterSeconds: seconds },
-      );
+    await this.budgeted(profile, client.id, caller.name, req, reply);
+  }
+
+  /**
+   * The rate limits, then the replica's budgets. A request refused here has not had its body
+   * read: the connection is closed after the answer rather than read to its end and discarded,
+   * which would cost the very memory and time the budgets protect.
+   */
+  private async budgeted(
+    profile: ForwardingProfile,
+    clientId: string,
+    caller: string,
+    req: FastifyRequest,
+    reply: FastifyReply,
+  ): Promise<void> {
+    try {
+      await this.limit(profile, clientId, caller);
+      this.hold(profile, caller, req, reply);
+    } catch (err) {
+      reply.header('connection', 'close');
+      throw err;
+    }
+  }
+
+  /** The route's rate limits, per client and per (client, caller). */
+  private async limit(profile: ForwardingProfile, clientId: string, caller: string): Promise<void> {
+    const orders = profile === 'orders';
+    const verdict = await (orders ? this.ordersLimiter : this.limiter).consume(clientId, caller);
+    if (verdict.degraded) {
+      (orders ? this.metrics.ordersRateLimitFallback : this.metrics.forwardRateLimitFallback).inc();
+    }
+    if (verdict.allowed) return;
+    this.metrics.budgetRefusals.labels(profile, caller, `rate_${verdict.scope}`).inc();
+    const seconds = Math.max(1, Math.ceil(verdict.retryAfterMs / 1000));
+    const what = orders ? 'order' : 'passthrough';
+    const setting = RATE_SETTINGS[profile][verdict.scope];
+    throw forwardingProblem(
+      profile,
+      'rateLimited',
+      verdict.scope === 'client'
+        ? `client "${clientId}" is over its ${what} rate limit (${setting}, all callers together); retry after ${seconds} s`
+        : `caller "${caller}" is over its ${what} rate limit for client "${clientId}" (${setting}); retry after ${seconds} s`,
+      { retryAfterSeconds: seconds },
+    );
+  }
+
+  /**
+   * Takes the request's share of the replica's budgets until its response closes, whatever
+   * ends it (answer, error, the caller going away). A declared body is reserved whole here,
+   * before a byte of it is read; one without a length is metered as it arrives.
+   */
+  private hold(
+    profile: ForwardingProfile,
+    caller: string,
+    req: FastifyRequest,
+    reply: FastifyReply,
+  ): void {
+    const hold = this.budgets.enter(profile, caller);
+    if ('kind' in hold) throw this.overBudget(profile, caller, hold);
+    HOLDS.set(req, hold);
+    reply.raw.once('close', () => hold.release());
+    const declared = Number(req.headers['content-length'] ?? 0);
+    // Past the body limit Fastify answers 413 without reading it: nothing to reserve.
+    const limit = PROFILES[profile].settings(this.config).bodyLimitBytes;
+    if (!Number.isSafeInteger(declared) || declared <= 0 || declared > limit) return;
+    const refused = hold.reserve(declared);
+    if (refused) throw this.overBudget(profile, caller, refused);
+  }
+
+  /** A body sent without `Content-Length` takes the budgets chunk by chunk, cut off past them. */
+  private metered(
+    profile: ForwardingProfile,
+    req: FastifyRequest,
+    payload: NodeJS.ReadableStream,
+  ): NodeJS.ReadableStream {
+    const hold = HOLDS.get(req);
+    if (!hold || req.headers['content-length'] !== undefined) return payload;
+    const caller = callerContext(req)?.caller.name ?? '';
+    const meter = new Transform({
+      transform: (chunk: Buffer, _encoding, next) => {
+        const refused = hold.reserve(chunk.length);
+        next(refused ? this.overBudget(profile, caller, refused) : null, chunk);
+      },
+    });
+    payload.once('error', (err: Error) => meter.destroy(err));
+    return payload.pipe(meter);
+  }
+
+  private overBudget(
+    profile: ForwardingProfile,
+    caller: string,
+    refusal: BudgetRefusal,
+  ): ForwardingException {
+    const { noun } = PROFILES[profile];
+    switch (refusal.kind) {
+      case 'in_flight':
+        this.metrics.budgetRefusals.labels(profile, caller, 'in_flight').inc();
+        return forwardingProblem(
+          profile,
+          'callerBudget',
+          `caller "${caller}" has ${refusal.max} ${noun}s in progress on this replica, the most it may (${IN_FLIGHT_SETTING[profile]}); retry after 1 s, when one has ended`,
+          { retryAfterSeconds: 1 },
+        );
+      case 'caller_bytes':
+        this.metrics.budgetRefusals.labels(profile, caller, 'caller_body_bytes').inc();
+        return forwardingProblem(
+          profile,
+          'callerBudget',
+          `caller "${caller}" holds request bodies of ${refusal.max} bytes on this replica, its share (ORDERS_BODY_BUDGET_CALLER_PERCENT of ORDERS_BODY_BUDGET_BYTES); retry after 1 s, when one has ended`,
+          { retryAfterSeconds: 1 },
+        );
+      case 'replica_bytes':
+        // Counted when the refusal is recorded: the caller is known there too.
+        return forwardingProblem(
+          profile,
+          'bodyBudget',
+          `this replica holds request bodies of ${refusal.max} bytes, as many as its memory allows (ORDERS_BODY_BUDGET_BYTES); retry after 1 s, on this replica or another`,
+          { retryAfterSeconds: 1 },
+        );
     }
   }
 
@@ -194,6 +341,11 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     audit: ForwardingAudit = { attempts: 0 },
   ): FastifyReply {
     const { problem } = toProblem(err);
+    const budget = BUDGET_CODES.get(problem.code);
+    const caller = partialCallerContext(req).caller?.name;
+    if (budget !== undefined && caller !== undefined) {
+      this.metrics.budgetRefusals.labels(profile, caller, budget).inc();
+    }
     this.record(profile, req, reply, audit, { status: problem.status, result: problem.code, err });
     return sendProblem(reply, err, req.id);
   }

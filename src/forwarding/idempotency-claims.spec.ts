@@ -1,6 +1,11 @@
 import pino from 'pino';
 import { testConfig } from '../../test/support/test-config';
-import type { IdempotencyClaim, IdempotencyRef } from './idempotency-store';
+import { ForwardingException, OrdersErrorCode } from './forwarding.exception';
+import {
+  type IdempotencyClaim,
+  type IdempotencyRef,
+  RECORD_OVERHEAD_BYTES,
+} from './idempotency-store';
 import { MemoryIdempotencyStore } from './idempotency-store.memory';
 import { IdempotencyClaims } from './idempotency-claims';
 
@@ -71,5 +76,38 @@ describe(IdempotencyClaims.name, () => {
     );
     const [{ claim, ttlMs }] = store.claims;
     expect(ttlMs).toBeGreaterThanOrEqual(2 * claim.leaseMs);
+  });
+
+  it("counts each route's records against its own bounds, and refuses a keyed request past the bytes bound with 429 idempotency_bytes_exceeded naming the setting", async () => {
+    const { store, claims } = claimsWith(
+      {
+        maxIdempotencyRecordsPerCaller: 5,
+        maxIdempotencyBytesPerCaller: 2 * RECORD_OVERHEAD_BYTES,
+      },
+      1000,
+    );
+    const ref = (n: number) => ({
+      clientId: 'acme',
+      caller: 'checkout',
+      keyHash: `${n}`.repeat(64),
+    });
+    await claims.claim('orders', ref(1), 'b');
+    expect(store.claims[0].claim.quota).toMatchObject({
+      profile: 'orders',
+      maxRecords: 5,
+      maxBytes: 2 * RECORD_OVERHEAD_BYTES,
+      reserveBytes: RECORD_OVERHEAD_BYTES,
+      bytesSetting: 'ORDERS_IDEMPOTENCY_MAX_BYTES_PER_CALLER',
+    });
+    await claims.claim('orders', ref(2), 'b');
+    const err: unknown = await claims.claim('orders', ref(3), 'b').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ForwardingException);
+    expect((err as ForwardingException).code).toBe(OrdersErrorCode.IdempotencyBytesExceeded);
+    expect((err as ForwardingException).problemStatus.status).toBe(429);
+    expect((err as ForwardingException).message).toMatch(/ORDERS_IDEMPOTENCY_MAX_BYTES_PER_CALLER/);
+    expect((err as ForwardingException).retryAfterSeconds).toBeGreaterThan(0);
+    // The passthrough's records are counted apart.
+    await claims.claim('forward', ref(3), 'b');
+    expect(store.claims.at(-1)?.claim.quota?.profile).toBe('forward');
   });
 });

@@ -3,11 +3,13 @@ import type { Logger } from 'pino';
 import { type BrokerConfig, ordersCallDeadlineMs } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
 import {
+  type IdempotencyQuota,
   type IdempotencyRecord,
   type IdempotencyRef,
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
   IdempotencyStoreException,
+  RECORD_OVERHEAD_BYTES,
   type Settlement,
   type StoredResponse,
 } from './idempotency-store';
@@ -56,15 +58,16 @@ export class IdempotencyClaims {
     const settings = PROFILES[profile].settings(this.config);
     const ttlMs = settings.idempotencyTtlSeconds * 1000;
     const owner = randomUUID();
+    const quota = this.quota(profile);
     const result = await this.store
       .claim(
         ref,
-        { bodyHash, owner, leaseMs: this.leaseMs, maxPerCaller: settings.maxRecordsPerCaller },
+        { bodyHash, owner, leaseMs: this.leaseMs, quota },
         // Never shorter than a claim can be held, so a record cannot vanish mid-flight.
         Math.max(ttlMs, 2 * this.leaseMs),
       )
       .catch((err: unknown) => this.claimFailed(profile, ref, err));
-    if (result.claimed) return { ledger: this.ledger(ref, owner, ttlMs) };
+    if (result.claimed) return { ledger: this.ledger(ref, owner, ttlMs, quota && profile) };
     return { replay: this.recorded(profile, result.existing, bodyHash, ref.clientId) };
   }
 
@@ -111,13 +114,36 @@ export class IdempotencyClaims {
     }
   }
 
+  /** The route's bounds on what one caller keeps per client; `undefined` when it has none. */
+  private quota(profile: ForwardingProfile): IdempotencyQuota | undefined {
+    const { recordsSetting, bytesSetting, settings } = PROFILES[profile];
+    const { maxRecordsPerCaller, maxBytesPerCaller } = settings(this.config);
+    if (maxRecordsPerCaller === 0 && maxBytesPerCaller === 0) return undefined;
+    return {
+      profile,
+      maxRecords: maxRecordsPerCaller,
+      maxBytes: maxBytesPerCaller,
+      // Not the largest answer it may store: that would refuse legitimate bursts long before
+      // the bound is near. Answers in flight when it is reached may pass it by their size,
+      // which the in-flight budgets and the stored-answer limit bound.
+      reserveBytes: RECORD_OVERHEAD_BYTES,
+      recordsSetting,
+      bytesSetting,
+    };
+  }
+
   /** Settles a claim; a store failure is logged, never changes what the caller is told. */
-  private ledger(ref: IdempotencyRef, owner: string, ttlMs: number): Ledger {
+  private ledger(
+    ref: IdempotencyRef,
+    owner: string,
+    ttlMs: number,
+    quota: ForwardingProfile | undefined,
+  ): Ledger {
     const { clientId, keyHash } = ref;
     return async (settlement) => {
       const what = SETTLED[settlement.state];
       try {
-        if (!(await this.store.settle(ref, owner, settlement, ttlMs))) {
+        if (!(await this.store.settle(ref, owner, settlement, ttlMs, quota))) {
           this.logger.warn(
             { client: clientId, idemKeyHash: keyHash.slice(0, 16) },
             `idempotency record not ${what}: the claim was no longer held`,
@@ -157,6 +183,13 @@ export class IdempotencyClaims {
           profile,
           'callerLimit',
           `${err.message}; nothing was sent. Retry after ${err.retryAfterSeconds ?? 1} s, when its oldest record expires, or send requests that need no replay protection without an Idempotency-Key`,
+          { retryAfterSeconds: err.retryAfterSeconds, cause: err },
+        );
+      case IdempotencyStoreErrorCode.CallerBytes:
+        throw forwardingProblem(
+          profile,
+          'callerBytes',
+          `${err.message}; nothing was sent. Retry after ${err.retryAfterSeconds ?? 1} s, when records expire, or send requests that need no replay protection without an Idempotency-Key`,
           { retryAfterSeconds: err.retryAfterSeconds, cause: err },
         );
       case IdempotencyStoreErrorCode.Corrupt:

@@ -1,4 +1,6 @@
+import type { ForwardingProfile } from './forwarding.exception';
 import {
+  callerBytes,
   callerLimit,
   type ClaimResult,
   type IdempotencyClaim,
@@ -6,6 +8,7 @@ import {
   type IdempotencyRef,
   type IdempotencyStore,
   type Settlement,
+  storedBytes,
 } from './idempotency-store';
 
 interface Entry {
@@ -14,6 +17,12 @@ interface Entry {
   leaseUntil?: number;
   owner: string;
   expiresAt: number;
+}
+
+/** One caller's bounded records of one route and client: what each counts, until when. */
+interface Quota {
+  readonly records: Map<string, { bytes: number; expiresAt: number }>;
+  bytes: number;
 }
 
 /** How often expired records are swept; lookups ignore them anyway. */
@@ -25,8 +34,8 @@ const SWEEP_INTERVAL_MS = 60_000;
  */
 export class MemoryIdempotencyStore implements IdempotencyStore {
   private readonly entries = new Map<string, Entry>();
-  /** Per client and caller, the ids of its bounded records (some may have expired since). */
-  private readonly byCaller = new Map<string, Set<string>>();
+  /** Per route, client and caller, its bounded records (some may have expired since). */
+  private readonly quotas = new Map<string, Quota>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly now: () => number = Date.now) {
@@ -47,14 +56,18 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
             : record,
       };
     }
-    const max = claim.maxPerCaller ?? 0;
-    if (max > 0) {
-      const held = this.held(ref);
-      if (held.size >= max) {
-        const oldest = Math.min(...[...held].map((h) => this.entries.get(h)!.expiresAt));
-        throw callerLimit(ref, max, oldest - this.now());
+    const bound = claim.quota;
+    if (bound) {
+      const quota = this.held(ref, bound.profile);
+      const full = bound.maxRecords > 0 && quota.records.size >= bound.maxRecords;
+      const heavy = bound.maxBytes > 0 && quota.bytes + bound.reserveBytes > bound.maxBytes;
+      if (full || heavy) {
+        const oldest = Math.min(...[...quota.records.values()].map((r) => r.expiresAt));
+        const wait = oldest - this.now();
+        throw full ? callerLimit(ref, bound, wait) : callerBytes(ref, bound, wait);
       }
-      held.add(id);
+      quota.records.set(id, { bytes: bound.reserveBytes, expiresAt: this.now() + ttlMs });
+      quota.bytes += bound.reserveBytes;
     }
     this.entries.set(id, {
       record: { state: 'in_flight', bodyHash: claim.bodyHash, leaseRemainingMs: claim.leaseMs },
@@ -70,15 +83,26 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     owner: string,
     settlement: Settlement,
     ttlMs: number,
+    profile?: ForwardingProfile,
   ): Promise<boolean> {
     const id = entryId(ref);
     const entry = this.live(id);
     if (!entry || entry.owner !== owner) return false;
+    const quota = profile === undefined ? undefined : this.quotas.get(quotaId(ref, profile));
+    const counted = quota?.records.get(id);
     if (settlement.state === 'released') {
       if (entry.record.state !== 'in_flight') return false;
       this.entries.delete(id);
-      this.byCaller.get(callerId(ref))?.delete(id);
+      if (quota && counted) {
+        quota.bytes -= counted.bytes;
+        quota.records.delete(id);
+      }
       return true;
+    }
+    if (quota && counted) {
+      const bytes = storedBytes(settlement);
+      quota.bytes += bytes - counted.bytes;
+      quota.records.set(id, { bytes, expiresAt: this.now() + ttlMs });
     }
     const { bodyHash } = entry.record;
     // A completed answer is copied: the caller's buffer may be pooled or reused.
@@ -94,12 +118,20 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     return true;
   }
 
-  private held(ref: IdempotencyRef): Set<string> {
-    const key = callerId(ref);
-    let held = this.byCaller.get(key);
-    if (!held) this.byCaller.set(key, (held = new Set()));
-    for (const id of held) if (!this.live(id)) held.delete(id);
-    return held;
+  private held(ref: IdempotencyRef, profile: ForwardingProfile): Quota {
+    const key = quotaId(ref, profile);
+    let quota = this.quotas.get(key);
+    if (!quota) this.quotas.set(key, (quota = { records: new Map(), bytes: 0 }));
+    this.prune(quota, this.now());
+    return quota;
+  }
+
+  private prune(quota: Quota, now: number): void {
+    for (const [id, counted] of quota.records) {
+      if (counted.expiresAt > now && this.entries.has(id)) continue;
+      quota.records.delete(id);
+      quota.bytes -= counted.bytes;
+    }
   }
 
   async close(): Promise<void> {
@@ -118,15 +150,15 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   private sweep(): void {
     const now = this.now();
     for (const [id, entry] of this.entries) if (entry.expiresAt <= now) this.entries.delete(id);
-    for (const [key, held] of this.byCaller) {
-      for (const id of held) if (!this.entries.has(id)) held.delete(id);
-      if (held.size === 0) this.byCaller.delete(key);
+    for (const [key, quota] of this.quotas) {
+      this.prune(quota, now);
+      if (quota.records.size === 0) this.quotas.delete(key);
     }
   }
 }
 
-function callerId(ref: IdempotencyRef): string {
-  return `${ref.clientId}\u0000${ref.caller}`;
+function quotaId(ref: IdempotencyRef, profile: ForwardingProfile): string {
+  return `${profile}\u0000${ref.clientId}\u0000${ref.caller}`;
 }
 
 /** Client ids and key hashes hold no NUL, so the three parts cannot run into each other. */

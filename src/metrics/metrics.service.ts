@@ -119,6 +119,43 @@ export class MetricsService {
     help: 'Passthrough requests whose rate limits were counted in this replica only because Redis did not answer.',
     registers: [this.registry],
   });
+  readonly ordersRateLimitFallback = new Counter({
+    name: 'token_broker_orders_rate_limit_fallback_total',
+    help: 'POST /orders requests whose rate limits were counted in this replica only because Redis did not answer.',
+    registers: [this.registry],
+  });
+  /** Callers are configured names: bounded. */
+  readonly budgetRefusals = new Counter({
+    name: 'token_broker_budget_refusals_total',
+    help: 'Requests of POST /orders (route orders) and the passthrough (forward) refused by a budget, per caller and budget: in_flight, caller_body_bytes, body_bytes (this replica), rate_client, rate_caller (fleet-wide), idempotency_records, idempotency_bytes (stored per caller and client).',
+    labelNames: ['route', 'caller', 'budget'] as const,
+    registers: [this.registry],
+  });
+  private bodyBudgetSource: () => { held: number; limit: number } = () => ({ held: 0, limit: 0 });
+  readonly bodyBytesHeld: Gauge = new Gauge({
+    name: 'token_broker_request_body_bytes',
+    help: 'Request body bytes of POST /orders and the passthrough this replica holds now (ORDERS_BODY_BUDGET_BYTES bounds it).',
+    registers: [this.registry],
+    collect: (): void => this.bodyBytesHeld.set(this.bodyBudgetSource().held),
+  });
+  readonly bodyBudget: Gauge = new Gauge({
+    name: 'token_broker_request_body_budget_bytes',
+    help: 'The request body budget of this replica in bytes: ORDERS_BODY_BUDGET_BYTES, or derived from the container memory limit.',
+    registers: [this.registry],
+    collect: (): void => this.bodyBudget.set(this.bodyBudgetSource().limit),
+  });
+  private inFlightSource: (route: 'orders' | 'forward') => number = () => 0;
+  readonly forwardingInFlight: Gauge<'route'> = new Gauge({
+    name: 'token_broker_forwarding_in_flight',
+    help: 'Requests of POST /orders (orders) and the passthrough (forward) in progress on this replica, all callers together (ORDERS_MAX_IN_FLIGHT_PER_CALLER, FORWARD_MAX_IN_FLIGHT_PER_CALLER bound each caller).',
+    labelNames: ['route'] as const,
+    registers: [this.registry],
+    collect: (): void => {
+      for (const route of ['orders', 'forward'] as const) {
+        this.forwardingInFlight.set({ route }, this.inFlightSource(route));
+      }
+    },
+  });
   readonly redisDataLoss = new Counter({
     name: 'token_broker_redis_data_loss_total',
     help: 'Times this replica found that Redis lost data it had seen there, per client and kind (lost: emptied; rolled_back: a failover to a replica that missed writes). Idempotency records may be gone: repeats of answered orders could be created twice.',
@@ -163,6 +200,14 @@ export class MetricsService {
   /** Each client's held token expiry and whether it is servable, read at scrape time. */
   setClientSource(source: () => readonly ClientGaugeState[]): void {
     this.clientSource = source;
+  }
+
+  setBudgetSources(
+    bodies: () => { held: number; limit: number },
+    inFlight: (route: 'orders' | 'forward') => number,
+  ): void {
+    this.bodyBudgetSource = bodies;
+    this.inFlightSource = inFlight;
   }
 
   setDegradedSource(source: () => boolean): void {

@@ -44,6 +44,15 @@ const HINTS: Partial<Record<Code, string>> = {
   forward_not_allowed: "the client's allow-list does not cover the method and path",
   forward_body_too_large: 'body over FORWARD_BODY_LIMIT_BYTES',
   forward_rate_limited: "over the client's or the caller's rate limit at the broker",
+  order_rate_limited: "over the client's or the caller's order rate limit at the broker",
+  order_caller_budget_exceeded:
+    'the caller has too many orders, or too many body bytes, in progress on this replica',
+  forward_caller_budget_exceeded:
+    'the caller has too many requests, or too many body bytes, in progress on this replica',
+  order_body_budget_exhausted: 'the replica holds as many request bodies as its memory allows',
+  forward_body_budget_exhausted: 'the replica holds as many request bodies as its memory allows',
+  idempotency_bytes_exceeded:
+    'the caller holds the most bytes of Idempotency-Key records it may (nothing sent)',
   forward_upstream_echoed_token: "the provider's answer contained the access token (withheld)",
   forward_provider_timeout: 'sent, no answer in time: check with the provider',
   admin_store_unavailable: 'Redis does not answer; retry',

@@ -9,6 +9,7 @@ import {
 import type { ForwardSettings } from '../config/provider.schema';
 import type {
   ForwardRateLimiter,
+  RateLimitedRoute,
   RateLimitScope,
   RateLimitVerdict,
 } from '../forwarding/forward-rate-limiter';
@@ -16,6 +17,21 @@ import type { RedisClient } from './redis.connection';
 
 const BURST_WINDOW_SECONDS = 10;
 const FALLBACK_LOG_INTERVAL_MS = 30_000;
+
+/** The rates of one route: `forward` and `orders` have the same four settings. */
+export type RateSettings = Pick<
+  ForwardSettings,
+  'clientRatePerSecond' | 'clientRateBurst' | 'callerRatePerSecond' | 'callerRateBurst'
+>;
+
+/** Counter key prefixes: the passthrough's predate the orders' and stay as they were. */
+const PREFIXES: Record<RateLimitedRoute, string> = { forward: 'tb:rl', orders: 'tb:rl:orders' };
+
+/** How the fallback warning names the route and its metric. */
+const NAMES: Record<RateLimitedRoute, [string, string]> = {
+  forward: ['passthrough', 'token_broker_forward_rate_limit_fallback_total'],
+  orders: ['POST /orders', 'token_broker_orders_rate_limit_fallback_total'],
+};
 
 type LimitOptions = ConstructorParameters<typeof RateLimiterMemory>[0];
 
@@ -39,11 +55,23 @@ export class RedisForwardRateLimiter implements ForwardRateLimiter {
 
   constructor(
     redis: RedisClient | null,
-    settings: ForwardSettings,
+    settings: RateSettings,
     private readonly logger: Logger,
+    private readonly profile: RateLimitedRoute = 'forward',
   ) {
-    this.client = pair(redis, 'client', settings.clientRatePerSecond, settings.clientRateBurst);
-    this.caller = pair(redis, 'caller', settings.callerRatePerSecond, settings.callerRateBurst);
+    const prefix = PREFIXES[profile];
+    this.client = pair(
+      redis,
+      `${prefix}:client`,
+      settings.clientRatePerSecond,
+      settings.clientRateBurst,
+    );
+    this.caller = pair(
+      redis,
+      `${prefix}:caller`,
+      settings.callerRatePerSecond,
+      settings.callerRateBurst,
+    );
   }
 
   async consume(clientId: string, caller: string): Promise<RateLimitVerdict> {
@@ -85,7 +113,7 @@ export class RedisForwardRateLimiter implements ForwardRateLimiter {
     this.lastFallbackLog = now;
     this.logger.warn(
       { err: err instanceof Error ? err.message : String(err) },
-      'passthrough rate limits counted in this replica only: Redis did not answer. Each replica now allows the full rate (the fleet up to N times it) until Redis is back; see token_broker_forward_rate_limit_fallback_total',
+      `${NAMES[this.profile][0]} rate limits counted in this replica only: Redis did not answer. Each replica now allows the full rate (the fleet up to N times it) until Redis is back; see ${NAMES[this.profile][1]}`,
     );
   }
 }
@@ -104,13 +132,12 @@ async function refusal(limiter: Limiter, key: string): Promise<number | undefine
 /** The same limits in memory and, with a Redis, in Redis; `undefined` when the limit is off. */
 function pair(
   redis: RedisClient | null,
-  name: string,
+  keyPrefix: string,
   perSecond: number,
   burst: number,
 ): Pair | undefined {
   if (perSecond === 0) return undefined;
   const limits = (make: (options: LimitOptions) => RateLimiterAbstract): Limiter => {
-    const keyPrefix = `tb:rl:${name}`;
     const rate = make({ keyPrefix, points: perSecond, duration: 1 });
     if (burst === 0) return rate;
     const bursts = make({

@@ -1,13 +1,16 @@
 import {
+  callerBytes,
   callerLimit,
   type ClaimResult,
   type IdempotencyClaim,
   type IdempotencyRef,
+  type IdempotencyRoute,
   type IdempotencyRecord,
   type IdempotencyStore,
   IdempotencyStoreErrorCode,
   IdempotencyStoreException,
   type Settlement,
+  storedBytes,
   type StoredResponse,
 } from '../forwarding/idempotency-store';
 import { redisKeys } from './redis.constants';
@@ -18,12 +21,15 @@ import type { TokenCipher } from '../token/token-cipher';
 
 /**
  * KEYS[1] record hash, KEYS[2] the same key's record as versions before per-caller records wrote
- * it, KEYS[3] the caller's records (sorted set: record key by expiry). ARGV: body hash, owner,
- * lease length (ms), TTL ms, MAC of the body hash, most records per caller (0: no bound).
- * Check and create in one script, so exactly one of concurrent claims creates the record. The
- * lease is kept on Redis's clock (TIME): replicas' clocks differ. An old record answers only an
- * exact repeat, marked 'legacy' (9th field) for its MACs; a caller at its bound gets
- * {'full', ms until its oldest record expires}.
+ * it, KEYS[3] the caller's records of this route (sorted set: record key by expiry), KEYS[4] and
+ * KEYS[5] the same for the bytes bound (sorted set by expiry; hash: record key to its bytes, `#`
+ * to their sum). ARGV: body hash, owner, lease length (ms), TTL ms, MAC of the body hash, most
+ * records (0: no bound), most bytes (0: no bound), bytes an in-flight claim counts.
+ * Check and create in one script, so exactly one of concurrent claims creates the record and
+ * each claim sees the others' counts. The lease is kept on Redis's clock (TIME):
+ * replicas' clocks differ. An old record answers only an exact repeat, marked 'legacy' (9th
+ * field) for its MACs; a caller at a bound gets {'full' or 'bytes', ms until its oldest record
+ * expires}. The counting keys expire with the longest-lived record they count.
  */
 const CLAIM = `${REDIS_NOW}
 local now = redisNow()
@@ -41,16 +47,47 @@ if cur[1] then
   if lease then cur[3] = tostring(math.max(0, lease - now)) end
   return cur
 end
+local ttl = tonumber(ARGV[4])
 local max = tonumber(ARGV[6])
+local maxBytes = tonumber(ARGV[7])
+local reserve = tonumber(ARGV[8])
+local function wait(set)
+  local oldest = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+  if not oldest[2] then return '1000' end
+  return tostring(math.max(1, tonumber(oldest[2]) - now))
+end
+local function keep(key)
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+end
 if max > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  if redis.call('ZCARD', KEYS[3]) >= max then
-    local oldest = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    return {'full', tostring(math.max(1, tonumber(oldest[2]) - now))}
+  if redis.call('ZCARD', KEYS[3]) >= max then return {'full', wait(KEYS[3])} end
+end
+if maxBytes > 0 then
+  -- Expired records give their bytes back; at most 1000 a claim keeps the script short.
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 1000)
+  local freed = 0
+  for _, member in ipairs(gone) do
+    freed = freed + (tonumber(redis.call('HGET', KEYS[5], member)) or 0)
+    redis.call('HDEL', KEYS[5], member)
+    redis.call('ZREM', KEYS[4], member)
   end
-  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), KEYS[1])
-  -- The set lives as long as its longest-lived record, never forever.
-  if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[3], ARGV[4]) end
+  if freed > 0 then redis.call('HINCRBY', KEYS[5], '#', -freed) end
+  -- Nothing left to count (or the sum was lost with its key): start from zero.
+  if redis.call('ZCARD', KEYS[4]) == 0 then redis.call('DEL', KEYS[5]) end
+  local used = tonumber(redis.call('HGET', KEYS[5], '#')) or 0
+  if used + reserve > maxBytes then return {'bytes', wait(KEYS[4])} end
+end
+if max > 0 then
+  redis.call('ZADD', KEYS[3], now + ttl, KEYS[1])
+  keep(KEYS[3])
+end
+if maxBytes > 0 then
+  redis.call('ZADD', KEYS[4], now + ttl, KEYS[1])
+  redis.call('HSET', KEYS[5], KEYS[1], reserve)
+  redis.call('HINCRBY', KEYS[5], '#', reserve)
+  keep(KEYS[4])
+  keep(KEYS[5])
 end
 redis.call('HSET', KEYS[1], 'st', 'f', 'fp', ARGV[1], 'own', ARGV[2], 'lease', now + tonumber(ARGV[3]), 'fpm', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -58,28 +95,46 @@ return 1
 `;
 
 /**
- * KEYS[1] record hash, KEYS[2] the caller's records. ARGV: owner, TTL ms, state ('c', 'u', or
- * 'r' to release), then for 'c' status, content type, body and its MAC. Only the claimant
- * settles: a holder that outlived its lease must not overwrite what a later claimant recorded.
- * A release deletes only an in-flight claim: a settled record must never be forgotten early.
+ * KEYS[1] record hash, KEYS[2] the caller's records, KEYS[3] and KEYS[4] its bytes bound (as
+ * in CLAIM). ARGV: owner, TTL ms, state ('c', 'u', or 'r' to release), the bytes the record
+ * counts, then for 'c' status, content type, body and its MAC. Only the claimant settles: a
+ * holder that outlived its lease must not overwrite what a later claimant recorded. A release
+ * deletes only an in-flight claim: a settled record must never be forgotten early. What the
+ * claim counted is replaced by what the record holds, or given back with it.
  */
 const SETTLE = `${REDIS_NOW}
 local cur = redis.call('HMGET', KEYS[1], 'own', 'st')
 if cur[1] ~= ARGV[1] then return 0 end
+local counted = tonumber(redis.call('HGET', KEYS[4], KEYS[1]))
 if ARGV[3] == 'r' then
   if cur[2] ~= 'f' then return 0 end
   redis.call('DEL', KEYS[1])
   redis.call('ZREM', KEYS[2], KEYS[1])
+  if counted then
+    redis.call('HDEL', KEYS[4], KEYS[1])
+    redis.call('ZREM', KEYS[3], KEYS[1])
+    redis.call('HINCRBY', KEYS[4], '#', -counted)
+  end
   return 1
 end
 local now = redisNow()
+local ttl = tonumber(ARGV[2])
 if redis.call('ZSCORE', KEYS[2], KEYS[1]) then
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), KEYS[1])
-  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+  redis.call('ZADD', KEYS[2], now + ttl, KEYS[1])
+  if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+end
+if counted then
+  local bytes = tonumber(ARGV[4])
+  redis.call('HSET', KEYS[4], KEYS[1], bytes)
+  redis.call('HINCRBY', KEYS[4], '#', bytes - counted)
+  redis.call('ZADD', KEYS[3], now + ttl, KEYS[1])
+  for _, key in ipairs({KEYS[3], KEYS[4]}) do
+    if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+  end
 end
 redis.call('HDEL', KEYS[1], 'lease')
 if ARGV[3] == 'c' then
-  redis.call('HSET', KEYS[1], 'st', 'c', 'status', ARGV[4], 'ct', ARGV[5], 'body', ARGV[6], 'mac', ARGV[7])
+  redis.call('HSET', KEYS[1], 'st', 'c', 'status', ARGV[5], 'ct', ARGV[6], 'body', ARGV[7], 'mac', ARGV[8])
 else
   redis.call('HSET', KEYS[1], 'st', 'u')
 end
@@ -100,14 +155,9 @@ type RedisWithIdempotencyScripts = RedisClient & {
   tbIdemClaimBuffer(
     key: string,
     legacyKey: string,
-    quotaKey: string,
     ...args: (string | number)[]
   ): Promise<number | RawField[]>;
-  tbIdemSettle(
-    key: string,
-    quotaKey: string,
-    ...args: (string | number | Buffer)[]
-  ): Promise<number>;
+  tbIdemSettle(key: string, ...args: (string | number | Buffer)[]): Promise<number>;
 };
 
 /**
@@ -126,30 +176,36 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       'authenticates' | 'mac' | 'verifyMac' | 'sealBytes' | 'openBytes'
     >,
   ) {
-    redis.defineCommand('tbIdemClaim', { numberOfKeys: 3, lua: CLAIM });
-    redis.defineCommand('tbIdemSettle', { numberOfKeys: 2, lua: SETTLE });
+    redis.defineCommand('tbIdemClaim', { numberOfKeys: 5, lua: CLAIM });
+    redis.defineCommand('tbIdemSettle', { numberOfKeys: 4, lua: SETTLE });
     this.redis = redis as RedisWithIdempotencyScripts;
   }
 
   async claim(ref: IdempotencyRef, claim: IdempotencyClaim, ttlMs: number): Promise<ClaimResult> {
     // The Buffer variant: a stored body is relayed byte for byte, never re-decoded as UTF-8.
+    const { quota } = claim;
     const reply = await this.run('claiming an idempotency key', () =>
       this.redis.tbIdemClaimBuffer(
         recordKey(ref),
         redisKeys.idempotency(ref.clientId, ref.keyHash),
-        quotaKey(ref),
+        ...quotaKeys(ref, quota?.profile),
         claim.bodyHash,
         claim.owner,
         Math.ceil(claim.leaseMs),
         Math.ceil(ttlMs),
         this.signer.mac(macParts('fp', ref, false, claim.bodyHash)),
-        claim.maxPerCaller ?? 0,
+        quota?.maxRecords ?? 0,
+        quota?.maxBytes ?? 0,
+        quota?.reserveBytes ?? 0,
       ),
     );
     if (reply === 1) return { claimed: true };
     if (!Array.isArray(reply)) throw corrupt('unexpected reply to the claim script');
-    if (reply.length === 2 && latin1(reply[0]) === 'full') {
-      throw callerLimit(ref, claim.maxPerCaller ?? 0, Number(latin1(reply[1])));
+    if (reply.length === 2 && quota) {
+      const bound = latin1(reply[0]);
+      const wait = Number(latin1(reply[1]));
+      if (bound === 'full') throw callerLimit(ref, quota, wait);
+      if (bound === 'bytes') throw callerBytes(ref, quota, wait);
     }
     return { claimed: false, existing: this.verified(ref, reply) };
   }
@@ -159,6 +215,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     owner: string,
     settlement: Settlement,
     ttlMs: number,
+    profile?: IdempotencyRoute,
   ): Promise<boolean> {
     const [state, what] = SETTLING[settlement.state];
     const answer =
@@ -173,10 +230,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const done = await this.run(what, () =>
       this.redis.tbIdemSettle(
         recordKey(ref),
-        quotaKey(ref),
+        ...quotaKeys(ref, profile),
         owner,
         Math.ceil(ttlMs),
         state,
+        storedBytes(settlement),
         ...answer,
       ),
     );
@@ -300,8 +358,22 @@ function recordKey(ref: IdempotencyRef): string {
   return redisKeys.callerIdempotency(ref.clientId, ref.caller, ref.keyHash);
 }
 
-function quotaKey(ref: IdempotencyRef): string {
-  return redisKeys.idempotencyQuota(ref.clientId, ref.caller);
+/**
+ * The count, then the bytes bound's two keys, of a route's records. Without a route, the
+ * passthrough's: the scripts only touch a key that counts this very record.
+ */
+function quotaKeys(
+  ref: IdempotencyRef,
+  profile: IdempotencyRoute = 'forward',
+): [string, string, string] {
+  const { clientId, caller } = ref;
+  return [
+    profile === 'orders'
+      ? redisKeys.ordersIdempotencyQuota(clientId, caller)
+      : redisKeys.idempotencyQuota(clientId, caller),
+    redisKeys.idempotencyBytesExpiry(clientId, profile, caller),
+    redisKeys.idempotencyBytes(clientId, profile, caller),
+  ];
 }
 
 function tampered(why: string): IdempotencyStoreException {

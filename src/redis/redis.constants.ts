@@ -21,6 +21,15 @@ export const redisKeys = {
   /** Sorted set: record key by expiry in Redis ms. */
   idempotencyQuota: (clientId: string, caller: string) =>
     `tb:{${clientId}}:idemq:${createHash('sha256').update(caller).digest('hex')}`,
+  /** `POST /orders`' count of the same: the passthrough's predates it and keeps its name. */
+  ordersIdempotencyQuota: (clientId: string, caller: string) =>
+    `tb:{${clientId}}:idemo:${createHash('sha256').update(caller).digest('hex')}`,
+  /** Sorted set per route: record key by expiry in Redis ms, for the bytes bound. */
+  idempotencyBytesExpiry: (clientId: string, route: string, caller: string) =>
+    `tb:{${clientId}}:idemb:${route}:${createHash('sha256').update(caller).digest('hex')}`,
+  /** Hash per route: record key to the bytes it counts, and `#` to their sum. */
+  idempotencyBytes: (clientId: string, route: string, caller: string) =>
+    `tb:{${clientId}}:idems:${route}:${createHash('sha256').update(caller).digest('hex')}`,
   /** The same key sent by two callers is two records. */
   callerIdempotency: (clientId: string, caller: string, keyHash: string) =>
     `tb:{${clientId}}:idem:${createHash('sha256').update(`${keyHash}\n${caller}`).digest('hex')}`,

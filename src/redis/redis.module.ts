@@ -6,7 +6,11 @@ import { redisConfigured } from '../config/redis.schema';
 import { LOGGER } from '../logging/logger';
 import type { IdempotencyStore } from '../forwarding/idempotency-store';
 import { MemoryIdempotencyStore } from '../forwarding/idempotency-store.memory';
-import { FORWARD_RATE_LIMITER, IDEMPOTENCY_STORE } from '../forwarding/forwarding.constants';
+import {
+  FORWARD_RATE_LIMITER,
+  IDEMPOTENCY_STORE,
+  ORDERS_RATE_LIMITER,
+} from '../forwarding/forwarding.constants';
 import { TOKEN_CIPHER, type TokenCipher } from '../token/token-cipher';
 import { TOKEN_STORE, type TokenStore } from '../token/token-store';
 import { MemoryTokenStore } from '../token/token-store.memory';
@@ -104,8 +108,17 @@ const REDIS_SECRETS = 'TOKEN_BROKER:REDIS_SECRETS';
         logger: Logger,
       ): ForwardRateLimiter => new RedisForwardRateLimiter(redis, config.forward, logger),
     },
+    {
+      provide: ORDERS_RATE_LIMITER,
+      inject: [BROKER_CONFIG, REDIS_CONNECTION, LOGGER],
+      useFactory: (
+        config: BrokerConfig,
+        redis: RedisClient | null,
+        logger: Logger,
+      ): ForwardRateLimiter => new RedisForwardRateLimiter(redis, config.orders, logger, 'orders'),
+    },
   ],
-  exports: [TOKEN_STORE, IDEMPOTENCY_STORE, FORWARD_RATE_LIMITER],
+  exports: [TOKEN_STORE, IDEMPOTENCY_STORE, FORWARD_RATE_LIMITER, ORDERS_RATE_LIMITER],
 })
 export class RedisModule implements OnApplicationShutdown {
   constructor(
