@@ -21,6 +21,15 @@ const RAW_FORBIDDEN = /[\x00-\x20\x7f-\uffff\\#]/;
 // eslint-disable-next-line no-control-regex -- refusing control characters is the point
 const DECODED_FORBIDDEN = /[/\\%;\x00-\x1f\x7f]/;
 const BAD_ESCAPE = /%(?![0-9A-Fa-f]{2})/;
+/** Windows and IIS trim a segment's trailing dots and spaces: `...` and `..%20` become `..`. */
+const DOTS_AND_SPACES = /^[. ]+$/;
+/**
+ * Raw non-ASCII is refused above; decoded, it is refused whole rather than screened for the
+ * look-alikes one server or another folds into `.` or `/` (Unicode NFKC, best-fit code pages):
+ * that list has no end, and a provider path needs none of it.
+ */
+// eslint-disable-next-line no-control-regex -- the point is everything past ASCII
+const NON_ASCII = /[^\x00-\x7f]/;
 
 /**
  * Refuses rather than normalises anything a server on the way could read differently from the
@@ -65,8 +74,15 @@ function assertPlainPath(path: string): void {
     } catch {
       throw invalid('the provider path holds a %-escape that is not UTF-8');
     }
-    if (decoded === '.' || decoded === '..') {
-      throw invalid('the provider path holds a "." or ".." segment (also when percent-encoded)');
+    if (DOTS_AND_SPACES.test(decoded)) {
+      throw invalid(
+        'the provider path holds a segment of only dots and spaces (".", "..", "...", "..%20"; also when percent-encoded): servers that trim trailing dots and spaces read it as ".."',
+      );
+    }
+    if (NON_ASCII.test(decoded)) {
+      throw invalid(
+        'the provider path holds a percent-encoded non-ASCII character: some servers fold look-alikes (fullwidth dot U+FF0E, dot leaders U+2024 and U+2025, small full stop U+FE52, fullwidth solidus U+FF0F) into "." or "/"; provider paths are ASCII, so send such data in the query string',
+      );
     }
     if (DECODED_FORBIDDEN.test(decoded)) {
       throw invalid(
