@@ -1,4 +1,4 @@
-import { DEFAULT_FORWARD_RULES, forwardRuleSchema } from '../config/client.schema';
+import { defaultForwardRules, forwardRuleSchema } from '../config/client.schema';
 import { ForwardErrorCode } from './forwarding.exception';
 import { allowedBy, parseForwardTarget } from './forward-target';
 
@@ -106,16 +106,36 @@ describe(parseForwardTarget.name, () => {
 });
 
 describe(allowedBy.name, () => {
-  it('lets a method under a prefix pass, and names the rules otherwise', () => {
-    expect(allowedBy('acme', DEFAULT_FORWARD_RULES, 'GET', '/api/marketing/v1/offers').prefix).toBe(
+  const DEFAULT_RULES = defaultForwardRules('/api/checkout/v1/orders');
+
+  it('lets a method under a prefix or on an exact path pass, and names the rules otherwise', () => {
+    expect(allowedBy('acme', DEFAULT_RULES, 'GET', '/api/marketing/v1/offers').prefix).toBe(
       '/api/marketing/v1/',
     );
-    expect(() =>
-      allowedBy('acme', DEFAULT_FORWARD_RULES, 'GET', '/api/marketing/v1-admin/x'),
-    ).toThrow(/under \/api\/checkout\/v1\/; .* under \/api\/marketing\/v1\//);
+    expect(allowedBy('acme', DEFAULT_RULES, 'POST', '/api/checkout/v1/orders').path).toBe(
+      '/api/checkout/v1/orders',
+    );
+    expect(() => allowedBy('acme', DEFAULT_RULES, 'GET', '/api/marketing/v1-admin/x')).toThrow(
+      /POST on \/api\/checkout\/v1\/orders; GET, HEAD under \/api\/marketing\/v1\//,
+    );
     const getOnly = [{ methods: ['GET' as const], prefix: '/api/marketing/v1/' }];
     expect(() => allowedBy('acme', getOnly, 'POST', '/api/marketing/v1/offers')).toThrow(
       expect.objectContaining({ code: ForwardErrorCode.NotAllowed }),
+    );
+  });
+
+  it.each([
+    ['DELETE', '/api/checkout/v1/orders/o-1'],
+    ['POST', '/api/checkout/v1/orders/o-1/refunds'],
+    ['POST', '/api/checkout/v1/orders/'],
+    ['GET', '/api/checkout/v1/orders'],
+    ['POST', '/api/marketing/v1/offers'],
+  ])('refuses %s %s by default, naming the call and the setting that opens it', (method, path) => {
+    const attempt = () => allowedBy('acme', DEFAULT_RULES, method, path);
+    expect(attempt).toThrow(expect.objectContaining({ code: ForwardErrorCode.NotAllowed }));
+    expect(attempt).toThrow(`${method} ${path} is outside the allow-list of client "acme"`);
+    expect(attempt).toThrow(
+      /clients\[\]\.forward\.allow, e\.g\. \{"methods":\["[A-Z]+"\],"prefix":"\/api\//,
     );
   });
 });
@@ -139,5 +159,23 @@ describe('clients[].forward.allow prefixes', () => {
     expect(forwardRuleSchema.safeParse({ prefix: '/api/', methods: ['TRACE'] }).success).toBe(
       false,
     );
+  });
+
+  it('takes an exact path instead, never both or neither', () => {
+    expect(forwardRuleSchema.parse({ path: '/api/checkout/v1/orders' }).path).toBe(
+      '/api/checkout/v1/orders',
+    );
+    for (const bad of [
+      {},
+      { path: '/a', prefix: '/a/' },
+      { path: 'a' },
+      { path: '/a/../b' },
+      { path: '/a/...' },
+      { path: '/a;b' },
+      { path: '/a%2fb' },
+      { path: '/a//b' },
+    ]) {
+      expect(forwardRuleSchema.safeParse(bad).success).toBe(false);
+    }
   });
 });

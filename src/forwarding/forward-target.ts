@@ -1,4 +1,4 @@
-import type { ForwardMethod, ForwardRule } from '../config/client.schema';
+import { describeForwardRules, type ForwardRule, ruleAllows } from '../config/client.schema';
 import { ForwardErrorCode, ForwardingException } from './forwarding.exception';
 
 export const FORWARD_ROUTE_PREFIX = '/provider/';
@@ -92,25 +92,34 @@ function assertPlainPath(path: string): void {
   }
 }
 
-/** Prefixes end in `/`, so `/api/marketing/v1/` never matches `/api/marketing/v1-admin/`. */
+/**
+ * Prefixes end in `/`, so `/api/marketing/v1/` never matches `/api/marketing/v1-admin/`. The
+ * path was checked by {@link parseForwardTarget} (plain ASCII segments), so naming it in the
+ * refusal echoes nothing but what the caller asked for.
+ */
 export function allowedBy(
   clientId: string,
   rules: readonly ForwardRule[],
   method: string,
   path: string,
 ): ForwardRule {
-  const rule = rules.find(
-    (r) => r.methods.includes(method as ForwardMethod) && path.startsWith(r.prefix),
-  );
+  const rule = rules.find((r) => ruleAllows(r, method, path));
   if (rule) return rule;
-  const listed =
-    rules.length === 0
-      ? 'no rules (nothing may be forwarded)'
-      : rules.map((r) => `${r.methods.join(', ')} under ${r.prefix}`).join('; ');
   throw new ForwardingException(
     ForwardErrorCode.NotAllowed,
-    `${method} on this path is outside the allow-list of client "${clientId}": ${listed}. Ask the platform team to add a rule (clients[].forward.allow)`,
+    `${forwardedCall(method, path)} is outside the allow-list of client "${clientId}" (${describeForwardRules(rules)}). The platform team opens it with a rule in clients[].forward.allow, e.g. ${exampleRule(method, path)}`,
   );
+}
+
+/** What a refusal names: the method and the checked path, capped. */
+export function forwardedCall(method: string, path: string): string {
+  return `${method} ${path.length > 200 ? `${path.slice(0, 200)}...` : path}`;
+}
+
+/** The narrowest prefix rule that would let the call pass: its parent folder. */
+export function exampleRule(method: string, path: string): string {
+  const prefix = path.slice(0, path.lastIndexOf('/') + 1);
+  return JSON.stringify({ methods: [method], prefix: prefix.length > 200 ? '/...' : prefix });
 }
 
 function invalid(message: string): ForwardingException {

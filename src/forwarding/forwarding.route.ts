@@ -7,6 +7,7 @@ import {
   callerContext,
   partialCallerContext,
 } from '../caller-auth/caller-auth.guard';
+import { assertMayForward } from '../caller-auth/caller-authorization';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
@@ -20,7 +21,7 @@ import { PROVIDER_API_GATEWAY } from '../provider/provider.constants';
 import { TokenService } from '../token/token.service';
 import { inCallerSpan } from '../tracing/spans';
 import type { ForwardRateLimiter } from './forward-rate-limiter';
-import { allowedBy, type ForwardTarget, parseForwardTarget } from './forward-target';
+import { allowedBy, forwardedCall, type ForwardTarget, parseForwardTarget } from './forward-target';
 import { ForwardingAuditTrail } from './forwarding-audit';
 import { FORWARD_RATE_LIMITER, IDEMPOTENCY_STORE } from './forwarding.constants';
 import {
@@ -33,12 +34,17 @@ import {
 import { PROFILES } from './forwarding.profiles';
 import { type ForwardingAudit, type ForwardReply, ForwardingService } from './forwarding.service';
 import type { IdempotencyStore } from './idempotency-store';
-import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
+import {
+  assertJsonObject,
+  isJsonContentType,
+  nominatedByConnection,
+  readOrderHeaders,
+} from './order-request';
 
 /** Caller headers the passthrough lets the provider see besides idempotency, request id, trace. */
 const PASSED_HEADERS = ['content-type', 'accept', 'accept-language'] as const;
 
-/** What `POST /orders` always sends: its body is checked JSON. */
+/** What `POST /orders` always sends, whatever `Connection` names: its body is checked JSON. */
 const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/json' };
 
 const JSON_ONLY = 'send the order as Content-Type: application/json (UTF-8)';
@@ -108,12 +114,18 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
    */
   private async admit(profile: ForwardingProfile, req: FastifyRequest): Promise<void> {
     if (profile === 'orders') {
-      const { clientId } = await this.guard.authorize(req, 'forward');
+      const { caller, clientId } = await this.guard.authorize(req, 'forward');
+      const path = this.clients.get(clientId)!.ordersPath;
+      assertMayForward(
+        caller,
+        'POST',
+        path,
+        `POST /orders (POST ${path} for client "${clientId}")`,
+      );
       // Any media type reaches the route as bytes: refused here with a clear message.
       if (!isJsonContentType(req.headers['content-type'])) {
         throw new ForwardingException(OrdersErrorCode.UnsupportedMediaType, JSON_ONLY);
       }
-      const path = this.clients.get(clientId)!.ordersPath;
       TARGETS.set(req, { clientId, path, query: '' });
       return;
     }
@@ -126,6 +138,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     if (!target) throw new Error('the guard admitted a passthrough request without its path');
     const client = this.clients.get(clientId)!;
     allowedBy(client.id, client.forward.allow, req.method, target.path);
+    assertMayForward(caller, req.method, target.path, forwardedCall(req.method, target.path));
     const verdict = await this.limiter.consume(client.id, caller.name);
     if (verdict.degraded) this.metrics.forwardRateLimitFallback.inc();
     if (!verdict.allowed) {
@@ -242,11 +255,13 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   }
 }
 
+/** Not one the caller's `Connection` names: those were meant for the broker's hop only. */
 function passedHeaders(headers: FastifyRequest['headers']): Record<string, string> {
+  const nominated = nominatedByConnection(headers);
   const passed: Record<string, string> = {};
   for (const name of PASSED_HEADERS) {
     const value = headers[name];
-    if (typeof value === 'string') passed[name] = value;
+    if (typeof value === 'string' && !nominated.has(name)) passed[name] = value;
   }
   return passed;
 }
