@@ -79,7 +79,7 @@ export type BrokerConfig = z.infer<typeof brokerConfigSchema>;
  * Whether `NODE_ENV` names a development setting. Only the two exact names do: a misspelt
  * production value (`Production`, `prod`) must fail closed, not unlock development shortcuts.
  */
-function isDevelopmentEnv(nodeEnv: string): boolean {
+export function isDevelopmentEnv(nodeEnv: string): boolean {
   return nodeEnv === 'development' || nodeEnv === 'test';
 }
 
