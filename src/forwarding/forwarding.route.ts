@@ -14,6 +14,7 @@ import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
 import { echoedRequestId, requestIdsOf } from '../http/request-id';
+import { RequestErrorCode, RequestException } from '../http/request.exception';
 import { auditLogger, LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import type { ProviderApiGateway } from '../provider/provider-api.client';
@@ -61,6 +62,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   private readonly trails: Record<ForwardingProfile, ForwardingAuditTrail>;
   private readonly clients: ReadonlyMap<string, ClientConfig>;
   private readonly service: ForwardingService;
+  private readonly logger: Logger;
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
@@ -77,6 +79,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     const trail = (profile: ForwardingProfile) =>
       new ForwardingAuditTrail(auditLogger(logger, profile), PROFILES[profile].msg, config.audit);
     this.trails = { orders: trail('orders'), forward: trail('forward') };
+    this.logger = logger.child({ component: 'forwarding' });
     this.clients = new Map(config.clients.map((c) => [c.id, c]));
   }
 
@@ -97,7 +100,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
         done(null, body),
       );
       scope.setErrorHandler((err: FastifyError, req, reply) =>
-        this.refuse(profile, this.translate(profile, err), req, reply),
+        this.refuse(profile, this.translate(profile, err, req), req, reply),
       );
       scope.route({
         ...PROFILES[profile].route,
@@ -212,8 +215,10 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   }
 
   /**
-   * The audit line; the passthrough's adds the method and checked path, never the query, and
-   * counts the request once the guard knows both the caller and the client.
+   * The audit line, written once the answer is out or the caller gone: a caller that closed its
+   * connection before the answer was complete is `client_closed` (with the status it was being
+   * sent), not an error. The passthrough's line adds the method and checked path, never the
+   * query, and counts the request once the guard knows both the caller and the client.
    */
   private record(
     profile: ForwardingProfile,
@@ -222,20 +227,56 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     audit: ForwardingAudit,
     outcome: { status: number; result: string; err?: unknown },
   ): void {
+    const res = reply.raw;
+    const settle = (delivered: boolean) => {
+      if (delivered) return this.write(profile, req, reply, audit, outcome);
+      this.logger.debug(
+        { ...requestIdsOf(req), status: outcome.status, result: outcome.result },
+        'the caller closed its connection before the answer was complete',
+      );
+      const gone = { status: outcome.status, result: String(RequestErrorCode.ClientClosed) };
+      // What the answer would have said (`forwarded`, `replayed`, a code), when there was one.
+      const undelivered = outcome.result === gone.result ? undefined : outcome.result;
+      this.write(profile, req, reply, audit, gone, { undelivered });
+    };
+    // Called before the answer is sent. A caller gone already has no socket; otherwise the
+    // response emits `close` either way, after `finish` only when the answer went out whole.
+    if (res.destroyed || req.raw.socket?.destroyed) return settle(false);
+    let finished = false;
+    res.once('finish', () => (finished = true));
+    res.once('close', () => settle(finished));
+  }
+
+  private write(
+    profile: ForwardingProfile,
+    req: FastifyRequest,
+    reply: FastifyReply,
+    audit: ForwardingAudit,
+    outcome: { status: number; result: string; err?: unknown },
+    extra: Record<string, string | undefined> = {},
+  ): void {
     if (profile === 'orders') {
-      this.trails.orders.write(req, reply, audit, outcome);
+      this.trails.orders.write(req, reply, audit, outcome, extra);
       return;
     }
     const path = TARGETS.get(req)?.path.slice(0, 256);
-    this.trails.forward.write(req, reply, audit, outcome, { method: req.method, path });
+    this.trails.forward.write(req, reply, audit, outcome, { method: req.method, path, ...extra });
     const seen = partialCallerContext(req);
     if (seen.caller === undefined || seen.clientId === undefined) return;
     if (!this.clients.has(seen.clientId)) return;
     this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome.result).inc();
   }
 
-  private translate(profile: ForwardingProfile, err: unknown): unknown {
+  private translate(profile: ForwardingProfile, err: unknown, req: FastifyRequest): unknown {
     const code = (err as { code?: unknown } | null)?.code;
+    // Node's `aborted`: the caller went away while its body was read. Not the broker's fault.
+    if (code === 'ECONNRESET' && req.raw.destroyed) {
+      return new RequestException(
+        RequestErrorCode.ClientClosed,
+        'the caller closed its connection before its request arrived whole',
+        { cause: err },
+      );
+    }
     if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
       const { noun, bodyLimitSetting, settings } = PROFILES[profile];
       return forwardingProblem(
