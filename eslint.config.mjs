@@ -86,8 +86,9 @@ const BOUNDARIES = {
     { forwarding: ['forwarding\\.exception'] },
     { token: ['token\\.exception'] },
   ],
-  // The operators' routes: caller auth (scope admin), and the token layer's admin methods.
-  admin: ['caller-auth', 'config', 'errors', 'http', 'logging', 'token'],
+  // The operators' routes (and `/metrics`): caller auth (scope admin), the token layer's admin
+  // methods, the metrics registry.
+  admin: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'token'],
 };
 
 /** One `no-restricted-imports` override per folder: every other folder, minus what it may use. */

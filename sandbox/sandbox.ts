@@ -76,7 +76,7 @@ async function main(): Promise<void> {
       `       -H 'Idempotency-Key: order-0001' -d '{"price": 1200, "localization": {"currency": "USD"}}'`,
       `  curl -s ${auth} '${base}/provider/sandbox/api/marketing/v1/offers?amount=500'`,
       `  curl -s ${base}/health/ready`,
-      `  curl -s ${auth} ${base}/metrics`,
+      `  curl -s ${base}/metrics   # no key: open in development (docs/security.md)`,
       `  curl -s ${auth} ${base}/admin/clients            # operators: docs/operations.md`,
       '',
       'Ctrl-C to stop.',

@@ -28,6 +28,7 @@ function sandboxCommands(markdown: string): string[] {
 function expectAnswered(command: string, stdout: string): void {
   if (command.includes('/orders')) expect(JSON.parse(stdout)).toHaveProperty('orderId');
   else if (command.includes('/provider/')) expect(JSON.parse(stdout)).toHaveProperty('path');
+  else if (command.includes('/metrics')) expect(stdout).toMatch(/^token_broker_/m);
   else if (command.startsWith('node ')) expect(stdout).toMatch(/^Bearer \d{4}-/);
   else expect(JSON.parse(stdout)).toMatchObject({ token_type: 'Bearer' });
 }
@@ -87,8 +88,10 @@ describe('README and sandbox commands', () => {
       .split('\n')
       .map((line) => line.trim())
       .filter((line) => /^(curl|node) /.test(line));
-    const needed = ['/token?', '/oauth2/token', 'createBrokerClient', '/orders'];
+    const needed = ['/token?', '/oauth2/token', 'createBrokerClient', '/orders', '/metrics'];
     for (const part of needed) expect(printed.some((line) => line.includes(part))).toBe(true);
+    // The sandbox runs as development, where /metrics needs no caller key: none is shown.
+    expect(printed.find((line) => line.includes('/metrics'))).not.toContain('CALLER_KEY');
     for (const command of printed.filter((line) => needed.some((part) => line.includes(part)))) {
       const { stdout } = await shell(command.replaceAll(url, SANDBOX_URL));
       expectAnswered(command, stdout);

@@ -212,6 +212,8 @@ const CLIENT_ID = 'runtime-stage';
 const CREDENTIALS = { client_id: 'image-client', client_secret: 'image-secret-value' };
 /** The image runs with NODE_ENV=production, where caller authentication cannot be off. */
 const API_KEY = randomBytes(24).toString('base64url');
+/** An operator's: in production without ADMIN_PORT, `/metrics` needs scope admin on every client. */
+const OPS_KEY = randomBytes(24).toString('base64url');
 
 describe('Docker runtime stage', () => {
   const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8');
@@ -406,7 +408,10 @@ describe('Docker runtime stage', () => {
       clients: [{ id: CLIENT_ID, credentials: CREDENTIALS }],
       callerAuth: {
         mode: 'api-key',
-        callers: { 'runtime-stage-test': { clients: [CLIENT_ID], key: API_KEY } },
+        callers: {
+          'runtime-stage-test': { clients: [CLIENT_ID], key: API_KEY },
+          'runtime-stage-ops': { clients: ['*'], scopes: ['admin'], key: OPS_KEY },
+        },
       },
       replicas: 0,
     });
@@ -479,7 +484,10 @@ describe('Docker runtime stage', () => {
   it('labels HTTP metrics with route patterns, never raw URLs', async () => {
     expect((await fetch(`${baseUrl}/health/live?probe=raw-value-7f3a`)).status).toBe(200);
     expect((await fetch(`${baseUrl}/no-such-route-9c1e`)).status).toBe(404);
-    const scrape = await (await fetch(`${baseUrl}/metrics`)).text();
+    expect((await fetch(`${baseUrl}/metrics`)).status).toBe(401);
+    const scrape = await (
+      await fetch(`${baseUrl}/metrics`, { headers: { authorization: `Bearer ${OPS_KEY}` } })
+    ).text();
     expect(scrape).toMatch(
       /^token_broker_http_requests_total\{route="\/health\/ready",method="GET",status="200"\} [1-9]/m,
     );

@@ -14,10 +14,10 @@ import { TokenService } from '../token/token.service';
 import { AdminErrorCode, AdminException } from './admin.exception';
 import { requestIdsOf } from '../http/request-id';
 
-type AdminAction = 'status' | 'refresh' | 'revoke' | 'reload';
+type AdminAction = 'status' | 'refresh' | 'revoke' | 'reload' | 'metrics';
 
 /** Their effect and answer reach beyond any narrower grant than every client (`"*"`). */
-const FLEET_WIDE: ReadonlySet<AdminAction> = new Set(['reload']);
+const FLEET_WIDE: ReadonlySet<AdminAction> = new Set(['reload', 'metrics']);
 
 /** How long a revoke's answer waits for the notified replicas to acknowledge. */
 const ACK_WAIT_MS = 2000;

@@ -1,5 +1,5 @@
 import type { CallerScope, SubjectGrant } from '../config/caller-auth.schema';
-import { CLIENT_ID_PATTERN } from '../config/client.schema';
+import { CLIENT_ID_PATTERN, describeForwardRules, ruleAllows } from '../config/client.schema';
 import type { Caller } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 
@@ -32,7 +32,22 @@ export function assertMayUse(caller: Caller, clientId: string, configured = true
 /** A `"*"` among the clients grants them all. */
 export function grantedCaller(name: string, grant: SubjectGrant): Caller {
   const clients = grant.clients.includes('*') ? '*' : new Set(grant.clients);
-  return { name, clients, scopes: new Set(grant.scopes) };
+  const { forwardAllow } = grant;
+  return { name, clients, scopes: new Set(grant.scopes), ...(forwardAllow && { forwardAllow }) };
+}
+
+/**
+ * The caller's own allow-list, checked after the client's. `call` is the method and checked
+ * path as the refusal names them; the caller is told its own rules, nothing of others'.
+ */
+export function assertMayForward(caller: Caller, method: string, path: string, call: string): void {
+  const rules = caller.forwardAllow;
+  if (rules === undefined || rules.some((r) => ruleAllows(r, method, path))) return;
+  throw new CallerAuthException(
+    CallerAuthErrorCode.Forbidden,
+    `caller "${caller.name}" may not forward ${call}: its grant allows only ${describeForwardRules(rules)}. The platform team opens it with a rule in this caller's forwardAllow (callerAuth.apiKeys[].forwardAllow, or callerAuth.kubernetes.subjects.<subject>.forwardAllow)`,
+    { audit: { reason: 'caller_forward_allow' } },
+  );
 }
 
 const SCOPE_ACTION: Record<CallerScope, string> = {

@@ -1,4 +1,5 @@
 import type { CallerScope } from '../config/caller-auth.schema';
+import type { ForwardRule } from '../config/client.schema';
 
 export interface Caller {
   /** An API key's name or a service account subject. */
@@ -6,6 +7,8 @@ export interface Caller {
   /** `'*'`: every configured client. */
   readonly clients: ReadonlySet<string> | '*';
   readonly scopes: ReadonlySet<CallerScope>;
+  /** Its grant's narrowing of what may be forwarded; absent: the clients' allow-lists alone. */
+  readonly forwardAllow?: readonly ForwardRule[];
 }
 
 /** Synchronous when cached: the `GET /token` hot path must not allocate a promise per request. */

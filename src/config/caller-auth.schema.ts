@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { CLIENT_ID_PATTERN, credentialsSourceSchema } from './client.schema';
+import { CLIENT_ID_PATTERN, credentialsSourceSchema, forwardRuleSchema } from './client.schema';
 import { flag, httpUrl, int, issuesOf } from './schema-parts';
 
 /** Client ids a caller may use; `"*"` grants every configured client. */
@@ -22,6 +22,25 @@ export const CALLER_SCOPES = ['token', 'forward', 'admin'] as const;
 export type CallerScope = (typeof CALLER_SCOPES)[number];
 /** What a grant without `scopes` allows: everything a merchant service did before scopes. */
 export const DEFAULT_CALLER_SCOPES: readonly CallerScope[] = ['token', 'forward'];
+
+/**
+ * A caller's own allow-list, on top of each client's (`clients[].forward.allow`): a call is
+ * forwarded for it only when both let the method and path pass; `POST /orders` counts as `POST`
+ * on the client's `ordersPath`. Absent: the clients' allow-lists alone.
+ */
+const callerForwardAllowSchema = z
+  .array(forwardRuleSchema)
+  .min(1, { message: 'list at least one rule, or take scope "forward" away from this caller' });
+
+/** A narrowing of what the caller may forward means nothing without scope `forward`. */
+function checkForwardAllow(
+  grant: { scopes: readonly CallerScope[]; forwardAllow?: unknown },
+  ctx: z.core.$RefinementCtx,
+): void {
+  if (grant.forwardAllow !== undefined && !grant.scopes.includes('forward')) {
+    issuesOf(ctx)(['forwardAllow'], 'only with scope "forward": it narrows what may be forwarded');
+  }
+}
 
 const callerScopesSchema = z
   .array(z.enum(CALLER_SCOPES, { message: 'must be "token", "forward" or "admin"' }))
@@ -55,8 +74,16 @@ const apiKeyGrantSchema = z
     clients: clientGrantSchema,
     /** What this key may do with those clients; a proxy-only caller has `["forward"]`. @default ["token", "forward"] */
     scopes: callerScopesSchema.default([...DEFAULT_CALLER_SCOPES]),
+    /**
+     * Narrows what this key may forward, e.g. `[{"methods": ["GET"], "prefix": "/api/marketing/v1/"}]`:
+     * a call passes only when one of these rules and the client's `forward.allow` both let it
+     * (`POST /orders` is `POST` on the client's `ordersPath`).
+     * @default the clients' allow-lists alone
+     */
+    forwardAllow: callerForwardAllowSchema.optional(),
   })
-  .strict();
+  .strict()
+  .superRefine(checkForwardAllow);
 export type ApiKeyGrant = z.infer<typeof apiKeyGrantSchema>;
 
 /** A list of API key grants (inline in the config file, or the JSON of a secret). */
@@ -108,8 +135,11 @@ const subjectGrantSchema = z.preprocess(
     .object({
       clients: clientGrantSchema,
       scopes: callerScopesSchema.default([...DEFAULT_CALLER_SCOPES]),
+      /** As an API key's `forwardAllow`. */
+      forwardAllow: callerForwardAllowSchema.optional(),
     })
-    .strict(),
+    .strict()
+    .superRefine(checkForwardAllow),
 );
 export type SubjectGrant = z.infer<typeof subjectGrantSchema>;
 
@@ -133,7 +163,8 @@ const kubernetesCallerAuthSchema = z
     audience: z.string().min(1).default('token-broker'),
     /**
      * Service-account subject to the clients it may use, e.g. `{"system:serviceaccount:shop:checkout": ["acme-prod"]}`,
-     * or to `{"clients": [...], "scopes": [...]}` to choose its scopes (see `CALLER_SCOPES`).
+     * or to `{"clients": [...], "scopes": [...], "forwardAllow": [...]}` to choose its scopes (see
+     * `CALLER_SCOPES`) and narrow what it may forward (as an API key's `forwardAllow`).
      * `CALLER_AUTH_SUBJECTS` takes the same object as JSON. @default {}
      */
     subjects: z

@@ -69,10 +69,13 @@ export type ClientCredentialsSource = z.infer<typeof clientCredentialsSourceSche
 export const FORWARD_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 export type ForwardMethod = (typeof FORWARD_METHODS)[number];
 
-/** One allow-list rule: these methods under this path prefix. */
+/** A path segment that no server reads as anything else: no dots alone, no `;`, no `%`. */
+const PLAIN_SEGMENT = "[A-Za-z0-9_~!$&'()*+,=:@-][A-Za-z0-9._~!$&'()*+,=:@-]*";
+
+/** One allow-list rule: these methods on this exact path, or under this path prefix. */
 export const forwardRuleSchema = z
   .object({
-    /** Methods allowed under `prefix`. @default all six */
+    /** Methods allowed on `path` or under `prefix`. @default all six */
     methods: z
       .array(z.enum(FORWARD_METHODS))
       .min(1)
@@ -80,27 +83,71 @@ export const forwardRuleSchema = z
     /**
      * A provider path prefix ending in `/`, e.g. `/api/marketing/v1/`. Matched against the
      * request path after it was checked for tricks (`..`, `;`, encoded slashes, `//`): no
-     * prefix can be escaped, and a prefix holding `;` could never match.
+     * prefix can be escaped, and a prefix holding `;` could never match. One of `prefix` or `path`.
      */
-    prefix: z.string().regex(/^\/(?:[A-Za-z0-9_~!$&'()*+,=:@-][A-Za-z0-9._~!$&'()*+,=:@-]*\/)*$/, {
-      message:
-        'must be an absolute path of plain segments ending in "/" (no "." or ".." segments, no "//", no ";", no percent-encoding), e.g. /api/marketing/v1/',
-    }),
+    prefix: z
+      .string()
+      .regex(new RegExp(`^/(?:${PLAIN_SEGMENT}/)*$`), {
+        message:
+          'must be an absolute path of plain segments ending in "/" (no "." or ".." segments, no "//", no ";", no percent-encoding), e.g. /api/marketing/v1/',
+      })
+      .optional(),
+    /**
+     * One exact provider path, e.g. `/api/checkout/v1/orders`: that path only, nothing below
+     * it. One of `prefix` or `path`.
+     */
+    path: z
+      .string()
+      .regex(new RegExp(`^(?:/${PLAIN_SEGMENT})+/?$`), {
+        message:
+          'must be an absolute path of plain segments (no "." or ".." segments, no "//", no ";", no percent-encoding), e.g. /api/checkout/v1/orders',
+      })
+      .optional(),
   })
-  .strict();
+  .strict()
+  .refine((r) => (r.prefix === undefined) !== (r.path === undefined), {
+    message: 'set exactly one of prefix (a path and everything under it) or path (that path only)',
+  });
 export type ForwardRule = z.infer<typeof forwardRuleSchema>;
 
-/** The default allow-list: every method under the checkout and marketing `v1` APIs. */
-export const DEFAULT_FORWARD_RULES: readonly ForwardRule[] = [
-  { methods: [...FORWARD_METHODS], prefix: '/api/checkout/v1/' },
-  { methods: [...FORWARD_METHODS], prefix: '/api/marketing/v1/' },
-];
+/** Whether `rule` lets `method` on the (checked) `path` pass. */
+export function ruleAllows(rule: ForwardRule, method: string, path: string): boolean {
+  if (!rule.methods.includes(method as ForwardMethod)) return false;
+  return rule.path !== undefined ? path === rule.path : path.startsWith(rule.prefix!);
+}
+
+/** The rules as a 403 message lists them: `POST on /a/b; GET, HEAD under /c/`. */
+export function describeForwardRules(rules: readonly ForwardRule[]): string {
+  if (rules.length === 0) return 'no rules (nothing may be forwarded)';
+  return rules
+    .map((r) =>
+      r.path !== undefined
+        ? `${r.methods.join(', ')} on ${r.path}`
+        : `${r.methods.join(', ')} under ${r.prefix}`,
+    )
+    .join('; ');
+}
+
+/**
+ * What the provider documents (SPEC.md): creating an order (`POST` on the client's
+ * `ordersPath`) and reading the marketing API. Anything else on the checkout API (cancelling,
+ * refunding, another service's orders) needs a rule of its own.
+ */
+export function defaultForwardRules(ordersPath: string): ForwardRule[] {
+  return [
+    { methods: ['POST'], path: ordersPath },
+    { methods: ['GET', 'HEAD'], prefix: '/api/marketing/v1/' },
+  ];
+}
 
 /** What `/provider/<client>/...` may forward for one client. */
 const clientForwardSchema = z
   .object({
-    /** Rules; a request passes if one rule allows its method and path. @default checkout and marketing v1, all methods */
-    allow: z.array(forwardRuleSchema).default(() => DEFAULT_FORWARD_RULES.map((r) => ({ ...r }))),
+    /**
+     * Rules; a request passes if one rule allows its method and path.
+     * @default POST on the client's ordersPath, GET and HEAD under /api/marketing/v1/
+     */
+    allow: z.array(forwardRuleSchema).optional(),
   })
   .strict();
 
@@ -335,8 +382,8 @@ export const clientSchema = z
     tokenRequest: tokenRequestSchema.default(() => tokenRequestSchema.parse({})),
     /** Which provider 401s mean the token was refused. @default see its fields */
     tokenRejection: tokenRejectionSchema.default(() => tokenRejectionSchema.parse({})),
-    /** The provider passthrough's allow-list for this client. @default checkout and marketing v1 */
-    forward: clientForwardSchema.default(() => clientForwardSchema.parse({})),
+    /** The provider passthrough's allow-list for this client. @default create order, marketing reads */
+    forward: clientForwardSchema.default({}),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -358,5 +405,10 @@ export const clientSchema = z
         'only with auth "tls_client_auth"; private_key_jwt signs with the key alone',
       );
     }
-  });
+  })
+  // The default opens the client's own orders path, so it is filled in once that is known.
+  .transform((c) => ({
+    ...c,
+    forward: { ...c.forward, allow: c.forward.allow ?? defaultForwardRules(c.ordersPath) },
+  }));
 export type ClientConfig = z.infer<typeof clientSchema>;

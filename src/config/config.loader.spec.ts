@@ -47,14 +47,8 @@ describe(loadConfig.name, () => {
         tokenRequest: { grant: 'provider-query', auth: 'client_secret_basic' },
         forward: {
           allow: [
-            {
-              methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
-              prefix: '/api/checkout/v1/',
-            },
-            {
-              methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
-              prefix: '/api/marketing/v1/',
-            },
+            { methods: ['POST'], path: '/api/checkout/v1/orders' },
+            { methods: ['GET', 'HEAD'], prefix: '/api/marketing/v1/' },
           ],
         },
       },

@@ -1,4 +1,4 @@
-import { DEFAULT_FORWARD_RULES, forwardRuleSchema } from '../config/client.schema';
+import { defaultForwardRules, forwardRuleSchema } from '../config/client.schema';
 import { ForwardErrorCode } from './forwarding.exception';
 import { allowedBy, parseForwardTarget } from './forward-target';
 
@@ -43,19 +43,99 @@ describe(parseForwardTarget.name, () => {
       expect.objectContaining({ code: ForwardErrorCode.PathInvalid }),
     );
   });
+
+  /** Segments one server or another reads as `..` (or a look-alike of `.` or `/`). */
+  const DOT_SEGMENT_RULE = /segment of only dots and spaces/;
+  const ASCII_RULE = /percent-encoded non-ASCII character/;
+  it.each([
+    ['..%20', DOT_SEGMENT_RULE],
+    ['%20..', DOT_SEGMENT_RULE],
+    ['.%20.', DOT_SEGMENT_RULE],
+    ['%20', DOT_SEGMENT_RULE],
+    ['...', DOT_SEGMENT_RULE],
+    ['....', DOT_SEGMENT_RULE],
+    ['..%2e', DOT_SEGMENT_RULE],
+    ['%2e%2e%2e', DOT_SEGMENT_RULE],
+    ['%2E%2E%20%20', DOT_SEGMENT_RULE],
+    // Fullwidth full stop U+FF0E, twice and once.
+    ['%EF%BC%8E%EF%BC%8E', ASCII_RULE],
+    ['.%ef%bc%8e', ASCII_RULE],
+    // Two dot leader U+2025, one dot leader U+2024, small full stop U+FE52, ellipsis U+2026.
+    ['%E2%80%A5', ASCII_RULE],
+    ['%E2%80%A4%E2%80%A4', ASCII_RULE],
+    ['%EF%B9%92%EF%B9%92', ASCII_RULE],
+    ['%E2%80%A6', ASCII_RULE],
+    // Fullwidth solidus U+FF0F, division slash U+2215, fullwidth reverse solidus U+FF3C.
+    ['..%EF%BC%8F..', ASCII_RULE],
+    ['a%E2%88%95b', ASCII_RULE],
+    ['a%EF%BC%BCb', ASCII_RULE],
+    // No-break space after the dots: trimmed as a space by some servers.
+    ['..%C2%A0', ASCII_RULE],
+  ])('refuses the segment %j naming the rule it breaks, never echoing it', (segment, rule) => {
+    const attempt = () => parseForwardTarget(`/provider/acme/api/marketing/v1/${segment}/token`);
+    expect(attempt).toThrow(expect.objectContaining({ code: ForwardErrorCode.PathInvalid }));
+    expect(attempt).toThrow(rule);
+    expect(attempt).not.toThrow(`/${segment}/`);
+  });
+
+  it.each([
+    // Overlong UTF-8 for "." and "/", and an overlong three-byte ".".
+    ['%C0%AE%C0%AE', /not UTF-8/],
+    ['%c0%af', /not UTF-8/],
+    ['%E0%80%AE', /not UTF-8/],
+    // IIS's %u escapes.
+    ['%u002e%u002e', /malformed %-escape/],
+    // Raw look-alikes (UTF-8 bytes as Node's parser hands them over, latin1).
+    [Buffer.from('．．', 'utf8').toString('latin1'), /non-ASCII byte/],
+    [Buffer.from('‥', 'utf8').toString('latin1'), /non-ASCII byte/],
+    [Buffer.from('／', 'utf8').toString('latin1'), /non-ASCII byte/],
+    ['..;', /";"/],
+    ['..%5c', /encoded slash or backslash/],
+    ['..%2F', /encoded slash or backslash/],
+    ['..\\', /backslash/],
+  ])('refuses %j with its own rule', (segment, rule) => {
+    expect(() => parseForwardTarget(`/provider/acme/api/marketing/v1/${segment}/x`)).toThrow(rule);
+  });
+
+  it.each(['offers.json', '.well-known', 'a..b', '..a', 'v1.2', 'a%20b', 'a.', '%41%42'])(
+    'lets the plain segment %j through',
+    (segment) => {
+      expect(parseForwardTarget(`/provider/acme/api/${segment}`).path).toBe(`/api/${segment}`);
+    },
+  );
 });
 
 describe(allowedBy.name, () => {
-  it('lets a method under a prefix pass, and names the rules otherwise', () => {
-    expect(allowedBy('acme', DEFAULT_FORWARD_RULES, 'GET', '/api/marketing/v1/offers').prefix).toBe(
+  const DEFAULT_RULES = defaultForwardRules('/api/checkout/v1/orders');
+
+  it('lets a method under a prefix or on an exact path pass, and names the rules otherwise', () => {
+    expect(allowedBy('acme', DEFAULT_RULES, 'GET', '/api/marketing/v1/offers').prefix).toBe(
       '/api/marketing/v1/',
     );
-    expect(() =>
-      allowedBy('acme', DEFAULT_FORWARD_RULES, 'GET', '/api/marketing/v1-admin/x'),
-    ).toThrow(/under \/api\/checkout\/v1\/; .* under \/api\/marketing\/v1\//);
+    expect(allowedBy('acme', DEFAULT_RULES, 'POST', '/api/checkout/v1/orders').path).toBe(
+      '/api/checkout/v1/orders',
+    );
+    expect(() => allowedBy('acme', DEFAULT_RULES, 'GET', '/api/marketing/v1-admin/x')).toThrow(
+      /POST on \/api\/checkout\/v1\/orders; GET, HEAD under \/api\/marketing\/v1\//,
+    );
     const getOnly = [{ methods: ['GET' as const], prefix: '/api/marketing/v1/' }];
     expect(() => allowedBy('acme', getOnly, 'POST', '/api/marketing/v1/offers')).toThrow(
       expect.objectContaining({ code: ForwardErrorCode.NotAllowed }),
+    );
+  });
+
+  it.each([
+    ['DELETE', '/api/checkout/v1/orders/o-1'],
+    ['POST', '/api/checkout/v1/orders/o-1/refunds'],
+    ['POST', '/api/checkout/v1/orders/'],
+    ['GET', '/api/checkout/v1/orders'],
+    ['POST', '/api/marketing/v1/offers'],
+  ])('refuses %s %s by default, naming the call and the setting that opens it', (method, path) => {
+    const attempt = () => allowedBy('acme', DEFAULT_RULES, method, path);
+    expect(attempt).toThrow(expect.objectContaining({ code: ForwardErrorCode.NotAllowed }));
+    expect(attempt).toThrow(`${method} ${path} is outside the allow-list of client "acme"`);
+    expect(attempt).toThrow(
+      /clients\[\]\.forward\.allow, e\.g\. \{"methods":\["[A-Z]+"\],"prefix":"\/api\//,
     );
   });
 });
@@ -79,5 +159,23 @@ describe('clients[].forward.allow prefixes', () => {
     expect(forwardRuleSchema.safeParse({ prefix: '/api/', methods: ['TRACE'] }).success).toBe(
       false,
     );
+  });
+
+  it('takes an exact path instead, never both or neither', () => {
+    expect(forwardRuleSchema.parse({ path: '/api/checkout/v1/orders' }).path).toBe(
+      '/api/checkout/v1/orders',
+    );
+    for (const bad of [
+      {},
+      { path: '/a', prefix: '/a/' },
+      { path: 'a' },
+      { path: '/a/../b' },
+      { path: '/a/...' },
+      { path: '/a;b' },
+      { path: '/a%2fb' },
+      { path: '/a//b' },
+    ]) {
+      expect(forwardRuleSchema.safeParse(bad).success).toBe(false);
+    }
   });
 });

@@ -1,4 +1,4 @@
-import type { ForwardMethod, ForwardRule } from '../config/client.schema';
+import { describeForwardRules, type ForwardRule, ruleAllows } from '../config/client.schema';
 import { ForwardErrorCode, ForwardingException } from './forwarding.exception';
 
 export const FORWARD_ROUTE_PREFIX = '/provider/';
@@ -21,6 +21,15 @@ const RAW_FORBIDDEN = /[\x00-\x20\x7f-\uffff\\#]/;
 // eslint-disable-next-line no-control-regex -- refusing control characters is the point
 const DECODED_FORBIDDEN = /[/\\%;\x00-\x1f\x7f]/;
 const BAD_ESCAPE = /%(?![0-9A-Fa-f]{2})/;
+/** Windows and IIS trim a segment's trailing dots and spaces: `...` and `..%20` become `..`. */
+const DOTS_AND_SPACES = /^[. ]+$/;
+/**
+ * Raw non-ASCII is refused above; decoded, it is refused whole rather than screened for the
+ * look-alikes one server or another folds into `.` or `/` (Unicode NFKC, best-fit code pages):
+ * that list has no end, and a provider path needs none of it.
+ */
+// eslint-disable-next-line no-control-regex -- the point is everything past ASCII
+const NON_ASCII = /[^\x00-\x7f]/;
 
 /**
  * Refuses rather than normalises anything a server on the way could read differently from the
@@ -65,8 +74,15 @@ function assertPlainPath(path: string): void {
     } catch {
       throw invalid('the provider path holds a %-escape that is not UTF-8');
     }
-    if (decoded === '.' || decoded === '..') {
-      throw invalid('the provider path holds a "." or ".." segment (also when percent-encoded)');
+    if (DOTS_AND_SPACES.test(decoded)) {
+      throw invalid(
+        'the provider path holds a segment of only dots and spaces (".", "..", "...", "..%20"; also when percent-encoded): servers that trim trailing dots and spaces read it as ".."',
+      );
+    }
+    if (NON_ASCII.test(decoded)) {
+      throw invalid(
+        'the provider path holds a percent-encoded non-ASCII character: some servers fold look-alikes (fullwidth dot U+FF0E, dot leaders U+2024 and U+2025, small full stop U+FE52, fullwidth solidus U+FF0F) into "." or "/"; provider paths are ASCII, so send such data in the query string',
+      );
     }
     if (DECODED_FORBIDDEN.test(decoded)) {
       throw invalid(
@@ -76,25 +92,34 @@ function assertPlainPath(path: string): void {
   }
 }
 
-/** Prefixes end in `/`, so `/api/marketing/v1/` never matches `/api/marketing/v1-admin/`. */
+/**
+ * Prefixes end in `/`, so `/api/marketing/v1/` never matches `/api/marketing/v1-admin/`. The
+ * path was checked by {@link parseForwardTarget} (plain ASCII segments), so naming it in the
+ * refusal echoes nothing but what the caller asked for.
+ */
 export function allowedBy(
   clientId: string,
   rules: readonly ForwardRule[],
   method: string,
   path: string,
 ): ForwardRule {
-  const rule = rules.find(
-    (r) => r.methods.includes(method as ForwardMethod) && path.startsWith(r.prefix),
-  );
+  const rule = rules.find((r) => ruleAllows(r, method, path));
   if (rule) return rule;
-  const listed =
-    rules.length === 0
-      ? 'no rules (nothing may be forwarded)'
-      : rules.map((r) => `${r.methods.join(', ')} under ${r.prefix}`).join('; ');
   throw new ForwardingException(
     ForwardErrorCode.NotAllowed,
-    `${method} on this path is outside the allow-list of client "${clientId}": ${listed}. Ask the platform team to add a rule (clients[].forward.allow)`,
+    `${forwardedCall(method, path)} is outside the allow-list of client "${clientId}" (${describeForwardRules(rules)}). The platform team opens it with a rule in clients[].forward.allow, e.g. ${exampleRule(method, path)}`,
   );
+}
+
+/** What a refusal names: the method and the checked path, capped. */
+export function forwardedCall(method: string, path: string): string {
+  return `${method} ${path.length > 200 ? `${path.slice(0, 200)}...` : path}`;
+}
+
+/** The narrowest prefix rule that would let the call pass: its parent folder. */
+export function exampleRule(method: string, path: string): string {
+  const prefix = path.slice(0, path.lastIndexOf('/') + 1);
+  return JSON.stringify({ methods: [method], prefix: prefix.length > 200 ? '/...' : prefix });
 }
 
 function invalid(message: string): ForwardingException {

@@ -8,12 +8,14 @@ import {
   callerContext,
   partialCallerContext,
 } from '../caller-auth/caller-auth.guard';
+import { assertMayForward } from '../caller-auth/caller-authorization';
 import { BROKER_CONFIG } from '../config/config.constants';
 import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
 import { echoedRequestId, requestIdsOf } from '../http/request-id';
+import { RequestErrorCode, RequestException } from '../http/request.exception';
 import { auditLogger, LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import type { ProviderApiGateway } from '../provider/provider-api.client';
@@ -21,7 +23,7 @@ import { PROVIDER_API_GATEWAY } from '../provider/provider.constants';
 import { TokenService } from '../token/token.service';
 import { inCallerSpan } from '../tracing/spans';
 import type { ForwardRateLimiter } from './forward-rate-limiter';
-import { allowedBy, type ForwardTarget, parseForwardTarget } from './forward-target';
+import { allowedBy, forwardedCall, type ForwardTarget, parseForwardTarget } from './forward-target';
 import { ForwardingAuditTrail } from './forwarding-audit';
 import {
   FORWARD_RATE_LIMITER,
@@ -38,13 +40,18 @@ import {
 import { PROFILES } from './forwarding.profiles';
 import { type ForwardingAudit, type ForwardReply, ForwardingService } from './forwarding.service';
 import type { IdempotencyStore } from './idempotency-store';
-import { assertJsonObject, isJsonContentType, readOrderHeaders } from './order-request';
+import {
+  assertJsonObject,
+  isJsonContentType,
+  nominatedByConnection,
+  readOrderHeaders,
+} from './order-request';
 import { type BudgetRefusal, budgetLimits, type Hold, RequestBudgets } from './request-budgets';
 
 /** Caller headers the passthrough lets the provider see besides idempotency, request id, trace. */
 const PASSED_HEADERS = ['content-type', 'accept', 'accept-language'] as const;
 
-/** What `POST /orders` always sends: its body is checked JSON. */
+/** What `POST /orders` always sends, whatever `Connection` names: its body is checked JSON. */
 const JSON_HEADERS = { 'content-type': 'application/json', accept: 'application/json' };
 
 const JSON_ONLY = 'send the order as Content-Type: application/json (UTF-8)';
@@ -82,6 +89,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   private readonly clients: ReadonlyMap<string, ClientConfig>;
   private readonly service: ForwardingService;
   private readonly budgets: RequestBudgets;
+  private readonly logger: Logger;
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
@@ -99,6 +107,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     const trail = (profile: ForwardingProfile) =>
       new ForwardingAuditTrail(auditLogger(logger, profile), PROFILES[profile].msg, config.audit);
     this.trails = { orders: trail('orders'), forward: trail('forward') };
+    this.logger = logger.child({ component: 'forwarding' });
     this.clients = new Map(config.clients.map((c) => [c.id, c]));
     this.budgets = new RequestBudgets(budgetLimits(config));
     metrics.setBudgetSources(
@@ -124,7 +133,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
         done(null, body),
       );
       scope.setErrorHandler((err: FastifyError, req, reply) =>
-        this.refuse(profile, this.translate(profile, err), req, reply),
+        this.refuse(profile, this.translate(profile, err, req), req, reply),
       );
       scope.route({
         ...PROFILES[profile].route,
@@ -147,11 +156,17 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   ): Promise<void> {
     if (profile === 'orders') {
       const { caller, clientId } = await this.guard.authorize(req, 'forward');
+      const path = this.clients.get(clientId)!.ordersPath;
+      assertMayForward(
+        caller,
+        'POST',
+        path,
+        `POST /orders (POST ${path} for client "${clientId}")`,
+      );
       // Any media type reaches the route as bytes: refused here with a clear message.
       if (!isJsonContentType(req.headers['content-type'])) {
         throw new ForwardingException(OrdersErrorCode.UnsupportedMediaType, JSON_ONLY);
       }
-      const path = this.clients.get(clientId)!.ordersPath;
       TARGETS.set(req, { clientId, path, query: '' });
       await this.budgeted(profile, clientId, caller.name, req, reply);
       return;
@@ -165,6 +180,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     if (!target) throw new Error('the guard admitted a passthrough request without its path');
     const client = this.clients.get(clientId)!;
     allowedBy(client.id, client.forward.allow, req.method, target.path);
+    assertMayForward(caller, req.method, target.path, forwardedCall(req.method, target.path));
     await this.budgeted(profile, client.id, caller.name, req, reply);
   }
 
@@ -351,8 +367,10 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   }
 
   /**
-   * The audit line; the passthrough's adds the method and checked path, never the query, and
-   * counts the request once the guard knows both the caller and the client.
+   * The audit line, written once the answer is out or the caller gone: a caller that closed its
+   * connection before the answer was complete is `client_closed` (with the status it was being
+   * sent), not an error. The passthrough's line adds the method and checked path, never the
+   * query, and counts the request once the guard knows both the caller and the client.
    */
   private record(
     profile: ForwardingProfile,
@@ -361,20 +379,56 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     audit: ForwardingAudit,
     outcome: { status: number; result: string; err?: unknown },
   ): void {
+    const res = reply.raw;
+    const settle = (delivered: boolean) => {
+      if (delivered) return this.write(profile, req, reply, audit, outcome);
+      this.logger.debug(
+        { ...requestIdsOf(req), status: outcome.status, result: outcome.result },
+        'the caller closed its connection before the answer was complete',
+      );
+      const gone = { status: outcome.status, result: String(RequestErrorCode.ClientClosed) };
+      // What the answer would have said (`forwarded`, `replayed`, a code), when there was one.
+      const undelivered = outcome.result === gone.result ? undefined : outcome.result;
+      this.write(profile, req, reply, audit, gone, { undelivered });
+    };
+    // Called before the answer is sent. A caller gone already has no socket; otherwise the
+    // response emits `close` either way, after `finish` only when the answer went out whole.
+    if (res.destroyed || req.raw.socket?.destroyed) return settle(false);
+    let finished = false;
+    res.once('finish', () => (finished = true));
+    res.once('close', () => settle(finished));
+  }
+
+  private write(
+    profile: ForwardingProfile,
+    req: FastifyRequest,
+    reply: FastifyReply,
+    audit: ForwardingAudit,
+    outcome: { status: number; result: string; err?: unknown },
+    extra: Record<string, string | undefined> = {},
+  ): void {
     if (profile === 'orders') {
-      this.trails.orders.write(req, reply, audit, outcome);
+      this.trails.orders.write(req, reply, audit, outcome, extra);
       return;
     }
     const path = TARGETS.get(req)?.path.slice(0, 256);
-    this.trails.forward.write(req, reply, audit, outcome, { method: req.method, path });
+    this.trails.forward.write(req, reply, audit, outcome, { method: req.method, path, ...extra });
     const seen = partialCallerContext(req);
     if (seen.caller === undefined || seen.clientId === undefined) return;
     if (!this.clients.has(seen.clientId)) return;
     this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome.result).inc();
   }
 
-  private translate(profile: ForwardingProfile, err: unknown): unknown {
+  private translate(profile: ForwardingProfile, err: unknown, req: FastifyRequest): unknown {
     const code = (err as { code?: unknown } | null)?.code;
+    // Node's `aborted`: the caller went away while its body was read. Not the broker's fault.
+    if (code === 'ECONNRESET' && req.raw.destroyed) {
+      return new RequestException(
+        RequestErrorCode.ClientClosed,
+        'the caller closed its connection before its request arrived whole',
+        { cause: err },
+      );
+    }
     if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
       const { noun, bodyLimitSetting, settings } = PROFILES[profile];
       return forwardingProblem(
@@ -394,11 +448,13 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   }
 }
 
+/** Not one the caller's `Connection` names: those were meant for the broker's hop only. */
 function passedHeaders(headers: FastifyRequest['headers']): Record<string, string> {
+  const nominated = nominatedByConnection(headers);
   const passed: Record<string, string> = {};
   for (const name of PASSED_HEADERS) {
     const value = headers[name];
-    if (typeof value === 'string') passed[name] = value;
+    if (typeof value === 'string' && !nominated.has(name)) passed[name] = value;
   }
   return passed;
 }

@@ -46,12 +46,7 @@ export function readOrderHeaders(
   rawHeaders: readonly string[],
   requestId: string,
 ): OrderHeaders {
-  const nominated = new Set(
-    (single(headers.connection) ?? '')
-      .split(',')
-      .map((t) => t.trim().toLowerCase())
-      .filter((t) => t !== ''),
-  );
+  const nominated = nominatedByConnection(headers);
   const forward: Record<string, string> = {};
   const pass = (name: string, value: string) => {
     if (!nominated.has(name) && !HOP_BY_HOP.has(name)) forward[name] = value;
@@ -71,6 +66,19 @@ export function readOrderHeaders(
     }
   }
   return { idempotencyKey, forward };
+}
+
+/**
+ * The headers the caller's `Connection` names: hop-by-hop for this connection only (RFC 9110
+ * §7.6.1), so none of them travels on, whatever its name.
+ */
+export function nominatedByConnection(headers: IncomingHttpHeaders): ReadonlySet<string> {
+  return new Set(
+    (single(headers.connection) ?? '')
+      .split(',')
+      .map((t) => t.trim().toLowerCase())
+      .filter((t) => t !== ''),
+  );
 }
 
 function readIdempotencyKey(

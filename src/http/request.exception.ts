@@ -9,6 +9,11 @@ export enum RequestErrorCode {
   PayloadTooLarge = 'payload_too_large',
   /** A slow or stalled client. */
   RequestTimeout = 'request_timeout',
+  /**
+   * The caller closed its connection before its request arrived whole: answered to no one,
+   * recorded in audit lines and metrics under nginx's 499.
+   */
+  ClientClosed = 'client_closed',
 }
 
 export const REQUEST_PROBLEMS: ProblemTable<RequestErrorCode> = {
@@ -18,6 +23,7 @@ export const REQUEST_PROBLEMS: ProblemTable<RequestErrorCode> = {
   [RequestErrorCode.RequestTimeout]: { status: 408, title: 'Request timeout' },
   [RequestErrorCode.PayloadTooLarge]: { status: 413, title: 'Payload too large' },
   [RequestErrorCode.UnsupportedMediaType]: { status: 415, title: 'Unsupported media type' },
+  [RequestErrorCode.ClientClosed]: { status: 499, title: 'Client closed the connection' },
 };
 
 export class RequestException extends BrokerException<RequestErrorCode> {

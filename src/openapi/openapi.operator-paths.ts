@@ -68,13 +68,21 @@ export const OPERATOR_OPERATIONS: Record<string, Json> = {
       ),
     },
   ),
-  'GET /metrics': operation('metrics', "Prometheus metrics (keep off the callers' network)", {
-    '200': {
-      description: 'Prometheus text format 0.0.4.',
-      headers: NO_STORE,
-      content: { 'text/plain': { schema: { type: 'string' } } },
-    },
-  }),
+  'GET /metrics': {
+    ...operation(
+      'metrics',
+      'Prometheus metrics: open on the admin port; without one, a production broker answers the callers\' port only to scope `admin` on every client (`"*"`), a development one to anyone',
+      {
+        '200': {
+          description: 'Prometheus text format 0.0.4.',
+          headers: NO_STORE,
+          content: { 'text/plain': { schema: { type: 'string' } } },
+        },
+        ...problems(CALLER_AUTH),
+      },
+    ),
+    security: [{}, ...BEARER],
+  },
   'GET /admin/clients': admin({
     operationId: 'adminClients',
     summary: "Every client in the caller's grant, as this replica sees it, and the store",

@@ -63,6 +63,8 @@ export interface StackClient {
 export interface StackCaller {
   clients: string[];
   scopes?: string[];
+  /** Its grant's `forwardAllow` rules; @default none (the clients' allow-lists alone) */
+  forwardAllow?: Record<string, unknown>[];
   /** Its API key; @default a generated one */
   key?: string;
 }
@@ -287,6 +289,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       sha256: sha256(keys[caller]),
       clients: grant.clients,
       ...(grant.scopes && { scopes: grant.scopes }),
+      ...(grant.forwardAllow && { forwardAllow: grant.forwardAllow }),
     }));
     const secretId = (what: string) => `token-broker/${what}`;
     let secrets: SecretsManagerEmulator | undefined;
