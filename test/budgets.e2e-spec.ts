@@ -115,6 +115,10 @@ describe('budgets per caller and per replica (broker processes, real Redis)', ()
       name: 'budgets',
       redis: 'standalone',
       replicas: 0,
+      // Keyed POSTs through the passthrough: wider than the default list (marketing reads).
+      clients: [
+        { id: 'acme-prod', config: { forward: { allow: [{ prefix: '/api/marketing/v1/' }] } } },
+      ],
       callerAuth: {
         mode: 'api-key',
         callers: {

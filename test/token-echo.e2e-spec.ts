@@ -206,7 +206,17 @@ describe('token echo screen against a hostile provider (in-process broker, real 
       inProcess: true,
       redis: 'standalone',
       cacheKey: true,
-      clients: [{ id: CLIENT, config: { authUrl: provider.url, baseUrl: provider.url } }],
+      clients: [
+        {
+          id: CLIENT,
+          // Every method under both APIs: the suite screens answers, not the default list.
+          config: {
+            authUrl: provider.url,
+            baseUrl: provider.url,
+            forward: { allow: [{ prefix: '/api/checkout/v1/' }, { prefix: '/api/marketing/v1/' }] },
+          },
+        },
+      ],
       callerAuth: {
         mode: 'api-key',
         callers: { shop: { clients: [CLIENT], scopes: ['forward'], key: CALLER_KEY } },
