@@ -443,24 +443,55 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       const a = newStore();
       const b = newStore();
       await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
-      expect(await a.health.checkContinuity(CLIENT)).toBe('first');
-      expect(await b.health.checkContinuity(CLIENT)).toBe('first');
-      expect(await a.health.checkContinuity(CLIENT)).toBe('kept');
-      expect(await b.health.checkContinuity(CLIENT)).toBe('kept');
+      expect(await a.health.checkContinuity([CLIENT]).then((m) => m.get(CLIENT))).toBe('first');
+      expect(await b.health.checkContinuity([CLIENT]).then((m) => m.get(CLIENT))).toBe('first');
+      expect(await a.health.checkContinuity([CLIENT]).then((m) => m.get(CLIENT))).toBe('kept');
+      expect(await b.health.checkContinuity([CLIENT]).then((m) => m.get(CLIENT))).toBe('kept');
       await topology.flush();
-      expect(await a.health.checkContinuity(CLIENT)).toBe('lost');
-      expect(await b.health.checkContinuity(CLIENT)).toBe('lost');
-      expect(await a.health.checkContinuity(CLIENT)).toBe('kept');
+      expect(await a.health.checkContinuity([CLIENT]).then((m) => m.get(CLIENT))).toBe('lost');
+      expect(await b.health.checkContinuity([CLIENT]).then((m) => m.get(CLIENT))).toBe('lost');
+      expect(await a.health.checkContinuity([CLIENT]).then((m) => m.get(CLIENT))).toBe('kept');
+    });
+
+    it('costs one command per Redis node a round, whatever the number of clients', async () => {
+      const a = newStore();
+      await a.health.waitUntilReady(2000);
+      const ids = Array.from({ length: 200 }, (_, i) => `merchant-${i}`);
+      const masters = raw.isCluster ? (raw as Cluster).nodes('master') : [raw as Redis];
+      const epochCalls = async () => {
+        let calls = 0;
+        for (const node of masters) {
+          const stats = await node.info('commandstats');
+          calls += Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0);
+          calls += Number(/cmdstat_eval:calls=(\d+)/.exec(stats)?.[1] ?? 0);
+        }
+        return calls;
+      };
+      const first = await a.health.checkContinuity(ids);
+      expect(new Set(first.values())).toEqual(new Set(['first']));
+      const before = await epochCalls();
+      const again = await a.health.checkContinuity(ids);
+      const commands = (await epochCalls()) - before;
+      expect([...again.keys()].sort()).toEqual([...ids].sort());
+      expect(new Set(again.values())).toEqual(new Set(['kept']));
+      // One per master node (the ping's probe script runs on its own timer: allow one more).
+      expect(commands).toBeGreaterThanOrEqual(masters.length);
+      expect(commands).toBeLessThanOrEqual(masters.length + 1);
+      await topology.flush();
+      const after = await a.health.checkContinuity(ids);
+      expect(new Set(after.values())).toEqual(new Set(['lost']));
     });
 
     it('says "rolled_back" when the store went back in time (a failover that missed writes)', async () => {
       const a = newStore();
       await a.health.waitUntilReady(2000);
-      await a.health.checkContinuity(CLIENT);
-      await a.health.checkContinuity(CLIENT);
+      await a.health.checkContinuity([CLIENT]).then((m) => m.get(CLIENT));
+      await a.health.checkContinuity([CLIENT]).then((m) => m.get(CLIENT));
       // What a replica that missed the last writes holds: the same epoch, an older sequence.
       await raw.hincrby(redisKeys.epoch(CLIENT), 'seq', -2);
-      expect(await a.health.checkContinuity(CLIENT)).toBe('rolled_back');
+      expect(await a.health.checkContinuity([CLIENT]).then((m) => m.get(CLIENT))).toBe(
+        'rolled_back',
+      );
     });
   });
 
@@ -636,12 +667,19 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
       const redis = (topology as StandaloneRedis).redis;
       const a = newStore(200);
       await a.health.waitUntilReady(2000);
-      expect(await a.health.checkContinuity(CLIENT)).toBe('first');
+      expect(await a.health.checkContinuity([CLIENT]).then((m) => m.get(CLIENT))).toBe('first');
       await redis.restart();
-      await waitFor(() => a.health.checkContinuity(CLIENT).catch(() => undefined), {
-        timeoutMs: 5000,
-        what: 'Redis to answer again',
-      }).then((c) => expect(c).toBe('lost'));
+      await waitFor(
+        () =>
+          a.health
+            .checkContinuity([CLIENT])
+            .then((m) => m.get(CLIENT))
+            .catch(() => undefined),
+        {
+          timeoutMs: 5000,
+          what: 'Redis to answer again',
+        },
+      ).then((c) => expect(c).toBe('lost'));
     });
   });
 });

@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import calculateSlot from 'cluster-key-slot';
+import type { Cluster } from 'ioredis';
 import type { RedisSettings } from '../config/config.schema';
 import type { StoreContinuity, StoreHealth, StoreTopology } from '../token/token-store';
 import { TokenStoreErrorCode, TokenStoreException } from '../token/token-store.exception';
@@ -104,7 +106,37 @@ export class RedisStoreHealth implements StoreHealth {
     return { kind: 'redis', mode: this.settings.mode, nodes, state: this.tracker.state };
   }
 
-  async checkContinuity(clientId: string): Promise<StoreContinuity> {
+  /**
+   * One marker per Redis node, not per client: every client's keys on a node share its fate, so
+   * one client whose slot the node serves stands for the others there, with its own `epoch` key
+   * (which replicas of earlier versions advance too). A standalone or Sentinel Redis is one node:
+   * one command a round, whatever the number of clients; a Cluster, one per master.
+   */
+  async checkContinuity(clientIds: readonly string[]): Promise<Map<string, StoreContinuity>> {
+    const found = new Map<string, StoreContinuity>();
+    await Promise.all(
+      [...this.byNode(clientIds).values()].map(async (ids) => {
+        const continuity = await this.advanceEpoch(ids[0]);
+        for (const id of ids) found.set(id, continuity);
+      }),
+    );
+    return found;
+  }
+
+  /** Clients by the node that serves their keys; one group without a Cluster or its slot map. */
+  private byNode(clientIds: readonly string[]): Map<string, string[]> {
+    const groups = new Map<string, string[]>();
+    const slots = this.redis.isCluster ? (this.redis as Cluster).slots : undefined;
+    for (const id of clientIds) {
+      const node = slots?.[calculateSlot(redisKeys.epoch(id))]?.[0] ?? '';
+      const group = groups.get(node);
+      if (group) group.push(id);
+      else groups.set(node, [id]);
+    }
+    return groups;
+  }
+
+  private async advanceEpoch(clientId: string): Promise<StoreContinuity> {
     const sentAt = this.now();
     const [id, seq, redisNow] = await this.run((redis) =>
       redis.tbEpochAdvance(redisKeys.epoch(clientId), randomUUID()),

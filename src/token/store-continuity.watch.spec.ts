@@ -5,17 +5,22 @@ import { StoreContinuityWatch } from './store-continuity.watch';
 import type { StoreContinuity } from './token-store';
 import { TokenStoreErrorCode, TokenStoreException } from './token-store.exception';
 
-/** A store answering the given continuity results in order (a thrown one is an outage). */
+/**
+ * A store answering the given continuity results in order, the same for every client (one node);
+ * a thrown one is an outage.
+ */
 function scriptedStore(kind: 'redis' | 'memory', answers: Array<StoreContinuity | 'down'>) {
   return {
     kind,
-    checkContinuity: jest.fn(async (): Promise<StoreContinuity> => {
-      const next = answers.shift() ?? 'kept';
-      if (next === 'down') {
-        throw new TokenStoreException(TokenStoreErrorCode.Unavailable, 'down');
-      }
-      return next;
-    }),
+    checkContinuity: jest.fn(
+      async (ids: readonly string[]): Promise<ReadonlyMap<string, StoreContinuity>> => {
+        const next = answers.shift() ?? 'kept';
+        if (next === 'down') {
+          throw new TokenStoreException(TokenStoreErrorCode.Unavailable, 'down');
+        }
+        return new Map(ids.map((id) => [id, next]));
+      },
+    ),
   };
 }
 
@@ -61,9 +66,9 @@ describe(StoreContinuityWatch.name, () => {
     await watch.check();
     await watch.check();
     expect(await lossCount(metrics, 'rolled_back')).toBe(1);
-    expect(lines.map((l) => [l.level, l.client, l.continuity])).toEqual([
-      [50, 'acme', 'lost'],
-      [50, 'acme', 'rolled_back'],
+    expect(lines.map((l) => [l.level, l.clients, l.continuity])).toEqual([
+      [50, ['acme'], 'lost'],
+      [50, ['acme'], 'rolled_back'],
     ]);
     // The log says what it means for orders, and what to fix.
     expect(String(lines[0].msg)).toMatch(/second order/);
@@ -80,7 +85,7 @@ describe(StoreContinuityWatch.name, () => {
     expect(await lossCount(metrics, 'lost')).toBe(1);
   });
 
-  it('joins a round already running instead of starting another', async () => {
+  it('joins a round already running, and asks once a round for every client', async () => {
     const store = scriptedStore('redis', []);
     const watch = new StoreContinuityWatch(
       store,
@@ -90,7 +95,22 @@ describe(StoreContinuityWatch.name, () => {
       60_000,
     );
     await Promise.all([watch.check(), watch.check(), watch.check()]);
-    expect(store.checkContinuity).toHaveBeenCalledTimes(2);
+    expect(store.checkContinuity).toHaveBeenCalledTimes(1);
+    expect(store.checkContinuity).toHaveBeenCalledWith(['a', 'b']);
+  });
+
+  it('counts a loss for every client of the node, in one log line naming a bounded list', async () => {
+    const ids = Array.from({ length: 30 }, (_, i) => `m${i}`);
+    const store = scriptedStore('redis', ['first', 'lost']);
+    const metrics = newMetrics();
+    const { logger, lines } = capturingLogger();
+    const watch = new StoreContinuityWatch(store, ids, metrics, logger, 60_000);
+    await watch.check();
+    await watch.check();
+    expect(await lossCount(metrics, 'lost')).toBe(30);
+    expect(lines).toHaveLength(1);
+    expect(lines[0].clients).toHaveLength(21);
+    expect((lines[0].clients as string[])[20]).toBe('... 10 more');
   });
 
   it('does not watch a memory store', async () => {

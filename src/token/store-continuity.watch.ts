@@ -39,24 +39,41 @@ export class StoreContinuityWatch {
     return this.checking;
   }
 
+  /** One call for every client: the store decides how few commands that takes. */
   private async round(): Promise<void> {
-    for (const client of this.clientIds) {
-      let found;
-      try {
-        found = await this.store.checkContinuity(client);
-      } catch (err) {
-        // An outage is reported by the store's health; the next round after it compares.
-        if (err instanceof TokenStoreException) return;
-        throw err;
-      }
-      if (found !== 'lost' && found !== 'rolled_back') continue;
-      this.metrics.redisDataLoss.labels(client, found).inc();
+    let found;
+    try {
+      found = await this.store.checkContinuity(this.clientIds);
+    } catch (err) {
+      // An outage is reported by the store's health; the next round after it compares.
+      if (err instanceof TokenStoreException) return;
+      throw err;
+    }
+    const lost = this.clientIds.filter((c) => found.get(c) === 'lost');
+    const rolledBack = this.clientIds.filter((c) => found.get(c) === 'rolled_back');
+    for (const client of lost) this.metrics.redisDataLoss.labels(client, 'lost').inc();
+    for (const client of rolledBack) this.metrics.redisDataLoss.labels(client, 'rolled_back').inc();
+    // One line per kind and round, however many clients the node held.
+    if (lost.length > 0) {
       this.logger.error(
-        { client, continuity: found },
-        found === 'lost'
-          ? 'Redis lost its data: the continuity marker this replica saw is gone (Redis restarted without persistence, was flushed, or failed over to a node that never had the data). Idempotency records went with it: a repeat of an order answered before now is sent to the provider again and may create a second order. Tokens recover by themselves. Give Redis persistence (appendonly yes, appendfsync everysec) and a replica with automatic failover; see docs/redis.md, "What idempotency needs from Redis"'
-          : 'Redis went back in time: the continuity marker is older than one this replica already saw (a failover to a replica that missed the latest writes). Idempotency records written just before it may be gone: a repeat of such an order may be sent again. See docs/redis.md, "What idempotency needs from Redis"',
+        { clients: named(lost), continuity: 'lost' },
+        'Redis lost its data: the continuity marker this replica saw is gone (Redis restarted without persistence, was flushed, or failed over to a node that never had the data). Idempotency records went with it: a repeat of an order answered before now is sent to the provider again and may create a second order. Tokens recover by themselves. Give Redis persistence (appendonly yes, appendfsync everysec) and a replica with automatic failover; see docs/redis.md, "What idempotency needs from Redis"',
+      );
+    }
+    if (rolledBack.length > 0) {
+      this.logger.error(
+        { clients: named(rolledBack), continuity: 'rolled_back' },
+        'Redis went back in time: the continuity marker is older than one this replica already saw (a failover to a replica that missed the latest writes). Idempotency records written just before it may be gone: a repeat of such an order may be sent again. See docs/redis.md, "What idempotency needs from Redis"',
       );
     }
   }
+}
+
+/** A log line names at most this many clients, and how many more. */
+const NAMED_CLIENTS = 20;
+
+function named(clients: readonly string[]): string[] {
+  return clients.length <= NAMED_CLIENTS
+    ? [...clients]
+    : [...clients.slice(0, NAMED_CLIENTS), `... ${clients.length - NAMED_CLIENTS} more`];
 }

@@ -154,9 +154,9 @@ export class MemoryTokenStore
     return ms > 0 ? { ms, lifetimeMs: hold!.lifetimeMs } : { ms: 0 };
   }
 
-  async checkContinuity(): Promise<StoreContinuity> {
+  async checkContinuity(clientIds: readonly string[]): Promise<Map<string, StoreContinuity>> {
     // Process memory lasts exactly as long as the process: nothing to lose behind its back.
-    return 'kept';
+    return new Map(clientIds.map((id) => [id, 'kept' as const]));
   }
 
   onEvent(listener: (event: TokenStoreEvent) => void): void {

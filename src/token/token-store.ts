@@ -124,7 +124,7 @@ export interface StoreHealth {
    * Redis that lost its data also lost the idempotency records, so repeats of answered orders
    * could be sent again.
    */
-  checkContinuity(clientId: string): Promise<StoreContinuity>;
+  checkContinuity(clientIds: readonly string[]): Promise<ReadonlyMap<string, StoreContinuity>>;
   onRecovered(listener: () => void): void;
   /** Starting before Redis answers would make every replica fetch its own token. */
   waitUntilReady(timeoutMs: number): Promise<boolean>;
