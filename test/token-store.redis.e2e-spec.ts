@@ -240,6 +240,60 @@ describe.each(TOPOLOGY_KINDS)(`${RedisTokenStore.name} on %s Redis`, (kind) => {
     });
   });
 
+  describe('endpoint slots (the fleet bound per token endpoint)', () => {
+    it('grants at most `concurrency` at once across replicas, and again once one is given back', async () => {
+      const a = newStore();
+      const b = newStore();
+      await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
+      const cap = { concurrency: 2, perSecond: 0, leaseMs: 10_000 };
+      const first = await a.lock.takeEndpointSlot('https://as.test/token', cap);
+      const second = await b.lock.takeEndpointSlot('https://as.test/token', cap);
+      expect([first.granted, second.granted]).toEqual([true, true]);
+      expect(await a.lock.takeEndpointSlot('https://as.test/token', cap)).toEqual({
+        granted: false,
+        retryInMs: 0,
+      });
+      expect((await a.lock.takeEndpointSlot('https://other.test/token', cap)).granted).toBe(true);
+      if (second.granted) await second.release();
+      expect((await a.lock.takeEndpointSlot('https://as.test/token', cap)).granted).toBe(true);
+    });
+
+    it('grants at most `perSecond` a second fleet-wide, naming when the next may go', async () => {
+      const a = newStore();
+      const b = newStore();
+      await Promise.all([a.health.waitUntilReady(2000), b.health.waitUntilReady(2000)]);
+      const cap = { concurrency: 0, perSecond: 3, leaseMs: 10_000 };
+      const slots = [];
+      for (const s of [a, b, a]) {
+        slots.push(await s.lock.takeEndpointSlot('https://rate.test/token', cap));
+      }
+      expect(slots.map((slot) => slot.granted)).toEqual([true, true, true]);
+      const refused = await b.lock.takeEndpointSlot('https://rate.test/token', cap);
+      expect(refused.granted).toBe(false);
+      const retryInMs = refused.granted ? 0 : refused.retryInMs;
+      expect(retryInMs).toBeGreaterThan(0);
+      expect(retryInMs).toBeLessThanOrEqual(1000);
+      // Ended requests still count for a second after they ended, then leave room.
+      for (const slot of slots) if (slot.granted) await slot.release();
+      await waitFor(
+        async () => (await a.lock.takeEndpointSlot('https://rate.test/token', cap)).granted,
+        { timeoutMs: 3000, what: 'the rate to have room a second after the requests ended' },
+      );
+    });
+
+    it("gives a dead holder's place back when its lease ends", async () => {
+      const a = newStore();
+      await a.health.waitUntilReady(2000);
+      const cap = { concurrency: 1, perSecond: 0, leaseMs: 200 };
+      expect((await a.lock.takeEndpointSlot('https://lease.test/token', cap)).granted).toBe(true);
+      expect((await a.lock.takeEndpointSlot('https://lease.test/token', cap)).granted).toBe(false);
+      await waitFor(
+        async () => (await a.lock.takeEndpointSlot('https://lease.test/token', cap)).granted,
+        { timeoutMs: 2000, what: 'the lease to end' },
+      );
+    });
+  });
+
   describe('corrupt values', () => {
     it.each([
       ['a foreign value', { exp: 'soon', val: 'x' }],

@@ -37,6 +37,8 @@ export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
   { env: 'TOKEN_MIN_REJECTION_INTERVAL_MS', path: ['token', 'minRejectionIntervalMs'] },
   { env: 'TOKEN_REJECTIONS_PER_CALLER', path: ['token', 'rejectionsPerCaller'] },
   { env: 'TOKEN_REJECTION_WINDOW_SECONDS', path: ['token', 'rejectionWindowSeconds'] },
+  { env: 'TOKEN_ENDPOINT_MAX_CONCURRENCY', path: ['token', 'endpointMaxConcurrency'] },
+  { env: 'TOKEN_ENDPOINT_RATE_PER_SECOND', path: ['token', 'endpointRatePerSecond'] },
   { env: 'CREDENTIALS_RELOAD_SECONDS', path: ['token', 'credentialsReloadSeconds'] },
   { env: 'PROVIDER_CONNECT_TIMEOUT_MS', path: ['provider', 'connectTimeoutMs'] },
   { env: 'PROVIDER_RESPONSE_TIMEOUT_MS', path: ['provider', 'responseTimeoutMs'] },

@@ -37,6 +37,18 @@ export const tokenSettingsSchema = z
     rejectionsPerCaller: int(0, 1_000_000).default(3),
     /** The window of `rejectionsPerCaller`. @default 3600 */
     rejectionWindowSeconds: int(1, 86_400).default(3600),
+    /**
+     * Most token requests the whole fleet has in flight to one token endpoint at once, all
+     * clients of that authorization server together (Redis-enforced; per replica while Redis is
+     * down); past it a refresh waits its turn, a fraction of a second. `0`: no bound. @default 8
+     */
+    endpointMaxConcurrency: int(0, 10_000).default(8),
+    /**
+     * Most token requests the whole fleet sends one token endpoint per second, all its clients
+     * together, so a thousand clients, a restart or a fleet-wide revoke never send more than the
+     * provider allows. `0`: no bound. @default 20
+     */
+    endpointRatePerSecond: int(0, 100_000).default(20),
     /** Re-read credentials this often even without a failure (rotation). @default 3600 */
     credentialsReloadSeconds: int(10, 604_800).default(3600),
   })

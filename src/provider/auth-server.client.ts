@@ -17,6 +17,16 @@ import type { Agent, Dispatcher } from 'undici';
 
 /** Appended to a client's `authUrl` in the provider's dialect. */
 const TOKEN_PATH = '/api/auth/v1/oauth/token';
+
+/** Where a client's token requests go (no query): the key of the fleet's bound on them. */
+export function tokenEndpointOf(client: ClientConfig): string {
+  const url = new URL(
+    client.tokenRequest.grant === 'rfc6749' && client.tokenRequest.url !== undefined
+      ? client.tokenRequest.url
+      : `${client.authUrl}${TOKEN_PATH}`,
+  );
+  return `${url.origin}${url.pathname}`;
+}
 const ASSERTION_TYPE = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
 const DEFAULT_ASSERTION = assertionSettingsSchema.parse({});
 

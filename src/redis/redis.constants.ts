@@ -1,5 +1,9 @@
 import { createHash } from 'node:crypto';
 
+function endpointTag(endpoint: string): string {
+  return createHash('sha256').update(endpoint).digest('hex').slice(0, 32);
+}
+
 /** Every key of a client shares the hash tag `{<client>}`: Lua scripts need one Cluster slot. */
 export const redisKeys = {
   token: (clientId: string) => `tb:{${clientId}}:token`,
@@ -14,6 +18,12 @@ export const redisKeys = {
   /** How many invalidations one caller's calls caused in the current window. */
   callerRejections: (clientId: string, caller: string) =>
     `tb:{${clientId}}:rej:${createHash('sha256').update(caller).digest('hex').slice(0, 32)}`,
+  /**
+   * One token endpoint's requests in flight and of the last second, fleet-wide: a hash tag of
+   * their own, since every client of an authorization server shares them.
+   */
+  endpointInFlight: (endpoint: string) => `tb:{ep:${endpointTag(endpoint)}}:inflight`,
+  endpointGrants: (endpoint: string) => `tb:{ep:${endpointTag(endpoint)}}:grants`,
   /** Never expires: it must only vanish with the data. */
   epoch: (clientId: string) => `tb:{${clientId}}:epoch`,
   /** Written by older versions: read during a rolling upgrade, never written. */

@@ -1,5 +1,8 @@
 import { ExecutionError, Redlock, ResourceLockedError } from '@sesamecare-oss/redlock';
+import { randomUUID } from 'node:crypto';
 import {
+  type EndpointCap,
+  type EndpointSlot,
   type LockState,
   type Locked,
   type RefreshHold,
@@ -102,6 +105,25 @@ export class RedisRefreshLock implements RefreshLock {
     return Number.isSafeInteger(lifetimeMs) && lifetimeMs > 0
       ? { ms: left, lifetimeMs }
       : { ms: left };
+  }
+
+  async takeEndpointSlot(endpoint: string, cap: EndpointCap): Promise<EndpointSlot> {
+    const id = randomUUID();
+    const inFlight = redisKeys.endpointInFlight(endpoint);
+    const grants = redisKeys.endpointGrants(endpoint);
+    const [granted, retryInMs] = await this.health.run((redis) =>
+      redis.tbEndpointSlot(inFlight, grants, id, cap.concurrency, cap.perSecond, cap.leaseMs),
+    );
+    if (granted !== 1) return { granted: false, retryInMs: Number(retryInMs) };
+    return {
+      granted: true,
+      // Best effort: the lease ends the place anyway.
+      release: () =>
+        this.health.redis.tbEndpointRelease(inFlight, grants, id).then(
+          () => undefined,
+          () => undefined,
+        ),
+    };
   }
 }
 

@@ -176,6 +176,56 @@ return {left, redis.call('GET', KEYS[1])}
 `;
 
 /**
+ * The fleet's token requests to one endpoint, whichever clients and replicas send them: at most
+ * ARGV[2] at once (leases that outlive a dead holder by ARGV[4] ms), and at most ARGV[3] whose
+ * time at the provider may fall within one second. A request counts toward the rate from its
+ * grant until a second after it ended (its score is its lease end until then): wherever in that
+ * span it reached the provider, no second there holds more than ARGV[3].
+ * KEYS[1] leases in flight (sorted set: id by lease end), KEYS[2] the rate's requests (sorted set:
+ * id by lease end, then by end). ARGV[1] an id for this request. Times are Redis's.
+ * Returns {1, 0} granted, or {0, ms until the rate may have room (0: wait for a place)}.
+ */
+const ENDPOINT_SLOT = `${REDIS_NOW}
+local now = redisNow()
+for i = 1, 2 do
+  if redis.call('TYPE', KEYS[i]).ok ~= 'zset' and redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('DEL', KEYS[i])
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 1000)
+local concurrency = tonumber(ARGV[2])
+local perSecond = tonumber(ARGV[3])
+local lease = tonumber(ARGV[4])
+if concurrency > 0 and redis.call('ZCARD', KEYS[1]) >= concurrency then return {0, 0} end
+if perSecond > 0 and redis.call('ZCARD', KEYS[2]) >= perSecond then
+  local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  return {0, math.max(1, math.min(1000, tonumber(oldest[2]) + 1000 - now))}
+end
+if concurrency > 0 then
+  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], lease)
+end
+if perSecond > 0 then
+  redis.call('ZADD', KEYS[2], now + lease, ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], lease + 1000)
+end
+return {1, 0}
+`;
+
+/**
+ * The request with id ARGV[1] ended: its place is free, and it counts toward the rate for one
+ * more second from now. KEYS as {@link ENDPOINT_SLOT}'s. Returns 1.
+ */
+const ENDPOINT_RELEASE = `${REDIS_NOW}
+redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('TYPE', KEYS[2]).ok == 'zset' then
+  redis.call('ZADD', KEYS[2], 'XX', redisNow(), ARGV[1])
+end
+return 1
+`;
+
+/**
  * The epoch has no TTL: it must only vanish with the data. A remembered id that is gone means the
  * data was lost; a sequence not above the last seen, that the store went back in time.
  *
@@ -237,6 +287,8 @@ export type RedisWithScripts = RedisClient & {
   ): Promise<[number, string, number]>;
   tbDeferRefresh(key: string, delayMs: number): Promise<number>;
   tbRefreshHold(key: string): Promise<[number, string | false | null]>;
+  tbEndpointSlot(key: string, ...args: (string | number)[]): Promise<[number, number]>;
+  tbEndpointRelease(key: string, grants: string, id: string): Promise<number>;
   tbEpochAdvance(key: string, id: string): Promise<[string, number, number]>;
   tbDiscardCorrupt(key: string, floorKey: string, value: string): Promise<number>;
 };
@@ -251,6 +303,8 @@ export function defineTokenStoreScripts(redis: RedisClient): RedisWithScripts {
   redis.defineCommand('tbAcknowledge', { numberOfKeys: 1, lua: ACKNOWLEDGE });
   redis.defineCommand('tbDeferRefresh', { numberOfKeys: 1, lua: DEFER_REFRESH });
   redis.defineCommand('tbRefreshHold', { numberOfKeys: 1, lua: REFRESH_HOLD });
+  redis.defineCommand('tbEndpointSlot', { numberOfKeys: 2, lua: ENDPOINT_SLOT });
+  redis.defineCommand('tbEndpointRelease', { numberOfKeys: 2, lua: ENDPOINT_RELEASE });
   redis.defineCommand('tbEpochAdvance', { numberOfKeys: 1, lua: EPOCH_ADVANCE });
   redis.defineCommand('tbDiscardCorrupt', { numberOfKeys: 2, lua: DISCARD_CORRUPT });
   return redis as RedisWithScripts;

@@ -11,7 +11,13 @@ import { HeldToken } from './held-token';
 import { RefreshLoop } from './refresh-loop';
 import type { TokenRecord } from './token-record';
 import { RejectionLedger } from './rejection-ledger';
-import type { RejectionRule, RejectionVerdict, TokenStore, TokenStoreEvent } from './token-store';
+import type {
+  EndpointCap,
+  RejectionRule,
+  RejectionVerdict,
+  TokenStore,
+  TokenStoreEvent,
+} from './token-store';
 
 /** How often {@link ClientTokenManager.replacementAfter} looks. */
 const REPLACEMENT_POLL_MS = 25;
@@ -25,6 +31,8 @@ interface ManagerDeps {
   logger: Logger;
   settings: TokenSettings;
   storeGraceMs: number;
+  /** The fleet's bound on requests to a token endpoint; absent: none. */
+  endpointCap?: EndpointCap;
   now?: () => number;
   random?: () => number;
 }

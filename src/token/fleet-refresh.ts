@@ -2,14 +2,22 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
 import type { MetricsService } from '../metrics/metrics.service';
-import type { TokenGrantor } from '../provider/auth-server.client';
 import type { GrantedToken } from '../provider/token-response.parser';
+import { type TokenGrantor, tokenEndpointOf } from '../provider/auth-server.client';
 import { ProviderErrorCode, ProviderException } from '../provider/provider.exception';
 import type { CredentialsCache } from '../secrets/credentials-cache';
 import { isFleetWide } from './refresh-failure';
 import { MIN_SERVE_MS } from './refresh-schedule';
 import { type TokenRecord, toRecord, withGeneration } from './token-record';
-import type { FleetBus, Locked, RefreshLock, TokenRecords } from './token-store';
+import { EndpointLimiter } from './endpoint-limiter';
+import type {
+  EndpointCap,
+  EndpointSlot,
+  FleetBus,
+  Locked,
+  RefreshLock,
+  TokenRecords,
+} from './token-store';
 import { TokenStoreException } from './token-store.exception';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -18,6 +26,10 @@ import { TokenErrorCode, TokenException } from './token.exception';
  * asking on every replica at once cost one provider request.
  */
 export const FORCED_COALESCE_MS = 100;
+
+const UNBOUNDED: EndpointSlot = { granted: true, release: () => Promise.resolve() };
+/** The replica's own bound per endpoint while the store is down: one for all its clients. */
+const SHARED_LOCAL_ENDPOINTS = new EndpointLimiter();
 
 export interface FleetRefreshDeps {
   store: { records: TokenRecords; lock: RefreshLock; bus: Pick<FleetBus, 'generation'> };
@@ -29,6 +41,8 @@ export interface FleetRefreshDeps {
   storeGraceMs: number;
   /** `TOKEN_MIN_REFRESH_INTERVAL_MS`: at most one grant per interval. */
   minRefreshIntervalMs: number;
+  /** The fleet's bound on requests to this client's token endpoint; absent: none. */
+  endpointCap?: EndpointCap;
   now: () => number;
 }
 
@@ -64,13 +78,18 @@ export type RefreshPass =
  */
 export class FleetRefresh {
   private storeFailingSince?: number;
+  /** This client's token endpoint, as the fleet's bound on it is keyed. */
+  private readonly endpoint: string;
   /** This replica's own floor while the store (which holds the fleet's) is unreachable. */
   private lastGrantAt?: number;
 
   constructor(
     private readonly client: ClientConfig,
     private readonly deps: FleetRefreshDeps,
-  ) {}
+    private readonly localEndpoints: EndpointLimiter = SHARED_LOCAL_ENDPOINTS,
+  ) {
+    this.endpoint = tokenEndpointOf(client);
+  }
 
   async run(ctx: RefreshContext): Promise<RefreshPass> {
     const id = this.client.id;
@@ -116,9 +135,12 @@ export class FleetRefresh {
     // The floor: whatever the lifetime or the callers' min_ttl, one grant per interval.
     const hold = await lock.refreshHold(id);
     if (hold.ms > 0) return { kind: 'floor', retryInMs: hold.ms, lifetimeMs: hold.lifetimeMs };
+    // The fleet's bound on the authorization server, whichever clients and replicas ask it.
+    const slot = await this.endpointSlot();
+    if (!slot.granted) return { kind: 'deferred', retryInMs: slot.retryInMs };
     let record: TokenRecord;
     try {
-      record = await this.fetch();
+      record = await this.fetch().finally(() => void slot.release());
     } catch (err) {
       if (!ctx.failed) throw err;
       const delayMs = ctx.failed(err);
@@ -145,6 +167,22 @@ export class FleetRefresh {
       );
     }
     return token(record, true, written === undefined);
+  }
+
+  /**
+   * A place among the endpoint's token requests. Without the store, this replica's own bound:
+   * it then refreshes alone anyway. A full endpoint is asked again shortly, with jitter, so the
+   * waiting clients do not come back as one.
+   */
+  private async endpointSlot(): Promise<EndpointSlot> {
+    const cap = this.deps.endpointCap;
+    if (cap === undefined || (cap.concurrency === 0 && cap.perSecond === 0)) return UNBOUNDED;
+    const taken = this.deps.store.lock.takeEndpointSlot(this.endpoint, cap);
+    const slot = await this.orIfStoreFails(taken, undefined);
+    const found = slot ?? this.localEndpoints.take(this.endpoint, cap);
+    if (found.granted) return found;
+    this.deps.metrics.refreshes.labels(this.client.id, 'endpoint_capped').inc();
+    return { granted: false, retryInMs: found.retryInMs + 50 + Math.floor(Math.random() * 200) };
   }
 
   liftLocalFloor(): void {

@@ -1,6 +1,9 @@
+import { EndpointLimiter } from './endpoint-limiter';
 import { RejectionLedger } from './rejection-ledger';
 import { type TokenRecord, withGeneration } from './token-record';
 import {
+  type EndpointCap,
+  type EndpointSlot,
   type RejectionRule,
   type RejectionVerdict,
   type LockState,
@@ -45,10 +48,12 @@ export class MemoryTokenStore
 
   private readonly generations = new Map<string, number>();
   private readonly rejections: RejectionLedger;
+  private readonly endpoints: EndpointLimiter;
   private readonly acks = new Map<string, number>();
 
   constructor(private readonly now: () => number = Date.now) {
     this.rejections = new RejectionLedger(now);
+    this.endpoints = new EndpointLimiter(now);
   }
 
   async read(clientId: string): Promise<StoredToken> {
@@ -152,6 +157,10 @@ export class MemoryTokenStore
     const hold = this.heldUntil.get(clientId);
     const ms = Math.max(0, (hold?.until ?? 0) - this.now());
     return ms > 0 ? { ms, lifetimeMs: hold!.lifetimeMs } : { ms: 0 };
+  }
+
+  async takeEndpointSlot(endpoint: string, cap: EndpointCap): Promise<EndpointSlot> {
+    return this.endpoints.take(endpoint, cap);
   }
 
   async checkContinuity(clientIds: readonly string[]): Promise<Map<string, StoreContinuity>> {

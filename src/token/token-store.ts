@@ -56,6 +56,19 @@ export interface RejectionRule {
  */
 export type RejectionVerdict = 'invalidated' | 'stale' | 'floored' | 'caller_budget';
 
+/** What the fleet may send one token endpoint: at once and per second (0: no bound). */
+export interface EndpointCap {
+  concurrency: number;
+  perSecond: number;
+  /** How long a place is held if its holder dies without giving it back. */
+  leaseMs: number;
+}
+
+/** A place among an endpoint's token requests, or when to ask again. */
+export type EndpointSlot =
+  | { granted: true; release(): Promise<void> }
+  | { granted: false; retryInMs: number };
+
 export type Locked<T> = { acquired: true; value: T } | { acquired: false };
 
 export type StoredToken =
@@ -100,6 +113,12 @@ export interface RefreshLock {
   /** `discardCorrupt` lifts the floor (the fleet then needs a token now); `invalidate` never does. */
   holdRefreshes(clientId: string, intervalMs: number, lifetimeMs: number): Promise<void>;
   refreshHold(clientId: string): Promise<RefreshHold>;
+  /**
+   * A place among the token requests the whole fleet sends `endpoint` (every client of one
+   * authorization server shares it), within `cap`; given back with `release` once the request
+   * ends, or by its lease.
+   */
+  takeEndpointSlot(endpoint: string, cap: EndpointCap): Promise<EndpointSlot>;
 }
 
 export interface FleetBus {

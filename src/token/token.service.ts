@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import type { Caller } from '../caller-auth/caller';
 import { assertMayUse, mayUse, namedClient } from '../caller-auth/caller-authorization';
 import { BROKER_CONFIG } from '../config/config.constants';
-import type { BrokerConfig } from '../config/config.schema';
+import { type BrokerConfig, tokenCallDeadlineMs } from '../config/config.schema';
 import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
 import { TOKEN_GRANTOR } from '../provider/provider.constants';
@@ -53,6 +53,12 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
           logger,
           settings: config.token,
           storeGraceMs: Math.max(500, 2 * config.redis.commandTimeoutMs),
+          endpointCap: {
+            concurrency: config.token.endpointMaxConcurrency,
+            perSecond: config.token.endpointRatePerSecond,
+            // A dead holder's place comes back once its request could no longer be running.
+            leaseMs: tokenCallDeadlineMs(config.provider) + 1000,
+          },
         }),
       );
     }
