@@ -1,7 +1,13 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { CONFIG_DOCS_FILE, renderConfigDocs } from '../scripts/config-docs';
+import {
+  CHART_SCHEMA_FILE,
+  CONFIG_DOCS_FILE,
+  formatChartSchema,
+  renderChartSchema,
+  renderConfigDocs,
+} from '../scripts/config-docs';
 import { clientSchema } from '../src/config/client.schema';
 import { brokerConfigSchema } from '../src/config/config.schema';
 import { envSettings, settingFields } from '../src/config/setting-meta';
@@ -28,6 +34,38 @@ describe('docs/configuration.md', () => {
     const names = envSettings(settingFields(brokerConfigSchema)).map((s) => s.env);
     expect(names.length).toBeGreaterThan(100);
     expect(names.filter((name) => !docs.includes(`\`${name}\``))).toEqual([]);
+  });
+});
+
+describe("the Helm chart's values.schema.json", () => {
+  const committedText = readFileSync(join(root, CHART_SCHEMA_FILE), 'utf8');
+  const committed = JSON.parse(committedText) as Record<string, unknown>;
+
+  it('holds in `config` what `npm run docs:config` generates from the config schema today', () => {
+    const generated = renderChartSchema(committed);
+    // Only the generated sections can differ: everything else is copied from the file itself.
+    if (JSON.stringify(generated) !== JSON.stringify(committed)) {
+      expect({ file: CHART_SCHEMA_FILE, hint: 'run `npm run docs:config`', committed }).toEqual({
+        file: CHART_SCHEMA_FILE,
+        hint: 'run `npm run docs:config`',
+        committed: generated,
+      });
+    }
+  });
+
+  it('is written as the script writes it (Prettier), so a rerun changes nothing', async () => {
+    expect(await formatChartSchema(committed)).toBe(committedText);
+  });
+
+  it('drops a setting the broker no longer has: the generated part is compared whole', () => {
+    type Sections = { properties: { config: { properties: Record<string, JsonObject> } } };
+    type JsonObject = { properties: Record<string, unknown> };
+    const stale = structuredClone(committed) as Sections;
+    expect(Object.keys(stale.properties.config.properties.token.properties)).toContain(
+      'minRefreshIntervalMs',
+    );
+    stale.properties.config.properties.token.properties.retiredSetting = { type: 'integer' };
+    expect(renderChartSchema(stale)).toEqual(committed);
   });
 });
 
