@@ -75,7 +75,7 @@ const apiKeyGrantSchema = z
       })
       .meta({
         description:
-          'Hex SHA-256 of the key exactly as callers send it: `printf %s "$KEY" | ' + 'sha256sum`.',
+          'Hex SHA-256 of the key exactly as callers send it: `printf %s "$KEY" | sha256sum`.',
       }),
     clients: clientGrantSchema.meta({
       description: 'Client ids this key may use; `"*"` for every client.',
@@ -87,9 +87,8 @@ const apiKeyGrantSchema = z
     forwardAllow: callerForwardAllowSchema.optional().meta({
       description:
         'Narrows what this key may forward, e.g. `[{"methods": ["GET"], "prefix": ' +
-        '"/api/marketing/v1/"}]`: a call passes only when one of these rules and the ' +
-        "client's `forward.allow` both let it (`POST /orders` is `POST` on the client's " +
-        '`ordersPath`).',
+        '"/api/marketing/v1/"}]`: a call passes only when one of these rules and the client\'s ' +
+        "`forward.allow` both let it (`POST /orders` is `POST` on the client's `ordersPath`).",
       defaultText: "the clients' allow-lists alone",
     }),
   })
@@ -159,11 +158,10 @@ const kubernetesCallerAuthSchema = z
   .object({
     jwksUrl: httpUrl.optional().meta({
       description:
-        "JWKS URL of the cluster's service-account token issuer: the issuer's public " +
-        'discovery endpoint (EKS/GKE/AKS publish one), or ' +
-        '`https://kubernetes.default.svc/openid/v1/jwks` in-cluster. Keys are cached and ' +
-        'refetched (rate limited) when a token names an unknown `kid`. Required in mode ' +
-        '`kubernetes`.',
+        "JWKS URL of the cluster's service-account token issuer: the issuer's public discovery " +
+        'endpoint (EKS/GKE/AKS publish one), or `https://kubernetes.default.svc/openid/v1/jwks` ' +
+        'in-cluster. Keys are cached and refetched (rate limited) when a token names an unknown ' +
+        '`kid`. Required in mode `kubernetes`.',
       env: 'CALLER_AUTH_JWKS_URL',
     }),
     issuer: z
@@ -172,8 +170,8 @@ const kubernetesCallerAuthSchema = z
       .optional()
       .meta({
         description:
-          "The `iss` every token must carry (the API server's `--service-account-issuer`). " +
-          'Required in mode `kubernetes`.',
+          "The `iss` every token must carry (the API server's " +
+          '`--service-account-issuer`). Required in mode `kubernetes`.',
         env: 'CALLER_AUTH_ISSUER',
       }),
     audience: z
@@ -182,10 +180,10 @@ const kubernetesCallerAuthSchema = z
       .default('token-broker')
       .meta({
         description:
-          "The `aud` every token must carry: the `audience` of the callers' projected token " +
-          'volume. Set one per broker: brokers of a cluster trust the same issuer, so with ' +
-          'a shared audience each accepts the tokens made for the others (the Helm chart ' +
-          'sets `<fullname>.<namespace>`).',
+          "The `aud` every token must carry: the `audience` of the callers' " +
+          'projected token volume. Set one per broker: brokers of a cluster trust ' +
+          'the same issuer, so with a shared audience each accepts the tokens ' +
+          'made for the others (the Helm chart sets `<fullname>.<namespace>`).',
         env: 'CALLER_AUTH_AUDIENCE',
       }),
     subjects: z
@@ -209,12 +207,10 @@ const kubernetesCallerAuthSchema = z
           '`forwardAllow`). `CALLER_AUTH_SUBJECTS` takes the same object as JSON.',
         env: 'CALLER_AUTH_SUBJECTS',
       }),
-    cacheSize: int(1, 1_000_000)
-      .default(10_000)
-      .meta({
-        description:
-          'Verified tokens are cached by their SHA-256 until they expire; at most this ' + 'many.',
-      }),
+    cacheSize: int(1, 1_000_000).default(10_000).meta({
+      description:
+        'Verified tokens are cached by their SHA-256 until they expire; at most this many.',
+    }),
     clockToleranceSeconds: int(0, 300)
       .default(5)
       .meta({ description: 'Leeway for `exp`/`nbf` against clock skew.' }),
@@ -222,10 +218,9 @@ const kubernetesCallerAuthSchema = z
       .default(172_800)
       .meta({
         description:
-          'Longest lifetime (`exp` - `iat`) of a token accepted; tokens without `iat` are ' +
-          'refused. A verified token is trusted until it expires, so a year-long token (a ' +
-          'legacy Secret token, or a stolen one) must not be. Projected volumes ask for an ' +
-          'hour by default.',
+          'Longest lifetime (`exp` - `iat`) of a token accepted; tokens without `iat` are refused. ' +
+          'A verified token is trusted until it expires, so a year-long token (a legacy Secret ' +
+          'token, or a stolen one) must not be. Projected volumes ask for an hour by default.',
         defaultText: '172800 (48 h)',
         env: 'CALLER_AUTH_MAX_TOKEN_LIFETIME_SECONDS',
       }),
@@ -255,9 +250,8 @@ export const callerAuthSettingsSchema = z
       .transform((v) => v as CallerAuthMode)
       .meta({
         description:
-          'How callers authenticate on every route but health and metrics. No default: a ' +
-          "broker hands out credentials that spend the merchant's money, so the operator " +
-          'must choose.',
+          'How callers authenticate on every route but health and metrics. No default: a broker ' +
+          "hands out credentials that spend the merchant's money, so the operator must choose.",
         env: 'CALLER_AUTH_MODE',
       }),
     allowNone: flag.default(false).meta({
@@ -271,16 +265,15 @@ export const callerAuthSettingsSchema = z
       .meta({ description: 'Mode `api-key`: grants listed in the config file (hashes only).' }),
     apiKeysSource: credentialsSourceSchema.optional().meta({
       description:
-        'Mode `api-key`: a secret (or file) holding the same JSON list; merged with ' +
-        '`apiKeys`.',
+        'Mode `api-key`: a secret (or file) holding the same JSON list; merged with `apiKeys`.',
       envFields: { secretId: 'CALLER_API_KEYS_SECRET_ID', file: 'CALLER_API_KEYS_FILE' },
     }),
     apiKeysReloadSeconds: int(0, 86_400)
       .default(300)
       .meta({
         description:
-          'Re-read `apiKeysSource` this often so grants and revocations need no restart; 0 ' +
-          'turns it off.',
+          'Re-read `apiKeysSource` this often so grants and ' +
+          'revocations need no restart; 0 turns it off.',
         env: 'CALLER_API_KEYS_RELOAD_SECONDS',
       }),
     kubernetes: kubernetesCallerAuthSchema.prefault({}),

@@ -16,7 +16,7 @@ export const credentialsSourceSchema = z
   .object({
     secretId: secretIdSchema.optional().meta({
       description:
-        "AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's " + 'env.',
+        "AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env.",
     }),
     file: filePathSchema.optional().meta({
       description:
@@ -37,7 +37,7 @@ const clientCredentialsSourceSchema = z
   .object({
     secretId: secretIdSchema.optional().meta({
       description:
-        "AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's " + 'env.',
+        "AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env.",
     }),
     file: filePathSchema.optional().meta({
       description:
@@ -48,12 +48,12 @@ const clientCredentialsSourceSchema = z
     }),
     certificateFile: filePathSchema.optional().meta({
       description:
-        'PEM client certificate (chain) file for `tls_client_auth`, e.g. a mounted ' + '`tls.crt`.',
+        'PEM client certificate (chain) file for `tls_client_auth`, e.g. a mounted `tls.crt`.',
     }),
     privateKeyFile: filePathSchema.optional().meta({
       description:
-        'PEM (or JWK) private key file for `private_key_jwt` and `tls_client_auth`, e.g. ' +
-        '`tls.key`.',
+        'PEM (or JWK) private key file for `private_key_jwt` ' +
+        'and `tls_client_auth`, e.g. `tls.key`.',
     }),
   })
   .strict()
@@ -106,10 +106,10 @@ export const forwardRuleSchema = z
       .optional()
       .meta({
         description:
-          'A provider path prefix ending in `/`, e.g. `/api/marketing/v1/`. Matched against ' +
-          'the request path after it was checked for tricks (`..`, `;`, encoded slashes, ' +
-          '`//`): no prefix can be escaped, and a prefix holding `;` could never match. One ' +
-          'of `prefix` or `path`.',
+          'A provider path prefix ending in `/`, e.g. `/api/marketing/v1/`. ' +
+          'Matched against the request path after it was checked for tricks ' +
+          '(`..`, `;`, encoded slashes, `//`): no prefix can be escaped, and a ' +
+          'prefix holding `;` could never match. One of `prefix` or `path`.',
       }),
     path: z
       .string()
@@ -120,8 +120,8 @@ export const forwardRuleSchema = z
       .optional()
       .meta({
         description:
-          'One exact provider path, e.g. `/api/checkout/v1/orders`: that path only, nothing ' +
-          'below it. One of `prefix` or `path`.',
+          'One exact provider path, e.g. `/api/checkout/v1/orders`: that ' +
+          'path only, nothing below it. One of `prefix` or `path`.',
       }),
   })
   .strict()
@@ -289,14 +289,14 @@ const tokenRequestSchema = z
       .meta({
         description:
           "`provider-query`: the provider's dialect (`POST " +
-          '{authUrl}/api/auth/v1/oauth/token?grant_type=client_credentials`, HTTP Basic, no ' +
-          'body). `rfc6749`: a form-encoded body posted to `url`.',
+          '{authUrl}/api/auth/v1/oauth/token?grant_type=client_credentials`, ' +
+          'HTTP Basic, no body). `rfc6749`: a form-encoded body posted to `url`.',
         env: 'TOKEN_REQUEST_GRANT',
       }),
     url: exactHttpUrl.optional().meta({
       description:
-        'The token endpoint, exactly as the authorization server publishes it. Required ' +
-        'with grant `rfc6749`.',
+        'The token endpoint, exactly as the authorization ' +
+        'server publishes it. Required with grant `rfc6749`.',
       env: 'TOKEN_REQUEST_URL',
     }),
     auth: z
@@ -332,8 +332,8 @@ const tokenRequestSchema = z
       .optional()
       .meta({
         description:
-          'RFC 8707 resource indicators (absolute URIs); a comma list in the environment. ' +
-          'Grant `rfc6749` only.',
+          'RFC 8707 resource indicators (absolute URIs); a ' +
+          'comma list in the environment. Grant `rfc6749` only.',
         env: 'TOKEN_REQUEST_RESOURCE',
       }),
     params: z
@@ -344,8 +344,8 @@ const tokenRequestSchema = z
       .optional()
       .meta({
         description:
-          'Extra form parameters, e.g. `{"tenant": "acme"}`; JSON in the environment. Not ' +
-          'for secrets (those live in the credentials). Grant `rfc6749` only.',
+          'Extra form parameters, e.g. `{"tenant": "acme"}`; JSON in the environment. ' +
+          'Not for secrets (those live in the credentials). Grant `rfc6749` only.',
         env: 'TOKEN_REQUEST_PARAMS',
       }),
     headers: z
@@ -361,8 +361,8 @@ const tokenRequestSchema = z
       .optional()
       .meta({
         description:
-          'Extra request headers, e.g. `{"X-Tenant": "acme"}`; JSON in the environment. Not ' +
-          'for secrets. Grant `rfc6749` only.',
+          'Extra request headers, e.g. `{"X-Tenant": "acme"}`; JSON in ' +
+          'the environment. Not for secrets. Grant `rfc6749` only.',
         env: 'TOKEN_REQUEST_HEADERS',
       }),
     assertion: assertionSettingsSchema.optional().meta({
@@ -429,8 +429,8 @@ export const clientSchema = z
       }),
     authUrl: httpUrl.meta({
       description:
-        "The provider's `{auth_url}`; the token is requested at " +
-        '`{authUrl}/api/auth/v1/oauth/token`.',
+        "The provider's `{auth_url}`; the token is " +
+        'requested at `{authUrl}/api/auth/v1/oauth/token`.',
       env: 'PROVIDER_AUTH_URL',
     }),
     baseUrl: httpUrl.meta({
@@ -446,11 +446,11 @@ export const clientSchema = z
       description:
         'The client\'s credentials JSON: `{"client_id","client_secret"}`, ' +
         '`{"client_id","private_key"}` (private_key_jwt; PEM or JWK) or ' +
-        '`{"client_id","certificate","private_key"}` (tls_client_auth; PEM). When the ' +
-        'server refuses them, a Secrets Manager secret is re-read at AWSCURRENT, then ' +
-        'AWSPENDING, then AWSPREVIOUS, and the first version it accepts is used; a file ' +
-        'is re-read. Key-based methods may instead name PEM files (`clientId`, ' +
-        '`privateKeyFile` and, for tls_client_auth, `certificateFile`), re-read likewise.',
+        '`{"client_id","certificate","private_key"}` (tls_client_auth; PEM). When the server ' +
+        'refuses them, a Secrets Manager secret is re-read at AWSCURRENT, then AWSPENDING, then ' +
+        'AWSPREVIOUS, and the first version it accepts is used; a file is re-read. Key-based ' +
+        'methods may instead name PEM files (`clientId`, `privateKeyFile` and, for ' +
+        'tls_client_auth, `certificateFile`), re-read likewise.',
       envFields: { secretId: 'CREDENTIALS_SECRET_ID', file: 'CREDENTIALS_FILE' },
     }),
     tokenRequest: tokenRequestSchema

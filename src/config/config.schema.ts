@@ -39,12 +39,11 @@ const readinessSchema = z
       .default([])
       .meta({
         description:
-          'Clients each of which must have a servable token for the replica to be ready; a ' +
-          'comma list in the environment. Empty: ready once any client has one, so that one ' +
-          'merchant whose token endpoint is down does not take every pod, and every other ' +
-          'merchant, out of rotation (the failing client is named in the admin readiness ' +
-          'details, `token_broker_client_servable` and the `TokenBrokerClientUnservable` ' +
-          'alert).',
+          'Clients each of which must have a servable token for the replica to be ready; a comma ' +
+          'list in the environment. Empty: ready once any client has one, so that one merchant ' +
+          'whose token endpoint is down does not take every pod, and every other merchant, out ' +
+          'of rotation (the failing client is named in the admin readiness details, ' +
+          '`token_broker_client_servable` and the `TokenBrokerClientUnservable` alert).',
         defaultText: '[] (any one client)',
         env: 'READINESS_REQUIRED_CLIENTS',
       }),
@@ -68,11 +67,11 @@ const brokerConfigFields = z
       .default('production')
       .meta({
         description:
-          '`NODE_ENV`; anything but `development` or `test` (`production`, `Production`, ' +
-          '`prod`...) is production, where development conveniences (no caller auth, clear ' +
-          'cache, plain `http://` to the provider) are errors. Unset is production too: a ' +
-          'deployment that forgets it fails closed; local runs ask for `development` (the ' +
-          'sandbox does) or `test` (Jest does).',
+          '`NODE_ENV`; anything but `development` or `test` (`production`, ' +
+          '`Production`, `prod`...) is production, where development conveniences (no ' +
+          'caller auth, clear cache, plain `http://` to the provider) are errors. ' +
+          'Unset is production too: a deployment that forgets it fails closed; local ' +
+          'runs ask for `development` (the sandbox does) or `test` (Jest does).',
         env: 'NODE_ENV',
       }),
     // Parsed even when absent, so a missing section reports the missing mode by its name.

@@ -20,23 +20,20 @@ export const httpSettingsSchema = z
       .default(0)
       .meta({
         description:
-          'On SIGTERM, how long the replica keeps serving (answering readiness 503 and ' +
-          'every request with `Connection: close`) before it stops accepting connections: ' +
-          'the time the endpoints controller and kube-proxy need to stop sending it ' +
-          'traffic.',
+          'On SIGTERM, how long the replica keeps serving (answering readiness 503 and every ' +
+          'request with `Connection: close`) before it stops accepting connections: the time ' +
+          'the endpoints controller and kube-proxy need to stop sending it traffic.',
         env: 'SHUTDOWN_DRAIN_DELAY_MS',
       }),
     shutdownGraceMs: int(0, 300_000).default(10_000).meta({
       description: 'Grace period for in-flight requests once the listener stops.',
       env: 'SHUTDOWN_GRACE_MS',
     }),
-    headersTimeoutMs: int(500, 120_000)
-      .default(10_000)
-      .meta({
-        description:
-          "Most time to receive a request's line and headers (slowloris): then 408 and " + 'close.',
-        env: 'HTTP_HEADERS_TIMEOUT_MS',
-      }),
+    headersTimeoutMs: int(500, 120_000).default(10_000).meta({
+      description:
+        "Most time to receive a request's line and headers (slowloris): then 408 and close.",
+      env: 'HTTP_HEADERS_TIMEOUT_MS',
+    }),
     requestTimeoutMs: int(500, 300_000).default(30_000).meta({
       description: 'Most time to receive a whole request, body included: then 408 and close.',
       env: 'HTTP_REQUEST_TIMEOUT_MS',
@@ -46,11 +43,10 @@ export const httpSettingsSchema = z
       .meta({
         description:
           'The admin listener: `/metrics`, `/health/*` and `/admin/*` on their own port, so ' +
-          'that a NetworkPolicy admits Prometheus, the kubelet and operators there and ' +
-          'keeps callers out. `port` then answers 404 for `/metrics` and `/admin/*` (it ' +
-          'keeps `/health/*`: plain `docker run` and probes written for one port keep ' +
-          'working). Unset: one listener serves everything (local development, the ' +
-          'sandbox).',
+          'that a NetworkPolicy admits Prometheus, the kubelet and operators there and keeps ' +
+          'callers out. `port` then answers 404 for `/metrics` and `/admin/*` (it keeps ' +
+          '`/health/*`: plain `docker run` and probes written for one port keep working). ' +
+          'Unset: one listener serves everything (local development, the sandbox).',
         env: 'ADMIN_PORT',
       }),
     metricsPort: int(1, 65_535)
@@ -70,11 +66,11 @@ export const httpSettingsSchema = z
       .optional()
       .meta({
         description:
-          "The broker's OAuth issuer (`OAUTH_ISSUER`): the origin callers reach it at, e.g. " +
-          '`https://token-broker.shop.svc`, from which the RFC 8414 metadata builds its ' +
-          'URLs. Set it wherever the Host header is not trusted: otherwise any caller picks ' +
-          'the URLs it is sent (production warns at start-up without it; the Helm chart ' +
-          "sets its Service's DNS name).",
+          "The broker's OAuth issuer (`OAUTH_ISSUER`): the origin callers reach it " +
+          'at, e.g. `https://token-broker.shop.svc`, from which the RFC 8414 ' +
+          'metadata builds its URLs. Set it wherever the Host header is not trusted: ' +
+          'otherwise any caller picks the URLs it is sent (production warns at ' +
+          "start-up without it; the Helm chart sets its Service's DNS name).",
         defaultText: "the request's origin (scheme and Host)",
         env: 'OAUTH_ISSUER',
       }),
@@ -121,9 +117,8 @@ export const auditSettingsSchema = z
       .default(10)
       .meta({
         description:
-          'Issued tokens are written as one line per caller, client and token fingerprint ' +
-          'per this many seconds, with the count, the first and last time and a few request ' +
-          'ids.',
+          'Issued tokens are written as one line per caller, client and token fingerprint per ' +
+          'this many seconds, with the count, the first and last time and a few request ids.',
         env: 'AUDIT_INTERVAL_SECONDS',
       }),
     perRequest: flag.default(false).meta({

@@ -19,8 +19,8 @@ export const tokenSettingsSchema = z
       .default(10_000)
       .meta({
         description:
-          'Redlock lease; auto-extended while the holder is alive, so it only bounds a dead ' +
-          'holder.',
+          'Redlock lease; auto-extended while the holder ' +
+          'is alive, so it only bounds a dead holder.',
         env: 'TOKEN_LOCK_TTL_MS',
       }),
     backoffBaseMs: int(10, 60_000).default(500).meta({
@@ -35,20 +35,19 @@ export const tokenSettingsSchema = z
       .default(5000)
       .meta({
         description:
-          'Fleet-wide floor between two tokens obtained from the provider (Redis-enforced; ' +
-          "per replica while Redis is down). Bounds the provider's request rate whatever " +
-          "the token lifetime or the callers' `min_ttl`; a corrupt token lifts it, a " +
-          'rejected one never does.',
+          'Fleet-wide floor between two tokens obtained from the provider ' +
+          '(Redis-enforced; per replica while Redis is down). Bounds the ' +
+          "provider's request rate whatever the token lifetime or the callers' " +
+          '`min_ttl`; a corrupt token lifts it, a rejected one never does.',
         env: 'TOKEN_MIN_REFRESH_INTERVAL_MS',
       }),
     minRejectionIntervalMs: int(0, 3_600_000)
       .default(30_000)
       .meta({
         description:
-          "Fleet-wide floor between two invalidations of a client's token after the " +
-          'provider rejected it on a forwarded call (Redis-enforced; per replica while ' +
-          'Redis is down). Within it a rejection costs nothing: the 401 is relayed as it is ' +
-          'and the token kept.',
+          "Fleet-wide floor between two invalidations of a client's token after the provider " +
+          'rejected it on a forwarded call (Redis-enforced; per replica while Redis is down). ' +
+          'Within it a rejection costs nothing: the 401 is relayed as it is and the token kept.',
         env: 'TOKEN_MIN_REJECTION_INTERVAL_MS',
       }),
     rejectionsPerCaller: int(0, 1_000_000)
@@ -57,8 +56,8 @@ export const tokenSettingsSchema = z
         description:
           "Invalidations one caller's forwarded calls may cause per client and " +
           '`rejectionWindowSeconds`; past it its 401s are relayed as they are, counted ' +
-          '(`token_broker_token_rejections_total`) and logged, and nothing is invalidated. ' +
-          '`0`: no bound.',
+          '(`token_broker_token_rejections_total`) and logged, and nothing is invalidated. `0`: ' +
+          'no bound.',
         env: 'TOKEN_REJECTIONS_PER_CALLER',
       }),
     rejectionWindowSeconds: int(1, 86_400).default(3600).meta({
@@ -83,8 +82,7 @@ export const providerSettingsSchema = z
       .meta({
         description:
           'Time to the response headers and between body chunks; the whole call, connect ' +
-          'included, ends at `connectTimeoutMs + responseTimeoutMs` however the body ' +
-          'trickles.',
+          'included, ends at `connectTimeoutMs + responseTimeoutMs` however the body trickles.',
         env: 'PROVIDER_RESPONSE_TIMEOUT_MS',
       }),
     maxTokenResponseBytes: int(1024, 10_485_760)
@@ -100,8 +98,8 @@ export const ordersSettingsSchema = z
       .default(86_400)
       .meta({
         description:
-          'How long the outcome of an order sent with an `Idempotency-Key` is kept for ' +
-          'replays and conflicts.',
+          'How long the outcome of an order sent with an ' +
+          '`Idempotency-Key` is kept for replays and conflicts.',
         defaultText: '86400 (24 h)',
         env: 'ORDERS_IDEMPOTENCY_TTL_SECONDS',
       }),
@@ -115,25 +113,25 @@ export const ordersSettingsSchema = z
       .default(2000)
       .meta({
         description:
-          'TCP/TLS connect timeout to the checkout API. A connect failure never reached the ' +
-          'provider: 502, safe to retry.',
+          'TCP/TLS connect timeout to the checkout API. A connect ' +
+          'failure never reached the provider: 502, safe to retry.',
         env: 'ORDERS_CONNECT_TIMEOUT_MS',
       }),
     headersTimeoutMs: int(100, 300_000)
       .default(10_000)
       .meta({
         description:
-          "Time from sending the order to the provider's response headers; past it the " +
-          'outcome is unknown (504).',
+          "Time from sending the order to the provider's response " +
+          'headers; past it the outcome is unknown (504).',
         env: 'ORDERS_HEADERS_TIMEOUT_MS',
       }),
     bodyTimeoutMs: int(100, 300_000)
       .default(10_000)
       .meta({
         description:
-          "Longest pause between two chunks of the provider's response body. The whole call " +
-          'ends at connect + headers + body timeouts however the body trickles (504, ' +
-          'outcome unknown).',
+          "Longest pause between two chunks of the provider's response " +
+          'body. The whole call ends at connect + headers + body ' +
+          'timeouts however the body trickles (504, outcome unknown).',
         env: 'ORDERS_BODY_TIMEOUT_MS',
       }),
     maxResponseBytes: int(1024, 16_777_216).default(1_048_576).meta({
@@ -145,38 +143,37 @@ export const ordersSettingsSchema = z
       .default(0)
       .meta({
         description:
-          'Request body bytes this replica holds at once, `POST /orders` and the ' +
-          'passthrough together. A request whose `Content-Length` does not fit in what is ' +
-          'left is refused with 503 (`order_body_budget_exhausted`, ' +
-          '`forward_body_budget_exhausted`) and `Retry-After` before its body is read; a ' +
-          "chunked body is cut off when it outgrows it. `0`: a quarter of the container's " +
-          'memory limit (cgroup), or 64 MiB where there is none.',
+          'Request body bytes this replica holds at once, `POST /orders` and the passthrough ' +
+          'together. A request whose `Content-Length` does not fit in what is left is refused ' +
+          'with 503 (`order_body_budget_exhausted`, `forward_body_budget_exhausted`) and ' +
+          '`Retry-After` before its body is read; a chunked body is cut off when it outgrows it. ' +
+          "`0`: a quarter of the container's memory limit (cgroup), or 64 MiB where there is " +
+          'none.',
         env: 'ORDERS_BODY_BUDGET_BYTES',
       }),
     bodyBudgetCallerPercent: int(1, 100)
       .default(50)
       .meta({
         description:
-          'The share of `bodyBudgetBytes` one caller may hold, in percent: past it that ' +
-          'caller is refused with 429 (`*_caller_budget_exceeded`) while others still get ' +
-          'through.',
+          'The share of `bodyBudgetBytes` one caller may hold, in percent: past it that caller ' +
+          'is refused with 429 (`*_caller_budget_exceeded`) while others still get through.',
         env: 'ORDERS_BODY_BUDGET_CALLER_PERCENT',
       }),
     maxInFlightPerCaller: int(0, 100_000)
       .default(64)
       .meta({
         description:
-          'Orders one caller may have in progress on this replica at once, its body being ' +
-          'read included; past it 429 `order_caller_budget_exceeded` with `Retry-After`. ' +
-          '`0`: no bound.',
+          'Orders one caller may have in progress on this replica at once, ' +
+          'its body being read included; past it 429 ' +
+          '`order_caller_budget_exceeded` with `Retry-After`. `0`: no bound.',
         env: 'ORDERS_MAX_IN_FLIGHT_PER_CALLER',
       }),
     clientRatePerSecond: int(0, 100_000)
       .default(100)
       .meta({
         description:
-          'Orders per second per client, all callers together, fleet-wide (per replica ' +
-          'without Redis); `0`: no limit.',
+          'Orders per second per client, all callers together, ' +
+          'fleet-wide (per replica without Redis); `0`: no limit.',
         env: 'ORDERS_CLIENT_RATE_PER_SECOND',
       }),
     clientRateBurst: int(0, 1_000_000).default(200).meta({
@@ -187,33 +184,30 @@ export const ordersSettingsSchema = z
       description: 'Orders per second per (client, caller), fleet-wide; `0`: no limit.',
       env: 'ORDERS_CALLER_RATE_PER_SECOND',
     }),
-    callerRateBurst: int(0, 1_000_000)
-      .default(100)
-      .meta({
-        description:
-          'Extra orders per (client, caller) allowed above its rate within any 10-second ' +
-          'window.',
-        env: 'ORDERS_CALLER_RATE_BURST',
-      }),
+    callerRateBurst: int(0, 1_000_000).default(100).meta({
+      description:
+        'Extra orders per (client, caller) allowed above its rate within any 10-second window.',
+      env: 'ORDERS_CALLER_RATE_BURST',
+    }),
     maxIdempotencyRecordsPerCaller: int(0, 10_000_000)
       .default(100_000)
       .meta({
         description:
-          'Most order `Idempotency-Key` records one caller may hold per client at once ' +
-          '(kept `idempotencyTtlSeconds`); past it a keyed order is refused (429 ' +
-          '`idempotency_records_exceeded`, nothing sent) until its oldest record expires. ' +
-          '`0`: no bound.',
+          'Most order `Idempotency-Key` records one caller may hold per client at once (kept ' +
+          '`idempotencyTtlSeconds`); past it a keyed order is refused (429 ' +
+          '`idempotency_records_exceeded`, nothing sent) until its oldest record expires. `0`: ' +
+          'no bound.',
         env: 'ORDERS_IDEMPOTENCY_MAX_RECORDS_PER_CALLER',
       }),
     maxIdempotencyBytesPerCaller: int(0, 68_719_476_736)
       .default(67_108_864)
       .meta({
         description:
-          'Most bytes of order `Idempotency-Key` records one caller may hold per client at ' +
-          'once in the store (Redis): each record counts its stored answer plus 512 bytes. ' +
-          'Past it a keyed order is refused (429 `idempotency_bytes_exceeded`, nothing ' +
-          'sent) until records expire; orders in flight when it is reached may pass it by ' +
-          'their answers. `0`: no bound.',
+          'Most bytes of order `Idempotency-Key` records one caller may hold per ' +
+          'client at once in the store (Redis): each record counts its stored answer ' +
+          'plus 512 bytes. Past it a keyed order is refused (429 ' +
+          '`idempotency_bytes_exceeded`, nothing sent) until records expire; orders ' +
+          'in flight when it is reached may pass it by their answers. `0`: no bound.',
         defaultText: '67108864 (64 MiB)',
         env: 'ORDERS_IDEMPOTENCY_MAX_BYTES_PER_CALLER',
       }),
@@ -227,8 +221,8 @@ export const forwardSettingsSchema = z
       .default(1_048_576)
       .meta({
         description:
-          'Largest request body forwarded; a larger one is refused with 413. Request bodies ' +
-          'are held until the call ends (a 401 is retried with the same bytes).',
+          'Largest request body forwarded; a larger one is refused with 413. Request ' +
+          'bodies are held until the call ends (a 401 is retried with the same bytes).',
         defaultText: '1048576 (1 MiB)',
         env: 'FORWARD_BODY_LIMIT_BYTES',
       }),
@@ -241,9 +235,8 @@ export const forwardSettingsSchema = z
       .default(1_048_576)
       .meta({
         description:
-          'Largest answer to a request with an `Idempotency-Key`: such an answer is ' +
-          'collected whole to be stored for replays; a larger one is 502 and its outcome ' +
-          'unknown.',
+          'Largest answer to a request with an `Idempotency-Key`: such an answer is collected ' +
+          'whole to be stored for replays; a larger one is 502 and its outcome unknown.',
         defaultText: '1048576 (1 MiB)',
         env: 'FORWARD_MAX_STORED_RESPONSE_BYTES',
       }),
@@ -251,9 +244,9 @@ export const forwardSettingsSchema = z
       .default(3600)
       .meta({
         description:
-          'How long the outcome of a passthrough request sent with an `Idempotency-Key` is ' +
-          "kept for replays and conflicts: shorter than an order's, since any allowed call " +
-          'may store one.',
+          'How long the outcome of a passthrough request sent with an ' +
+          '`Idempotency-Key` is kept for replays and conflicts: shorter ' +
+          "than an order's, since any allowed call may store one.",
         defaultText: '3600 (1 h)',
         env: 'FORWARD_IDEMPOTENCY_TTL_SECONDS',
       }),
@@ -282,8 +275,8 @@ export const forwardSettingsSchema = z
       .default(64)
       .meta({
         description:
-          'Passthrough requests one caller may have in progress on this replica at once, ' +
-          "from the body being read to the answer's last byte; past it 429 " +
+          'Passthrough requests one caller may have in progress on this replica at ' +
+          "once, from the body being read to the answer's last byte; past it 429 " +
           '`forward_caller_budget_exceeded` with `Retry-After`. `0`: no bound.',
         env: 'FORWARD_MAX_IN_FLIGHT_PER_CALLER',
       }),
@@ -291,8 +284,8 @@ export const forwardSettingsSchema = z
       .default(100)
       .meta({
         description:
-          'Requests per second per client, all callers together, fleet-wide (per replica ' +
-          'without Redis); `0`: no limit.',
+          'Requests per second per client, all callers together, ' +
+          'fleet-wide (per replica without Redis); `0`: no limit.',
         env: 'FORWARD_CLIENT_RATE_PER_SECOND',
       }),
     clientRateBurst: int(0, 1_000_000).default(200).meta({
@@ -307,8 +300,8 @@ export const forwardSettingsSchema = z
       .default(100)
       .meta({
         description:
-          'Extra requests per (client, caller) allowed above its rate within any 10-second ' +
-          'window.',
+          'Extra requests per (client, caller) allowed ' +
+          'above its rate within any 10-second window.',
         env: 'FORWARD_CALLER_RATE_BURST',
       }),
   })

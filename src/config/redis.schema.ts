@@ -29,7 +29,7 @@ const redisSentinelSchema = z
   .object({
     nodes: hostPortList.optional().meta({
       description:
-        'Sentinel addresses (`host:port`, port usually 26379). Required in mode ' + '`sentinel`.',
+        'Sentinel addresses (`host:port`, port usually 26379). Required in mode `sentinel`.',
       env: 'REDIS_SENTINELS',
     }),
     masterName: z
@@ -38,8 +38,8 @@ const redisSentinelSchema = z
       .optional()
       .meta({
         description:
-          'The master group name the sentinels monitor (`sentinel monitor <name> ...`). ' +
-          'Required in mode `sentinel`.',
+          'The master group name the sentinels monitor (`sentinel ' +
+          'monitor <name> ...`). Required in mode `sentinel`.',
         env: 'REDIS_SENTINEL_MASTER',
       }),
     username: z.string().min(1).optional().meta({
@@ -62,9 +62,9 @@ const redisClusterSchema = z
   .object({
     nodes: hostPortList.optional().meta({
       description:
-        'Seed nodes (`host:port`), or the one configuration endpoint of a managed cluster ' +
-        '(ElastiCache cluster mode, MemoryDB): ioredis discovers every node from `CLUSTER ' +
-        'SLOTS`. Required in mode `cluster`.',
+        'Seed nodes (`host:port`), or the one configuration endpoint of a ' +
+        'managed cluster (ElastiCache cluster mode, MemoryDB): ioredis ' +
+        'discovers every node from `CLUSTER SLOTS`. Required in mode `cluster`.',
       env: 'REDIS_CLUSTER_NODES',
     }),
   })
@@ -74,8 +74,7 @@ const redisTlsSchema = z
   .object({
     enabled: flag.default(false).meta({
       description:
-        'TLS to Redis (and to the sentinels in mode `sentinel`). A `rediss://` URL turns ' +
-        'it on.',
+        'TLS to Redis (and to the sentinels in mode `sentinel`). A `rediss://` URL turns it on.',
       env: 'REDIS_TLS',
     }),
     caFile: filePathSchema.optional().meta({
@@ -99,8 +98,8 @@ const redisTlsSchema = z
       .optional()
       .meta({
         description:
-          'Hostname the server certificate must name (and SNI) when it differs from the ' +
-          'address dialled.',
+          'Hostname the server certificate must name (and ' +
+          'SNI) when it differs from the address dialled.',
         defaultText: 'undefined (the host dialled)',
         env: 'REDIS_TLS_SERVER_NAME',
       }),
@@ -119,9 +118,8 @@ export const redisSettingsSchema = z
       .optional()
       .meta({
         description:
-          '`redis://` or `rediss://` URL, mode `standalone` only (e.g. an ElastiCache ' +
-          'primary endpoint). Unset in mode `standalone`: in-memory store, single replica ' +
-          'only.',
+          '`redis://` or `rediss://` URL, mode `standalone` only (e.g. an ElastiCache primary ' +
+          'endpoint). Unset in mode `standalone`: in-memory store, single replica only.',
         defaultText: 'undefined',
         env: 'REDIS_URL',
       }),
@@ -138,14 +136,11 @@ export const redisSettingsSchema = z
       envFields: { secretId: 'REDIS_PASSWORD_SECRET_ID', file: 'REDIS_PASSWORD_FILE' },
     }),
     tls: redisTlsSchema.prefault({}),
-    commandTimeoutMs: int(20, 30_000)
-      .default(500)
-      .meta({
-        description:
-          'Every Redis command fails after this long, so no request queues behind a dead ' +
-          'link.',
-        env: 'REDIS_COMMAND_TIMEOUT_MS',
-      }),
+    commandTimeoutMs: int(20, 30_000).default(500).meta({
+      description:
+        'Every Redis command fails after this long, so no request queues behind a dead link.',
+      env: 'REDIS_COMMAND_TIMEOUT_MS',
+    }),
     connectTimeoutMs: int(50, 60_000).default(2000),
     pingIntervalMs: int(50, 60_000).default(1000).meta({
       description: 'Health ping interval; also how soon a returning Redis is noticed.',
