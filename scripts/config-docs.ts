@@ -51,7 +51,7 @@ const CHART_SECTIONS: Record<
     description: 'Client timeouts only; the URL comes from redis.url or redis.existingSecret.',
   },
   orders: {},
-  forward: {},
+  forward: { description: 'Provider passthrough limits; rates fleet-wide, 0 turns a limit off.' },
   clients: {
     // The broker checks URLs and one-of rules in code, which JSON Schema cannot carry; the
     // chart refuses the plain mistakes at install rather than leave them to a pod that exits 78.
