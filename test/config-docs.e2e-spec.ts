@@ -1,8 +1,16 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { CONFIG_DOCS_FILE, renderConfigDocs } from '../scripts/config-docs';
+import {
+  CHART_SCHEMA_FILE,
+  CONFIG_DOCS_FILE,
+  formatChartSchema,
+  renderChartSchema,
+  renderConfigDocs,
+} from '../scripts/config-docs';
 import { clientSchema } from '../src/config/client.schema';
+import { brokerConfigSchema } from '../src/config/config.schema';
+import { envSettings, settingFields } from '../src/config/setting-meta';
 import { repoRoot } from './support/repo-root';
 
 const root = repoRoot();
@@ -10,7 +18,7 @@ const root = repoRoot();
 describe('docs/configuration.md', () => {
   it('is what `npm run docs:config` generates from the config schema today', () => {
     const committed = readFileSync(join(root, CONFIG_DOCS_FILE), 'utf8');
-    const generated = renderConfigDocs(root);
+    const generated = renderConfigDocs();
     // The failure names the command that fixes it; Jest's diff shows the rows that drifted.
     if (committed !== generated) {
       expect({ file: CONFIG_DOCS_FILE, hint: 'run `npm run docs:config`', committed }).toEqual({
@@ -22,11 +30,42 @@ describe('docs/configuration.md', () => {
   });
 
   it('lists every environment variable the loader reads', () => {
-    const loader = readFileSync(join(root, 'src/config/config.loader.ts'), 'utf8');
     const docs = readFileSync(join(root, CONFIG_DOCS_FILE), 'utf8');
-    const names = [...loader.matchAll(/\benv: '([A-Z0-9_]+)'/g)].map((m) => m[1]);
-    expect(names.length).toBeGreaterThan(50);
+    const names = envSettings(settingFields(brokerConfigSchema)).map((s) => s.env);
+    expect(names.length).toBeGreaterThan(100);
     expect(names.filter((name) => !docs.includes(`\`${name}\``))).toEqual([]);
+  });
+});
+
+describe("the Helm chart's values.schema.json", () => {
+  const committedText = readFileSync(join(root, CHART_SCHEMA_FILE), 'utf8');
+  const committed = JSON.parse(committedText) as Record<string, unknown>;
+
+  it('holds in `config` what `npm run docs:config` generates from the config schema today', () => {
+    const generated = renderChartSchema(committed);
+    // Only the generated sections can differ: everything else is copied from the file itself.
+    if (JSON.stringify(generated) !== JSON.stringify(committed)) {
+      expect({ file: CHART_SCHEMA_FILE, hint: 'run `npm run docs:config`', committed }).toEqual({
+        file: CHART_SCHEMA_FILE,
+        hint: 'run `npm run docs:config`',
+        committed: generated,
+      });
+    }
+  });
+
+  it('is written as the script writes it (Prettier), so a rerun changes nothing', async () => {
+    expect(await formatChartSchema(committed)).toBe(committedText);
+  });
+
+  it('drops a setting the broker no longer has: the generated part is compared whole', () => {
+    type Sections = { properties: { config: { properties: Record<string, JsonObject> } } };
+    type JsonObject = { properties: Record<string, unknown> };
+    const stale = structuredClone(committed) as Sections;
+    expect(Object.keys(stale.properties.config.properties.token.properties)).toContain(
+      'minRefreshIntervalMs',
+    );
+    stale.properties.config.properties.token.properties.retiredSetting = { type: 'integer' };
+    expect(renderChartSchema(stale)).toEqual(committed);
   });
 });
 

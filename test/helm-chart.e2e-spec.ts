@@ -1003,6 +1003,13 @@ describe('Helm chart helm/token-broker', () => {
       expect(renderError(['required'], apiKeyMode)).toContain(
         'tests.tokenFetch.apiKeySecret.name is required in mode api-key',
       );
+      // Set to null, the map is gone: the same message, not a template nil pointer.
+      const nulled = renderError(
+        ['required'],
+        [...apiKeyMode, 'tests.tokenFetch.apiKeySecret=null'],
+      );
+      expect(nulled).toContain('tests.tokenFetch.apiKeySecret.name is required in mode api-key');
+      expect(nulled).not.toContain('nil pointer');
       // Readiness only, when asked.
       const readinessOnly = scriptOf(
         testPod(render(['required'], [...apiKeyMode, 'tests.tokenFetch.enabled=false'])),
@@ -1224,9 +1231,15 @@ describe('Helm chart helm/token-broker', () => {
         ['required'],
         [client({ secretId: 'acme', file: '/mnt/secrets/x.json' })],
       );
-      expect(both).toMatch(
-        /config\.clients\.0\.credentials: Must validate one and only one schema/,
+      expect(both).toContain(
+        'config.clients[0] (acme-prod).credentials: set exactly one of secretId',
       );
+      // A misspelt key is named, not reported as a failed oneOf.
+      const typo = renderError(['required'], [client({ secretID: 'acme' })]);
+      expect(typo).toContain(
+        'config.clients.0.credentials: Additional property secretID is not allowed',
+      );
+      expect(typo).not.toContain('oneOf');
       const secret = renderError(
         ['required'],
         [client({ clientId: 'acme', clientSecret: 's3cr3t' })],

@@ -53,11 +53,14 @@ const EMPTY_KEY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca49599
 /** One API key, stored only as its SHA-256: the broker never holds the key itself. */
 const apiKeyGrantSchema = z
   .object({
-    /** The caller's name in audit lines and 403 messages, e.g. the service's name. */
-    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/, {
-      message: 'must be 1-128 letters, digits or "._:@/-"',
-    }),
-    /** Hex SHA-256 of the key exactly as callers send it: `printf %s "$KEY" | sha256sum`. */
+    name: z
+      .string()
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/, {
+        message: 'must be 1-128 letters, digits or "._:@/-"',
+      })
+      .meta({
+        description: "The caller's name in audit lines and 403 messages, e.g. the service's name.",
+      }),
     sha256: z
       .string()
       .regex(/^[0-9a-fA-F]{64}$/, {
@@ -69,18 +72,25 @@ const apiKeyGrantSchema = z
       .refine((v) => v !== EMPTY_KEY_SHA256, {
         message:
           'is the SHA-256 of an empty key (the key variable was empty when it was hashed); generate a key with `openssl rand -hex 32` and hash that',
+      })
+      .meta({
+        description:
+          'Hex SHA-256 of the key exactly as callers send it: `printf %s "$KEY" | sha256sum`.',
       }),
-    /** Client ids this key may use; `"*"` for every client. */
-    clients: clientGrantSchema,
-    /** What this key may do with those clients; a proxy-only caller has `["forward"]`. @default ["token", "forward"] */
-    scopes: callerScopesSchema.default([...DEFAULT_CALLER_SCOPES]),
-    /**
-     * Narrows what this key may forward, e.g. `[{"methods": ["GET"], "prefix": "/api/marketing/v1/"}]`:
-     * a call passes only when one of these rules and the client's `forward.allow` both let it
-     * (`POST /orders` is `POST` on the client's `ordersPath`).
-     * @default the clients' allow-lists alone
-     */
-    forwardAllow: callerForwardAllowSchema.optional(),
+    clients: clientGrantSchema.meta({
+      description: 'Client ids this key may use; `"*"` for every client.',
+    }),
+    scopes: callerScopesSchema.default([...DEFAULT_CALLER_SCOPES]).meta({
+      description:
+        'What this key may do with those clients; a proxy-only caller has `["forward"]`.',
+    }),
+    forwardAllow: callerForwardAllowSchema.optional().meta({
+      description:
+        'Narrows what this key may forward, e.g. `[{"methods": ["GET"], "prefix": ' +
+        '"/api/marketing/v1/"}]`: a call passes only when one of these rules and the client\'s ' +
+        "`forward.allow` both let it (`POST /orders` is `POST` on the client's `ordersPath`).",
+      defaultText: "the clients' allow-lists alone",
+    }),
   })
   .strict()
   .superRefine(checkForwardAllow);
@@ -135,8 +145,9 @@ const subjectGrantSchema = z.preprocess(
     .object({
       clients: clientGrantSchema,
       scopes: callerScopesSchema.default([...DEFAULT_CALLER_SCOPES]),
-      /** As an API key's `forwardAllow`. */
-      forwardAllow: callerForwardAllowSchema.optional(),
+      forwardAllow: callerForwardAllowSchema
+        .optional()
+        .meta({ description: "As an API key's `forwardAllow`." }),
     })
     .strict()
     .superRefine(checkForwardAllow),
@@ -145,28 +156,36 @@ export type SubjectGrant = z.infer<typeof subjectGrantSchema>;
 
 const kubernetesCallerAuthSchema = z
   .object({
-    /**
-     * JWKS URL of the cluster's service-account token issuer: the issuer's public discovery
-     * endpoint (EKS/GKE/AKS publish one), or `https://kubernetes.default.svc/openid/v1/jwks`
-     * in-cluster. Keys are cached and refetched (rate limited) when a token names an unknown
-     * `kid`. Required in mode `kubernetes`.
-     */
-    jwksUrl: httpUrl.optional(),
-    /** The `iss` every token must carry (the API server's `--service-account-issuer`). Required in mode `kubernetes`. */
-    issuer: z.string().min(1).optional(),
-    /**
-     * The `aud` every token must carry: the `audience` of the callers' projected token volume.
-     * Set one per broker: brokers of a cluster trust the same issuer, so with a shared audience
-     * each accepts the tokens made for the others (the Helm chart sets `<fullname>.<namespace>`).
-     * @default 'token-broker'
-     */
-    audience: z.string().min(1).default('token-broker'),
-    /**
-     * Service-account subject to the clients it may use, e.g. `{"system:serviceaccount:shop:checkout": ["acme-prod"]}`,
-     * or to `{"clients": [...], "scopes": [...], "forwardAllow": [...]}` to choose its scopes (see
-     * `CALLER_SCOPES`) and narrow what it may forward (as an API key's `forwardAllow`).
-     * `CALLER_AUTH_SUBJECTS` takes the same object as JSON. @default {}
-     */
+    jwksUrl: httpUrl.optional().meta({
+      description:
+        "JWKS URL of the cluster's service-account token issuer: the issuer's public discovery " +
+        'endpoint (EKS/GKE/AKS publish one), or `https://kubernetes.default.svc/openid/v1/jwks` ' +
+        'in-cluster. Keys are cached and refetched (rate limited) when a token names an unknown ' +
+        '`kid`. Required in mode `kubernetes`.',
+      env: 'CALLER_AUTH_JWKS_URL',
+    }),
+    issuer: z
+      .string()
+      .min(1)
+      .optional()
+      .meta({
+        description:
+          "The `iss` every token must carry (the API server's " +
+          '`--service-account-issuer`). Required in mode `kubernetes`.',
+        env: 'CALLER_AUTH_ISSUER',
+      }),
+    audience: z
+      .string()
+      .min(1)
+      .default('token-broker')
+      .meta({
+        description:
+          "The `aud` every token must carry: the `audience` of the callers' " +
+          'projected token volume. Set one per broker: brokers of a cluster trust ' +
+          'the same issuer, so with a shared audience each accepts the tokens ' +
+          'made for the others (the Helm chart sets `<fullname>.<namespace>`).',
+        env: 'CALLER_AUTH_AUDIENCE',
+      }),
     subjects: z
       .preprocess(
         subjectsFromEnvironment,
@@ -178,18 +197,33 @@ const kubernetesCallerAuthSchema = z
           }
         }),
       )
-      .default({}),
-    /** Verified tokens are cached by their SHA-256 until they expire; at most this many. @default 10000 */
-    cacheSize: int(1, 1_000_000).default(10_000),
-    /** Leeway for `exp`/`nbf` against clock skew. @default 5 */
-    clockToleranceSeconds: int(0, 300).default(5),
-    /**
-     * Longest lifetime (`exp` - `iat`) of a token accepted; tokens without `iat` are refused.
-     * A verified token is trusted until it expires, so a year-long token (a legacy Secret
-     * token, or a stolen one) must not be. Projected volumes ask for an hour by default.
-     * @default 172800 (48 h)
-     */
-    maxTokenLifetimeSeconds: int(60, 31_536_000).default(172_800),
+      .default({})
+      .meta({
+        description:
+          'Service-account subject to the clients it may use, e.g. ' +
+          '`{"system:serviceaccount:shop:checkout": ["acme-prod"]}`, or to `{"clients": ' +
+          '[...], "scopes": [...], "forwardAllow": [...]}` to choose its scopes (see ' +
+          "`CALLER_SCOPES`) and narrow what it may forward (as an API key's " +
+          '`forwardAllow`). `CALLER_AUTH_SUBJECTS` takes the same object as JSON.',
+        env: 'CALLER_AUTH_SUBJECTS',
+      }),
+    cacheSize: int(1, 1_000_000).default(10_000).meta({
+      description:
+        'Verified tokens are cached by their SHA-256 until they expire; at most this many.',
+    }),
+    clockToleranceSeconds: int(0, 300)
+      .default(5)
+      .meta({ description: 'Leeway for `exp`/`nbf` against clock skew.' }),
+    maxTokenLifetimeSeconds: int(60, 31_536_000)
+      .default(172_800)
+      .meta({
+        description:
+          'Longest lifetime (`exp` - `iat`) of a token accepted; tokens without `iat` are refused. ' +
+          'A verified token is trusted until it expires, so a year-long token (a legacy Secret ' +
+          'token, or a stolen one) must not be. Projected volumes ask for an hour by default.',
+        defaultText: '172800 (48 h)',
+        env: 'CALLER_AUTH_MAX_TOKEN_LIFETIME_SECONDS',
+      }),
   })
   .strict();
 
@@ -199,10 +233,6 @@ export type CallerAuthMode = (typeof CALLER_AUTH_MODES)[number];
 
 export const callerAuthSettingsSchema = z
   .object({
-    /**
-     * How callers authenticate on every route but health and metrics. No default: a broker
-     * hands out credentials that spend the merchant's money, so the operator must choose.
-     */
     mode: z
       // Absent becomes '' so the check below reports it without aborting the other checks:
       // one run of the broker should list every bad setting, not one at a time.
@@ -217,18 +247,35 @@ export const callerAuthSettingsSchema = z
               : 'must be "api-key", "kubernetes" or "none"',
         });
       })
-      .transform((v) => v as CallerAuthMode),
-    /**
-     * Must be `true` for mode `none`, which is refused outright in production (any `NODE_ENV`
-     * but `development` or `test`) and on any `HOST` but loopback. @default false
-     */
-    allowNone: flag.default(false),
-    /** Mode `api-key`: grants listed in the config file (hashes only). */
-    apiKeys: apiKeyGrantListSchema.optional(),
-    /** Mode `api-key`: a secret (or file) holding the same JSON list; merged with `apiKeys`. */
-    apiKeysSource: credentialsSourceSchema.optional(),
-    /** Re-read `apiKeysSource` this often so grants and revocations need no restart; 0 turns it off. @default 300 */
-    apiKeysReloadSeconds: int(0, 86_400).default(300),
+      .transform((v) => v as CallerAuthMode)
+      .meta({
+        description:
+          'How callers authenticate on every route but health and metrics. No default: a broker ' +
+          "hands out credentials that spend the merchant's money, so the operator must choose.",
+        env: 'CALLER_AUTH_MODE',
+      }),
+    allowNone: flag.default(false).meta({
+      description:
+        'Must be `true` for mode `none`, which is refused outright in production (any ' +
+        '`NODE_ENV` but `development` or `test`) and on any `HOST` but loopback.',
+      env: 'CALLER_AUTH_ALLOW_NONE',
+    }),
+    apiKeys: apiKeyGrantListSchema
+      .optional()
+      .meta({ description: 'Mode `api-key`: grants listed in the config file (hashes only).' }),
+    apiKeysSource: credentialsSourceSchema.optional().meta({
+      description:
+        'Mode `api-key`: a secret (or file) holding the same JSON list; merged with `apiKeys`.',
+      envFields: { secretId: 'CALLER_API_KEYS_SECRET_ID', file: 'CALLER_API_KEYS_FILE' },
+    }),
+    apiKeysReloadSeconds: int(0, 86_400)
+      .default(300)
+      .meta({
+        description:
+          'Re-read `apiKeysSource` this often so grants and ' +
+          'revocations need no restart; 0 turns it off.',
+        env: 'CALLER_API_KEYS_RELOAD_SECONDS',
+      }),
     kubernetes: kubernetesCallerAuthSchema.prefault({}),
   })
   .strict();

@@ -14,10 +14,14 @@ const path = z
  */
 export const credentialsSourceSchema = z
   .object({
-    /** AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env. */
-    secretId: secretIdSchema.optional(),
-    /** A file holding the same JSON (local development, or a Secrets Store CSI mount). */
-    file: filePathSchema.optional(),
+    secretId: secretIdSchema.optional().meta({
+      description:
+        "AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env.",
+    }),
+    file: filePathSchema.optional().meta({
+      description:
+        'A file holding the same JSON (local development, or a Secrets Store CSI mount).',
+    }),
   })
   .strict()
   .refine((c) => (c.secretId === undefined) !== (c.file === undefined), {
@@ -31,16 +35,26 @@ export type CredentialsSource = z.infer<typeof credentialsSourceSchema>;
  */
 const clientCredentialsSourceSchema = z
   .object({
-    /** AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env. */
-    secretId: secretIdSchema.optional(),
-    /** A file holding the same JSON (local development, or a Secrets Store CSI mount). */
-    file: filePathSchema.optional(),
-    /** The client id, with `privateKeyFile` (the files hold only key material). */
-    clientId: z.string().min(1).optional(),
-    /** PEM client certificate (chain) file for `tls_client_auth`, e.g. a mounted `tls.crt`. */
-    certificateFile: filePathSchema.optional(),
-    /** PEM (or JWK) private key file for `private_key_jwt` and `tls_client_auth`, e.g. `tls.key`. */
-    privateKeyFile: filePathSchema.optional(),
+    secretId: secretIdSchema.optional().meta({
+      description:
+        "AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env.",
+    }),
+    file: filePathSchema.optional().meta({
+      description:
+        'A file holding the same JSON (local development, or a Secrets Store CSI mount).',
+    }),
+    clientId: z.string().min(1).optional().meta({
+      description: 'The client id, with `privateKeyFile` (the files hold only key material).',
+    }),
+    certificateFile: filePathSchema.optional().meta({
+      description:
+        'PEM client certificate (chain) file for `tls_client_auth`, e.g. a mounted `tls.crt`.',
+    }),
+    privateKeyFile: filePathSchema.optional().meta({
+      description:
+        'PEM (or JWK) private key file for `private_key_jwt` ' +
+        'and `tls_client_auth`, e.g. `tls.key`.',
+    }),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -75,34 +89,40 @@ const PLAIN_SEGMENT = "[A-Za-z0-9_~!$&'()*+,=:@-][A-Za-z0-9._~!$&'()*+,=:@-]*";
 /** One allow-list rule: these methods on this exact path, or under this path prefix. */
 export const forwardRuleSchema = z
   .object({
-    /** Methods allowed on `path` or under `prefix`. @default all six */
     methods: z
       .array(z.enum(FORWARD_METHODS))
       .min(1)
-      .default([...FORWARD_METHODS]),
-    /**
-     * A provider path prefix ending in `/`, e.g. `/api/marketing/v1/`. Matched against the
-     * request path after it was checked for tricks (`..`, `;`, encoded slashes, `//`): no
-     * prefix can be escaped, and a prefix holding `;` could never match. One of `prefix` or `path`.
-     */
+      .default([...FORWARD_METHODS])
+      .meta({
+        description: 'Methods allowed on `path` or under `prefix`.',
+        defaultText: 'all six',
+      }),
     prefix: z
       .string()
       .regex(new RegExp(`^/(?:${PLAIN_SEGMENT}/)*$`), {
         message:
           'must be an absolute path of plain segments ending in "/" (no "." or ".." segments, no "//", no ";", no percent-encoding), e.g. /api/marketing/v1/',
       })
-      .optional(),
-    /**
-     * One exact provider path, e.g. `/api/checkout/v1/orders`: that path only, nothing below
-     * it. One of `prefix` or `path`.
-     */
+      .optional()
+      .meta({
+        description:
+          'A provider path prefix ending in `/`, e.g. `/api/marketing/v1/`. ' +
+          'Matched against the request path after it was checked for tricks ' +
+          '(`..`, `;`, encoded slashes, `//`): no prefix can be escaped, and a ' +
+          'prefix holding `;` could never match. One of `prefix` or `path`.',
+      }),
     path: z
       .string()
       .regex(new RegExp(`^(?:/${PLAIN_SEGMENT})+/?$`), {
         message:
           'must be an absolute path of plain segments (no "." or ".." segments, no "//", no ";", no percent-encoding), e.g. /api/checkout/v1/orders',
       })
-      .optional(),
+      .optional()
+      .meta({
+        description:
+          'One exact provider path, e.g. `/api/checkout/v1/orders`: that ' +
+          'path only, nothing below it. One of `prefix` or `path`.',
+      }),
   })
   .strict()
   .refine((r) => (r.prefix === undefined) !== (r.path === undefined), {
@@ -143,11 +163,10 @@ export function defaultForwardRules(ordersPath: string): ForwardRule[] {
 /** What `/provider/<client>/...` may forward for one client. */
 const clientForwardSchema = z
   .object({
-    /**
-     * Rules; a request passes if one rule allows its method and path.
-     * @default POST on the client's ordersPath, GET and HEAD under /api/marketing/v1/
-     */
-    allow: z.array(forwardRuleSchema).optional(),
+    allow: z.array(forwardRuleSchema).optional().meta({
+      description: 'Rules; a request passes if one rule allows its method and path.',
+      defaultText: "POST on the client's ordersPath, GET and HEAD under /api/marketing/v1/",
+    }),
   })
   .strict();
 
@@ -167,18 +186,25 @@ export type RejectionEvidence = (typeof REJECTION_EVIDENCE)[number];
  */
 const tokenRejectionSchema = z
   .object({
-    /**
-     * `POST /orders`. @default 'any' with grant `provider-query` (the provider does not
-     * document its 401), 'invalid_token' otherwise
-     */
-    orders: z.enum(REJECTION_EVIDENCE).optional(),
-    /** The passthrough. @default 'invalid_token' */
-    forward: z.enum(REJECTION_EVIDENCE).default('invalid_token'),
-    /**
-     * Text whose presence in the first 4 KiB of a 401's body marks a refused token too, for a
-     * provider that says so in its body, e.g. `"error":"invalid_token"`.
-     */
-    bodyMarker: z.string().min(1).max(256).optional(),
+    orders: z.enum(REJECTION_EVIDENCE).optional().meta({
+      description: '`POST /orders`.',
+      defaultText:
+        "'any' with grant `provider-query` (the provider does not document its 401), 'invalid_token' otherwise",
+    }),
+    forward: z
+      .enum(REJECTION_EVIDENCE)
+      .default('invalid_token')
+      .meta({ description: 'The passthrough.' }),
+    bodyMarker: z
+      .string()
+      .min(1)
+      .max(256)
+      .optional()
+      .meta({
+        description:
+          "Text whose presence in the first 4 KiB of a 401's body marks a refused token " +
+          'too, for a provider that says so in its body, e.g. `"error":"invalid_token"`.',
+      }),
   })
   .strict();
 
@@ -234,12 +260,20 @@ function jsonObjectFromEnvironment(value: unknown, ctx: z.core.$RefinementCtx): 
 /** How `private_key_jwt` client assertions are signed. */
 export const assertionSettingsSchema = z
   .object({
-    /** Signature algorithm; must match the key. @default 'RS256' */
-    alg: z.enum(ASSERTION_ALGS).default('RS256'),
-    /** `kid` header, when the server holds several keys for the client. @default the JWK's own `kid`, if any */
-    kid: z.string().min(1).max(256).optional(),
-    /** Assertion lifetime. @default 60 */
-    lifetimeSeconds: int(5, 300).default(60),
+    // Field order is the order the loader names these variables in.
+    lifetimeSeconds: int(5, 300).default(60).meta({
+      description: 'Assertion lifetime.',
+      env: 'TOKEN_REQUEST_ASSERTION_LIFETIME_SECONDS',
+    }),
+    alg: z.enum(ASSERTION_ALGS).default('RS256').meta({
+      description: 'Signature algorithm; must match the key.',
+      env: 'TOKEN_REQUEST_ASSERTION_ALG',
+    }),
+    kid: z.string().min(1).max(256).optional().meta({
+      description: '`kid` header, when the server holds several keys for the client.',
+      defaultText: "the JWK's own `kid`, if any",
+      env: 'TOKEN_REQUEST_ASSERTION_KID',
+    }),
   })
   .strict();
 
@@ -249,28 +283,41 @@ export const assertionSettingsSchema = z
  */
 const tokenRequestSchema = z
   .object({
-    /**
-     * `provider-query`: the provider's dialect (`POST {authUrl}/api/auth/v1/oauth/token?grant_type=client_credentials`,
-     * HTTP Basic, no body). `rfc6749`: a form-encoded body posted to `url`. @default 'provider-query'
-     */
-    grant: z.enum(TOKEN_GRANTS).default('provider-query'),
-    /** The token endpoint, exactly as the authorization server publishes it. Required with grant `rfc6749`. */
-    url: exactHttpUrl.optional(),
-    /**
-     * Client authentication: `client_secret_basic` or `client_secret_post` (credentials hold
-     * `client_secret`), `private_key_jwt` (credentials hold `private_key`, PEM or JWK), or
-     * `tls_client_auth` (credentials hold `certificate` and `private_key`, PEM). Only
-     * `client_secret_basic` with grant `provider-query`. @default 'client_secret_basic'
-     */
-    auth: z.enum(CLIENT_AUTH_METHODS).default('client_secret_basic'),
-    /** `scope` to request (space-separated). Grant `rfc6749` only. */
-    scope: z.string().min(1).optional(),
-    /** `audience` to request (Auth0, Okta and others). Grant `rfc6749` only. */
-    audience: z.string().min(1).optional(),
-    /**
-     * RFC 8707 resource indicators (absolute URIs); a comma list in the environment. Grant
-     * `rfc6749` only.
-     */
+    grant: z
+      .enum(TOKEN_GRANTS)
+      .default('provider-query')
+      .meta({
+        description:
+          "`provider-query`: the provider's dialect (`POST " +
+          '{authUrl}/api/auth/v1/oauth/token?grant_type=client_credentials`, ' +
+          'HTTP Basic, no body). `rfc6749`: a form-encoded body posted to `url`.',
+        env: 'TOKEN_REQUEST_GRANT',
+      }),
+    url: exactHttpUrl.optional().meta({
+      description:
+        'The token endpoint, exactly as the authorization ' +
+        'server publishes it. Required with grant `rfc6749`.',
+      env: 'TOKEN_REQUEST_URL',
+    }),
+    auth: z
+      .enum(CLIENT_AUTH_METHODS)
+      .default('client_secret_basic')
+      .meta({
+        description:
+          'Client authentication: `client_secret_basic` or `client_secret_post` ' +
+          '(credentials hold `client_secret`), `private_key_jwt` (credentials hold ' +
+          '`private_key`, PEM or JWK), or `tls_client_auth` (credentials hold `certificate` ' +
+          'and `private_key`, PEM). Only `client_secret_basic` with grant `provider-query`.',
+        env: 'TOKEN_REQUEST_AUTH',
+      }),
+    scope: z.string().min(1).optional().meta({
+      description: '`scope` to request (space-separated). Grant `rfc6749` only.',
+      env: 'TOKEN_REQUEST_SCOPE',
+    }),
+    audience: z.string().min(1).optional().meta({
+      description: '`audience` to request (Auth0, Okta and others). Grant `rfc6749` only.',
+      env: 'TOKEN_REQUEST_AUDIENCE',
+    }),
     resource: z
       .preprocess(
         commaList,
@@ -282,21 +329,25 @@ const tokenRequestSchema = z
           )
           .min(1),
       )
-      .optional(),
-    /**
-     * Extra form parameters, e.g. `{"tenant": "acme"}`; JSON in the environment. Not for
-     * secrets (those live in the credentials). Grant `rfc6749` only.
-     */
+      .optional()
+      .meta({
+        description:
+          'RFC 8707 resource indicators (absolute URIs); a ' +
+          'comma list in the environment. Grant `rfc6749` only.',
+        env: 'TOKEN_REQUEST_RESOURCE',
+      }),
     params: z
       .preprocess(
         jsonObjectFromEnvironment,
         z.record(z.string().regex(/^[A-Za-z0-9._~-]{1,64}$/), z.string().max(2048)),
       )
-      .optional(),
-    /**
-     * Extra request headers, e.g. `{"X-Tenant": "acme"}`; JSON in the environment. Not for
-     * secrets. Grant `rfc6749` only.
-     */
+      .optional()
+      .meta({
+        description:
+          'Extra form parameters, e.g. `{"tenant": "acme"}`; JSON in the environment. ' +
+          'Not for secrets (those live in the credentials). Grant `rfc6749` only.',
+        env: 'TOKEN_REQUEST_PARAMS',
+      }),
     headers: z
       .preprocess(
         jsonObjectFromEnvironment,
@@ -307,9 +358,17 @@ const tokenRequestSchema = z
           }),
         ),
       )
-      .optional(),
-    /** The `private_key_jwt` client assertion. Auth `private_key_jwt` only. @default RS256, 60 s */
-    assertion: assertionSettingsSchema.optional(),
+      .optional()
+      .meta({
+        description:
+          'Extra request headers, e.g. `{"X-Tenant": "acme"}`; JSON in ' +
+          'the environment. Not for secrets. Grant `rfc6749` only.',
+        env: 'TOKEN_REQUEST_HEADERS',
+      }),
+    assertion: assertionSettingsSchema.optional().meta({
+      description: 'The `private_key_jwt` client assertion. Auth `private_key_jwt` only.',
+      defaultText: 'RS256, 60 s',
+    }),
   })
   .strict()
   .superRefine((r, ctx) => {
@@ -359,31 +418,57 @@ const tokenRequestSchema = z
 /** One set of provider credentials: one merchant in one environment (e.g. `acme-preprod`). */
 export const clientSchema = z
   .object({
-    /** Client id used in `?client=`, cache keys, locks and metric labels. */
-    id: z.string().regex(CLIENT_ID_PATTERN, {
-      message: 'must be 1-63 lowercase letters, digits, ".", "_" or "-"',
+    id: z
+      .string()
+      .regex(CLIENT_ID_PATTERN, {
+        message: 'must be 1-63 lowercase letters, digits, ".", "_" or "-"',
+      })
+      .meta({
+        description: 'Client id used in `?client=`, cache keys, locks and metric labels.',
+        env: 'CLIENT_ID',
+      }),
+    authUrl: httpUrl.meta({
+      description:
+        "The provider's `{auth_url}`; the token is " +
+        'requested at `{authUrl}/api/auth/v1/oauth/token`.',
+      env: 'PROVIDER_AUTH_URL',
     }),
-    /** The provider's `{auth_url}`; the token is requested at `{authUrl}/api/auth/v1/oauth/token`. */
-    authUrl: httpUrl,
-    /** The provider's `{base_url}` for the checkout API. */
-    baseUrl: httpUrl,
-    /** @default '/api/checkout/v1/orders' (the documented path; the plugin uses `/api/flexpay/v1/orders`) */
-    ordersPath: path.default('/api/checkout/v1/orders'),
-    /**
-     * The client's credentials JSON: `{"client_id","client_secret"}`, `{"client_id","private_key"}`
-     * (private_key_jwt; PEM or JWK) or `{"client_id","certificate","private_key"}`
-     * (tls_client_auth; PEM). When the server refuses them, a Secrets Manager secret is re-read
-     * at AWSCURRENT, then AWSPENDING, then AWSPREVIOUS, and the first version it accepts is used;
-     * a file is re-read. Key-based methods may instead name PEM files (`clientId`,
-     * `privateKeyFile` and, for tls_client_auth, `certificateFile`), re-read likewise.
-     */
-    credentials: clientCredentialsSourceSchema,
-    /** The token request's shape and client authentication. @default the provider's dialect */
-    tokenRequest: tokenRequestSchema.default(() => tokenRequestSchema.parse({})),
-    /** Which provider 401s mean the token was refused. @default see its fields */
-    tokenRejection: tokenRejectionSchema.default(() => tokenRejectionSchema.parse({})),
-    /** The provider passthrough's allow-list for this client. @default create order, marketing reads */
-    forward: clientForwardSchema.default({}),
+    baseUrl: httpUrl.meta({
+      description: "The provider's `{base_url}` for the checkout API.",
+      env: 'PROVIDER_BASE_URL',
+    }),
+    ordersPath: path.default('/api/checkout/v1/orders').meta({
+      defaultText:
+        "'/api/checkout/v1/orders' (the documented path; the plugin uses `/api/flexpay/v1/orders`)",
+      env: 'PROVIDER_ORDERS_PATH',
+    }),
+    credentials: clientCredentialsSourceSchema.meta({
+      description:
+        'The client\'s credentials JSON: `{"client_id","client_secret"}`, ' +
+        '`{"client_id","private_key"}` (private_key_jwt; PEM or JWK) or ' +
+        '`{"client_id","certificate","private_key"}` (tls_client_auth; PEM). When the server ' +
+        'refuses them, a Secrets Manager secret is re-read at AWSCURRENT, then AWSPENDING, then ' +
+        'AWSPREVIOUS, and the first version it accepts is used; a file is re-read. Key-based ' +
+        'methods may instead name PEM files (`clientId`, `privateKeyFile` and, for ' +
+        'tls_client_auth, `certificateFile`), re-read likewise.',
+      envFields: { secretId: 'CREDENTIALS_SECRET_ID', file: 'CREDENTIALS_FILE' },
+    }),
+    tokenRequest: tokenRequestSchema
+      .default(() => tokenRequestSchema.parse({}))
+      .meta({
+        description: "The token request's shape and client authentication.",
+        defaultText: "the provider's dialect",
+      }),
+    tokenRejection: tokenRejectionSchema
+      .default(() => tokenRejectionSchema.parse({}))
+      .meta({
+        description: 'Which provider 401s mean the token was refused.',
+        defaultText: 'see its fields',
+      }),
+    forward: clientForwardSchema.default({}).meta({
+      description: "The provider passthrough's allow-list for this client.",
+      defaultText: 'create order, marketing reads',
+    }),
   })
   .strict()
   .superRefine((c, ctx) => {

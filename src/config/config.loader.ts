@@ -4,147 +4,37 @@ import type { ZodError } from 'zod';
 import { ConfigErrorCode, ConfigException } from './config.exception';
 import { type BrokerConfig, brokerConfigSchema } from './config.schema';
 import { looksLikeSettingName, shownReference } from './secret-reference';
+import { envAlternatives, type EnvSetting, envSettings, settingFields } from './setting-meta';
 
 type Path = readonly (string | number)[];
 
-/** The first block is the broker's fixed contract: deployments rely on these names. */
-export const ENV_SETTINGS: ReadonlyArray<{ env: string; path: Path }> = [
-  { env: 'PORT', path: ['http', 'port'] },
-  { env: 'REDIS_URL', path: ['redis', 'url'] },
-  { env: 'TOKEN_REFRESH_AHEAD_SECONDS', path: ['token', 'refreshAheadSeconds'] },
-  { env: 'TOKEN_DEFAULT_LIFETIME_SECONDS', path: ['token', 'defaultLifetimeSeconds'] },
-  { env: 'HOST', path: ['http', 'host'] },
-  { env: 'SHUTDOWN_GRACE_MS', path: ['http', 'shutdownGraceMs'] },
-  { env: 'SHUTDOWN_DRAIN_DELAY_MS', path: ['http', 'shutdownDrainDelayMs'] },
-  { env: 'ADMIN_PORT', path: ['http', 'adminPort'] },
-  { env: 'METRICS_PORT', path: ['http', 'metricsPort'] },
-  { env: 'HTTP_HEADERS_TIMEOUT_MS', path: ['http', 'headersTimeoutMs'] },
-  { env: 'HTTP_REQUEST_TIMEOUT_MS', path: ['http', 'requestTimeoutMs'] },
-  { env: 'HTTP_KEEP_ALIVE_TIMEOUT_MS', path: ['http', 'keepAliveTimeoutMs'] },
-  { env: 'OAUTH_ISSUER', path: ['http', 'issuer'] },
-  { env: 'READINESS_REQUIRED_CLIENTS', path: ['readiness', 'requiredClients'] },
-  { env: 'LOG_LEVEL', path: ['log', 'level'] },
-  { env: 'AUDIT_INTERVAL_SECONDS', path: ['audit', 'intervalSeconds'] },
-  { env: 'AUDIT_PER_REQUEST', path: ['audit', 'perRequest'] },
-  { env: 'AUDIT_REFUSALS_PER_SECOND', path: ['audit', 'refusalsPerSecond'] },
-  { env: 'REDIS_COMMAND_TIMEOUT_MS', path: ['redis', 'commandTimeoutMs'] },
-  { env: 'REDIS_PING_INTERVAL_MS', path: ['redis', 'pingIntervalMs'] },
-  { env: 'TOKEN_WAIT_TIMEOUT_MS', path: ['token', 'waitTimeoutMs'] },
-  { env: 'TOKEN_LOCK_TTL_MS', path: ['token', 'lockTtlMs'] },
-  { env: 'TOKEN_BACKOFF_BASE_MS', path: ['token', 'backoffBaseMs'] },
-  { env: 'TOKEN_BACKOFF_MAX_MS', path: ['token', 'backoffMaxMs'] },
-  { env: 'TOKEN_MIN_REFRESH_INTERVAL_MS', path: ['token', 'minRefreshIntervalMs'] },
-  { env: 'TOKEN_MIN_REJECTION_INTERVAL_MS', path: ['token', 'minRejectionIntervalMs'] },
-  { env: 'TOKEN_REJECTIONS_PER_CALLER', path: ['token', 'rejectionsPerCaller'] },
-  { env: 'TOKEN_REJECTION_WINDOW_SECONDS', path: ['token', 'rejectionWindowSeconds'] },
-  { env: 'TOKEN_ENDPOINT_MAX_CONCURRENCY', path: ['token', 'endpointMaxConcurrency'] },
-  { env: 'TOKEN_ENDPOINT_RATE_PER_SECOND', path: ['token', 'endpointRatePerSecond'] },
-  { env: 'CREDENTIALS_RELOAD_SECONDS', path: ['token', 'credentialsReloadSeconds'] },
-  { env: 'PROVIDER_CONNECT_TIMEOUT_MS', path: ['provider', 'connectTimeoutMs'] },
-  { env: 'PROVIDER_RESPONSE_TIMEOUT_MS', path: ['provider', 'responseTimeoutMs'] },
-  { env: 'ORDERS_IDEMPOTENCY_TTL_SECONDS', path: ['orders', 'idempotencyTtlSeconds'] },
-  { env: 'ORDERS_BODY_LIMIT_BYTES', path: ['orders', 'bodyLimitBytes'] },
-  { env: 'ORDERS_CONNECT_TIMEOUT_MS', path: ['orders', 'connectTimeoutMs'] },
-  { env: 'ORDERS_HEADERS_TIMEOUT_MS', path: ['orders', 'headersTimeoutMs'] },
-  { env: 'ORDERS_BODY_TIMEOUT_MS', path: ['orders', 'bodyTimeoutMs'] },
-  { env: 'ORDERS_MAX_RESPONSE_BYTES', path: ['orders', 'maxResponseBytes'] },
-  { env: 'ORDERS_BODY_BUDGET_BYTES', path: ['orders', 'bodyBudgetBytes'] },
-  { env: 'ORDERS_BODY_BUDGET_CALLER_PERCENT', path: ['orders', 'bodyBudgetCallerPercent'] },
-  { env: 'ORDERS_MAX_IN_FLIGHT_PER_CALLER', path: ['orders', 'maxInFlightPerCaller'] },
-  { env: 'ORDERS_CLIENT_RATE_PER_SECOND', path: ['orders', 'clientRatePerSecond'] },
-  { env: 'ORDERS_CLIENT_RATE_BURST', path: ['orders', 'clientRateBurst'] },
-  { env: 'ORDERS_CALLER_RATE_PER_SECOND', path: ['orders', 'callerRatePerSecond'] },
-  { env: 'ORDERS_CALLER_RATE_BURST', path: ['orders', 'callerRateBurst'] },
-  {
-    env: 'ORDERS_IDEMPOTENCY_MAX_RECORDS_PER_CALLER',
-    path: ['orders', 'maxIdempotencyRecordsPerCaller'],
-  },
-  {
-    env: 'ORDERS_IDEMPOTENCY_MAX_BYTES_PER_CALLER',
-    path: ['orders', 'maxIdempotencyBytesPerCaller'],
-  },
-  { env: 'FORWARD_BODY_LIMIT_BYTES', path: ['forward', 'bodyLimitBytes'] },
-  { env: 'FORWARD_MAX_RESPONSE_BYTES', path: ['forward', 'maxResponseBytes'] },
-  { env: 'FORWARD_MAX_STORED_RESPONSE_BYTES', path: ['forward', 'maxStoredResponseBytes'] },
-  { env: 'FORWARD_IDEMPOTENCY_TTL_SECONDS', path: ['forward', 'idempotencyTtlSeconds'] },
-  {
-    env: 'FORWARD_IDEMPOTENCY_MAX_RECORDS_PER_CALLER',
-    path: ['forward', 'maxIdempotencyRecordsPerCaller'],
-  },
-  {
-    env: 'FORWARD_IDEMPOTENCY_MAX_BYTES_PER_CALLER',
-    path: ['forward', 'maxIdempotencyBytesPerCaller'],
-  },
-  { env: 'FORWARD_MAX_IN_FLIGHT_PER_CALLER', path: ['forward', 'maxInFlightPerCaller'] },
-  { env: 'FORWARD_CLIENT_RATE_PER_SECOND', path: ['forward', 'clientRatePerSecond'] },
-  { env: 'FORWARD_CLIENT_RATE_BURST', path: ['forward', 'clientRateBurst'] },
-  { env: 'FORWARD_CALLER_RATE_PER_SECOND', path: ['forward', 'callerRatePerSecond'] },
-  { env: 'FORWARD_CALLER_RATE_BURST', path: ['forward', 'callerRateBurst'] },
-  { env: 'NODE_ENV', path: ['nodeEnv'] },
-  { env: 'CALLER_AUTH_MODE', path: ['callerAuth', 'mode'] },
-  { env: 'CALLER_AUTH_ALLOW_NONE', path: ['callerAuth', 'allowNone'] },
-  { env: 'CALLER_API_KEYS_SECRET_ID', path: ['callerAuth', 'apiKeysSource', 'secretId'] },
-  { env: 'CALLER_API_KEYS_FILE', path: ['callerAuth', 'apiKeysSource', 'file'] },
-  { env: 'CALLER_API_KEYS_RELOAD_SECONDS', path: ['callerAuth', 'apiKeysReloadSeconds'] },
-  { env: 'CALLER_AUTH_JWKS_URL', path: ['callerAuth', 'kubernetes', 'jwksUrl'] },
-  { env: 'CALLER_AUTH_ISSUER', path: ['callerAuth', 'kubernetes', 'issuer'] },
-  { env: 'CALLER_AUTH_AUDIENCE', path: ['callerAuth', 'kubernetes', 'audience'] },
-  { env: 'CALLER_AUTH_SUBJECTS', path: ['callerAuth', 'kubernetes', 'subjects'] },
-  {
-    env: 'CALLER_AUTH_MAX_TOKEN_LIFETIME_SECONDS',
-    path: ['callerAuth', 'kubernetes', 'maxTokenLifetimeSeconds'],
-  },
-  { env: 'CACHE_KEY_SECRET_ID', path: ['cacheEncryption', 'key', 'secretId'] },
-  { env: 'CACHE_KEY_FILE', path: ['cacheEncryption', 'key', 'file'] },
-  { env: 'REDIS_MODE', path: ['redis', 'mode'] },
-  { env: 'REDIS_SENTINELS', path: ['redis', 'sentinel', 'nodes'] },
-  { env: 'REDIS_SENTINEL_MASTER', path: ['redis', 'sentinel', 'masterName'] },
-  { env: 'REDIS_SENTINEL_USERNAME', path: ['redis', 'sentinel', 'username'] },
-  { env: 'REDIS_SENTINEL_PASSWORD_SECRET_ID', path: ['redis', 'sentinel', 'password', 'secretId'] },
-  { env: 'REDIS_SENTINEL_PASSWORD_FILE', path: ['redis', 'sentinel', 'password', 'file'] },
-  { env: 'REDIS_CLUSTER_NODES', path: ['redis', 'cluster', 'nodes'] },
-  { env: 'REDIS_USERNAME', path: ['redis', 'username'] },
-  { env: 'REDIS_PASSWORD_SECRET_ID', path: ['redis', 'password', 'secretId'] },
-  { env: 'REDIS_PASSWORD_FILE', path: ['redis', 'password', 'file'] },
-  { env: 'REDIS_TLS', path: ['redis', 'tls', 'enabled'] },
-  { env: 'REDIS_TLS_CA_FILE', path: ['redis', 'tls', 'caFile'] },
-  { env: 'REDIS_TLS_CERT_FILE', path: ['redis', 'tls', 'certFile'] },
-  { env: 'REDIS_TLS_KEY_FILE', path: ['redis', 'tls', 'keyFile'] },
-  { env: 'REDIS_TLS_SERVER_NAME', path: ['redis', 'tls', 'serverName'] },
-];
+const fields = settingFields(brokerConfigSchema);
+const CLIENT_PREFIX = ['clients', '[]'];
+const inClient = (path: readonly string[]) => path[0] === 'clients';
+
+/**
+ * The variables of top-level settings, from the `env` metadata on the schema's fields: these
+ * names are the broker's contract, deployments rely on them.
+ */
+export const ENV_SETTINGS: readonly EnvSetting[] = envSettings(fields).filter(
+  ({ path }) => !inClient(path),
+);
 
 /** A setting nobody supplied is named by the variable(s) that would supply it. */
 const UNSUPPLIED_NAMES = new Map<string, string>([
   ...ENV_SETTINGS.map(({ env, path }) => [path.join('.'), env] as [string, string]),
-  ['callerAuth.apiKeysSource', 'CALLER_API_KEYS_SECRET_ID or CALLER_API_KEYS_FILE'],
-  ['cacheEncryption.key', 'CACHE_KEY_SECRET_ID or CACHE_KEY_FILE'],
-  ['redis.password', 'REDIS_PASSWORD_SECRET_ID or REDIS_PASSWORD_FILE'],
-  ['redis.sentinel.password', 'REDIS_SENTINEL_PASSWORD_SECRET_ID or REDIS_SENTINEL_PASSWORD_FILE'],
+  ...[...envAlternatives(fields)].filter(([key]) => !key.startsWith('clients.')),
 ]);
 
-/** They build `clients[0]` when the file defines no clients. */
-const CLIENT_ENV: ReadonlyArray<{ env: string; path: Path }> = [
-  { env: 'CLIENT_ID', path: ['id'] },
-  { env: 'PROVIDER_AUTH_URL', path: ['authUrl'] },
-  { env: 'PROVIDER_BASE_URL', path: ['baseUrl'] },
-  { env: 'PROVIDER_ORDERS_PATH', path: ['ordersPath'] },
-  { env: 'CREDENTIALS_SECRET_ID', path: ['credentials', 'secretId'] },
-  { env: 'CREDENTIALS_FILE', path: ['credentials', 'file'] },
-  { env: 'TOKEN_REQUEST_GRANT', path: ['tokenRequest', 'grant'] },
-  { env: 'TOKEN_REQUEST_URL', path: ['tokenRequest', 'url'] },
-  { env: 'TOKEN_REQUEST_AUTH', path: ['tokenRequest', 'auth'] },
-  { env: 'TOKEN_REQUEST_SCOPE', path: ['tokenRequest', 'scope'] },
-  { env: 'TOKEN_REQUEST_AUDIENCE', path: ['tokenRequest', 'audience'] },
-  { env: 'TOKEN_REQUEST_RESOURCE', path: ['tokenRequest', 'resource'] },
-  { env: 'TOKEN_REQUEST_PARAMS', path: ['tokenRequest', 'params'] },
-  { env: 'TOKEN_REQUEST_HEADERS', path: ['tokenRequest', 'headers'] },
-  {
-    env: 'TOKEN_REQUEST_ASSERTION_LIFETIME_SECONDS',
-    path: ['tokenRequest', 'assertion', 'lifetimeSeconds'],
-  },
-  { env: 'TOKEN_REQUEST_ASSERTION_ALG', path: ['tokenRequest', 'assertion', 'alg'] },
-  { env: 'TOKEN_REQUEST_ASSERTION_KID', path: ['tokenRequest', 'assertion', 'kid'] },
-];
+/** They build `clients[0]` when the file defines no clients; paths inside the client. */
+const CLIENT_ENV: readonly EnvSetting[] = envSettings(fields)
+  .filter(({ path }) => inClient(path))
+  .map(({ env, path }) => ({ env, path: path.slice(CLIENT_PREFIX.length) }));
+
+/** Client path -> "A or B", e.g. `credentials` -> the two credentials variables. */
+const CLIENT_ALTERNATIVES = [...envAlternatives(fields)]
+  .filter(([key]) => key.startsWith(`${CLIENT_PREFIX.join('.')}.`))
+  .map(([key, names]) => [key.split('.').slice(CLIENT_PREFIX.length), names] as const);
 
 export const DEFAULT_CLIENT_ID = 'default';
 
@@ -175,7 +65,9 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): B
       if (value !== undefined) setPath(client, path, value);
       origins.set(['clients', 0, ...path].join('.'), name);
     }
-    origins.set('clients.0.credentials', 'CREDENTIALS_SECRET_ID or CREDENTIALS_FILE');
+    for (const [path, names] of CLIENT_ALTERNATIVES) {
+      origins.set(['clients', 0, ...path].join('.'), names);
+    }
     raw.clients = [client];
   }
 

@@ -19,28 +19,34 @@ import { commaList, type Issue, issuesOf } from './schema-parts';
 
 const cacheEncryptionSchema = z
   .object({
-    /**
-     * Secret (or file) holding the AES-256 key for the token in Redis: one base64 32-byte key
-     * (`openssl rand -base64 32`), or `{"current": "<base64>", "previous": ["<base64>", ...]}`
-     * to rotate (read with every key, write with `current`). Unset: the token is stored in
-     * clear, with a warning; refused in production (any `NODE_ENV` but `development` or
-     * `test`) when Redis is configured.
-     */
-    key: credentialsSourceSchema.optional(),
+    key: credentialsSourceSchema.optional().meta({
+      description:
+        'Secret (or file) holding the AES-256 key for the token in Redis: one base64 ' +
+        '32-byte key (`openssl rand -base64 32`), or `{"current": "<base64>", "previous": ' +
+        '["<base64>", ...]}` to rotate (read with every key, write with `current`). ' +
+        'Unset: the token is stored in clear, with a warning; refused in production (any ' +
+        '`NODE_ENV` but `development` or `test`) when Redis is configured.',
+      envFields: { secretId: 'CACHE_KEY_SECRET_ID', file: 'CACHE_KEY_FILE' },
+    }),
   })
   .strict();
 
 /** When a replica reports ready (`/health/ready`). */
 const readinessSchema = z
   .object({
-    /**
-     * Clients each of which must have a servable token for the replica to be ready; a comma list
-     * in the environment. Empty: ready once any client has one, so that one merchant whose token
-     * endpoint is down does not take every pod, and every other merchant, out of rotation (the
-     * failing client is named in the admin readiness details, `token_broker_client_servable` and
-     * the `TokenBrokerClientUnservable` alert). @default [] (any one client)
-     */
-    requiredClients: z.preprocess(commaList, z.array(z.string().min(1))).default([]),
+    requiredClients: z
+      .preprocess(commaList, z.array(z.string().min(1)))
+      .default([])
+      .meta({
+        description:
+          'Clients each of which must have a servable token for the replica to be ready; a comma ' +
+          'list in the environment. Empty: ready once any client has one, so that one merchant ' +
+          'whose token endpoint is down does not take every pod, and every other merchant, out ' +
+          'of rotation (the failing client is named in the admin readiness details, ' +
+          '`token_broker_client_servable` and the `TokenBrokerClientUnservable` alert).',
+        defaultText: '[] (any one client)',
+        env: 'READINESS_REQUIRED_CLIENTS',
+      }),
   })
   .strict();
 
@@ -55,14 +61,19 @@ const brokerConfigFields = z
     orders: ordersSettingsSchema.default(ordersSettingsSchema.parse({})),
     forward: forwardSettingsSchema.default(forwardSettingsSchema.parse({})),
     clients: z.array(clientSchema).min(1, { message: 'configure at least one client' }),
-    /**
-     * `NODE_ENV`; anything but `development` or `test` (`production`, `Production`, `prod`...)
-     * is production, where development conveniences (no caller auth, clear cache, plain `http://`
-     * to the provider) are errors. Unset is production too: a deployment that forgets it fails
-     * closed; local runs ask for `development` (the sandbox does) or `test` (Jest does).
-     * @default 'production'
-     */
-    nodeEnv: z.string().min(1).default('production'),
+    nodeEnv: z
+      .string()
+      .min(1)
+      .default('production')
+      .meta({
+        description:
+          '`NODE_ENV`; anything but `development` or `test` (`production`, ' +
+          '`Production`, `prod`...) is production, where development conveniences (no ' +
+          'caller auth, clear cache, plain `http://` to the provider) are errors. ' +
+          'Unset is production too: a deployment that forgets it fails closed; local ' +
+          'runs ask for `development` (the sandbox does) or `test` (Jest does).',
+        env: 'NODE_ENV',
+      }),
     // Parsed even when absent, so a missing section reports the missing mode by its name.
     callerAuth: z.preprocess((v) => v ?? {}, callerAuthSettingsSchema),
     cacheEncryption: cacheEncryptionSchema.default({}),

@@ -27,69 +27,125 @@ const hostPortList = z.preprocess(
 
 const redisSentinelSchema = z
   .object({
-    /** Sentinel addresses (`host:port`, port usually 26379). Required in mode `sentinel`. */
-    nodes: hostPortList.optional(),
-    /** The master group name the sentinels monitor (`sentinel monitor <name> ...`). Required in mode `sentinel`. */
-    masterName: z.string().min(1).optional(),
-    /** ACL user for the sentinels themselves (`SENTINEL` ACL). @default undefined (no user) */
-    username: z.string().min(1).optional(),
-    /** Password for the sentinels (`requirepass` of the sentinel processes). @default undefined (none) */
-    password: credentialsSourceSchema.optional(),
+    nodes: hostPortList.optional().meta({
+      description:
+        'Sentinel addresses (`host:port`, port usually 26379). Required in mode `sentinel`.',
+      env: 'REDIS_SENTINELS',
+    }),
+    masterName: z
+      .string()
+      .min(1)
+      .optional()
+      .meta({
+        description:
+          'The master group name the sentinels monitor (`sentinel ' +
+          'monitor <name> ...`). Required in mode `sentinel`.',
+        env: 'REDIS_SENTINEL_MASTER',
+      }),
+    username: z.string().min(1).optional().meta({
+      description: 'ACL user for the sentinels themselves (`SENTINEL` ACL).',
+      defaultText: 'undefined (no user)',
+      env: 'REDIS_SENTINEL_USERNAME',
+    }),
+    password: credentialsSourceSchema.optional().meta({
+      description: 'Password for the sentinels (`requirepass` of the sentinel processes).',
+      defaultText: 'undefined (none)',
+      envFields: {
+        secretId: 'REDIS_SENTINEL_PASSWORD_SECRET_ID',
+        file: 'REDIS_SENTINEL_PASSWORD_FILE',
+      },
+    }),
   })
   .strict();
 
 const redisClusterSchema = z
   .object({
-    /**
-     * Seed nodes (`host:port`), or the one configuration endpoint of a managed cluster
-     * (ElastiCache cluster mode, MemoryDB): ioredis discovers every node from `CLUSTER SLOTS`.
-     * Required in mode `cluster`.
-     */
-    nodes: hostPortList.optional(),
+    nodes: hostPortList.optional().meta({
+      description:
+        'Seed nodes (`host:port`), or the one configuration endpoint of a ' +
+        'managed cluster (ElastiCache cluster mode, MemoryDB): ioredis ' +
+        'discovers every node from `CLUSTER SLOTS`. Required in mode `cluster`.',
+      env: 'REDIS_CLUSTER_NODES',
+    }),
   })
   .strict();
 
 const redisTlsSchema = z
   .object({
-    /** TLS to Redis (and to the sentinels in mode `sentinel`). A `rediss://` URL turns it on. @default false */
-    enabled: flag.default(false),
-    /** PEM bundle of the CA(s) that signed the server certificate. @default undefined (the system trust store) */
-    caFile: filePathSchema.optional(),
-    /** PEM client certificate for mutual TLS; needs `keyFile`. @default undefined */
-    certFile: filePathSchema.optional(),
-    /** PEM private key of `certFile`. @default undefined */
-    keyFile: filePathSchema.optional(),
-    /** Hostname the server certificate must name (and SNI) when it differs from the address dialled. @default undefined (the host dialled) */
-    serverName: z.string().min(1).optional(),
+    enabled: flag.default(false).meta({
+      description:
+        'TLS to Redis (and to the sentinels in mode `sentinel`). A `rediss://` URL turns it on.',
+      env: 'REDIS_TLS',
+    }),
+    caFile: filePathSchema.optional().meta({
+      description: 'PEM bundle of the CA(s) that signed the server certificate.',
+      defaultText: 'undefined (the system trust store)',
+      env: 'REDIS_TLS_CA_FILE',
+    }),
+    certFile: filePathSchema.optional().meta({
+      description: 'PEM client certificate for mutual TLS; needs `keyFile`.',
+      defaultText: 'undefined',
+      env: 'REDIS_TLS_CERT_FILE',
+    }),
+    keyFile: filePathSchema.optional().meta({
+      description: 'PEM private key of `certFile`.',
+      defaultText: 'undefined',
+      env: 'REDIS_TLS_KEY_FILE',
+    }),
+    serverName: z
+      .string()
+      .min(1)
+      .optional()
+      .meta({
+        description:
+          'Hostname the server certificate must name (and ' +
+          'SNI) when it differs from the address dialled.',
+        defaultText: 'undefined (the host dialled)',
+        env: 'REDIS_TLS_SERVER_NAME',
+      }),
   })
   .strict();
 
 export const redisSettingsSchema = z
   .object({
-    /** Which topology `url`, `sentinel` or `cluster` describes. @default 'standalone' */
-    mode: z.enum(REDIS_MODES).default('standalone'),
-    /**
-     * `redis://` or `rediss://` URL, mode `standalone` only (e.g. an ElastiCache primary
-     * endpoint). Unset in mode `standalone`: in-memory store, single replica only.
-     * @default undefined
-     */
+    mode: z.enum(REDIS_MODES).default('standalone').meta({
+      description: 'Which topology `url`, `sentinel` or `cluster` describes.',
+      env: 'REDIS_MODE',
+    }),
     url: z
       .string()
       .regex(/^rediss?:\/\/[^\s]+$/, { message: 'must be a redis:// or rediss:// URL' })
-      .optional(),
+      .optional()
+      .meta({
+        description:
+          '`redis://` or `rediss://` URL, mode `standalone` only (e.g. an ElastiCache primary ' +
+          'endpoint). Unset in mode `standalone`: in-memory store, single replica only.',
+        defaultText: 'undefined',
+        env: 'REDIS_URL',
+      }),
     sentinel: redisSentinelSchema.prefault({}),
     cluster: redisClusterSchema.prefault({}),
-    /** ACL user for the data nodes. @default undefined (the `default` user) */
-    username: z.string().min(1).optional(),
-    /** Password of `username` (or `requirepass`), read at start-up. @default undefined (none) */
-    password: credentialsSourceSchema.optional(),
+    username: z.string().min(1).optional().meta({
+      description: 'ACL user for the data nodes.',
+      defaultText: 'undefined (the `default` user)',
+      env: 'REDIS_USERNAME',
+    }),
+    password: credentialsSourceSchema.optional().meta({
+      description: 'Password of `username` (or `requirepass`), read at start-up.',
+      defaultText: 'undefined (none)',
+      envFields: { secretId: 'REDIS_PASSWORD_SECRET_ID', file: 'REDIS_PASSWORD_FILE' },
+    }),
     tls: redisTlsSchema.prefault({}),
-    /** Every Redis command fails after this long, so no request queues behind a dead link. @default 500 */
-    commandTimeoutMs: int(20, 30_000).default(500),
-    /** @default 2000 */
+    commandTimeoutMs: int(20, 30_000).default(500).meta({
+      description:
+        'Every Redis command fails after this long, so no request queues behind a dead link.',
+      env: 'REDIS_COMMAND_TIMEOUT_MS',
+    }),
     connectTimeoutMs: int(50, 60_000).default(2000),
-    /** Health ping interval; also how soon a returning Redis is noticed. @default 1000 */
-    pingIntervalMs: int(50, 60_000).default(1000),
+    pingIntervalMs: int(50, 60_000).default(1000).meta({
+      description: 'Health ping interval; also how soon a returning Redis is noticed.',
+      env: 'REDIS_PING_INTERVAL_MS',
+    }),
   })
   .strict()
   .superRefine((r, ctx) => {

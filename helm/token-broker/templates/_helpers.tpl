@@ -56,7 +56,7 @@ The ServiceAccount the `helm test` pod runs as: tests.tokenFetch.serviceAccountN
 its own (templates/tests/test-serviceaccount.yaml).
 */ -}}
 {{- define "token-broker.testServiceAccountName" -}}
-{{- .Values.tests.tokenFetch.serviceAccountName | default (printf "%s-test" (include "token-broker.fullname" . | trunc 58 | trimSuffix "-")) }}
+{{- (.Values.tests.tokenFetch | default dict).serviceAccountName | default (printf "%s-test" (include "token-broker.fullname" . | trunc 58 | trimSuffix "-")) }}
 {{- end }}
 
 {{- define "token-broker.serviceAccountName" -}}
@@ -268,6 +268,15 @@ The defaults the chart chooses (http.issuer, the kubernetes audience) yield to v
 {{- end }}
 
 {{/*
+The Secret holding the `helm test` pod's caller API key (mode api-key). Also reached when the
+value was set to null (`--set tests.tokenFetch.apiKeySecret=null`), which drops the map.
+*/}}
+{{- define "token-broker.testApiKeySecretName" -}}
+{{- $secret := ((.Values.tests.tokenFetch | default dict).apiKeySecret | default dict) }}
+{{- required "tests.tokenFetch.apiKeySecret.name is required in mode api-key: a Secret holding a caller API key granted the test client, so that helm test can fetch a token (or set tests.tokenFetch.enabled=false)" $secret.name }}
+{{- end }}
+
+{{/*
 Checks that need more than one value: fail early, at install, with a message naming the setting,
 rather than a pod that crash-loops. Included by the Deployment.
 */}}
@@ -410,8 +419,9 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- if eq (include "token-broker.testServiceAccountName" .) (include "token-broker.serviceAccountName" .) }}
 {{- fail "tests.tokenFetch.serviceAccountName names the broker's own ServiceAccount, which carries its cloud role (IRSA): leave it empty (the test pod then gets one of its own) or name another" }}
 {{- end }}
-{{- if and $v.tests.tokenFetch.enabled (eq $mode "api-key") (not $v.tests.tokenFetch.apiKeySecret.name) }}
-{{- fail "tests.tokenFetch.apiKeySecret.name is required in mode api-key: a Secret holding a caller API key granted the test client, so that helm test can fetch a token (or set tests.tokenFetch.enabled=false)" }}
+{{- $fetch := $v.tests.tokenFetch | default dict }}
+{{- if and $fetch.enabled (eq $mode "api-key") }}
+{{- $_ := include "token-broker.testApiKeySecretName" . }}
 {{- end }}
 {{- end }}
 
