@@ -1,7 +1,8 @@
 /**
- * A *configuration* error (password, ACL, an untrusted certificate) never passes until a setting
- * is fixed, so it fails readiness and names the setting; an *outage* passes by itself. Messages
- * come only from here, the Redis server and Node's TLS stack: none contains a password.
+ * A *configuration* error (password, ACL, an untrusted certificate, a host that never resolved)
+ * never passes until a setting is fixed, so it fails readiness and names the setting; an *outage*
+ * passes by itself. Messages come only from here, the Redis server and Node's TLS and DNS errors
+ * (which name the host, never the URL): none contains a password.
  */
 
 type RedisProblemKind = 'authentication' | 'permission' | 'tls' | 'address';
