@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type Redis from 'ioredis';
 import type { ProviderEmulator } from '../emulator/provider-emulator';
@@ -240,6 +241,52 @@ describe('admin routes (3 replicas)', () => {
     process.stdout.write(
       `forced refresh: 6 concurrent requests on 3 replicas, ${emulator.stats.tokenRequests - before} provider request, every replica serving it ${Math.max(0, ...adoptedIn)} ms after the last answer\n`,
     );
+  });
+
+  it('names the answering replica and its own last refresh: fetched by a forced refresh here, adopted elsewhere', async () => {
+    interface Status {
+      replica: string;
+      clients: Array<{
+        client: string;
+        fingerprint?: string;
+        lastRefresh?: { at: string; outcome: string; forced?: boolean };
+      }>;
+    }
+    const statusOf = async (r: Replica) => {
+      const res = await admin(r, '/admin/clients');
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as Status;
+      return { replica: body.replica, ...body.clients.find((c) => c.client === FLEET_CLIENT)! };
+    };
+    // Each forced refresh on another replica; the token must be older than the coalescing slack.
+    for (const on of [1, 2]) {
+      await delay(200);
+      const askedAt = Date.now();
+      const res = await admin(replicas[on], `/admin/clients/${FLEET_CLIENT}/refresh`, 'POST');
+      const forced = (await res.json()) as { fingerprint: string; providerRequest: boolean };
+      expect(forced.providerRequest).toBe(true);
+      const views = await Promise.all(
+        replicas.map((r) =>
+          waitFor(
+            async () => {
+              const s = await statusOf(r);
+              return s.fingerprint === forced.fingerprint ? s : undefined;
+            },
+            { timeoutMs: 2000, intervalMs: 20, what: `${r.broker.name} to hold the forced token` },
+          ),
+        ),
+      );
+      // Every replica names itself, the way lock holders are named: host (pod) and pid.
+      expect(views.map((v) => v.replica)).toEqual(
+        replicas.map((r) => `${hostname()}:${r.broker.process!.pid}`),
+      );
+      views.forEach((v, i) => {
+        expect(Date.parse(v.lastRefresh!.at)).toBeGreaterThanOrEqual(askedAt);
+        expect([i, v.lastRefresh!.outcome, v.lastRefresh!.forced]).toEqual(
+          i === on ? [i, 'fetched', true] : [i, 'adopted', undefined],
+        );
+      });
+    }
   });
 
   it('revokes fleet-wide while one replica is cut off from Redis: nobody serves the old token after it hears of it, the cut-off one never writes it back', async () => {

@@ -631,7 +631,18 @@ describe('Helm chart helm/token-broker', () => {
         'http',
         'admin',
       ]);
+      // The fixture sets no labels: the default is what kube-prometheus-stack's Prometheus
+      // selects (serviceMonitorSelector and ruleSelector `release: <its release name>`).
       expect(sm.metadata.labels.release).toBe('kube-prometheus-stack');
+      expect(only(objects, 'PrometheusRule').metadata.labels.release).toBe('kube-prometheus-stack');
+      const renamed = render(VALUE_SETS['monitoring on'], [
+        'metrics.serviceMonitor.labels.release=prometheus',
+      ]);
+      expect(only(renamed, 'ServiceMonitor').metadata.labels.release).toBe('prometheus');
+      const unlabelled = render(VALUE_SETS['monitoring on'], [
+        'metrics.serviceMonitor.labels.release=null',
+      ]);
+      expect(only(unlabelled, 'ServiceMonitor').metadata.labels.release).toBeUndefined();
     });
 
     it('alerts on a token near expiry without refresh, refresh failures, degraded mode and Redis data loss', () => {
@@ -1334,6 +1345,134 @@ describe('Helm chart helm/token-broker', () => {
       expect(renderError(['required'], [`networkPolicy.ingress.admin.from=${callers}`])).toContain(
         'networkPolicy.ingress.admin.from lists a peer of networkPolicy.ingress.callers',
       );
+    });
+  });
+
+  describe('caller authentication egress (mode kubernetes fetches the JWKS)', () => {
+    /** Whether a rendered NetworkPolicy lets the broker open a TCP connection to ip:port. */
+    function egressAdmits(np: K8sObject, ip: string, port: number): boolean {
+      const toInt = (a: string) => a.split('.').reduce((n, octet) => n * 256 + Number(octet), 0);
+      const inCidr = (cidr: string) => {
+        const [base, bits] = cidr.split('/');
+        const size = 2 ** (32 - Number(bits));
+        return Math.floor(toInt(ip) / size) === Math.floor(toInt(base) / size);
+      };
+      return (np.spec.egress as K8sObject[]).some((rule) => {
+        const ports = (rule.ports ?? []) as K8sObject[];
+        const portOk =
+          ports.length === 0 || ports.some((p) => p.port === port && p.protocol === 'TCP');
+        const peers = (rule.to ?? []) as K8sObject[];
+        const peerOk =
+          peers.length === 0 ||
+          peers.some(
+            (p) =>
+              p.ipBlock !== undefined &&
+              inCidr(p.ipBlock.cidr as string) &&
+              !((p.ipBlock.except ?? []) as string[]).some(inCidr),
+          );
+        return portOk && peerOk;
+      });
+    }
+
+    /** The README's EKS example: its broker-values.yaml and the flags of its helm command. */
+    function readmeEksExample(): { values: string; args: string[] } {
+      const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+      const values = /cat > broker-values\.yaml <<'EOF'\n([\s\S]*?)\nEOF\n/.exec(readme)?.[1];
+      const command = /npx helm upgrade --install ((?:.*\\\n)*.*)\n/.exec(readme)?.[1];
+      if (values === undefined || command === undefined) {
+        throw new Error('README.md: the EKS example (broker-values.yaml, helm upgrade) is gone');
+      }
+      const words = [...command.replace(/\\\n/g, ' ').matchAll(/'([^']*)'|(\S+)/g)].map(
+        (m) => m[1] ?? m[2],
+      );
+      return { values, args: words };
+    }
+
+    it("renders the README's EKS example with a NetworkPolicy that admits the JWKS host", () => {
+      const { values, args } = readmeEksExample();
+      const [release, chart, ...flags] = args;
+      expect([release, chart]).toEqual(['token-broker', './helm/token-broker']);
+      const dir = mkdtempSync(join(tmpdir(), 'tb-chart-readme-'));
+      try {
+        writeFileSync(join(dir, 'broker-values.yaml'), values);
+        const r = helm([
+          'template',
+          release,
+          CHART,
+          '--kube-version',
+          KUBE_VERSION,
+          ...flags.map((f) => (f === 'broker-values.yaml' ? join(dir, f) : f)),
+        ]);
+        expect([r.status, r.stderr]).toEqual([0, '']);
+        const objects = parseAllDocuments(r.stdout)
+          .map((d) => d.toJS() as K8sObject | null)
+          .filter((o): o is K8sObject => o !== null);
+        const jwksUrl = new URL(
+          loadRenderedConfig(objects, 'token-broker').callerAuth.kubernetes.jwksUrl!,
+        );
+        expect(jwksUrl.hostname).toMatch(/^oidc\.eks\.eu-west-1\.amazonaws\.com$/);
+        // The host's addresses are AWS's and change: any public address must pass, on 443 only.
+        const np = only(objects, 'NetworkPolicy');
+        for (const ip of ['3.248.0.10', '52.95.120.7', '99.80.1.1']) {
+          expect([ip, egressAdmits(np, ip, 443)]).toEqual([ip, true]);
+          expect([ip, egressAdmits(np, ip, 80)]).toEqual([ip, false]);
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    it('opens the JWKS egress named in networkPolicy.egress.jwks, ports included, in mode kubernetes only', () => {
+      const np = only(render(['required']), 'NetworkPolicy');
+      expect(egressAdmits(np, '10.0.112.5', 443)).toBe(true);
+      expect(egressAdmits(np, '10.0.113.5', 443)).toBe(false);
+      // The API server as the JWKS host: its endpoint address and port.
+      const apiServer = only(
+        render(
+          ['required'],
+          [
+            'networkPolicy.egress.jwks.cidrs=["172.20.0.1/32"]',
+            'networkPolicy.egress.jwks.ports=[6443]',
+          ],
+        ),
+        'NetworkPolicy',
+      );
+      expect(egressAdmits(apiServer, '172.20.0.1', 6443)).toBe(true);
+      expect(egressAdmits(apiServer, '10.0.112.5', 443)).toBe(false);
+      // Mode api-key fetches no JWKS: nothing is opened for it.
+      const apiKey = only(
+        render(
+          ['required'],
+          [
+            'config.extra.callerAuth.mode=api-key',
+            'config.extra.callerAuth.kubernetes=null',
+            'config.extra.callerAuth.apiKeysSource.secretId=token-broker/callers',
+            'tests.tokenFetch.enabled=false',
+          ],
+        ),
+        'NetworkPolicy',
+      );
+      expect(egressAdmits(apiKey, '10.0.112.5', 443)).toBe(false);
+    });
+
+    it('refuses mode kubernetes with a NetworkPolicy that would block the JWKS, naming the values to set', () => {
+      const message = renderError(['required'], ['networkPolicy.egress.jwks.cidrs=[]']);
+      expect(message).toContain('networkPolicy.egress.jwks.cidrs (or .peers) is required');
+      expect(message).toContain('https://oidc.eks.eu-west-1.amazonaws.com/id/EXAMPLE/keys');
+      expect(message).toContain('networkPolicy.egress.extra');
+      // Covered otherwise: peers, rules of the install's own, or no NetworkPolicy.
+      const peer = JSON.stringify([{ namespaceSelector: { matchLabels: { name: 'oidc' } } }]);
+      for (const covered of [
+        [`networkPolicy.egress.jwks.peers=${peer}`],
+        [
+          `networkPolicy.egress.extra=${JSON.stringify([{ to: [{ ipBlock: { cidr: '10.1.0.0/16' } }] }])}`,
+        ],
+        ['networkPolicy.enabled=false'],
+      ]) {
+        expect(() =>
+          render(['required'], ['networkPolicy.egress.jwks.cidrs=[]', ...covered]),
+        ).not.toThrow();
+      }
     });
   });
 

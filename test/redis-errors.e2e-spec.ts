@@ -202,6 +202,34 @@ describe('Redis configuration errors', () => {
     expect(b.logs().join('\n')).not.toContain(PASSWORD);
   }, 40_000);
 
+  it('a Redis URL naming no host: the process stops at start (exit 78) naming REDIS_URL, never the password', async () => {
+    for (const url of ['redis://:6379', `rediss://:${PASSWORD}@:6379/0`, 'redis:///0']) {
+      const b = await stack.addBroker({ env: { REDIS_URL: url }, inProcess: false, wait: 'none' });
+      brokers.push(b);
+      const exit = await b.process!.exited;
+      const out = b.logs().join('\n');
+      expect([url, exit.code]).toEqual([url, 78]);
+      expect(out).toContain('REDIS_URL: names no host');
+      expect(out).not.toContain(PASSWORD);
+    }
+  }, 40_000);
+
+  // A process, as for TLS below: getaddrinfo's errors fail `instanceof Error` in Jest.
+  it('a host that does not resolve at start: not ready (redis_misconfigured) naming REDIS_URL, still serving', async () => {
+    const b = await broker({ REDIS_URL: 'redis://nonexistent.invalid:6379' }, false);
+    const ready = await readinessBecomes(b, 503, 'redis_misconfigured');
+    expect(ready.body).toContain('the Redis host does not resolve');
+    expect(ready.body).toContain('ENOTFOUND');
+    expect(ready.body).toContain('check the host in REDIS_URL');
+    await logged(b, 'misconfigured');
+    // Reconnections keep failing the same way (ioredis retries at most 2 s apart): one line.
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(transitions(b, 'misconfigured')).toHaveLength(1);
+    expect(transitions(b, 'down')).toHaveLength(0);
+    expect((await readiness(b)).status).toBe(503);
+    expect((await fetch(`${b.url}/token`)).status).toBe(200);
+  }, 40_000);
+
   /**
    * Broker processes: Node's TLS errors are made outside Jest's sandbox, where `instanceof
    * Error` does not hold for them (jestjs/jest#2549), so the app in this process could not tell
@@ -215,9 +243,10 @@ describe('Redis configuration errors', () => {
       certs = makeCertificates(stack.dir);
     });
 
-    async function tlsRedis(): Promise<RedisNode> {
+    async function tlsRedis(extra: string[] = []): Promise<RedisNode> {
       return redis(
         [
+          ...extra,
           '--tls-cert-file',
           certs.cert,
           '--tls-key-file',
@@ -232,6 +261,24 @@ describe('Redis configuration errors', () => {
     }
 
     const tlsCli = () => ['--tls', '--cacert', certs.ca];
+
+    it('a wrong password in a rediss:// URL: 503 naming the URL as where it came from', async () => {
+      const node = await tlsRedis(['--requirepass', PASSWORD]);
+      const b = await tlsBroker({
+        REDIS_URL: `rediss://:${OTHER_PASSWORD}@${node.address}`,
+        REDIS_TLS_CA_FILE: certs.ca,
+      });
+      await expectConfigurationError(b, node, 'WRONGPASS', [
+        ...tlsCli(),
+        '-a',
+        PASSWORD,
+        '--no-auth-warning',
+      ]);
+      const [line] = transitions(b, 'misconfigured');
+      expect(line).toContain('check the user and password in REDIS_URL (redis.url)');
+      expect(line).not.toContain('REDIS_PASSWORD_FILE');
+      expect(JSON.stringify(await readiness(b))).toContain('REDIS_URL');
+    }, 40_000);
 
     it('a trusted CA connects and is ready (the positive control)', async () => {
       const node = await tlsRedis();

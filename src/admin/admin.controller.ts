@@ -1,5 +1,6 @@
 import { Controller, Get, Header, HttpCode, Param, Post, Req } from '@nestjs/common';
 import type { FastifyRequest } from 'fastify';
+import { REPLICA_ID } from '../token/token-store';
 import { TokenService } from '../token/token.service';
 import { AdminService } from './admin.service';
 
@@ -18,12 +19,14 @@ export class AdminController {
       this.tokens.adminStatus(caller),
     );
     return {
+      // Each replica answers for itself: which one this is, as the lock holder is named.
+      replica: REPLICA_ID,
       store: status.store,
       clients: status.clients.map((c) => ({
         ...c,
         expiresAt: iso(c.expiresAt),
         obtainedAt: iso(c.obtainedAt),
-        lastRefresh: c.lastRefresh && { at: iso(c.lastRefresh.at), outcome: c.lastRefresh.outcome },
+        lastRefresh: c.lastRefresh && { ...c.lastRefresh, at: iso(c.lastRefresh.at) },
       })),
     };
   }

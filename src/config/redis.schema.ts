@@ -115,6 +115,10 @@ export const redisSettingsSchema = z
     url: z
       .string()
       .regex(/^rediss?:\/\/[^\s]+$/, { message: 'must be a redis:// or rediss:// URL' })
+      // ioredis dials localhost for a URL without a host: a typo would pass as an outage.
+      .refine((url) => redisUrlHost(url) !== '', {
+        message: 'names no host: write redis[s]://[[user]:password@]host[:port][/db]',
+      })
       .optional()
       .meta({
         description:
@@ -207,4 +211,23 @@ export const redisSettingsSchema = z
  */
 export function redisConfigured(settings: { mode: RedisMode; url?: string | undefined }): boolean {
   return settings.mode !== 'standalone' || settings.url !== undefined;
+}
+
+/**
+ * The host of a Redis URL as ioredis reads it (what follows the last `@` before the path), or
+ * `''` when the URL names none (`redis://:6379`, `redis:///0`). Never returns the password.
+ */
+export function redisUrlHost(url: string): string {
+  const hostPort = urlAuthority(url).replace(/^.*@/, '');
+  return hostPort.replace(/:\d*$/, '').replace(/^\[(.*)\]$/, '$1');
+}
+
+/** Whether the URL carries a password (`redis://[user]:password@host`), which ioredis sends. */
+export function redisUrlHasPassword(url: string): boolean {
+  const at = urlAuthority(url).lastIndexOf('@');
+  return at !== -1 && /:./.test(urlAuthority(url).slice(0, at));
+}
+
+function urlAuthority(url: string): string {
+  return url.replace(/^rediss?:\/\//, '').split(/[/?#]/)[0];
 }

@@ -172,7 +172,7 @@ export class MetricsService {
   private storeStateSource: () => StoreState | undefined = () => undefined;
   readonly storeState: Gauge<'state'> = new Gauge({
     name: 'token_broker_redis_state',
-    help: 'The Redis state as this replica sees it: 1 for the current state (up, down = outage, misconfigured = credentials/ACL/TLS refused), 0 for the others. Absent without Redis.',
+    help: 'The Redis state as this replica sees it: 1 for the current state (up, down = outage, misconfigured = credentials/ACL/TLS refused or a host that never resolved), 0 for the others. Absent without Redis.',
     labelNames: ['state'] as const,
     registers: [this.registry],
     collect: (): void => {

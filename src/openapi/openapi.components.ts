@@ -54,6 +54,11 @@ const SCHEMAS = {
   }),
   ProviderAnswer: z.unknown().describe("The provider's JSON, passed through unchanged."),
   AdminStatus: z.looseObject({
+    replica: z
+      .string()
+      .describe(
+        'The replica that answered, `<host>:<pid>` (the pod name in Kubernetes), as lock holders are named: every field below is its own view',
+      ),
     store: z.looseObject({
       kind: z.enum(['redis', 'memory']),
       mode: z.enum(REDIS_MODES).optional(),
@@ -79,7 +84,11 @@ const SCHEMAS = {
           .looseObject({
             at: dateTime.optional(),
             outcome: z.enum(['fetched', 'adopted', 'failed']).optional(),
+            forced: z.literal(true).optional(),
           })
+          .describe(
+            "This replica's own last refresh: `fetched` by its own provider request, `adopted` from the store (another replica's), or `failed`; `forced` when it was an operator's forced refresh made on this replica",
+          )
           .optional(),
         lastError: z.string().optional(),
         refreshing: z.boolean(),

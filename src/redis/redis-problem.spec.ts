@@ -1,4 +1,9 @@
-import { classifyRedisError, explainRedisError, tlsMismatch } from './redis-problem';
+import {
+  classifyRedisError,
+  explainRedisError,
+  explainWrongCredentials,
+  tlsMismatch,
+} from './redis-problem';
 
 function withCode(message: string, code: string): Error {
   return Object.assign(new Error(message), { code });
@@ -61,6 +66,19 @@ describe(classifyRedisError.name, () => {
       message: expect.stringContaining('use a rediss:// URL or set REDIS_TLS=true') as string,
     });
     expect(classifyRedisError(withCode('read ECONNRESET', 'ECONNRESET'))).toBeUndefined();
+  });
+
+  it('names where the refused credentials came from once the connection explained it', () => {
+    const err = new Error('WRONGPASS invalid username-password pair or user is disabled.');
+    explainWrongCredentials(err, 'the user and password in REDIS_URL (redis.url)');
+    expect(classifyRedisError(err)).toEqual({
+      kind: 'authentication',
+      message:
+        'Redis refused the credentials (WRONGPASS invalid username-password pair or user is disabled.); check the user and password in REDIS_URL (redis.url)',
+    });
+    const other = new Error('NOAUTH Authentication required.');
+    explainWrongCredentials(other, 'the user and password in REDIS_URL (redis.url)');
+    expect(classifyRedisError(other)?.message).toContain('none is configured');
   });
 
   it('looks inside a cluster error at its last node error', () => {

@@ -1,10 +1,11 @@
 /**
- * A *configuration* error (password, ACL, an untrusted certificate) never passes until a setting
- * is fixed, so it fails readiness and names the setting; an *outage* passes by itself. Messages
- * come only from here, the Redis server and Node's TLS stack: none contains a password.
+ * A *configuration* error (password, ACL, an untrusted certificate, a host that never resolved)
+ * never passes until a setting is fixed, so it fails readiness and names the setting; an *outage*
+ * passes by itself. Messages come only from here, the Redis server and Node's TLS and DNS errors
+ * (which name the host, never the URL): none contains a password.
  */
 
-type RedisProblemKind = 'authentication' | 'permission' | 'tls';
+type RedisProblemKind = 'authentication' | 'permission' | 'tls' | 'address';
 
 /** A message that names the cause and the settings to check. */
 export interface RedisProblem {
@@ -46,10 +47,10 @@ export function classifyRedisError(err: unknown): RedisProblem | undefined {
     // `Ready check failed: NOAUTH ...`.
     const reply = e.message.replace(/^Ready check failed: /, '');
     if (reply.startsWith('WRONGPASS')) {
-      return {
-        kind: 'authentication',
-        message: `Redis refused the credentials (${firstLine(reply)}); check REDIS_USERNAME and the password in REDIS_PASSWORD_FILE / REDIS_PASSWORD_SECRET_ID`,
-      };
+      return wrongCredentials(
+        reply,
+        'REDIS_USERNAME and the password in REDIS_PASSWORD_FILE / REDIS_PASSWORD_SECRET_ID',
+      );
     }
     if (reply.startsWith('NOAUTH')) {
       return {
@@ -62,6 +63,44 @@ export function classifyRedisError(err: unknown): RedisProblem | undefined {
       return {
         kind: 'permission',
         message: `the Redis ACL user lacks a permission the broker needs (${firstLine(reply)}); grant it "~tb:* &tb:* +@read +@write +@scripting +@pubsub +ping +info" or check REDIS_USERNAME`,
+      };
+    }
+  }
+  return undefined;
+}
+
+function wrongCredentials(reply: string, check: string): RedisProblem {
+  return {
+    kind: 'authentication',
+    message: `Redis refused the credentials (${firstLine(reply)}); check ${check}`,
+  };
+}
+
+/**
+ * A WRONGPASS names where the credentials the broker sent came from (`credentialsFrom`, e.g.
+ * "the user and password in REDIS_URL"), so the check points at the one setting that is used.
+ */
+export function explainWrongCredentials(err: unknown, credentialsFrom: string): void {
+  for (const e of causes(err)) {
+    const reply = e.message.replace(/^Ready check failed: /, '');
+    if (reply.startsWith('WRONGPASS')) {
+      explained.set(e, wrongCredentials(reply, credentialsFrom));
+      return;
+    }
+  }
+}
+
+/**
+ * A host that does not resolve before Redis was ever reached is a typo or a wrong name, not an
+ * outage (ENOTFOUND is a definite "no such name"; EAI_AGAIN, a DNS server failing, stays one).
+ * @param setting where the host is written: REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES.
+ */
+export function unresolvedHost(err: unknown, setting: string): RedisProblem | undefined {
+  for (const e of causes(err)) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOTFOUND') {
+      return {
+        kind: 'address',
+        message: `the Redis host does not resolve (${firstLine(e)}); check the host in ${setting}`,
       };
     }
   }

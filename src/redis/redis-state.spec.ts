@@ -61,4 +61,22 @@ describe(RedisStateTracker.name, () => {
     t.failed(refused, true);
     expect(lines).toEqual(['down', 'up', 'down']);
   });
+
+  it('takes a host that never resolved for a setting to fix, but a later ENOTFOUND for an outage', () => {
+    const notFound = Object.assign(new Error('getaddrinfo ENOTFOUND nonexistent.invalid'), {
+      code: 'ENOTFOUND',
+    });
+    const { t, lines } = tracker();
+    for (let i = 0; i < 10; i++) t.failed(notFound, true);
+    expect(t.state).toBe('misconfigured');
+    expect(t.problem).toEqual({
+      kind: 'address',
+      message:
+        'the Redis host does not resolve (getaddrinfo ENOTFOUND nonexistent.invalid); check the host in REDIS_URL',
+    });
+    t.succeeded();
+    t.failed(notFound, true);
+    expect(t.state).toBe('down');
+    expect(lines).toEqual(['misconfigured', 'up', 'down']);
+  });
 });

@@ -4,6 +4,7 @@ import {
   firstLine,
   isDroppedConnection,
   type RedisProblem,
+  unresolvedHost,
 } from './redis-problem';
 
 /** `down`: an outage (degraded, ready); `misconfigured`: will not pass by itself (not ready). */
@@ -21,9 +22,11 @@ export class RedisStateTracker {
   /** The connection's error since Redis was last up: the real reason for a failure. */
   private lastConnectionReason?: string;
 
+  /** @param addressSetting where the Redis host is written, named when it does not resolve. */
   constructor(
     private readonly logger: StateLogger,
     private readonly describe: string,
+    private readonly addressSetting = 'REDIS_URL',
   ) {}
 
   get state(): RedisState {
@@ -61,7 +64,9 @@ export class RedisStateTracker {
    */
   failed(cause: unknown, connectionError = false): void {
     if (connectionError) this.lastConnectionReason = firstLine(cause);
-    const problem = classifyRedisError(cause);
+    const problem =
+      classifyRedisError(cause) ??
+      (this.everUp ? undefined : unresolvedHost(cause, this.addressSetting));
     if (problem) {
       // Same kind, other words (EVALSHA retried as EVAL; WRONGPASS on every attempt).
       if (this.current === 'misconfigured' && this.currentProblem?.kind === problem.kind) return;

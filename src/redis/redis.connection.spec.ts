@@ -5,6 +5,7 @@ import type { ClusterOptions, RedisOptions } from 'ioredis';
 import { redisSettingsSchema } from '../config/redis.schema';
 import {
   connectionPlan,
+  credentialsSource,
   isReadOnlyError,
   parseHostPort,
   readRedisSecrets,
@@ -126,5 +127,30 @@ describe('helpers', () => {
   it('recognises READONLY replies only', () => {
     expect(isReadOnlyError(new Error("READONLY You can't write"))).toBe(true);
     expect(isReadOnlyError(new Error('ERR READONLY-ish'))).toBe(false);
+  });
+});
+
+describe(credentialsSource.name, () => {
+  const of = (raw: Record<string, unknown>) => credentialsSource(redisSettingsSchema.parse(raw));
+
+  it('names the URL when it carries the password, since ioredis lets it win', () => {
+    expect(of({ url: 'rediss://:pw@cache:6379' })).toBe(
+      'the user and password in REDIS_URL (redis.url)',
+    );
+    expect(of({ url: 'rediss://:pw@cache:6379', password: { file: '/p' } })).toContain(
+      'which win over REDIS_PASSWORD_FILE',
+    );
+  });
+
+  it('names the password file or secret otherwise, and says when there is none', () => {
+    expect(of({ url: 'rediss://cache:6379', password: { file: '/p' } })).toContain(
+      'REDIS_PASSWORD_FILE (redis.password.file)',
+    );
+    expect(of({ url: 'rediss://user@cache:6379', password: { secretId: 'redis/pw' } })).toContain(
+      'REDIS_PASSWORD_SECRET_ID (redis.password.secretId)',
+    );
+    expect(of({ mode: 'cluster', cluster: { nodes: ['c:6379'] } })).toContain(
+      'no password is configured',
+    );
   });
 });

@@ -4,11 +4,13 @@ import type { ConnectionOptions } from 'node:tls';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import type { CredentialsSource } from '../config/client.schema';
 import type { RedisSettings } from '../config/config.schema';
+import { redisUrlHasPassword } from '../config/redis.schema';
 import { shownReference } from '../config/secret-reference';
 import { readSource, type SecretReader } from '../secrets/secret-reader';
 import { SecretsErrorCode, SecretsException } from '../secrets/secrets.exception';
 import {
   explainRedisError,
+  explainWrongCredentials,
   isDroppedConnection,
   type RedisProblem,
   tlsMismatch,
@@ -162,6 +164,12 @@ export function createRedisConnection(
     client = new Redis(plan.url, plan.options);
     watchTlsMismatch(client, plan.url, settings);
   }
+  // Prepended: the explanation must be in place before the owner's listener reads the error.
+  const credentialsFrom = credentialsSource(settings);
+  client.prependListener('error', (err: unknown) => explainWrongCredentials(err, credentialsFrom));
+  client.prependListener('node error', (err: unknown) =>
+    explainWrongCredentials(err, credentialsFrom),
+  );
   // The owner is built later (after the cache key is read): an error in between with no
   // listener would make ioredis print a raw non-JSON line. Kept for `takeEarlyError`.
   let last: unknown;
@@ -174,6 +182,27 @@ export function createRedisConnection(
     return last;
   });
   return client;
+}
+
+/**
+ * Where the credentials the data nodes receive come from. ioredis lets a URL's user and password
+ * win over the options, so a URL carrying a password is the place to check, whatever else is set.
+ */
+export function credentialsSource(settings: RedisSettings): string {
+  if (settings.mode === 'standalone' && settings.url !== undefined) {
+    if (redisUrlHasPassword(settings.url)) {
+      return settings.password === undefined
+        ? 'the user and password in REDIS_URL (redis.url)'
+        : 'the user and password in REDIS_URL (redis.url), which win over REDIS_PASSWORD_FILE / REDIS_PASSWORD_SECRET_ID: keep the password in one place';
+    }
+  }
+  if (settings.password?.file !== undefined) {
+    return 'REDIS_USERNAME and the password in REDIS_PASSWORD_FILE (redis.password.file)';
+  }
+  if (settings.password?.secretId !== undefined) {
+    return 'REDIS_USERNAME and the password in the secret REDIS_PASSWORD_SECRET_ID (redis.password.secretId)';
+  }
+  return 'REDIS_USERNAME; no password is configured: set REDIS_PASSWORD_FILE or REDIS_PASSWORD_SECRET_ID';
 }
 
 /** Least time between two TLS probes of one connection: they only run while it fails. */

@@ -53,7 +53,8 @@ export class RedisStoreHealth implements StoreHealth {
     private readonly channels: string[],
     logger: StateLogger = SILENT,
   ) {
-    this.tracker = new RedisStateTracker(logger, redisNodes(settings).described);
+    const nodes = redisNodes(settings);
+    this.tracker = new RedisStateTracker(logger, nodes.described, nodes.setting);
     this.redis = defineTokenStoreScripts(redis);
     // Connection errors carry the real cause that failing commands lack; an unhandled 'error'
     // event would also crash the process.
@@ -252,14 +253,21 @@ export class RedisStoreHealth implements StoreHealth {
 }
 
 /** Host and port only, never a password: a URL may carry one. */
-function redisNodes(settings: RedisSettings): { nodes: string[]; described: string } {
+/** The nodes named in the settings, and the setting (environment name) that names them. */
+function redisNodes(settings: RedisSettings): {
+  nodes: string[];
+  described: string;
+  setting: string;
+} {
   if (settings.mode === 'standalone') {
-    if (!URL.canParse(settings.url ?? '')) return { nodes: [], described: 'standalone' };
+    const setting = 'REDIS_URL';
+    if (!URL.canParse(settings.url ?? '')) return { nodes: [], described: 'standalone', setting };
     const { host, protocol } = new URL(settings.url!);
-    return { nodes: [host], described: `standalone ${protocol}//${host}` };
+    return { nodes: [host], described: `standalone ${protocol}//${host}`, setting };
   }
   const nodes = [...(settings[settings.mode].nodes ?? [])];
   const via =
     settings.mode === 'sentinel' ? `sentinel ${settings.sentinel.masterName ?? ''}` : 'cluster';
-  return { nodes, described: `${via} via ${nodes.join(',')}` };
+  const setting = settings.mode === 'sentinel' ? 'REDIS_SENTINELS' : 'REDIS_CLUSTER_NODES';
+  return { nodes, described: `${via} via ${nodes.join(',')}`, setting };
 }

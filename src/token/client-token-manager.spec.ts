@@ -52,6 +52,7 @@ function manager(
   token: Record<string, number> = {},
   /** Whether it hears the store's events (false: a replica cut off from Redis). */
   listening = true,
+  logger = pino({ level: 'silent' }),
 ): ClientTokenManager {
   const config = testConfig({ token });
   const m = new ClientTokenManager(config.clients[0], {
@@ -59,7 +60,7 @@ function manager(
     grantor,
     loadCredentials: async () => ({ clientId: 'id', clientSecret: 'secret' }),
     metrics: new MetricsService(),
-    logger: pino({ level: 'silent' }),
+    logger,
     settings: config.token,
     storeGraceMs: 1000,
   });
@@ -72,6 +73,37 @@ describe(ClientTokenManager.name, () => {
   afterEach(async () => {
     jest.useRealTimers();
     await Promise.all(managers.splice(0).map((m) => m.stop(100)));
+  });
+
+  it('warns once, naming TOKEN_REFRESH_AHEAD_SECONDS, when the lead is over half the lifetime', async () => {
+    const lines: Array<{ level: number; msg: string }> = [];
+    const logger = pino(
+      { level: 'info' },
+      { write: (line: string) => void lines.push(JSON.parse(line) as (typeof lines)[0]) },
+    );
+    const leadWarnings = () =>
+      lines.filter((l) => l.level === 40 && l.msg.includes('TOKEN_REFRESH_AHEAD_SECONDS'));
+    // 120 s tokens and the default 300 s lead: every token learnt, one line.
+    const short = manager(new MemoryTokenStore(), new Grantor(120_000), {}, true, logger);
+    managers.push(short);
+    await short.get(0);
+    await short.forceRefresh(Date.now() + 1000);
+    expect(leadWarnings()).toHaveLength(1);
+    expect(leadWarnings()[0].msg).toBe(
+      `client "${CLIENT.id}": TOKEN_REFRESH_AHEAD_SECONDS (token.refreshAheadSeconds, 300 s) is more than half the provider's token lifetime (120 s), so the broker refreshes at half the lifetime instead: a provider request every 60 s or sooner, two or more per lifetime. Set it well below 60 s`,
+    );
+    // A lead that fits: nothing.
+    lines.length = 0;
+    const fits = manager(
+      new MemoryTokenStore(),
+      new Grantor(120_000),
+      { refreshAheadSeconds: 30 },
+      true,
+      logger,
+    );
+    managers.push(fits);
+    await fits.get(0);
+    expect(leadWarnings()).toHaveLength(0);
   });
 
   it('never adopts a token rejected while its pass was releasing the lock', async () => {

@@ -215,6 +215,9 @@ export class ClientTokenManager {
     this.syncGeneration();
     if (this.held.ofGeneration(result.record)) {
       this.loop.adopt(result.record, result.fetched, true);
+      // The fleet's message about this token may have reached this replica first and noted it
+      // as adopted: this replica's own request is what happened here.
+      this.held.noteRefresh(result.fetched ? 'fetched' : 'adopted', true);
     }
     return result;
   }

@@ -5,9 +5,13 @@ import type { TokenRecord } from './token-record';
 /** A rejected token leaves the store within a refresh or two; this covers reads in flight. */
 const REMEMBERED_REJECTIONS = 16;
 
+/** What *this* replica last did about its token: never another replica's outcome. */
 export interface LastRefresh {
   at: number;
+  /** `fetched`: this replica's own provider request; `adopted`: taken from the store. */
   outcome: 'fetched' | 'adopted' | 'failed';
+  /** An operator's forced refresh made on this replica. */
+  forced?: true;
 }
 
 interface HeldTokenDeps {
@@ -150,7 +154,7 @@ export class HeldToken {
     return dropped;
   }
 
-  noteRefresh(outcome: LastRefresh['outcome']): void {
-    this.lastRefresh = { at: this.deps.now(), outcome };
+  noteRefresh(outcome: LastRefresh['outcome'], forced = false): void {
+    this.lastRefresh = { at: this.deps.now(), outcome, ...(forced && { forced: true }) };
   }
 }

@@ -22,6 +22,7 @@ import {
 import {
   clientPhase,
   isDue,
+  leadCappedByLifetime,
   MAX_TIMER_MS,
   MIN_SERVE_MS,
   neededLifetimeMs,
@@ -62,7 +63,7 @@ export class RefreshLoop {
   /** A hold's end, or a short wait for another replica. */
   private nextAttemptAt?: number;
   /** What a refresh can offer a caller at most; `problem` while too short to serve and refresh. */
-  private lifetime?: { ms: number; problem?: string };
+  private lifetime?: { ms: number; problem?: string; leadCapped?: boolean };
 
   /** Where in the refresh window this client refreshes, the same on every replica. */
   private readonly spreadPhase: number;
@@ -261,15 +262,32 @@ export class RefreshLoop {
     return result;
   }
 
-  /** Says once per transition (log and readiness) when it is too short, and when no longer. */
+  /**
+   * Says once per transition (log and readiness) when it is too short, and when no longer; and
+   * once per transition (log) when the refresh lead is more than half of it.
+   */
   private noteLifetime(lifetimeMs: number): void {
-    const { minRefreshIntervalMs } = this.deps.settings;
+    const { minRefreshIntervalMs, refreshAheadSeconds } = this.deps.settings;
     const known = this.lifetime?.problem;
     const problem =
       lifetimeMs < neededLifetimeMs(minRefreshIntervalMs)
         ? lifetimeProblem(this.client.id, lifetimeMs, minRefreshIntervalMs)
         : undefined;
-    this.lifetime = { ms: lifetimeMs, problem };
+    const wasCapped = this.lifetime?.leadCapped ?? false;
+    const leadCapped = leadCappedByLifetime(refreshAheadSeconds * 1000, lifetimeMs);
+    this.lifetime = { ms: lifetimeMs, problem, leadCapped };
+    if (leadCapped && !wasCapped) {
+      const half = Math.round(lifetimeMs / 2000);
+      this.deps.logger.warn(
+        { client: this.client.id, lifetimeMs, refreshAheadSeconds },
+        `client "${this.client.id}": TOKEN_REFRESH_AHEAD_SECONDS (token.refreshAheadSeconds, ${refreshAheadSeconds} s) is more than half the provider's token lifetime (${Math.round(lifetimeMs / 1000)} s), so the broker refreshes at half the lifetime instead: a provider request every ${half} s or sooner, two or more per lifetime. Set it well below ${half} s`,
+      );
+    } else if (!leadCapped && wasCapped) {
+      this.deps.logger.info(
+        { client: this.client.id, lifetimeMs, refreshAheadSeconds },
+        'TOKEN_REFRESH_AHEAD_SECONDS fits the provider token lifetime again',
+      );
+    }
     if (problem !== undefined && known === undefined) {
       this.deps.logger.error({ client: this.client.id, lifetimeMs, minRefreshIntervalMs }, problem);
     } else if (problem === undefined && known !== undefined) {

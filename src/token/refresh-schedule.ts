@@ -28,6 +28,14 @@ export function refreshLeadMs(
 }
 
 /**
+ * Whether the configured lead is cut to half the lifetime ({@link refreshLeadMs}): the fleet then
+ * asks the provider every half lifetime, twice the requests the setting suggests.
+ */
+export function leadCappedByLifetime(refreshAheadMs: number, lifetimeMs: number): boolean {
+  return refreshAheadMs > lifetimeMs / 2;
+}
+
+/**
  * A client's place in its refresh window, in [0, 1): from a hash of its id, so every replica
  * agrees, a restart keeps it, and N clients obtained at one instant (a start, a fleet-wide
  * revoke) refresh evenly over the window instead of repeating that burst every lifetime.

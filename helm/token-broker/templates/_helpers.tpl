@@ -405,6 +405,9 @@ rather than a pod that crash-loops. Included by the Deployment.
 {{- if and (eq $mode "api-key") (not (or $auth.apiKeysSource $auth.apiKeys (hasKey $env "CALLER_API_KEYS_SECRET_ID") (hasKey $env "CALLER_API_KEYS_FILE"))) }}
 {{- fail "config.extra.callerAuth.apiKeysSource is required in mode api-key: {secretId: <Secrets Manager name or ARN of the JSON list of key hashes>} or {file: <mounted path>}" }}
 {{- end }}
+{{- if and (eq $mode "kubernetes") $v.networkPolicy.enabled (not (or $egress.jwks.cidrs $egress.jwks.peers $egress.extra (has "0.0.0.0/0" $egress.aws.cidrs))) }}
+{{- fail (printf "networkPolicy.egress.jwks.cidrs (or .peers) is required with config.extra.callerAuth.mode kubernetes and the NetworkPolicy: the broker fetches the cluster's signing keys from callerAuth.kubernetes.jwksUrl (%s), which the NetworkPolicy would block, so no caller could be authenticated. EKS's oidc.eks.<region>.amazonaws.com is a public host whose addresses change: [0.0.0.0/0] (HTTPS only) or your egress proxy's range; the API server (https://kubernetes.default.svc/openid/v1/jwks): the addresses and port of kubectl get endpoints kubernetes (networkPolicy.egress.jwks.ports). Or write rules of your own in networkPolicy.egress.extra" (($auth.kubernetes | default dict).jwksUrl | default "CALLER_AUTH_JWKS_URL")) }}
+{{- end }}
 {{- if eq $mode "kubernetes" }}
 {{- $k8s := $auth.kubernetes | default dict }}
 {{- range $key, $envName := dict "jwksUrl" "CALLER_AUTH_JWKS_URL" "issuer" "CALLER_AUTH_ISSUER" "subjects" "CALLER_AUTH_SUBJECTS" }}
@@ -432,4 +435,11 @@ Args: (list $prometheusRuleValues "row name").
 {{- define "token-broker.runbook" -}}
 {{- $r := index . 0 -}}
 {{- printf "%q" (printf "docs/operations.md, Failures table, row %q%s" (index . 1) (ternary (printf " (%s)" $r.runbookUrl) "" (ne ($r.runbookUrl | default "") ""))) -}}
+{{- end }}
+
+{{/*
+The caller authentication mode the values set (config.extra.callerAuth.mode), or empty.
+*/}}
+{{- define "token-broker.callerAuthMode" -}}
+{{- (((.Values.config.extra | default dict).callerAuth | default dict).mode | default "") | toString -}}
 {{- end }}
