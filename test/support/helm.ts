@@ -24,10 +24,10 @@ if (found === undefined) {
   console.warn(MISSING);
 }
 
-/** `describe` where helm is installed, `describe.skip` (with the notice above) where not. */
-export const describeWithHelm: jest.Describe = found === undefined ? describe.skip : describe;
+/** Whether helm is installed; chart suites are `describe.skip`ped (with the notice above) if not. */
+export const helmInstalled = found !== undefined;
 
-/** The helm binary; call it inside a {@link describeWithHelm} block only. */
+/** The helm binary; call it inside a suite skipped unless {@link helmInstalled}. */
 export function helmBinary(): string {
   if (found === undefined) throw new Error(MISSING);
   return found;
