@@ -23,8 +23,9 @@ COPY src ./src
 # `npm run build`: tsc compiles src/ into dist-tsc/, then esbuild bundles that with its
 # dependencies into one file, dist/main.js (esbuild.config.mjs says why and what it leaves out),
 # without a source map: the image runs the bundle, nobody debugs it from there.
-# --omit=optional as well: every optional package in the production tree is only there because
-# a dev dependency (testcontainers) installed it and it satisfies an optional peer of
+# --omit=optional as well: every optional package in the production tree is either the helm
+# binary the chart tests use (an optional dependency so that npm ci works off Linux) or there
+# because a dev dependency (testcontainers) installed it and it satisfies an optional peer of
 # @nestjs/terminus (gRPC health checks, unused): @grpc/*, protobufjs, @types/node, yargs...
 # No production dependency has an optional dependency of its own; revisit if one ever does.
 RUN BUNDLE_SOURCE_MAP=false npm run build \

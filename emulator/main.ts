@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import {
   DEFAULT_PROVIDER_KNOBS,
   type OrdersFailure,
@@ -7,12 +8,17 @@ import {
   type ProviderKnobs,
   type TokenFailure,
 } from './provider-emulator';
+import { SecretsManagerEmulator, secretsManagerClientEnv } from './secrets-manager-emulator';
 
 /**
  * `npm run emulator`: the provider emulator on its own, for local trials with several broker
  * replicas (point each broker's PROVIDER_AUTH_URL and PROVIDER_BASE_URL at it). Options come
  * from flags (`--port 9090` or `--port=9090`) or the environment (`EMULATOR_PORT`); flags win.
  * One JSON line when listening, one with the counts when stopped (SIGTERM or Ctrl-C).
+ *
+ * `npm run emulator -- secrets --secret <id>=<file>`: the Secrets Manager emulator instead, serving
+ * each file's content as the secret `<id>` (by name or ARN), to try a broker's `*_SECRET_ID`
+ * settings locally; its listening line gives the AWS_* variables that point the SDK at it.
  */
 
 /** What the command line and environment set. */
@@ -177,6 +183,71 @@ function ordersFailure(v: { value: string; from: string } | undefined): OrdersFa
   );
 }
 
+/** What `npm run emulator -- secrets` serves, and where. */
+export interface SecretsEmulatorOptions {
+  port: number;
+  host: string;
+  /** Secret id (name) -> `SecretString`, read from the files given. */
+  secrets: Record<string, string>;
+}
+
+/** The default port of the Secrets Manager emulator: LocalStack's, which AWS tooling knows. */
+const SECRETS_DEFAULT_PORT = 4566;
+
+/** Parses `secrets`' flags (`--secret id=file` repeatable, `--port`, `--host`). */
+export function parseSecretsOptions(
+  argv: readonly string[],
+  readFile: (path: string) => string = (path) => readFileSync(path, 'utf8'),
+): SecretsEmulatorOptions {
+  const options: SecretsEmulatorOptions = {
+    port: SECRETS_DEFAULT_PORT,
+    host: '127.0.0.1',
+    secrets: {},
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const m = /^--(port|host|secret)(?:=(.*))?$/s.exec(argv[i]);
+    if (!m) throw new EmulatorOptionsError(`unknown argument "${argv[i]}"; see secrets --help`);
+    const value = m[2] ?? argv[++i];
+    if (value === undefined) throw new EmulatorOptionsError(`--${m[1]} needs a value`);
+    if (m[1] === 'port') {
+      if (!/^\d+$/.test(value) || Number(value) > 65_535) {
+        throw new EmulatorOptionsError('--port must be a whole number from 0 to 65535');
+      }
+      options.port = Number(value);
+    } else if (m[1] === 'host') {
+      options.host = value;
+    } else {
+      const eq = value.indexOf('=');
+      if (eq <= 0 || eq === value.length - 1) {
+        throw new EmulatorOptionsError('--secret must be <secret id>=<file holding its value>');
+      }
+      const [id, file] = [value.slice(0, eq), value.slice(eq + 1)];
+      try {
+        options.secrets[id] = readFile(file);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code ?? String(err);
+        throw new EmulatorOptionsError(`--secret ${id}: cannot read ${file} (${code})`);
+      }
+    }
+  }
+  if (Object.keys(options.secrets).length === 0) {
+    throw new EmulatorOptionsError('secrets needs at least one --secret <secret id>=<file>');
+  }
+  return options;
+}
+
+function secretsUsage(): string {
+  return [
+    'npm run emulator -- secrets --secret <id>=<file> [--secret ...] [--port 4566] [--host 127.0.0.1]',
+    '',
+    "  Serves AWS Secrets Manager's GetSecretValue: each file's content is the secret <id>",
+    '  (asked for by name, or as arn:aws:secretsmanager:us-east-1:000000000000:secret:<id>).',
+    '  Point a broker at it with the AWS_* variables of its listening line, and e.g.',
+    '  CREDENTIALS_SECRET_ID=<id>.',
+    '',
+  ].join('\n');
+}
+
 function usage(): string {
   return [
     'npm run emulator -- [options]   (options also from the environment)',
@@ -186,26 +257,59 @@ function usage(): string {
     `Token endpoint: POST <url>${PROVIDER_TOKEN_PATH}?grant_type=client_credentials (HTTP Basic)`,
     `Orders: POST <url>${PROVIDER_ORDERS_PATHS.join(' or <url>')} (Bearer token)`,
     '',
+    'npm run emulator -- secrets --help: the Secrets Manager emulator instead',
+    '',
   ].join('\n');
 }
 
-async function main(): Promise<void> {
-  const argv = process.argv.slice(2);
-  if (argv.includes('--help') || argv.includes('-h')) {
-    process.stdout.write(usage());
-    return;
-  }
-  let options: EmulatorOptions;
+/** Parses with `parse`, or exits 64 (EX_USAGE) with the message as one JSON line. */
+function parsedOrExit<T>(parse: () => T): T {
   try {
-    options = parseEmulatorOptions(argv, process.env);
+    return parse();
   } catch (err) {
     if (!(err instanceof EmulatorOptionsError)) throw err;
     process.stderr.write(`${JSON.stringify({ level: 'error', msg: err.message })}\n`);
     process.exit(64); // EX_USAGE
   }
+}
+
+const line = (fields: Record<string, unknown>) =>
+  process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), ...fields })}\n`);
+
+async function secretsMain(argv: string[]): Promise<void> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(secretsUsage());
+    return;
+  }
+  const options = parsedOrExit(() => parseSecretsOptions(argv));
+  const emulator = await SecretsManagerEmulator.start(options);
+  line({
+    level: 'info',
+    msg: 'secrets manager emulator listening',
+    url: emulator.url,
+    // Ids only: the values are the files' to hold.
+    secretIds: Object.keys(options.secrets),
+    env: secretsManagerClientEnv(emulator.url),
+  });
+  const stop = async (signal: NodeJS.Signals) => {
+    const s = emulator.stats;
+    await emulator.close();
+    line({ level: 'info', msg: 'secrets manager emulator stopped', signal, ...s });
+    process.exit(0);
+  };
+  process.once('SIGTERM', (s) => void stop(s));
+  process.once('SIGINT', (s) => void stop(s));
+}
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  if (argv[0] === 'secrets') return secretsMain(argv.slice(1));
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(usage());
+    return;
+  }
+  const options = parsedOrExit(() => parseEmulatorOptions(argv, process.env));
   const emulator = await ProviderEmulator.start(options);
-  const line = (fields: Record<string, unknown>) =>
-    process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), ...fields })}\n`);
   line({
     level: 'info',
     msg: 'provider emulator listening',

@@ -18,10 +18,12 @@ const CALLER = 'sandbox-caller';
  */
 async function main(): Promise<void> {
   const credentials = { client_id: 'sandbox-merchant', client_secret: 'sandbox-only-secret' };
+  const dir = mkdtempSync(join(tmpdir(), 'token-broker-sandbox-'));
+  // Every way out, a failed start included: the folder holds the credentials and key hashes.
+  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   const emulator = await ProviderEmulator.start({
     credentials: { [credentials.client_id]: credentials.client_secret },
   });
-  const dir = mkdtempSync(join(tmpdir(), 'token-broker-sandbox-'));
   const credentialsFile = join(dir, 'credentials.json');
   writeFileSync(credentialsFile, JSON.stringify(credentials), { mode: 0o600 });
   // Hex: no `+`, `/` or `=`, so the key works as written in `curl -u` (Basic credentials are
@@ -43,7 +45,9 @@ async function main(): Promise<void> {
     NODE_ENV: 'development',
     PORT: port,
     HOST: '127.0.0.1',
-    LOG_LEVEL: process.env.LOG_LEVEL ?? 'info',
+    // Warnings and errors only, so the key block is what a newcomer sees; LOG_LEVEL=info shows
+    // the broker's start-up and refresh lines.
+    LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
     CLIENT_ID: 'sandbox',
     PROVIDER_AUTH_URL: emulator.url,
     PROVIDER_BASE_URL: emulator.url,
@@ -53,7 +57,15 @@ async function main(): Promise<void> {
   });
   const logger = createLogger(config.log.level);
   const app = await createBrokerApp(config, logger);
-  await app.listen({ port: config.http.port, host: config.http.host });
+  try {
+    await app.listen({ port: config.http.port, host: config.http.host });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
+    throw new Error(
+      `port ${config.http.port} on 127.0.0.1 is taken; pick a free one: PORT=8081 npm run sandbox`,
+      { cause: err },
+    );
+  }
   const base = `http://127.0.0.1:${config.http.port}`;
   const auth = '-H "Authorization: Bearer $CALLER_KEY"';
   const client =
@@ -87,7 +99,6 @@ async function main(): Promise<void> {
   const stop = async () => {
     await app.close();
     await emulator.close();
-    rmSync(dir, { recursive: true, force: true });
     process.exit(0);
   };
   process.once('SIGINT', () => void stop());
