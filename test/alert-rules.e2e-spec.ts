@@ -182,6 +182,38 @@ const CASES: AlertCase[] = [
     ],
   },
   {
+    // As token_broker_token_remaining_seconds reads through a provider outage: computed at each
+    // scrape, it falls with the clock (test/faults/provider-outage.e2e-spec.ts reads it fall).
+    name: 'token near expiry fires during a provider outage, before the token runs out',
+    series: [
+      {
+        series: `token_broker_token_remaining_seconds{${SERIES}, client="outage"}`,
+        values: '300 240 180 120 60 0 0 0',
+      },
+      {
+        // The last token was obtained 25 minutes before the outage's series starts.
+        series: `token_broker_last_refresh_success_timestamp_seconds{${SERIES}, client="outage"}`,
+        values: '-1500x7',
+      },
+    ],
+    expect: [
+      { at: '3m', alert: 'TokenBrokerTokenNearExpiryNoRefresh', labels: [] },
+      {
+        at: '5m',
+        alert: 'TokenBrokerTokenNearExpiryNoRefresh',
+        labels: [
+          {
+            namespace: NAMESPACE,
+            job: JOB,
+            pod: 'tb-0',
+            client: 'outage',
+            severity: 'critical',
+          },
+        ],
+      },
+    ],
+  },
+  {
     name: 'degraded fires after 5 minutes without Redis',
     series: [{ series: `token_broker_degraded{${SERIES}}`, values: '0 1 1 1 1 1 1 1 1' }],
     expect: [
