@@ -287,11 +287,19 @@ describe('cache encryption at rest (real Redis)', () => {
       }
       // Nothing else in Redis holds it either (locks, channels, idempotency records).
       const keys = await raw.keys('*');
-      const values = await Promise.all(
-        keys.map(async (k) =>
-          (await raw.type(k)) === 'hash' ? JSON.stringify(await raw.hgetall(k)) : await raw.get(k),
-        ),
-      );
+      const read = async (k: string): Promise<string | null> => {
+        switch (await raw.type(k)) {
+          case 'hash':
+            return JSON.stringify(await raw.hgetall(k));
+          case 'zset':
+            return JSON.stringify(await raw.zrange(k, 0, -1, 'WITHSCORES'));
+          case 'set':
+            return JSON.stringify(await raw.smembers(k));
+          default:
+            return raw.get(k);
+        }
+      };
+      const values = await Promise.all(keys.map(read));
       for (const t of provider.stats.issued) expect(values.join('\n')).not.toContain(t.token);
     });
 
