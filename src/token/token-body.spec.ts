@@ -33,6 +33,14 @@ describe(tokenBody.name, () => {
     expect(parse(tokenBody(next, t0 + 20_000)).access_token).toBe('tok-B');
   });
 
+  it("keeps each token's body apart: callers spread over clients rebuild none within a second", () => {
+    const other = toRecord({ accessToken: 'tok-C', obtainedAt: t0, expiresAt: t0 + 1_800_000 });
+    const a = tokenBody(record, t0 + 30_100);
+    const c = tokenBody(other, t0 + 30_200);
+    expect(tokenBody(record, t0 + 30_300)).toBe(a);
+    expect(tokenBody(other, t0 + 30_400)).toBe(c);
+  });
+
   it('never answers a negative lifetime', () => {
     expect(parse(tokenBody(record, t0 + 1_800_500)).expires_in).toBe(0);
   });

@@ -39,9 +39,9 @@ export interface TokenAnswer {
  */
 @Injectable()
 export class TokenFront {
-  private lastIssued: TokenAnswer = issuedAnswer(Buffer.alloc(0));
-  private lastAnswer?: TokenAnswer;
-  private lastList: string[] = [];
+  /** Per body, so per client's token and second: one entry each, gone with the body. */
+  private readonly answers = new WeakMap<Buffer, TokenAnswer>();
+  private readonly headerLists = new WeakMap<TokenAnswer, string[]>();
 
   constructor(
     private readonly tokens: TokenService,
@@ -174,8 +174,12 @@ export class TokenFront {
     this.audit.issued(ids, caller, clientId, record, now);
     const body = tokenBody(record, now);
     // The body changes once a second (`expires_in`) or with the token; so does the answer.
-    if (this.lastIssued.body !== body) this.lastIssued = issuedAnswer(body);
-    return this.lastIssued;
+    let answer = this.answers.get(body);
+    if (answer === undefined) {
+      answer = issuedAnswer(body);
+      this.answers.set(body, answer);
+    }
+    return answer;
   }
 
   /** The problem code is the result. */
@@ -202,15 +206,15 @@ export class TokenFront {
 
   /**
    * A flat list because, given an object, Node walks it with `for...in` and an own-property check
-   * per header; kept for the last answer only (one object per token and second).
+   * per header; kept per answer (one object per token and second), gone with it.
    */
   private headerList(answer: TokenAnswer): string[] {
-    if (answer === this.lastAnswer) return this.lastList;
+    const kept = this.headerLists.get(answer);
+    if (kept !== undefined) return kept;
     const list: string[] = [];
     for (const name of Object.keys(answer.headers)) list.push(name, answer.headers[name]);
     list.push('x-request-id', '');
-    this.lastAnswer = answer;
-    this.lastList = list;
+    this.headerLists.set(answer, list);
     return list;
   }
 }
