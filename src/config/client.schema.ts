@@ -8,21 +8,23 @@ const path = z
   .string()
   .regex(/^\/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*$/, { message: 'must be an absolute URL path' });
 
+/** The two places a credentials JSON is read from, shared by every credentials reference. */
+const jsonSourceFields = {
+  secretId: secretIdSchema.optional().meta({
+    description:
+      "AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env.",
+  }),
+  file: filePathSchema.optional().meta({
+    description: 'A file holding the same JSON (local development, or a Secrets Store CSI mount).',
+  }),
+};
+
 /**
  * Where a client's `{"client_id","client_secret"}` JSON is read from: exactly one source. Each
  * must have a reference's shape (a secret name or ARN, a file path): it is printed in messages.
  */
 export const credentialsSourceSchema = z
-  .object({
-    secretId: secretIdSchema.optional().meta({
-      description:
-        "AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env.",
-    }),
-    file: filePathSchema.optional().meta({
-      description:
-        'A file holding the same JSON (local development, or a Secrets Store CSI mount).',
-    }),
-  })
+  .object(jsonSourceFields)
   .strict()
   .refine((c) => (c.secretId === undefined) !== (c.file === undefined), {
     message: 'set exactly one of secretId or file',
@@ -35,14 +37,7 @@ export type CredentialsSource = z.infer<typeof credentialsSourceSchema>;
  */
 const clientCredentialsSourceSchema = z
   .object({
-    secretId: secretIdSchema.optional().meta({
-      description:
-        "AWS Secrets Manager secret name or ARN. Region/endpoint come from the AWS SDK's env.",
-    }),
-    file: filePathSchema.optional().meta({
-      description:
-        'A file holding the same JSON (local development, or a Secrets Store CSI mount).',
-    }),
+    ...jsonSourceFields,
     clientId: z.string().min(1).optional().meta({
       description: 'The client id, with `privateKeyFile` (the files hold only key material).',
     }),
