@@ -97,24 +97,25 @@ export class ClientTokenManager {
     return this.held.servable(minRemainingMs);
   }
 
-  async get(minRemainingMs: number): Promise<TokenRecord> {
-    const hit = this.peek(minRemainingMs);
-    if (hit) return hit;
-    if (this.resyncing !== undefined) {
-      await this.resyncing;
-      const back = this.peek(minRemainingMs);
-      if (back) return back;
-    }
-    return this.loop.waitFor(minRemainingMs);
+  get(minRemainingMs: number): Promise<TokenRecord> {
+    return this.obtain(minRemainingMs, (ms) => this.peek(ms));
   }
 
   /** For a call the broker forwards: never a token the provider refused. */
-  async getForwardable(minRemainingMs: number): Promise<TokenRecord> {
-    const hit = this.held.forwardable(minRemainingMs);
+  getForwardable(minRemainingMs: number): Promise<TokenRecord> {
+    return this.obtain(minRemainingMs, (ms) => this.held.forwardable(ms));
+  }
+
+  /** What `pick` finds held, after a resync in progress if need be, else the refresh's token. */
+  private async obtain(
+    minRemainingMs: number,
+    pick: (minRemainingMs: number) => TokenRecord | undefined,
+  ): Promise<TokenRecord> {
+    const hit = pick(minRemainingMs);
     if (hit) return hit;
     if (this.resyncing !== undefined) {
       await this.resyncing;
-      const back = this.held.forwardable(minRemainingMs);
+      const back = pick(minRemainingMs);
       if (back) return back;
     }
     return this.loop.waitFor(minRemainingMs);
