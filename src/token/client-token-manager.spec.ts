@@ -321,5 +321,33 @@ describe(ClientTokenManager.name, () => {
         lifetimeError: `client "acme": the provider's tokens live 1 s, less than the 6 s the broker needs to serve and refresh them (TOKEN_MIN_REFRESH_INTERVAL_MS 5 s between tokens, plus 1 s left when served)`,
       });
     });
+
+    it('a fresh token goes to the waiters it meets; the ones asking more than it lives are refused', async () => {
+      // 60 s tokens from a provider answering in 50 ms: both callers wait for the first one.
+      const m = manager(new MemoryTokenStore(), new Grantor(60_000, 50), {
+        refreshAheadSeconds: 10,
+      });
+      managers.push(m);
+      const plain = outcome(m.get(0));
+      const asking = outcome(m.get(70_000));
+      const [got, refused] = await Promise.all([plain, asking]);
+      expect(got.error).toBeUndefined();
+      expect(got.leftMs).toBeGreaterThan(55_000);
+      expect(refused.error?.message).toMatch(
+        /tokens live 60 s, less than the requested min_ttl of 70 s/,
+      );
+      expect(m.status()).toMatchObject({ state: 'fresh', hasToken: true });
+    });
+
+    it('shutdown refuses the callers still waiting, with shutting_down, and later ones too', async () => {
+      // An answer that takes longer than the shutdown waits for it.
+      const m = manager(new MemoryTokenStore(), new Grantor(60_000, 2_000));
+      const waiting = outcome(m.get(0));
+      await new Promise((r) => setTimeout(r, 20));
+      await m.stop(50);
+      const { error } = await waiting;
+      expect(error?.code).toBe(TokenErrorCode.ShuttingDown);
+      await expect(m.get(0)).rejects.toMatchObject({ code: TokenErrorCode.ShuttingDown });
+    });
   });
 });
