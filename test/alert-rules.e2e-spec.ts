@@ -67,15 +67,16 @@ interface AlertCase {
 
 const CASES: AlertCase[] = [
   {
-    name: 'credentials rejected fires at once on invalid_client, not on transient errors',
+    name: 'credentials rejected fires at once on unreadable credentials, not on transient errors',
     series: [
       {
-        series: `token_broker_refresh_total{${SERIES}, client="acme-prod", result="credentials_error"}`,
-        values: '0 0 1 1 1 1',
+        // Present only while the client's refreshes fail (stale marks its absence).
+        series: `token_broker_client_refresh_failures{${SERIES}, client="acme-prod", result="credentials_error"}`,
+        values: 'stale stale 1 2 3 4',
       },
       {
-        series: `token_broker_refresh_total{${SERIES}, client="globex-prod", result="transient_error"}`,
-        values: '0 1 2 3 4 5',
+        series: `token_broker_client_refresh_failures{${SERIES}, client="globex-prod", result="transient_error"}`,
+        values: '1 2 3 4 5 6',
       },
     ],
     expect: [
@@ -90,20 +91,23 @@ const CASES: AlertCase[] = [
   {
     name: 'client unservable fires when no replica can serve a client for 5 minutes, not for one replica',
     series: [
+      // One series per replica: token_broker_degraded counts the replicas.
+      { series: `token_broker_degraded{${SERIES}}`, values: '0x10' },
       {
-        series: `token_broker_client_servable{${SERIES}, client="initech-prod"}`,
+        series: `token_broker_degraded{namespace="${NAMESPACE}", job="${JOB}", pod="tb-1"}`,
         values: '0x10',
       },
       {
-        series: `token_broker_client_servable{namespace="${NAMESPACE}", job="${JOB}", pod="tb-1", client="initech-prod"}`,
-        values: '0x10',
+        series: `token_broker_client_unservable{${SERIES}, client="initech-prod"}`,
+        values: '1x10',
       },
       {
-        series: `token_broker_client_servable{${SERIES}, client="acme-prod"}`,
-        values: '0x10',
+        series: `token_broker_client_unservable{namespace="${NAMESPACE}", job="${JOB}", pod="tb-1", client="initech-prod"}`,
+        values: '1x10',
       },
       {
-        series: `token_broker_client_servable{namespace="${NAMESPACE}", job="${JOB}", pod="tb-1", client="acme-prod"}`,
+        // tb-1 can serve acme-prod: it has no series for it.
+        series: `token_broker_client_unservable{${SERIES}, client="acme-prod"}`,
         values: '1x10',
       },
     ],
@@ -117,15 +121,15 @@ const CASES: AlertCase[] = [
     ],
   },
   {
-    name: 'refresh failing fires after 3 failed attempts in 15 minutes',
+    name: 'refresh failing fires after 3 failed attempts in a row, and ends with a token',
     series: [
       {
-        series: `token_broker_refresh_total{${SERIES}, client="acme-prod", result="transient_error"}`,
-        values: '0 1 2 2 3 3',
+        series: `token_broker_client_refresh_failures{${SERIES}, client="acme-prod", result="transient_error"}`,
+        values: 'stale 1 2 2 3 3 stale stale',
       },
       {
-        series: `token_broker_refresh_total{${SERIES}, client="acme-prod", result="fetched"}`,
-        values: '0+5x5',
+        series: `token_broker_client_refresh_failures{${SERIES}, client="globex-prod", result="transient_error"}`,
+        values: '1 2 stale 1 2 stale 1 2',
       },
     ],
     expect: [
@@ -142,27 +146,24 @@ const CASES: AlertCase[] = [
           },
         ],
       },
+      { at: '7m', alert: 'TokenBrokerRefreshFailing', labels: [] },
     ],
   },
   {
-    name: 'token near expiry fires only without a recent refresh',
+    name: 'token near expiry fires only while refreshes fail',
     series: [
       {
         series: `token_broker_token_remaining_seconds{${SERIES}, client="stuck"}`,
         values: '60x10',
       },
       {
-        series: `token_broker_last_refresh_success_timestamp_seconds{${SERIES}, client="stuck"}`,
-        values: '0x10',
+        series: `token_broker_client_refresh_failures{${SERIES}, client="stuck", result="transient_error"}`,
+        values: '1+1x10',
       },
       {
+        // Short-lived tokens refreshed on time: always under the threshold, never failing.
         series: `token_broker_token_remaining_seconds{${SERIES}, client="fresh"}`,
         values: '60x10',
-      },
-      {
-        // Refreshed a minute ago at every step: time() - timestamp stays 60 s.
-        series: `token_broker_last_refresh_success_timestamp_seconds{${SERIES}, client="fresh"}`,
-        values: '-60+60x10',
       },
     ],
     expect: [
@@ -191,9 +192,8 @@ const CASES: AlertCase[] = [
         values: '300 240 180 120 60 0 0 0',
       },
       {
-        // The last token was obtained 25 minutes before the outage's series starts.
-        series: `token_broker_last_refresh_success_timestamp_seconds{${SERIES}, client="outage"}`,
-        values: '-1500x7',
+        series: `token_broker_client_refresh_failures{${SERIES}, client="outage", result="transient_error"}`,
+        values: '1+1x7',
       },
     ],
     expect: [
@@ -229,8 +229,8 @@ const CASES: AlertCase[] = [
     name: 'Redis data loss fires at once',
     series: [
       {
-        series: `token_broker_redis_data_loss_total{${SERIES}, client="acme-prod", kind="lost"}`,
-        values: '0 0 1 1',
+        series: `token_broker_redis_data_loss_total{${SERIES}, kind="lost"}`,
+        values: '0 0 1000 1000',
       },
     ],
     expect: [
@@ -238,29 +238,30 @@ const CASES: AlertCase[] = [
       {
         at: '2m',
         alert: 'TokenBrokerRedisDataLoss',
-        labels: [{ namespace: NAMESPACE, client: 'acme-prod', kind: 'lost', severity: 'critical' }],
+        labels: [{ namespace: NAMESPACE, kind: 'lost', severity: 'critical' }],
       },
     ],
   },
   {
-    name: 'lock contention fires on a lock held elsewhere far more than once per refresh',
+    name: 'lock contention fires on a lock held elsewhere far more than a few times per token',
     series: [
       {
-        series: `token_broker_lock_attempts_total{${SERIES}, client="acme-prod", result="held_elsewhere"}`,
-        values: '0+5x20',
+        // One token a minute for the fleet, the lock found held twice per token: healthy...
+        series: `token_broker_refresh_total{${SERIES}, result="fetched"}`,
+        values: '0+1x40',
       },
       {
-        // A healthy fleet: a couple per refresh.
-        series: `token_broker_lock_attempts_total{${SERIES}, client="globex-prod", result="held_elsewhere"}`,
-        values: '0 0 0 2 2 2 2 2 2 4 4 4 4 4 4 6 6 6 6 6 6',
+        // ...until the 20th minute, when every token costs 60 attempts found held elsewhere.
+        series: `token_broker_lock_attempts_total{${SERIES}, result="held_elsewhere"}`,
+        values: '0+2x20 40+60x20',
       },
     ],
     expect: [
-      { at: '4m', alert: 'TokenBrokerLockContention', labels: [] },
+      { at: '15m', alert: 'TokenBrokerLockContention', labels: [] },
       {
-        at: '15m',
+        at: '35m',
         alert: 'TokenBrokerLockContention',
-        labels: [{ namespace: NAMESPACE, client: 'acme-prod', severity: 'warning' }],
+        labels: [{ namespace: NAMESPACE, severity: 'warning' }],
       },
     ],
   },

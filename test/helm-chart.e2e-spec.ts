@@ -665,9 +665,9 @@ const VALUE_SETS: Record<string, string[]> = {
       );
       const nearExpiry = byName.get('TokenBrokerTokenNearExpiryNoRefresh')?.expr as string;
       expect(nearExpiry).toContain('token_broker_token_remaining_seconds');
-      expect(nearExpiry).toContain('token_broker_last_refresh_success_timestamp_seconds');
-      expect(byName.get('TokenBrokerRefreshFailing')?.expr).toMatch(
-        /token_broker_refresh_total\{[^}]*result=~"\.\*error"/,
+      expect(nearExpiry).toContain('token_broker_client_refresh_failures');
+      expect(byName.get('TokenBrokerRefreshFailing')?.expr).toContain(
+        'token_broker_client_refresh_failures',
       );
       expect(byName.get('TokenBrokerDegraded')?.expr).toContain('token_broker_degraded');
       for (const r of rules) {

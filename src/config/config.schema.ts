@@ -43,7 +43,7 @@ const readinessSchema = z
           'list in the environment. Empty: ready once any client has one, so that one merchant ' +
           'whose token endpoint is down does not take every pod, and every other merchant, out ' +
           'of rotation (the failing client is named in the admin readiness details, ' +
-          '`token_broker_client_servable` and the `TokenBrokerClientUnservable` alert).',
+          '`token_broker_client_unservable` and the `TokenBrokerClientUnservable` alert).',
         defaultText: '[] (any one client)',
         env: 'READINESS_REQUIRED_CLIENTS',
       }),

@@ -15,6 +15,10 @@ export interface ClientGaugeState {
   /** The held token's expiry (epoch ms); undefined when none is valid. */
   expiresAt?: number;
   servable: boolean;
+  /** Its lifecycle (`empty`, `fresh`, `refreshing`, ...): counted, never a per-client series. */
+  state: string;
+  /** Attempts failed in a row since the last token, and how the last one failed. */
+  failures?: { count: number; result: RefreshResult };
 }
 
 /** Flushed into prom-client at scrape time. */
@@ -31,35 +35,40 @@ export class MetricsService {
   readonly registry = new Registry();
 
   private clientSource: () => readonly ClientGaugeState[] = () => [];
-  /** Computed at each scrape from the held token's expiry: it falls while refreshes fail. */
+  /**
+   * Per client, one series always (the remaining lifetime) and the others only while something is
+   * wrong, so a thousand clients cost a thousand series, not ten thousand; everything else is
+   * aggregated over the clients. All read from one pass over the clients at each scrape.
+   */
   readonly tokenRemaining: Gauge<'client'> = new Gauge({
     name: 'token_broker_token_remaining_seconds',
     help: 'Remaining lifetime of the token this replica serves, per client (0 when none), as of the scrape.',
     labelNames: ['client'] as const,
     registers: [this.registry],
-    collect: (): void => {
-      const now = Date.now();
-      for (const c of this.clientSource()) {
-        const left = c.expiresAt === undefined ? 0 : Math.max(0, (c.expiresAt - now) / 1000);
-        this.tokenRemaining.set({ client: c.client }, left);
-      }
-    },
+    collect: (): void => this.collectClients(),
   });
-  readonly clientServable: Gauge<'client'> = new Gauge({
-    name: 'token_broker_client_servable',
-    help: '1 while this replica can serve the client (it obtained a token, whose lifetime is long enough, and its credentials are not refused with no valid token left), 0 otherwise.',
+  readonly clientUnservable: Gauge<'client'> = new Gauge({
+    name: 'token_broker_client_unservable',
+    help: 'Present (1) only for a client this replica cannot serve: it never obtained a token, its tokens live too short, or its credentials are refused with no valid token left. The admin readiness details say why.',
     labelNames: ['client'] as const,
     registers: [this.registry],
-    collect: (): void => {
-      for (const c of this.clientSource()) {
-        this.clientServable.set({ client: c.client }, c.servable ? 1 : 0);
-      }
-    },
+  });
+  readonly clientRefreshFailures: Gauge<'client' | 'result'> = new Gauge({
+    name: 'token_broker_client_refresh_failures',
+    help: "Present only while a client's refresh is failing: attempts failed in a row since its last token, labelled with how the last one failed (transient_error, permanent_error, credentials_error).",
+    labelNames: ['client', 'result'] as const,
+    registers: [this.registry],
+  });
+  readonly clients: Gauge<'state'> = new Gauge({
+    name: 'token_broker_clients',
+    help: 'Configured clients by lifecycle state on this replica: empty (no token yet), fresh, refreshing, backing_off, rejected, revoked, expired, failed (an operator must act).',
+    labelNames: ['state'] as const,
+    registers: [this.registry],
   });
   readonly refreshes = new Counter({
     name: 'token_broker_refresh_total',
-    help: 'Token refresh attempts by result (fetched from the provider, adopted from Redis, or failed).',
-    labelNames: ['client', 'result'] as const,
+    help: 'Token refresh attempts of all clients by result (fetched from the provider, adopted from Redis, endpoint_capped, or failed); the failing clients are named by token_broker_client_refresh_failures.',
+    labelNames: ['result'] as const,
     registers: [this.registry],
   });
   readonly providerLatency = new Histogram({
@@ -71,22 +80,22 @@ export class MetricsService {
   });
   readonly lockAttempts = new Counter({
     name: 'token_broker_lock_attempts_total',
-    help: 'Refresh lock attempts by result.',
-    labelNames: ['client', 'result'] as const,
+    help: 'Refresh lock attempts of all clients by result (acquired, held_elsewhere, error).',
+    labelNames: ['result'] as const,
     registers: [this.registry],
   });
-  private readonly l1HitCells = new Map<string, HitCell>();
-  readonly cacheLookups: Counter<'client' | 'layer' | 'outcome'> = new Counter({
+  /** One cell for every client: the hot path adds to a number, the scrape flushes it. */
+  private readonly l1Hits: HitCell = { count: 0 };
+  readonly cacheLookups: Counter<'layer' | 'outcome'> = new Counter({
     name: 'token_broker_cache_lookups_total',
-    help: 'Token lookups by layer (l1 memory, l2 Redis) and outcome (hit, miss).',
-    labelNames: ['client', 'layer', 'outcome'] as const,
+    help: 'Token lookups of all clients by layer (l1 memory, l2 Redis) and outcome (hit, miss).',
+    labelNames: ['layer', 'outcome'] as const,
     registers: [this.registry],
     collect: (): void => {
-      for (const [client, cell] of this.l1HitCells) {
-        if (cell.count > 0)
-          this.cacheLookups.inc({ client, layer: 'l1', outcome: 'hit' }, cell.count);
-        cell.count = 0;
+      if (this.l1Hits.count > 0) {
+        this.cacheLookups.inc({ layer: 'l1', outcome: 'hit' }, this.l1Hits.count);
       }
+      this.l1Hits.count = 0;
     },
   });
   readonly idempotentReplays = new Counter({
@@ -158,8 +167,8 @@ export class MetricsService {
   });
   readonly redisDataLoss = new Counter({
     name: 'token_broker_redis_data_loss_total',
-    help: 'Times this replica found that Redis lost data it had seen there, per client and kind (lost: emptied; rolled_back: a failover to a replica that missed writes). Idempotency records may be gone: repeats of answered orders could be created twice.',
-    labelNames: ['client', 'kind'] as const,
+    help: 'Clients whose data this replica found Redis had lost, by kind (lost: emptied; rolled_back: a failover to a replica that missed writes); the log names them. Idempotency records may be gone: repeats of answered orders could be created twice.',
+    labelNames: ['kind'] as const,
     registers: [this.registry],
   });
   private degradedSource: () => boolean = () => false;
@@ -181,13 +190,6 @@ export class MetricsService {
       for (const state of STORE_STATES) this.storeState.set({ state }, state === current ? 1 : 0);
     },
   });
-  readonly lastRefreshSuccess = new Gauge({
-    name: 'token_broker_last_refresh_success_timestamp_seconds',
-    help: 'When this replica last obtained a valid token (fetched or adopted), per client.',
-    labelNames: ['client'] as const,
-    registers: [this.registry],
-  });
-
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'token_broker_' });
   }
@@ -215,12 +217,38 @@ export class MetricsService {
   }
 
   /** prom-client re-hashes labels per `inc()`, which costs more than the rest of a cache hit. */
-  l1HitCell(client: string): HitCell {
-    let cell = this.l1HitCells.get(client);
-    if (!cell) {
-      cell = { count: 0 };
-      this.l1HitCells.set(client, cell);
+  l1HitCell(): HitCell {
+    return this.l1Hits;
+  }
+
+  private collectClients(): void {
+    for (const g of [this.tokenRemaining, this.clientUnservable, this.clientRefreshFailures]) {
+      g.reset();
     }
-    return cell;
+    const now = Date.now();
+    const states = new Map<string, number>(LIFECYCLE_STATES.map((s) => [s, 0]));
+    for (const c of this.clientSource()) {
+      const left = c.expiresAt === undefined ? 0 : Math.max(0, (c.expiresAt - now) / 1000);
+      this.tokenRemaining.set({ client: c.client }, Math.round(left * 10) / 10);
+      if (!c.servable) this.clientUnservable.set({ client: c.client }, 1);
+      if (c.failures !== undefined) {
+        const { count, result } = c.failures;
+        this.clientRefreshFailures.set({ client: c.client, result }, count);
+      }
+      states.set(c.state, (states.get(c.state) ?? 0) + 1);
+    }
+    for (const [state, n] of states) this.clients.set({ state }, n);
   }
 }
+
+/** Reported even when 0, so a dashboard's stack keeps its colours. */
+const LIFECYCLE_STATES = [
+  'empty',
+  'fresh',
+  'refreshing',
+  'backing_off',
+  'rejected',
+  'revoked',
+  'expired',
+  'failed',
+];

@@ -122,8 +122,8 @@ export class ClientTokenManager {
     this.random = deps.random ?? Math.random;
     this.spreadPhase = clientPhase(client.id);
     this.localRejections = new RejectionLedger(this.now);
-    this.held = new HeldToken(client.id, { metrics: deps.metrics, now: this.now });
-    this.l1Hits = deps.metrics.l1HitCell(client.id);
+    this.held = new HeldToken(this.now);
+    this.l1Hits = deps.metrics.l1HitCell();
     this.credentials = new CredentialsCache(
       (stage) => deps.loadCredentials(client, stage),
       deps.settings.credentialsReloadSeconds * 1000,
@@ -378,6 +378,10 @@ export class ClientTokenManager {
         ? { code: failure.permanent.code, message: failure.permanent.operatorDetail }
         : undefined,
       lastError: failure?.lastError.message,
+      failures:
+        failure !== undefined
+          ? { count: failure.count, result: failure.result ?? 'transient_error' }
+          : undefined,
       // Set while the provider's tokens live too short to serve and refresh them.
       lifetimeError: this.lifetime?.problem,
       everObtained: this.held.everObtained,
@@ -621,8 +625,8 @@ export class ClientTokenManager {
       servingUntil,
       random: this.random,
     });
-    this.deps.metrics.refreshes.labels(this.client.id, result).inc();
-    this.phase = afterFailure(this.phase, lastError, permanent);
+    this.deps.metrics.refreshes.labels(result).inc();
+    this.phase = afterFailure(this.phase, lastError, permanent, result);
     this.deps.logger[permanent ? 'error' : 'warn'](
       {
         client: this.client.id,

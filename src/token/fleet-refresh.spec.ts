@@ -80,14 +80,14 @@ function metrics(): FleetRefreshDeps['metrics'] {
     lockAttempts: new Counter({
       name: 'l',
       help: 'l',
-      labelNames: ['client', 'result'],
+      labelNames: ['result'],
       registers,
     }),
-    refreshes: new Counter({ name: 'r', help: 'r', labelNames: ['client', 'result'], registers }),
+    refreshes: new Counter({ name: 'r', help: 'r', labelNames: ['result'], registers }),
     cacheLookups: new Counter({
       name: 'c',
       help: 'c',
-      labelNames: ['client', 'layer', 'outcome'],
+      labelNames: ['layer', 'outcome'],
       registers,
     }),
     providerLatency: new Histogram({

@@ -103,7 +103,7 @@ export class FleetRefresh {
       return locked.acquired ? locked.value : { kind: 'wait' };
     } catch (err) {
       noteStoreFailure(this.deps.logger, id, err);
-      this.deps.metrics.lockAttempts.labels(id, 'error').inc();
+      this.deps.metrics.lockAttempts.labels('error').inc();
       // One slow command is not an outage (under CPU pressure a reply can miss its timeout
       // while Redis is fine): fetching at once would refresh beside the fleet's lock holder.
       const now = this.deps.now();
@@ -181,7 +181,7 @@ export class FleetRefresh {
     const slot = await this.orIfStoreFails(taken, undefined);
     const found = slot ?? this.localEndpoints.take(this.endpoint, cap);
     if (found.granted) return found;
-    this.deps.metrics.refreshes.labels(this.client.id, 'endpoint_capped').inc();
+    this.deps.metrics.refreshes.labels('endpoint_capped').inc();
     return { granted: false, retryInMs: found.retryInMs + 50 + Math.floor(Math.random() * 200) };
   }
 
@@ -228,7 +228,7 @@ export class FleetRefresh {
       return undefined;
     }
     const found = stored.status === 'found' ? stored.record : undefined;
-    metrics.cacheLookups.labels(this.client.id, 'l2', found ? 'hit' : 'miss').inc();
+    metrics.cacheLookups.labels('l2', found ? 'hit' : 'miss').inc();
     return found;
   }
 
@@ -264,17 +264,17 @@ export class FleetRefresh {
   private async locked<T>(fn: () => Promise<T>): Promise<Locked<T>> {
     const attempts = this.deps.metrics.lockAttempts;
     const locked = await this.deps.store.lock.withRefreshLock(this.client.id, () => {
-      attempts.labels(this.client.id, 'acquired').inc();
+      attempts.labels('acquired').inc();
       return fn();
     });
-    if (!locked.acquired) attempts.labels(this.client.id, 'held_elsewhere').inc();
+    if (!locked.acquired) attempts.labels('held_elsewhere').inc();
     return locked;
   }
 
   private async forcedUnderLock(askedAt: number): Promise<Forced> {
     const found = await this.readShared();
     if (found && found.obtainedAt >= askedAt - FORCED_COALESCE_MS) {
-      this.deps.metrics.refreshes.labels(this.client.id, 'adopted').inc();
+      this.deps.metrics.refreshes.labels('adopted').inc();
       return { record: found, fetched: false, written: false };
     }
     const record = await this.fetch();
@@ -297,7 +297,7 @@ export class FleetRefresh {
     // The generation it is requested in: a revoke arriving meanwhile fences it out.
     const generation = this.deps.store.bus.generation(client.id);
     const granted = (grant: GrantedToken) => {
-      metrics.refreshes.labels(client.id, 'fetched').inc();
+      metrics.refreshes.labels('fetched').inc();
       return withGeneration(toRecord(grant), generation);
     };
     try {
@@ -333,7 +333,7 @@ export class FleetRefresh {
   }
 
   private adopted(record: TokenRecord): RefreshPass {
-    this.deps.metrics.refreshes.labels(this.client.id, 'adopted').inc();
+    this.deps.metrics.refreshes.labels('adopted').inc();
     return token(record, false);
   }
 }

@@ -1,21 +1,15 @@
-import { MetricsService } from '../metrics/metrics.service';
 import { HeldToken } from './held-token';
 import { type TokenRecord, toRecord, withGeneration } from './token-record';
-
-// Nest 12 ships ES modules only, which Jest's CommonJS runtime cannot load; the metrics service
-// only needs its decorator from it, which does nothing outside a Nest container anyway.
-jest.mock('@nestjs/common', () => ({ Injectable: () => () => undefined }));
 
 /** A token named `name`, obtained at 0 and expiring at `expiresAt`. */
 function record(name: string, expiresAt: number, generation = 0): TokenRecord {
   return withGeneration(toRecord({ accessToken: name, obtainedAt: 0, expiresAt }), generation);
 }
 
-function held(): { token: HeldToken; metrics: MetricsService; clock: { now: number } } {
+function held(): { token: HeldToken; clock: { now: number } } {
   const clock = { now: 10_000 };
-  const metrics = new MetricsService();
-  const token = new HeldToken('acme', { metrics, now: () => clock.now });
-  return { token, metrics, clock };
+  const token = new HeldToken(() => clock.now);
+  return { token, clock };
 }
 
 describe(HeldToken.name, () => {

@@ -1,4 +1,3 @@
-import type { MetricsService } from '../metrics/metrics.service';
 import { MIN_SERVE_MS } from './refresh-schedule';
 import type { TokenRecord } from './token-record';
 
@@ -12,11 +11,6 @@ export interface LastRefresh {
   outcome: 'fetched' | 'adopted' | 'failed';
   /** An operator's forced refresh made on this replica. */
   forced?: true;
-}
-
-interface HeldTokenDeps {
-  metrics: Pick<MetricsService, 'lastRefreshSuccess'>;
-  now: () => number;
 }
 
 /**
@@ -39,14 +33,8 @@ export class HeldToken {
   /** Held a token the store may lack (it was down): push it on recovery. */
   needsResync = false;
   lastRefresh?: LastRefresh;
-  private readonly lastSuccessGauge;
 
-  constructor(
-    clientId: string,
-    private readonly deps: HeldTokenDeps,
-  ) {
-    this.lastSuccessGauge = deps.metrics.lastRefreshSuccess.labels(clientId);
-  }
+  constructor(private readonly now: () => number) {}
 
   get current(): TokenRecord | undefined {
     return this.record;
@@ -62,14 +50,13 @@ export class HeldToken {
 
   servable(minRemainingMs: number): TokenRecord | undefined {
     const r = this.record;
-    return r !== undefined &&
-      r.expiresAt - this.deps.now() >= Math.max(minRemainingMs, MIN_SERVE_MS)
+    return r !== undefined && r.expiresAt - this.now() >= Math.max(minRemainingMs, MIN_SERVE_MS)
       ? r
       : undefined;
   }
 
   valid(): TokenRecord | undefined {
-    return this.record && this.record.expiresAt > this.deps.now() ? this.record : undefined;
+    return this.record && this.record.expiresAt > this.now() ? this.record : undefined;
   }
 
   /** Refused, and `record` was requested before the refusal. */
@@ -103,7 +90,7 @@ export class HeldToken {
 
   refuse(fingerprint: string): void {
     this.rejected.delete(fingerprint);
-    this.rejected.set(fingerprint, this.deps.now());
+    this.rejected.set(fingerprint, this.now());
     if (this.rejected.size > REMEMBERED_REJECTIONS) {
       this.rejected.delete(this.rejected.keys().next().value!);
     }
@@ -125,7 +112,6 @@ export class HeldToken {
     if (forced || replaces) this.record = record;
     const held = this.record!;
     this.obtained = true;
-    this.lastSuccessGauge.set(this.deps.now() / 1000);
     return held;
   }
 
@@ -155,6 +141,6 @@ export class HeldToken {
   }
 
   noteRefresh(outcome: LastRefresh['outcome'], forced = false): void {
-    this.lastRefresh = { at: this.deps.now(), outcome, ...(forced && { forced: true }) };
+    this.lastRefresh = { at: this.now(), outcome, ...(forced && { forced: true }) };
   }
 }

@@ -41,7 +41,7 @@ function newMetrics() {
     redisDataLoss: new Counter({
       name: 'token_broker_redis_data_loss_total',
       help: 'test',
-      labelNames: ['client', 'kind'] as const,
+      labelNames: ['kind'] as const,
       registers: [new Registry()],
     }),
   };

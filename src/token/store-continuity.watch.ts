@@ -51,8 +51,9 @@ export class StoreContinuityWatch {
     }
     const lost = this.clientIds.filter((c) => found.get(c) === 'lost');
     const rolledBack = this.clientIds.filter((c) => found.get(c) === 'rolled_back');
-    for (const client of lost) this.metrics.redisDataLoss.labels(client, 'lost').inc();
-    for (const client of rolledBack) this.metrics.redisDataLoss.labels(client, 'rolled_back').inc();
+    if (lost.length > 0) this.metrics.redisDataLoss.labels('lost').inc(lost.length);
+    if (rolledBack.length > 0)
+      this.metrics.redisDataLoss.labels('rolled_back').inc(rolledBack.length);
     // One line per kind and round, however many clients the node held.
     if (lost.length > 0) {
       this.logger.error(

@@ -96,7 +96,7 @@ export class TokenFront {
   async tokenFor(caller: Caller, clientId: string, ids: RequestIds): Promise<TokenRecord> {
     assertScope(caller, 'token');
     const hit = this.tokens.peek(clientId, 0);
-    if (hit === undefined) this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
+    if (hit === undefined) this.metrics.cacheLookups.labels('l1', 'miss').inc();
     const record = hit ?? (await this.tokens.getToken(clientId, 0));
     this.audit.issued(ids, caller, clientId, record, Date.now());
     return record;
@@ -141,7 +141,7 @@ export class TokenFront {
         minTtl === undefined ? 0 : parseMinTtl(minTtl, this.tokens.maxMinTtlSeconds) * 1000;
       const hit = this.tokens.peek(clientId, minMs);
       if (hit) return this.issue(caller, clientId, hit, ids);
-      this.metrics.cacheLookups.labels(clientId, 'l1', 'miss').inc();
+      this.metrics.cacheLookups.labels('l1', 'miss').inc();
       const id = clientId;
       return inCallerSpan(req?.headers, 'GET /token (wait)', { 'token_broker.client': id }, () =>
         this.wait(caller, id, minMs, ids),

@@ -3,6 +3,7 @@
  * place that holds this state and applies them (with the timers, the store and the provider).
  * Times are epoch milliseconds.
  */
+import type { RefreshResult } from '../metrics/metrics.service';
 import type { TokenException } from './token.exception';
 import { leadCappedByLifetime, MIN_SERVE_MS, neededLifetimeMs } from './refresh-schedule';
 
@@ -12,6 +13,8 @@ export interface Failure {
   lastError: Error;
   /** Callers fail fast until a token is obtained. */
   permanent?: TokenException;
+  /** How the last attempt failed, as the metrics name it. */
+  result?: RefreshResult;
 }
 
 /** Where the refresh stands; each kind carries what it needs (a hold its end). */
@@ -31,12 +34,14 @@ export function afterFailure(
   phase: RefreshPhase,
   lastError: Error,
   permanent?: TokenException,
+  result?: RefreshResult,
 ): RefreshPhase {
   const before = failureOf(phase);
   const failure: Failure = {
     count: (before?.count ?? 0) + 1,
     lastError,
     permanent: permanent ?? before?.permanent,
+    ...(result !== undefined && { result }),
   };
   return phase.kind === 'backoff' || phase.kind === 'floor'
     ? { ...phase, failure }

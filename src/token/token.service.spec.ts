@@ -95,7 +95,7 @@ describe(TokenService.name, () => {
     expect(s.peek('acme', 7_200_000)).toBeUndefined();
     const lookups = await metrics.cacheLookups.get();
     expect(lookups.values.find((v) => v.labels.layer === 'l1')).toMatchObject({
-      labels: { client: 'acme', outcome: 'hit' },
+      labels: { outcome: 'hit' },
       value: 2,
     });
   });
@@ -161,15 +161,37 @@ describe(TokenService.name, () => {
   it('computes the remaining lifetime and servability at scrape time, 0 with no token', async () => {
     const { s, metrics } = service(['acme', 'beta']);
     await s.getToken('acme', 0);
-    const gauge = async (name: 'tokenRemaining' | 'clientServable') =>
-      Object.fromEntries(
-        (await metrics[name].get()).values.map((v) => [String(v.labels.client), v.value]),
-      );
-    const remaining = await gauge('tokenRemaining');
-    expect(remaining.acme).toBeGreaterThan(3590);
-    expect(remaining.acme).toBeLessThanOrEqual(3600);
-    expect(remaining.beta).toBe(0);
-    expect(await gauge('clientServable')).toEqual({ acme: 1, beta: 0 });
+    const text = await metrics.registry.metrics();
+    const value = (series: string) => {
+      const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+      return line === undefined ? undefined : Number(line.slice(series.length + 1));
+    };
+    expect(value('token_broker_token_remaining_seconds{client="acme"}')).toBeGreaterThan(3590);
+    expect(value('token_broker_token_remaining_seconds{client="acme"}')).toBeLessThanOrEqual(3600);
+    expect(value('token_broker_token_remaining_seconds{client="beta"}')).toBe(0);
+    // Only the client that cannot be served has a series of its own.
+    expect(value('token_broker_client_unservable{client="beta"}')).toBe(1);
+    expect(value('token_broker_client_unservable{client="acme"}')).toBeUndefined();
+    expect(value('token_broker_clients{state="fresh"}')).toBe(1);
+    expect(value('token_broker_clients{state="failed"}')).toBe(0);
+  });
+
+  it('costs one series per healthy client, whatever their number', async () => {
+    const ids = Array.from({ length: 200 }, (_, i) => `merchant-${String(i).padStart(4, '0')}`);
+    // The endpoint's bound would spread 200 first tokens over 10 s: lifted here.
+    const { s, metrics } = service(ids, new Grantor(), new MemoryTokenStore(), {
+      endpointMaxConcurrency: 0,
+      endpointRatePerSecond: 0,
+    });
+    await Promise.all(ids.map((id) => s.getToken(id, 0)));
+    s.peek(ids[0], 0);
+    const perClient = (await metrics.registry.metrics())
+      .split('\n')
+      .filter((l) => /client="merchant-\d{4}"/.test(l));
+    expect(perClient).toHaveLength(ids.length);
+    expect(perClient.every((l) => l.startsWith('token_broker_token_remaining_seconds{'))).toBe(
+      true,
+    );
   });
 
   it('status reports each client and the store', async () => {

@@ -81,7 +81,8 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     metrics.setClientSource(() =>
       [...this.managers.values()].map((m) => {
         const s = m.status();
-        return { client: s.client, expiresAt: s.expiresAt, servable: servable(s) };
+        const { client, expiresAt, state, failures } = s;
+        return { client, expiresAt, servable: servable(s), state, failures };
       }),
     );
     metrics.setStoreStateSource(() =>
