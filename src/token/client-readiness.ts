@@ -24,7 +24,7 @@ export function servable(c: ClientState): boolean {
 /**
  * A replica is ready when it can serve: every client of `required`, or without such a list at
  * least one client. A client without a token is the operator's to see (named in the admin
- * readiness details, `token_broker_client_servable`, an alert), not a reason to take every pod
+ * readiness details, `token_broker_client_unservable`, an alert), not a reason to take every pod
  * out of rotation and with it every merchant.
  */
 export function replicaReady(
