@@ -489,7 +489,7 @@ function printScale(runs: ScaleRun[], opts: { lifetimeS: number; aheadS: number 
   );
   const perClient = (r: ScaleRun) => (r.n === base.n ? 0 : (r.rssKb - base.rssKb) / (r.n - base.n));
   row(
-    `RSS, idle replica (mean of 2, after ${opts.lifetimeS} s idle, before any load); per additional client`,
+    `RSS, idle replica (mean of 2, lowest in the 2nd half of ${opts.lifetimeS} s idle, before any load); per additional client`,
     runs.map(
       (r) =>
         `${(r.rssKb / 1024).toFixed(1)} MB${ratio(r.rssKb, base.rssKb)}` +

@@ -190,6 +190,9 @@ process.once('SIGTERM', () => process.exit(143));
 // On the image's Node, as replicas run (and as `npm run bench` does), brokers included.
 const image = imageNode();
 if (image && image.path !== process.execPath && process.env.BENCH_NODE !== 'current') {
+  console.log(
+    `rolling upgrade: on the image's Node ${image.major} (BENCH_NODE=current stays here)`,
+  );
   const run = spawnSync(image.path, process.argv.slice(1), {
     stdio: 'inherit',
     env: { ...process.env, BENCH_NODE: 'current' },
