@@ -12,6 +12,7 @@ import { loadWithLatency } from './latency';
 import { imageNode } from './paths';
 import { benchReplica, REPLICA_TARGETS, replicaNodes } from './replica.bench';
 import { FLEET_CLIENT, requestsPerCycle, startFleet } from '../test/support/fleet';
+import { benchScale, type ScaleRun } from './scale.bench';
 
 /**
  * `npm run bench`: the broker against baselines measured in the same run, same load generator
@@ -312,8 +313,20 @@ function printRows(title: string, rows: Row[]): void {
   }
 }
 
-/** Sections to run: `BENCH_ONLY=token,auth` runs just those. */
-const SECTIONS = new Set((process.env.BENCH_ONLY ?? 'token,auth,orders,fleet,replica').split(','));
+/** `--name value` or `--name=value` from the command line (`npm run bench -- --only scale`). */
+function flag(name: string): string | undefined {
+  const argv = process.argv.slice(2);
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === `--${name}`) return argv[i + 1];
+    if (argv[i].startsWith(`--${name}=`)) return argv[i].slice(name.length + 3);
+  }
+  return undefined;
+}
+
+/** Sections to run: `BENCH_ONLY=token,auth` (or `--only token,auth`) runs just those. */
+const SECTIONS = new Set(
+  (flag('only') ?? process.env.BENCH_ONLY ?? 'token,auth,orders,fleet,replica,scale').split(','),
+);
 
 /** Start-to-ready and idle RSS of one replica, on this Node and on the image's. */
 async function benchReplicaSection(): Promise<void> {
@@ -405,6 +418,134 @@ async function main(): Promise<void> {
   if (SECTIONS.has('orders')) await benchOrdersSection();
   if (SECTIONS.has('fleet')) await benchFleet();
   if (SECTIONS.has('replica')) await benchReplicaSection();
+  if (SECTIONS.has('scale')) await benchScaleSection();
+}
+
+/** The targets of issue #36 at the largest N. */
+const SCALE_TARGETS = {
+  rssKbPerClient: 20,
+  busiestVsEvenShare: 2,
+  tokenPerCpuVsOne: 0.9,
+  metricsBytes: 100 * 1024,
+} as const;
+
+/**
+ * N clients on one provider (`--clients 1,100,1000`, `BENCH_SCALE_CLIENTS`), two replicas, one
+ * Redis; every row also as a ratio against the first N of the same run.
+ */
+async function benchScaleSection(): Promise<void> {
+  const clients = (flag('clients') ?? process.env.BENCH_SCALE_CLIENTS ?? '1,100,1000')
+    .split(',')
+    .map(Number);
+  if (clients.some((n) => !Number.isInteger(n) || n < 1)) {
+    throw new Error('--clients takes whole numbers of at least 1, comma-separated (1,100,1000)');
+  }
+  const lifetimeS = Number(process.env.BENCH_SCALE_LIFETIME_SEC ?? 40);
+  const aheadS = Number(process.env.BENCH_SCALE_AHEAD_SEC ?? 10);
+  const startedAt = Date.now();
+  const runs = await benchScale({
+    clients,
+    lifetimeS,
+    aheadS,
+    durationSec: DURATION_SEC,
+    rounds: ROUNDS,
+    connections: CONNECTIONS,
+  });
+  printScale(runs, { lifetimeS, aheadS });
+  console.log(`  (section took ${((Date.now() - startedAt) / 1000).toFixed(0)} s)`);
+}
+
+function printScale(runs: ScaleRun[], opts: { lifetimeS: number; aheadS: number }): void {
+  const base = runs[0];
+  const last = runs[runs.length - 1];
+  console.log(
+    `\n## Scale: N clients on one provider, 2 replicas, one Redis, file credentials, an api-key ` +
+      `caller granted every client; tokens of ${opts.lifetimeS} s refreshed ${opts.aheadS} s ahead ` +
+      `(ratios against N=${base.n} of this run)`,
+  );
+  const ratio = (v: number, b: number) => (b > 0 ? ` (${(v / b).toFixed(2)}x)` : '');
+  const header = `| row | ${runs.map((r) => `N=${r.n}`).join(' | ')} | target |`;
+  console.log(`  ${header}`);
+  console.log(`  |---|${runs.map(() => '---|').join('')}---|`);
+  const row = (name: string, cells: string[], target: string) =>
+    console.log(`  | ${name} | ${cells.join(' | ')} | ${target} |`);
+  row(
+    'cold replica ready (empty Redis)',
+    runs.map(
+      (r) =>
+        `${(r.readyMs / 1000).toFixed(2)} s${ratio(r.readyMs, base.readyMs)}, ` +
+        `${r.readyCpuS.toFixed(2)} CPU-s${ratio(r.readyCpuS, base.readyCpuS)}`,
+    ),
+    'not growing badly',
+  );
+  row(
+    'second replica ready (joining)',
+    runs.map(
+      (r) =>
+        `${(r.joinReadyMs / 1000).toFixed(2)} s${ratio(r.joinReadyMs, base.joinReadyMs)}, ` +
+        `${r.joinReadyCpuS.toFixed(2)} CPU-s${ratio(r.joinReadyCpuS, base.joinReadyCpuS)}`,
+    ),
+    '(information)',
+  );
+  const perClient = (r: ScaleRun) => (r.n === base.n ? 0 : (r.rssKb - base.rssKb) / (r.n - base.n));
+  row(
+    `RSS, idle replica (mean of 2, lowest in the 2nd half of ${opts.lifetimeS} s idle, before any load); per additional client`,
+    runs.map(
+      (r) =>
+        `${(r.rssKb / 1024).toFixed(1)} MB${ratio(r.rssKb, base.rssKb)}` +
+        (r.n === base.n ? '' : `; ${perClient(r).toFixed(1)} KB per client`),
+    ),
+    `<= ${SCALE_TARGETS.rssKbPerClient} KB per client: ${verdict(perClient(last) <= SCALE_TARGETS.rssKbPerClient)}`,
+  );
+  const evenShare = (r: ScaleRun) => r.n / opts.aheadS;
+  row(
+    `busiest second of the refresh wave (token requests/s; even share N/${opts.aheadS} s)`,
+    runs.map(
+      (r) =>
+        `${r.busiestRefresh}${ratio(r.busiestRefresh, base.busiestRefresh)}; ` +
+        `even share ${evenShare(r).toFixed(1)}, ${(r.busiestRefresh / evenShare(r)).toFixed(2)}x it`,
+    ),
+    `<= ${SCALE_TARGETS.busiestVsEvenShare}x the even share: ${verdict(last.busiestRefresh <= SCALE_TARGETS.busiestVsEvenShare * evenShare(last))}`,
+  );
+  row(
+    "busiest second at start-up (each client's first token)",
+    runs.map((r) => `${r.busiestStartup}${ratio(r.busiestStartup, base.busiestStartup)}`),
+    '(information)',
+  );
+  row(
+    'token requests per client per refresh cycle (max in one cycle; lapses)',
+    runs.map((r) => `${r.requestsPerCycle.toFixed(2)} (max ${r.maxPerCycle}; ${r.lapses} lapses)`),
+    '1.00, max 1, 0 lapses',
+  );
+  row(
+    'Redis commands per client per lifetime per replica, idle',
+    runs.map(
+      (r) => `${r.redisPerClient.toFixed(1)}${ratio(r.redisPerClient, base.redisPerClient)}`,
+    ),
+    '(O(1) per client)',
+  );
+  row(
+    'broker CPU while idle (both replicas, CPU-s per s: refreshes, timers)',
+    runs.map((r) => `${r.idleCpuPerS.toFixed(3)}${ratio(r.idleCpuPerS, base.idleCpuPerS)}`),
+    '(information)',
+  );
+  row(
+    `GET /token, random client, requests per broker CPU-second beyond its idle CPU (all of it); median of ${ROUNDS} interleaved rounds, ratio per round`,
+    runs.map(
+      (r) =>
+        `${r.tokenPerCpuS.toFixed(0)} (${r.tokenVsFirst.toFixed(2)}x) ` +
+        `(${r.tokenPerCpuSRaw.toFixed(0)}${ratio(r.tokenPerCpuSRaw, base.tokenPerCpuSRaw)})` +
+        (r.tokenNon2xx > 0 ? `, ${r.tokenNon2xx} of ${r.tokenRequests} failed` : ''),
+    ),
+    `>= ${SCALE_TARGETS.tokenPerCpuVsOne}x N=${base.n}: ${verdict(last.tokenVsFirst >= SCALE_TARGETS.tokenPerCpuVsOne)}`,
+  );
+  row(
+    '/metrics body',
+    runs.map(
+      (r) => `${(r.metricsBytes / 1024).toFixed(1)} KB${ratio(r.metricsBytes, base.metricsBytes)}`,
+    ),
+    `<= 100 KB: ${verdict(last.metricsBytes <= SCALE_TARGETS.metricsBytes)}`,
+  );
 }
 
 /**
