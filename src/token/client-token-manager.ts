@@ -510,7 +510,7 @@ export class ClientTokenManager {
             // fetching one more.
             goodEnough: (r) => {
               const servableUntil = now() + MIN_SERVE_MS;
-              if (held.isRejected(r) || isDue(aheadMs, r.obtainedAt, r.expiresAt, now())) {
+              if (held.isRejected(r) || isDue(aheadMs, r, this.spreadPhase, now())) {
                 return false;
               }
               for (const w of this.waiters) {

@@ -44,17 +44,26 @@ export function clientPhase(clientId: string): number {
   return createHash('sha256').update(clientId).digest().readUIntBE(0, 6) / 2 ** 48;
 }
 
-/** How far before `expiresAt - lead` the clients' refreshes are spread. */
-export function spreadWidthMs(lead: number): number {
-  return lead / 4;
+/** A timer may fire a millisecond before its time (rounding); the token is due by then. */
+const DUE_EARLY_MS = 50;
+
+/**
+ * How far before `expiresAt - lead` the clients' refreshes are spread: the lead itself, so N
+ * clients obtained at one instant refresh at N / lead a second, the even share of the refresh
+ * window; at most half the token's period (lifetime less lead), so no token is refreshed before
+ * half of it is used.
+ */
+export function spreadWidthMs(lead: number, periodMs: number): number {
+  return Math.max(0, Math.min(lead, periodMs / 2));
 }
 
 /**
  * The client refreshes at the last instant at or before `expiresAt - lead` that sits at its
  * phase of a grid one spread wide, in absolute time: every lifetime lands on the same phase, so
- * the spread holds lifetime after lifetime, and every replica's timer agrees to within the
- * replicas' clocks (no per-replica jitter, which made the earliest replica decide and narrowed
- * the spread). One replica wins the lock; the others find the new token stored.
+ * the spread holds lifetime after lifetime (a token is refreshed between one and two leads
+ * before it expires), and every replica's timer agrees to within the replicas' clocks (no
+ * per-replica jitter, which made the earliest replica decide and narrowed the spread). One
+ * replica wins the lock; the others find the new token stored.
  */
 export function refreshAt(
   refreshAheadMs: number,
@@ -63,24 +72,26 @@ export function refreshAt(
   phase: number,
 ): number {
   const lead = refreshLeadMs(refreshAheadMs, obtainedAt, expiresAt);
-  const width = spreadWidthMs(lead);
   const latest = expiresAt - lead;
-  return Math.round(width > 0 ? latest - mod(latest - phase * width, width) : latest);
+  // Whole milliseconds, so a token obtained at its grid point finds that point again.
+  const width = Math.floor(spreadWidthMs(lead, latest - obtainedAt));
+  const end = Math.floor(latest);
+  return width > 0 ? end - mod(end - Math.floor(phase * width), width) : end;
 }
 
 function mod(a: number, n: number): number {
   return ((a % n) + n) % n;
 }
 
-/** Some replica's timer (the lead and the spread) may already have fired for it. */
+/** Its refresh time (or this replica's timer for it) has come. */
 export function isDue(
   refreshAheadMs: number,
-  obtainedAt: number,
-  expiresAt: number,
+  record: { obtainedAt: number; expiresAt: number },
+  phase: number,
   now: number,
 ): boolean {
-  const lead = refreshLeadMs(refreshAheadMs, obtainedAt, expiresAt);
-  return expiresAt - now <= lead + spreadWidthMs(lead);
+  const at = refreshAt(refreshAheadMs, record.obtainedAt, record.expiresAt, phase);
+  return now >= at - DUE_EARLY_MS;
 }
 
 /**
