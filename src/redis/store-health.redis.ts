@@ -124,8 +124,11 @@ export class RedisStoreHealth implements StoreHealth {
     return found;
   }
 
-  /** Clients by the node that serves their keys; one group without a Cluster or its slot map. */
-  private byNode(clientIds: readonly string[]): Map<string, string[]> {
+  /**
+   * Clients by the node that serves their keys (all of a client's keys share its hash tag, so its
+   * slot); one group without a Cluster or its slot map.
+   */
+  byNode(clientIds: readonly string[]): Map<string, string[]> {
     const groups = new Map<string, string[]>();
     const slots = this.redis.isCluster ? (this.redis as Cluster).slots : undefined;
     for (const id of clientIds) {

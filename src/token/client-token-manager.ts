@@ -15,6 +15,7 @@ import type {
   EndpointCap,
   RejectionRule,
   RejectionVerdict,
+  StoredToken,
   TokenStore,
   TokenStoreEvent,
 } from './token-store';
@@ -85,7 +86,19 @@ export class ClientTokenManager {
     });
   }
 
-  start(): void {
+  /**
+   * `seed`: this client's record, read with every other client's at start; adopted as
+   * {@link adoptFromStore} would, so the loop's first pass finds it and reads nothing.
+   */
+  start(seed?: StoredToken): void {
+    if (seed?.status === 'found') {
+      this.deps.metrics.cacheLookups.labels(this.client.id, 'l2', 'hit').inc();
+      this.syncGeneration();
+      if (this.held.mayHold(seed.record) && this.held.outlastedBy(seed.record)) {
+        this.loop.adopt(seed.record);
+        this.held.noteRefresh('adopted');
+      }
+    }
     this.loop.ensureRefreshing('start');
   }
 

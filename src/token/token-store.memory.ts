@@ -64,6 +64,12 @@ export class MemoryTokenStore
     return { status: 'found', record: withGeneration(entry.record, this.generation(clientId)) };
   }
 
+  async readMany(clientIds: readonly string[]): Promise<ReadonlyMap<string, StoredToken>> {
+    return new Map(
+      await Promise.all(clientIds.map(async (id) => [id, await this.read(id)] as const)),
+    );
+  }
+
   async writeFenced(clientId: string, record: TokenRecord): Promise<boolean> {
     if ((record.generation ?? 0) < this.generation(clientId)) return false;
     const cur = this.entries.get(clientId);
