@@ -50,7 +50,7 @@ export class RedisStoreHealth implements StoreHealth {
     private readonly subscriber: RedisClient,
     private readonly settings: RedisSettings,
     private readonly probeClient: string,
-    private readonly channels: string[],
+    private channels: string[],
     logger: StateLogger = SILENT,
   ) {
     const nodes = redisNodes(settings);
@@ -199,6 +199,24 @@ export class RedisStoreHealth implements StoreHealth {
       await sleep(RESYNC_INTERVAL_MS, undefined, { ref: false });
     }
     this.resubscribing = false;
+  }
+
+  /**
+   * Subscribes to `channels` and leaves those no longer among them; a resubscription after a
+   * node leaves subscribes to these. Resolves once Redis confirmed the new ones.
+   */
+  async follow(channels: readonly string[]): Promise<void> {
+    const before = new Set(this.channels);
+    const after = new Set(channels);
+    this.channels = [...channels];
+    const added = channels.filter((c) => !before.has(c));
+    const left = [...before].filter((c) => !after.has(c));
+    try {
+      if (added.length > 0) await this.subscriber.subscribe(...added);
+      if (left.length > 0) await this.subscriber.unsubscribe(...left);
+    } catch (cause) {
+      throw this.unavailable(cause, 'a subscription');
+    }
   }
 
   async close(): Promise<void> {

@@ -34,15 +34,30 @@ const VERDICTS = new Map<number, RejectionVerdict>([
 export class RedisTokenRecords implements TokenRecords {
   private readonly listeners: Array<(e: TokenStoreEvent) => void> = [];
   private readonly lastCorrupt = new Map<string, string>();
+  /** Each followed client by its channel. */
+  private channels: ReadonlyMap<string, string>;
 
   constructor(
     private readonly health: RedisStoreHealth,
     private readonly bus: RedisFleetBus,
     private readonly cipher: TokenCipher,
-  ) {}
+    clientIds: readonly string[],
+  ) {
+    this.channels = new Map(clientIds.map((id) => [redisKeys.events(id), id]));
+  }
 
   onEvent(listener: (event: TokenStoreEvent) => void): void {
     this.listeners.push(listener);
+  }
+
+  /** A message on a channel no longer followed is dropped (an unsubscription in flight). */
+  clientOf(channel: string): string | undefined {
+    return this.channels.get(channel);
+  }
+
+  async follow(clientIds: readonly string[]): Promise<void> {
+    this.channels = new Map(clientIds.map((id) => [redisKeys.events(id), id]));
+    await this.health.follow([...this.channels.keys(), redisKeys.reloadChannel]);
   }
 
   async read(clientId: string): Promise<StoredToken> {

@@ -178,6 +178,10 @@ export class MemoryTokenStore
     this.listeners.push(listener);
   }
 
+  async follow(): Promise<void> {
+    // Every client's events reach the listeners already.
+  }
+
   async waitUntilReady(): Promise<boolean> {
     return true;
   }

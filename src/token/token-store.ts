@@ -103,6 +103,8 @@ export interface TokenRecords {
   discardCorrupt(clientId: string): Promise<void>;
   /** Events from every replica, this one included. */
   onEvent(listener: (event: TokenStoreEvent) => void): void;
+  /** From now on, events of exactly these clients (a reload added or removed some). */
+  follow(clientIds: readonly string[]): Promise<void>;
 }
 
 export interface RefreshLock {
