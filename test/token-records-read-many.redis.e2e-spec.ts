@@ -6,7 +6,9 @@ import { createRedisConnection } from '../src/redis/redis.connection';
 import { RedisTokenStore } from '../src/redis/token-store.redis';
 import { AesGcmTokenCipher } from '../src/token/aes-gcm-token.cipher';
 import { type TokenRecord, toRecord } from '../src/token/token-record';
+import type { TokenStoreEvent } from '../src/token/token-store';
 import { type RedisTopology, startTopology, TOPOLOGY_KINDS } from './support/redis/topology';
+import { waitFor } from './support/wait';
 
 const CLIENTS = 1000;
 
@@ -103,4 +105,25 @@ describe.each(TOPOLOGY_KINDS)('readMany on %s Redis', (kind) => {
     for (const id of corrupt) await store.records.discardCorrupt(id);
     for (const id of corrupt) expect(await raw.exists(redisKeys.token(id))).toBe(0);
   }, 120_000);
+
+  it('follows the clients a reload adds, and no longer the ones it removes', async () => {
+    const seen: TokenStoreEvent[] = [];
+    store.records.onEvent((e) => seen.push(e));
+    await store.records.follow([ids[0], 'newcomer']);
+    // Confirmed by Redis once `follow` resolves: a write now reaches this store.
+    await store.records.writeFenced('newcomer', record('token-of-newcomer'));
+    await waitFor(() => seen.some((e) => e.clientId === 'newcomer'), {
+      timeoutMs: 3000,
+      what: "the newcomer's event",
+    });
+    await store.records.follow([ids[0]]);
+    seen.length = 0;
+    await store.records.writeFenced('newcomer', record('another-token-of-newcomer'));
+    await store.records.writeFenced(ids[0], record(`newer-token-of-${ids[0]}`));
+    await waitFor(() => seen.some((e) => e.clientId === ids[0]), {
+      timeoutMs: 3000,
+      what: `the event of ${ids[0]}`,
+    });
+    expect(seen.filter((e) => e.clientId === 'newcomer')).toEqual([]);
+  });
 });

@@ -43,7 +43,8 @@ export class KubernetesAuthenticator implements CallerAuthenticator {
 
   /**
    * The grants of the reloaded configuration (a client added or removed, a subject granted);
-   * callers verified before are verified again, under the new grants.
+   * callers verified before are verified again, under the new grants. `added`: the subjects
+   * granted anew or otherwise than before.
    */
   async reloadNow(): Promise<CallerReload> {
     const next = this.options.currentSubjects?.();
