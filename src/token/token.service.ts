@@ -46,6 +46,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   private required: readonly string[];
   /** Reloads apply one at a time, in order. */
   private applying: Promise<unknown> = Promise.resolve();
+  private closing = false;
   private readonly newManager: (client: ClientConfig) => ClientTokenManager;
 
   constructor(
@@ -157,6 +158,8 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   private async applyNow(next: BrokerConfig): Promise<ClientChanges> {
+    // Shutting down: nothing more starts.
+    if (this.closing) return { added: [], removed: [], changed: [] };
     const diff = clientChanges(this.clients, next.clients);
     const byId = new Map(next.clients.map((c) => [c.id, c]));
     const kept = new Set(diff.forwardingOnly);
@@ -215,6 +218,8 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
 
   /** Bounded by half the shutdown grace, so closing the listener and Redis still fits in it. */
   async beforeApplicationShutdown(): Promise<void> {
+    this.closing = true;
+    await this.applying;
     this.continuity.stop();
     const timeoutMs = Math.min(5000, Math.floor(this.config.http.shutdownGraceMs / 2));
     await Promise.all([...this.managers.values()].map((m) => m.stop(timeoutMs)));
