@@ -42,8 +42,12 @@ async function createCallerAuthenticator(
   rootLogger: Logger,
   reloader?: ConfigReloader,
 ): Promise<CallerAuthenticator> {
-  // A reload re-reads the grants of the configuration in force, which name its clients.
-  const current = () => reloader?.current ?? config;
+  // A reload re-reads the grants of the configuration in force, which name its clients; one
+  // that switches the mode waits for the restart it needs, keeping the grants of this mode.
+  const current = () => {
+    const live = reloader?.current ?? config;
+    return live.callerAuth.mode === config.callerAuth.mode ? live : config;
+  };
   const logger = rootLogger.child({ component: 'caller-auth' });
   switch (config.callerAuth.mode) {
     case 'none':
