@@ -203,7 +203,9 @@ export class RedisStoreHealth implements StoreHealth {
 
   /**
    * Subscribes to `channels` and leaves those no longer among them; a resubscription after a
-   * node leaves subscribes to these. Resolves once Redis confirmed the new ones.
+   * node leaves subscribes to these. Resolves once Redis confirmed the change, or after the
+   * connect timeout: while Redis is down the change waits in the subscriber's queue, sent on
+   * reconnection (which every manager follows with a re-read).
    */
   async follow(channels: readonly string[]): Promise<void> {
     const before = new Set(this.channels);
@@ -211,12 +213,16 @@ export class RedisStoreHealth implements StoreHealth {
     this.channels = [...channels];
     const added = channels.filter((c) => !before.has(c));
     const left = [...before].filter((c) => !after.has(c));
-    try {
-      if (added.length > 0) await this.subscriber.subscribe(...added);
-      if (left.length > 0) await this.subscriber.unsubscribe(...left);
-    } catch (cause) {
+    const confirmed = Promise.all([
+      added.length > 0 ? this.subscriber.subscribe(...added) : undefined,
+      left.length > 0 ? this.subscriber.unsubscribe(...left) : undefined,
+    ]).catch((cause: unknown) => {
       throw this.unavailable(cause, 'a subscription');
-    }
+    });
+    await Promise.race([
+      confirmed,
+      sleep(this.settings.connectTimeoutMs, undefined, { ref: false }),
+    ]);
   }
 
   async close(): Promise<void> {
