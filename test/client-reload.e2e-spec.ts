@@ -202,4 +202,21 @@ describe('clients added or removed without a restart (2 replicas)', () => {
     expect(after.access_token).toBe(before.access_token);
     expect(stack.provider.stats.tokenRequests).toBe(issued);
   });
+
+  it('adds a client when the mounted file changes, and serves it', async () => {
+    const watching = brokers[1];
+    expect((await token(watching, 'globex-prod', PLATFORM_KEY)).status).toBe(404);
+    const config = withClients(
+      ['acme-prod', 'globex-prod', 'initech-prod'],
+      ['acme-prod', 'globex-prod', 'initech-prod'],
+    );
+    config.clients = config.clients.map((c) =>
+      c.id === 'acme-prod' ? { ...c, ordersPath: '/api/v2/orders' } : c,
+    );
+    writeConfig(config);
+    await waitFor(async () => (await token(watching, 'globex-prod')).status === 200, {
+      timeoutMs: 10_000,
+      what: 'the watching replica to serve the client the file added',
+    });
+  });
 });
