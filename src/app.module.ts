@@ -4,6 +4,7 @@ import { APP_FILTER } from '@nestjs/core';
 import type { Logger } from 'pino';
 import { CallerAuthModule } from './caller-auth/caller-auth.module';
 import { BROKER_CONFIG } from './config/config.constants';
+import { CONFIG_RELOADER, ConfigReloader } from './config/config-reload';
 import type { BrokerConfig } from './config/config.schema';
 import { ForwardingModule } from './forwarding/forwarding.module';
 import { HealthModule } from './health/health.module';
@@ -21,9 +22,13 @@ export class AppModule {
   /**
    * `config` is validated before Nest starts (`main.ts`), so a bad setting stops the process with
    * a clear message instead of a DI stack trace. It and `logger` (the instance Fastify logs
-   * with) are provided globally.
+   * with) are provided globally. `env`: where `config` was read from, re-read by a reload.
    */
-  static forRoot(config: BrokerConfig, logger: Logger): DynamicModule {
+  static forRoot(
+    config: BrokerConfig,
+    logger: Logger,
+    env?: Readonly<Record<string, string | undefined>>,
+  ): DynamicModule {
     // The store implements ports the token and forwarding folders declare, so it is handed in
     // here. One token module object: Nest keys dynamic modules by reference, one TokenService.
     const token = TokenModule.withStore(RedisModule);
@@ -43,11 +48,13 @@ export class AppModule {
       ],
       providers: [
         { provide: BROKER_CONFIG, useValue: config },
+        // Re-reads `env` (and its BROKER_CONFIG_FILE) on a reload; without it, nothing to re-read.
+        { provide: CONFIG_RELOADER, useValue: new ConfigReloader(config, env) },
         { provide: LOGGER, useValue: logger },
         { provide: APP_FILTER, useClass: ProblemFilter },
         OpenApiRoute,
       ],
-      exports: [BROKER_CONFIG, LOGGER],
+      exports: [BROKER_CONFIG, CONFIG_RELOADER, LOGGER],
     };
   }
 }

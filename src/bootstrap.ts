@@ -79,10 +79,14 @@ function createListener(http: BrokerConfig['http'], onRequest: NodeHandler): Ser
 
 type NodeHandler = (req: IncomingMessage, res: ServerResponse) => void;
 
-/** Shared by `main.ts`, the sandbox and the test stack, so all run the production wiring. */
+/**
+ * Shared by `main.ts`, the sandbox and the test stack, so all run the production wiring. `env`:
+ * what `config` was loaded from, re-read when the configuration is reloaded.
+ */
 export async function createBrokerApp(
   config: BrokerConfig,
   logger: Logger,
+  env?: Readonly<Record<string, string | undefined>>,
 ): Promise<NestFastifyApplication> {
   warnOfRiskySettings(config, logger);
   const adminPort = adminPortOf(config.http);
@@ -100,7 +104,7 @@ export async function createBrokerApp(
     return createListener(config.http, onRequest);
   });
   const app = await NestFactory.create<NestFastifyApplication>(
-    AppModule.forRoot(config, logger),
+    AppModule.forRoot(config, logger, env),
     adapter,
     { logger: new PinoNestLogger(logger), bufferLogs: false },
   );

@@ -32,7 +32,7 @@ async function main(): Promise<void> {
   }
   if (stopTracing) logger.info('OpenTelemetry tracing on (OTEL_* variables)');
   const { createBrokerApp } = await import('./bootstrap');
-  const app = await createBrokerApp(config, logger);
+  const app = await createBrokerApp(config, logger, process.env);
   await app.listen({ port: config.http.port, host: config.http.host });
   logListening(config, logger);
   const shutdown = shutdownHandler(app, config, logger, stopTracing);

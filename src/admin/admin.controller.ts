@@ -84,6 +84,7 @@ export class AdminController {
       undefined,
       () => this.admin.reload(),
       (r) => ({
+        clients: r.clients,
         changedCredentials: r.credentials.changed,
         callers: 'error' in r.callers ? 'error' : r.callers,
         replicasNotified: 'notified' in r.replicas ? r.replicas.notified : 'error',

@@ -1,11 +1,25 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+  type OnModuleInit,
+  Optional,
+} from '@nestjs/common';
 import type { FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from '../caller-auth/caller';
 import { authorizationOf } from '../caller-auth/bearer-credential';
 import { CallerAuthErrorCode, CallerAuthException } from '../caller-auth/caller-auth.exception';
 import { assertScope } from '../caller-auth/caller-authorization';
+import {
+  type ClientChanges,
+  CONFIG_RELOADER,
+  ConfigFileWatch,
+  type ConfigReloader,
+  NO_CLIENT_CHANGES,
+} from '../config/config-reload';
 import { BrokerException } from '../errors/broker.exception';
 import { LOGGER } from '../logging/logger';
 import { REPLICA_ID } from '../token/token-store';
@@ -27,15 +41,29 @@ const REPLACEMENT_WAIT_MS = 3000;
 
 /** One audit line per call, allowed or refused: never a token or a secret, only fingerprints. */
 @Injectable()
-export class AdminService implements OnModuleInit {
+export class AdminService implements OnModuleInit, OnApplicationBootstrap, OnApplicationShutdown {
   private readonly audit: Logger;
+  /** The mounted configuration file, watched for a changed client list. */
+  private readonly fileWatch?: ConfigFileWatch;
 
   constructor(
     @Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator,
     private readonly tokens: TokenService,
     @Inject(LOGGER) private readonly logger: Logger,
+    @Optional() @Inject(CONFIG_RELOADER) private readonly reloader?: ConfigReloader,
   ) {
     this.audit = logger.child({ audit: 'admin' });
+    const file = reloader?.fileName;
+    if (file !== undefined) {
+      this.fileWatch = new ConfigFileWatch(file, reloader!.current.configReloadSeconds * 1000, () =>
+        this.reloadHere().then((result) =>
+          this.logger.info(
+            { clientList: result.clients, clients: result.credentials, callers: result.callers },
+            'configuration file changed: reloaded its clients and caller grants',
+          ),
+        ),
+      );
+    }
   }
 
   onModuleInit(): void {
@@ -44,11 +72,24 @@ export class AdminService implements OnModuleInit {
       void this.reloadHere().then((result) =>
         this.logger.info(
           // Not `credentials`: the logger redacts any field of that name.
-          { askedBy: from, clients: result.credentials, callers: result.callers },
-          'reloaded credentials and caller grants at an operator request made on another replica',
+          {
+            askedBy: from,
+            clients: result.credentials,
+            clientList: result.clients,
+            callers: result.callers,
+          },
+          'reloaded credentials and caller grants at an operator request made on another replica (and the client list)',
         ),
       );
     });
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    await this.fileWatch?.start();
+  }
+
+  onApplicationShutdown(): void {
+    this.fileWatch?.stop();
   }
 
   /** Writes the audit line either way. */
@@ -160,8 +201,37 @@ export class AdminService implements OnModuleInit {
     return { ...here, replicas };
   }
 
-  /** Names only, never a value. */
+  /**
+   * Re-reads the configuration and applies its client list. A bad configuration is refused as a
+   * whole, logged with the reason, and the running clients stay.
+   */
+  private async reloadClients(): Promise<ClientChanges | { error: string }> {
+    const loaded = this.reloader?.reload();
+    if (loaded === undefined) return NO_CLIENT_CHANGES;
+    if ('error' in loaded) {
+      this.logger.error(
+        { err: loaded.error },
+        'the reloaded configuration is invalid; nothing of it applied, the running clients stay',
+      );
+      return { error: loaded.error };
+    }
+    if (loaded.restartNeeded.length > 0) {
+      this.logger.warn(
+        { settings: loaded.restartNeeded },
+        'the configuration changed settings a reload does not apply; they take effect at the next restart',
+      );
+    }
+    return this.tokens.applyClients(loaded.config);
+  }
+
+  /**
+   * Names only, never a value. The client list first: the credentials and grants then read are
+   * those of the clients now configured.
+   */
   private async reloadHere() {
+    const clients = await this.reloadClients();
+    // Applied by whichever way it came: the watch must not apply the same content again.
+    await this.fileWatch?.seen();
     const credentials = await this.tokens.reloadCredentials();
     const callers = await Promise.resolve(this.auth.reloadNow?.()).then(
       (changed) => changed ?? { added: [], removed: [] },
@@ -171,7 +241,7 @@ export class AdminService implements OnModuleInit {
           'the caller grants could not be re-read (the API key source); the loaded ones stay in force',
       }),
     );
-    return { credentials, callers };
+    return { clients, credentials, callers };
   }
 }
 

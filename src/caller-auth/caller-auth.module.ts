@@ -2,6 +2,7 @@ import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import type { Logger } from 'pino';
 import { CALLER_SCOPES } from '../config/caller-auth.schema';
 import { BROKER_CONFIG } from '../config/config.constants';
+import { CONFIG_RELOADER, type ConfigReloader } from '../config/config-reload';
 import type { BrokerConfig } from '../config/config.schema';
 import { describeCredentialsSource } from '../config/secret-reference';
 import { LOGGER } from '../logging/logger';
@@ -17,7 +18,7 @@ import { CALLER_AUTHENTICATOR, type Caller, type CallerAuthenticator } from './c
   providers: [
     {
       provide: CALLER_AUTHENTICATOR,
-      inject: [BROKER_CONFIG, SECRET_READER, LOGGER],
+      inject: [BROKER_CONFIG, SECRET_READER, LOGGER, { token: CONFIG_RELOADER, optional: true }],
       useFactory: createCallerAuthenticator,
     },
   ],
@@ -39,7 +40,14 @@ async function createCallerAuthenticator(
   config: BrokerConfig,
   secrets: SecretReader,
   rootLogger: Logger,
+  reloader?: ConfigReloader,
 ): Promise<CallerAuthenticator> {
+  // A reload re-reads the grants of the configuration in force, which name its clients; one
+  // that switches the mode waits for the restart it needs, keeping the grants of this mode.
+  const current = () => {
+    const live = reloader?.current ?? config;
+    return live.callerAuth.mode === config.callerAuth.mode ? live : config;
+  };
   const logger = rootLogger.child({ component: 'caller-auth' });
   switch (config.callerAuth.mode) {
     case 'none':
@@ -49,9 +57,9 @@ async function createCallerAuthenticator(
       );
       return { authenticate: () => ANONYMOUS };
     case 'api-key':
-      return createApiKeyAuthenticator(config, secrets, logger);
+      return createApiKeyAuthenticator(config, secrets, logger, current);
     case 'kubernetes':
-      return createKubernetesAuthenticator(config, logger);
+      return createKubernetesAuthenticator(config, logger, current);
   }
 }
 
@@ -59,15 +67,20 @@ async function createApiKeyAuthenticator(
   config: BrokerConfig,
   secrets: SecretReader,
   logger: Logger,
+  current: () => BrokerConfig,
 ): Promise<ApiKeyAuthenticator> {
   const { apiKeys = [], apiKeysSource, apiKeysReloadSeconds } = config.callerAuth;
-  const known = new Set(config.clients.map((c) => c.id));
-  const load = async () => [
-    ...apiKeys,
-    ...(apiKeysSource ? await loadApiKeyGrants(secrets, apiKeysSource, known) : []),
-  ];
-  // The admin reload (POST /admin/reload) re-reads the source even with the timer off.
-  const auth = new ApiKeyAuthenticator(await load(), apiKeysSource && load);
+  const load = async () => {
+    const live = current();
+    const known = new Set(live.clients.map((c) => c.id));
+    return [
+      ...(live.callerAuth.apiKeys ?? []),
+      ...(apiKeysSource ? await loadApiKeyGrants(secrets, apiKeysSource, known) : []),
+    ];
+  };
+  // The admin reload (POST /admin/reload) re-reads the source even with the timer off, and the
+  // config file's own keys, which a reload of it may have changed.
+  const auth = new ApiKeyAuthenticator(await load(), load);
   if (apiKeysSource && apiKeysReloadSeconds > 0) {
     auth.reloadEvery(apiKeysReloadSeconds * 1000, (result) => {
       if ('error' in result) {
@@ -97,6 +110,7 @@ async function createApiKeyAuthenticator(
 async function createKubernetesAuthenticator(
   config: BrokerConfig,
   logger: Logger,
+  current: () => BrokerConfig,
 ): Promise<CallerAuthenticator> {
   // The JWT stack loads in this mode only: the other modes should not pay its memory and start-up.
   const [{ KubernetesAuthenticator }, { remoteServiceAccountKeys }] = await Promise.all([
@@ -128,5 +142,6 @@ async function createKubernetesAuthenticator(
     ...settings,
     issuer: settings.issuer!,
     getKey: keys.getKey,
+    currentSubjects: () => current().callerAuth.kubernetes.subjects,
   });
 }

@@ -34,7 +34,14 @@ describe(KubernetesAuthenticator.name, () => {
   let fetchFailures: unknown[];
 
   function authenticator(
-    overrides: { cacheSize?: number; jwksUrl?: string } = {},
+    overrides: {
+      cacheSize?: number;
+      jwksUrl?: string;
+      currentSubjects?: () => Record<
+        string,
+        { clients: string[]; scopes: ('token' | 'forward')[] }
+      >;
+    } = {},
   ): KubernetesAuthenticator {
     const keys = remoteServiceAccountKeys(overrides.jwksUrl ?? issuer.jwksUrl, {
       cooldownMs: 30_000,
@@ -52,6 +59,7 @@ describe(KubernetesAuthenticator.name, () => {
       cacheSize: overrides.cacheSize ?? 100,
       clockToleranceSeconds: 5,
       maxTokenLifetimeSeconds: 48 * 3600,
+      currentSubjects: overrides.currentSubjects,
     });
   }
 
@@ -87,6 +95,22 @@ describe(KubernetesAuthenticator.name, () => {
       });
     },
   );
+
+  it("takes a reloaded configuration's grants, also for a token verified before", async () => {
+    let subjects = {
+      [CHECKOUT]: { clients: ['acme-prod'], scopes: ['token' as const] },
+    };
+    const auth = authenticator({ currentSubjects: () => subjects });
+    const header = `Bearer ${await issuer.token({ subject: CHECKOUT })}`;
+    expect(await auth.authenticate(header)).toMatchObject({ clients: new Set(['acme-prod']) });
+    expect(await auth.reloadNow()).toEqual({ added: [CHECKOUT], removed: [BILLING] });
+    subjects = { [CHECKOUT]: { clients: ['acme-prod', 'globex-prod'], scopes: ['token'] } };
+    expect(await auth.reloadNow()).toEqual({ added: [CHECKOUT], removed: [] });
+    expect(await auth.authenticate(header)).toMatchObject({
+      clients: new Set(['acme-prod', 'globex-prod']),
+    });
+    expect(await auth.reloadNow()).toEqual({ added: [], removed: [] });
+  });
 
   it('answers a repeat synchronously from the cache, and shares one verification between concurrent firsts', async () => {
     const auth = authenticator();

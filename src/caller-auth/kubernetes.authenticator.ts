@@ -7,7 +7,7 @@ import {
   type SubjectGrant,
 } from '../config/caller-auth.schema';
 import { bearerCredential, MAX_CREDENTIAL_LENGTH, unauthenticated } from './bearer-credential';
-import type { Caller, CallerAuthenticator } from './caller';
+import type { Caller, CallerAuthenticator, CallerReload } from './caller';
 import { CallerAuthErrorCode, CallerAuthException } from './caller-auth.exception';
 import { grantedCaller } from './caller-authorization';
 import { VerifiedTokenCache } from './verified-token.cache';
@@ -19,6 +19,8 @@ export const SERVICE_ACCOUNT_ALGORITHMS = ['RS256', 'ES256'];
 type KubernetesAuthOptions = Omit<CallerAuthSettings['kubernetes'], 'jwksUrl' | 'issuer'> & {
   issuer: string;
   getKey: JWTVerifyGetKey;
+  /** The grants as a configuration reload left them; absent: the ones given stay. */
+  currentSubjects?: () => Readonly<Record<string, SubjectGrant>>;
 };
 
 /** A verified service account nobody granted: every route answers 403 on the client. */
@@ -31,13 +33,38 @@ const NO_GRANT: SubjectGrant = { clients: [], scopes: [...DEFAULT_CALLER_SCOPES]
 export class KubernetesAuthenticator implements CallerAuthenticator {
   private readonly cache: VerifiedTokenCache<Caller>;
   private readonly inflight = new Map<string, Promise<Caller>>();
-  private readonly callers = new Map<string, Caller>();
+  private callers = new Map<string, Caller>();
+  private grants: Readonly<Record<string, SubjectGrant>> = {};
 
   constructor(private readonly options: KubernetesAuthOptions) {
     this.cache = new VerifiedTokenCache(options.cacheSize);
-    for (const [subject, grant] of Object.entries(options.subjects)) {
-      this.callers.set(subject, grantedCaller(subject, grant));
+    this.replace(options.subjects);
+  }
+
+  /**
+   * The grants of the reloaded configuration (a client added or removed, a subject granted);
+   * callers verified before are verified again, under the new grants. `added`: the subjects
+   * granted anew or otherwise than before.
+   */
+  async reloadNow(): Promise<CallerReload> {
+    const next = this.options.currentSubjects?.();
+    if (next === undefined) return { added: [], removed: [] };
+    const before = this.grants;
+    this.replace(next);
+    const changed = (a: Readonly<Record<string, SubjectGrant>>, b: typeof a) =>
+      Object.keys(a).filter((s) => JSON.stringify(a[s]) !== JSON.stringify(b[s]));
+    const added = changed(next, before);
+    if (added.length > 0 || changed(before, next).length > 0) this.cache.clear();
+    return { added, removed: Object.keys(before).filter((s) => !(s in next)) };
+  }
+
+  private replace(subjects: Readonly<Record<string, SubjectGrant>>): void {
+    const callers = new Map<string, Caller>();
+    for (const [subject, grant] of Object.entries(subjects)) {
+      callers.set(subject, grantedCaller(subject, grant));
     }
+    this.callers = callers;
+    this.grants = subjects;
   }
 
   authenticate(authorization: string | undefined): Caller | Promise<Caller> {

@@ -21,6 +21,11 @@ export class VerifiedTokenCache<T> {
     return entry.value;
   }
 
+  /** Every entry: what they hold was decided under rules that changed. */
+  clear(): void {
+    this.entries.clear();
+  }
+
   set(key: string, value: T, expiresAt: number): void {
     this.entries.delete(key);
     if (this.entries.size >= this.capacity) {

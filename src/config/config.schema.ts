@@ -10,7 +10,7 @@ import {
   tokenSettingsSchema,
 } from './provider.schema';
 import { redisConfigured, redisSettingsSchema } from './redis.schema';
-import { commaList, type Issue, issuesOf } from './schema-parts';
+import { commaList, int, type Issue, issuesOf } from './schema-parts';
 
 /**
  * Shape and defaults only: the loader feeds it from the environment and an optional file. Secret
@@ -78,6 +78,16 @@ const brokerConfigFields = z
     callerAuth: z.preprocess((v) => v ?? {}, callerAuthSettingsSchema),
     cacheEncryption: cacheEncryptionSchema.default({}),
     readiness: readinessSchema.default({ requiredClients: [] }),
+    configReloadSeconds: int(0, 86_400)
+      .default(30)
+      .meta({
+        description:
+          'Look at `BROKER_CONFIG_FILE` this often and, when its content changed, apply its ' +
+          'client list (clients started and stopped without a restart; see docs/operations.md, ' +
+          '"Adding and removing clients"); 0 turns the watch off (`POST /admin/reload` still ' +
+          'applies it).',
+        env: 'CONFIG_RELOAD_SECONDS',
+      }),
   })
   .strict();
 

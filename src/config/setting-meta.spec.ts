@@ -112,6 +112,7 @@ const CONTRACT: ReadonlyArray<readonly [string, string]> = [
   ['CACHE_KEY_SECRET_ID', 'cacheEncryption.key.secretId'],
   ['CACHE_KEY_FILE', 'cacheEncryption.key.file'],
   ['READINESS_REQUIRED_CLIENTS', 'readiness.requiredClients'],
+  ['CONFIG_RELOAD_SECONDS', 'configReloadSeconds'],
 ];
 
 describe('environment variables from the schema metadata', () => {

@@ -10,7 +10,6 @@ import {
 } from '../caller-auth/caller-auth.guard';
 import { assertMayForward } from '../caller-auth/caller-authorization';
 import { BROKER_CONFIG } from '../config/config.constants';
-import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import { toProblem } from '../http/problem';
 import { sendProblem } from '../http/problem.reply';
@@ -86,7 +85,6 @@ const RATE_SETTINGS: Record<ForwardingProfile, Record<'client' | 'caller', strin
 @Injectable()
 export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   private readonly trails: Record<ForwardingProfile, ForwardingAuditTrail>;
-  private readonly clients: ReadonlyMap<string, ClientConfig>;
   private readonly service: ForwardingService;
   private readonly budgets: RequestBudgets;
   private readonly logger: Logger;
@@ -94,7 +92,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   constructor(
     private readonly adapterHost: HttpAdapterHost,
     private readonly guard: CallerAuthGuard,
-    tokens: TokenService,
+    private readonly tokens: TokenService,
     @Inject(PROVIDER_API_GATEWAY) api: ProviderApiGateway,
     @Inject(IDEMPOTENCY_STORE) store: IdempotencyStore,
     @Inject(FORWARD_RATE_LIMITER) private readonly limiter: ForwardRateLimiter,
@@ -108,7 +106,6 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
       new ForwardingAuditTrail(auditLogger(logger, profile), PROFILES[profile].msg, config.audit);
     this.trails = { orders: trail('orders'), forward: trail('forward') };
     this.logger = logger.child({ component: 'forwarding' });
-    this.clients = new Map(config.clients.map((c) => [c.id, c]));
     this.budgets = new RequestBudgets(budgetLimits(config));
     metrics.setBudgetSources(
       () => ({ held: this.budgets.bodyBytes, limit: this.budgets.limits.bodyBytes }),
@@ -156,7 +153,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
   ): Promise<void> {
     if (profile === 'orders') {
       const { caller, clientId } = await this.guard.authorize(req, 'forward');
-      const path = this.clients.get(clientId)!.ordersPath;
+      const path = this.tokens.clientConfig(clientId).ordersPath;
       assertMayForward(
         caller,
         'POST',
@@ -178,7 +175,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     });
     const target = TARGETS.get(req);
     if (!target) throw new Error('the guard admitted a passthrough request without its path');
-    const client = this.clients.get(clientId)!;
+    const client = this.tokens.clientConfig(clientId);
     allowedBy(client.id, client.forward.allow, req.method, target.path);
     assertMayForward(caller, req.method, target.path, forwardedCall(req.method, target.path));
     await this.budgeted(profile, client.id, caller.name, req, reply);
@@ -330,7 +327,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
           this.service.forward(
             {
               profile,
-              client: this.clients.get(context.clientId)!,
+              client: this.tokens.clientConfig(context.clientId),
               caller: context.caller.name,
               method: req.method,
               target,
@@ -415,7 +412,7 @@ export class ForwardingRoute implements OnModuleInit, OnApplicationShutdown {
     this.trails.forward.write(req, reply, audit, outcome, { method: req.method, path, ...extra });
     const seen = partialCallerContext(req);
     if (seen.caller === undefined || seen.clientId === undefined) return;
-    if (!this.clients.has(seen.clientId)) return;
+    if (!this.tokens.isConfigured(seen.clientId)) return;
     this.metrics.forwardRequests.labels(seen.clientId, seen.caller.name, outcome.result).inc();
   }
 

@@ -26,6 +26,12 @@ export interface HitCell {
   count: number;
 }
 
+/** A counter's or gauge's series as prom-client keeps them (a histogram's are skipped). */
+interface SeriesOwner {
+  hashMap?: Record<string, { labels: Record<string, string | number> }>;
+  remove(labels: Record<string, string | number>): void;
+}
+
 const STORE_STATES = ['up', 'down', 'misconfigured'] as const;
 type StoreState = (typeof STORE_STATES)[number];
 
@@ -214,6 +220,16 @@ export class MetricsService {
 
   setDegradedSource(source: () => boolean): void {
     this.degradedSource = source;
+  }
+
+  /** A client a reload removed: its series go, so a scrape shows only configured clients. */
+  forgetClient(client: string): void {
+    for (const metric of this.registry.getMetricsAsArray()) {
+      const series = metric as unknown as SeriesOwner;
+      for (const { labels } of Object.values(series.hashMap ?? {})) {
+        if (labels.client === client) series.remove(labels);
+      }
+    }
   }
 
   /** prom-client re-hashes labels per `inc()`, which costs more than the rest of a cache hit. */

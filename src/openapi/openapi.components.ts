@@ -144,6 +144,16 @@ const SCHEMAS = {
       removed: names.optional(),
       error: z.string().optional(),
     }),
+    clients: z
+      .looseObject({
+        added: names.optional(),
+        removed: names.optional(),
+        changed: names.optional(),
+        error: z.string().optional(),
+      })
+      .describe(
+        'The client list re-read from the configuration on this replica: clients started, stopped and replaced; `error`: the configuration was refused as a whole (why), the running clients stay.',
+      ),
   }),
   HealthReport: z.looseObject({
     status: z.enum(['ok', 'error', 'shutting_down']),

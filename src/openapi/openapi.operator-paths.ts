@@ -120,9 +120,9 @@ export const OPERATOR_OPERATIONS: Record<string, Json> = {
   'POST /admin/reload': admin({
     operationId: 'adminReload',
     summary:
-      'Re-reads client credentials and caller grants now, on this replica and (through Redis) every other',
+      'Re-reads the client list, client credentials and caller grants now, on this replica and (through Redis) every other',
     answer:
-      'Names only, for this replica: the clients whose credentials changed, the callers added or removed; `replicas`: how many replicas heard the request (each logs its own outcome).',
+      'Names only, for this replica: the clients added, removed or changed, the clients whose credentials changed, the callers added or removed; `replicas`: how many replicas heard the request (each logs its own outcome).',
     schema: 'AdminReload',
     codes: GENERIC,
   }),

@@ -77,7 +77,8 @@ export function createCheckoutAgent(settings: OrdersSettings): Agent {
  * the provider must not be sent twice; the one safe retry (after a 401) is the caller's decision.
  */
 export class ProviderApiClient implements ProviderApiGateway {
-  private readonly origins = new Map<string, { origin: string; base: string }>();
+  /** By the client's configuration object: a reload that changes `baseUrl` replaces it. */
+  private readonly origins = new WeakMap<ClientConfig, { origin: string; base: string }>();
   /** One deadline for the whole call, fixed by the settings. */
   private readonly deadlineMs: number;
 
@@ -126,11 +127,11 @@ export class ProviderApiClient implements ProviderApiGateway {
 
   /** A base URL may carry a path; split once per client. */
   private baseOf(client: ClientConfig): { origin: string; base: string } {
-    let base = this.origins.get(client.id);
+    let base = this.origins.get(client);
     if (!base) {
       const url = new URL(client.baseUrl);
       base = { origin: url.origin, base: trimTrailingSlashes(url.pathname) };
-      this.origins.set(client.id, base);
+      this.origins.set(client, base);
     }
     return base;
   }

@@ -50,7 +50,7 @@ export class RedisStoreHealth implements StoreHealth {
     private readonly subscriber: RedisClient,
     private readonly settings: RedisSettings,
     private readonly probeClient: string,
-    private readonly channels: string[],
+    private channels: string[],
     logger: StateLogger = SILENT,
   ) {
     const nodes = redisNodes(settings);
@@ -124,8 +124,11 @@ export class RedisStoreHealth implements StoreHealth {
     return found;
   }
 
-  /** Clients by the node that serves their keys; one group without a Cluster or its slot map. */
-  private byNode(clientIds: readonly string[]): Map<string, string[]> {
+  /**
+   * Clients by the node that serves their keys (all of a client's keys share its hash tag, so its
+   * slot); one group without a Cluster or its slot map.
+   */
+  byNode(clientIds: readonly string[]): Map<string, string[]> {
     const groups = new Map<string, string[]>();
     const slots = this.redis.isCluster ? (this.redis as Cluster).slots : undefined;
     for (const id of clientIds) {
@@ -196,6 +199,30 @@ export class RedisStoreHealth implements StoreHealth {
       await sleep(RESYNC_INTERVAL_MS, undefined, { ref: false });
     }
     this.resubscribing = false;
+  }
+
+  /**
+   * Subscribes to `channels` and leaves those no longer among them; a resubscription after a
+   * node leaves subscribes to these. Resolves once Redis confirmed the change, or after the
+   * connect timeout: while Redis is down the change waits in the subscriber's queue, sent on
+   * reconnection (which every manager follows with a re-read).
+   */
+  async follow(channels: readonly string[]): Promise<void> {
+    const before = new Set(this.channels);
+    const after = new Set(channels);
+    this.channels = [...channels];
+    const added = channels.filter((c) => !before.has(c));
+    const left = [...before].filter((c) => !after.has(c));
+    const confirmed = Promise.all([
+      added.length > 0 ? this.subscriber.subscribe(...added) : undefined,
+      left.length > 0 ? this.subscriber.unsubscribe(...left) : undefined,
+    ]).catch((cause: unknown) => {
+      throw this.unavailable(cause, 'a subscription');
+    });
+    await Promise.race([
+      confirmed,
+      sleep(this.settings.connectTimeoutMs, undefined, { ref: false }),
+    ]);
   }
 
   async close(): Promise<void> {

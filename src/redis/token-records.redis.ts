@@ -1,3 +1,4 @@
+import { ReplyError } from 'ioredis';
 // The parser caps every lifetime at this; a stored token claiming more was not written by us.
 import { MAX_LIFETIME_SECONDS } from '../provider/token-response.parser';
 import type { TokenCipher } from '../token/token-cipher';
@@ -14,6 +15,8 @@ import { redisKeys } from './redis.constants';
 import type { RedisStoreHealth } from './store-health.redis';
 
 const MAX_LIFETIME_MS = MAX_LIFETIME_SECONDS * 1000;
+/** Clients per {@link RedisTokenRecords.readMany} script: bounds one reply (~1 KiB a client). */
+export const READ_MANY_CHUNK = 500;
 /** All times are Redis's: no skew to allow. */
 const FENCE_SLACK_MS = 60_000;
 /** What the invalidation script answered. */
@@ -31,15 +34,30 @@ const VERDICTS = new Map<number, RejectionVerdict>([
 export class RedisTokenRecords implements TokenRecords {
   private readonly listeners: Array<(e: TokenStoreEvent) => void> = [];
   private readonly lastCorrupt = new Map<string, string>();
+  /** Each followed client by its channel. */
+  private channels: ReadonlyMap<string, string>;
 
   constructor(
     private readonly health: RedisStoreHealth,
     private readonly bus: RedisFleetBus,
     private readonly cipher: TokenCipher,
-  ) {}
+    clientIds: readonly string[],
+  ) {
+    this.channels = new Map(clientIds.map((id) => [redisKeys.events(id), id]));
+  }
 
   onEvent(listener: (event: TokenStoreEvent) => void): void {
     this.listeners.push(listener);
+  }
+
+  /** A message on a channel no longer followed is dropped (an unsubscription in flight). */
+  clientOf(channel: string): string | undefined {
+    return this.channels.get(channel);
+  }
+
+  async follow(clientIds: readonly string[]): Promise<void> {
+    this.channels = new Map(clientIds.map((id) => [redisKeys.events(id), id]));
+    await this.health.follow([...this.channels.keys(), redisKeys.reloadChannel]);
   }
 
   async read(clientId: string): Promise<StoredToken> {
@@ -47,7 +65,51 @@ export class RedisTokenRecords implements TokenRecords {
     const fields = await this.health.run((redis) =>
       redis.tbRead(redisKeys.token(clientId), redisKeys.generation(clientId)),
     );
-    const arrivedAt = this.health.now();
+    return this.decode(clientId, fields, sentAt, this.health.now());
+  }
+
+  /**
+   * One script per node and {@link READ_MANY_CHUNK} clients, the nodes asked at once: a replica
+   * that joins reads a thousand clients in a round trip or two, not one each. A chunk the node
+   * refuses as a whole (a Redis before 7 knows no script flags; a slot moving during a
+   * resharding) is read client by client, pipelined.
+   */
+  async readMany(clientIds: readonly string[]): Promise<ReadonlyMap<string, StoredToken>> {
+    const found = new Map<string, StoredToken>();
+    const chunks = [...this.health.byNode(clientIds).values()].flatMap((ids) => chunked(ids));
+    await Promise.all(
+      chunks.map(async (ids) => {
+        const keys = ids.flatMap((id) => [redisKeys.token(id), redisKeys.generation(id)]);
+        const sentAt = this.health.now();
+        let replies: (string | null)[][];
+        try {
+          replies = await this.health.redis.tbReadMany(keys[0], ...keys);
+          this.health.markHealthy();
+        } catch (err) {
+          // Redis answered, refusing this script only: not an outage.
+          if (!(err instanceof ReplyError)) throw this.health.unavailable(err, 'a Redis command');
+          replies = await this.readEach(ids);
+        }
+        const arrivedAt = this.health.now();
+        ids.forEach((id, i) => found.set(id, this.decode(id, replies[i], sentAt, arrivedAt)));
+      }),
+    );
+    return found;
+  }
+
+  /** {@link read}'s command for each of `ids`, in one pipeline (a Cluster splits it by node). */
+  private readEach(ids: readonly string[]): Promise<(string | null)[][]> {
+    return this.health.run((redis) =>
+      Promise.all(ids.map((id) => redis.tbRead(redisKeys.token(id), redisKeys.generation(id)))),
+    );
+  }
+
+  private decode(
+    clientId: string,
+    fields: (string | null)[],
+    sentAt: number,
+    arrivedAt: number,
+  ): StoredToken {
     const [exp, obt, fp, val, inv, writerExp, redisNowText, generationText] = fields;
     const generation = this.bus.learnGeneration(clientId, Number(generationText ?? fields[1]));
     // Redis answered: it is up, but the key holds something else than our hash.
@@ -189,6 +251,12 @@ export class RedisTokenRecords implements TokenRecords {
     }
     if (event) for (const l of this.listeners) l(event);
   }
+}
+
+function chunked<T>(items: readonly T[], size = READ_MANY_CHUNK): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
 }
 
 /** Beyond any clock skew the fleet tolerates, far below a token's lifetime. */

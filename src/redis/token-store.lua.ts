@@ -123,6 +123,31 @@ return r
 `;
 
 /**
+ * {@link READ} of many clients at once, one reply per client in the order of their keys. In a
+ * Cluster the keys span slots of one node (`allow-cross-slot-keys`, Redis 7): the caller groups
+ * them by the node serving them. Declared keys must still share a slot, so KEYS[1] (one of them)
+ * only routes the call; ARGV: the token hash and generation of each client, in pairs.
+ */
+const READ_MANY = `#!lua flags=allow-cross-slot-keys
+${REDIS_NOW}${GENERATION}
+local now = tostring(redisNow())
+local out = {}
+for i = 1, #ARGV, 2 do
+  local gen = tostring(generationAt(ARGV[i + 1]))
+  local t = redis.call('TYPE', ARGV[i]).ok
+  if t ~= 'hash' and t ~= 'none' then
+    out[#out + 1] = {'wrongtype', gen}
+  else
+    local r = redis.call('HMGET', ARGV[i], 'exp', 'obt', 'fp', 'val', 'inv', 'wexp')
+    r[7] = now
+    r[8] = gen
+    out[#out + 1] = r
+  end
+end
+return out
+`;
+
+/**
  * A caller's call saw the provider reject the token with this fingerprint. Only if the stored
  * token is still that one: a storm of 401s for an old token costs one refresh and never discards
  * the new one. Unlike a corrupt value it leaves the refresh floor alone, and has a floor of its
@@ -278,6 +303,7 @@ export type RedisWithScripts = RedisClient & {
   tbWriteFenced(key: string, ...args: (string | number)[]): Promise<[number, number]>;
   tbInvalidate(key: string, ...args: (string | number)[]): Promise<number>;
   tbRead(key: string, generationKey: string): Promise<(string | null)[]>;
+  tbReadMany(route: string, ...keys: string[]): Promise<(string | null)[][]>;
   tbAcknowledge(key: string, replica: string, ttlMs: number): Promise<number>;
   tbRevoke(
     key: string,
@@ -299,6 +325,7 @@ export function defineTokenStoreScripts(redis: RedisClient): RedisWithScripts {
   redis.defineCommand('tbWriteFenced', { numberOfKeys: 2, lua: WRITE_FENCED });
   redis.defineCommand('tbInvalidate', { numberOfKeys: 3, lua: INVALIDATE });
   redis.defineCommand('tbRead', { numberOfKeys: 2, lua: READ });
+  redis.defineCommand('tbReadMany', { numberOfKeys: 1, lua: READ_MANY });
   redis.defineCommand('tbRevoke', { numberOfKeys: 3, lua: REVOKE });
   redis.defineCommand('tbAcknowledge', { numberOfKeys: 1, lua: ACKNOWLEDGE });
   redis.defineCommand('tbDeferRefresh', { numberOfKeys: 1, lua: DEFER_REFRESH });

@@ -29,21 +29,21 @@ export class RedisTokenStore implements TokenStore {
     clientIds: readonly string[],
     logger?: StateLogger,
   ) {
-    const channels = new Map(clientIds.map((id) => [redisKeys.events(id), id]));
+    const channels = clientIds.map((id) => redisKeys.events(id));
     this.health = new RedisStoreHealth(
       redis,
       subscriber,
       settings,
       clientIds[0] ?? 'probe',
-      [...channels.keys(), redisKeys.reloadChannel],
+      [...channels, redisKeys.reloadChannel],
       logger,
     );
     this.bus = new RedisFleetBus(this.health);
-    this.records = new RedisTokenRecords(this.health, this.bus, cipher);
+    this.records = new RedisTokenRecords(this.health, this.bus, cipher, clientIds);
     this.lock = new RedisRefreshLock(this.health, lockTtlMs, settings.commandTimeoutMs);
     subscriber.on('message', (channel: string, message: string) => {
       if (channel === redisKeys.reloadChannel) return this.bus.reloadRequested(message);
-      const clientId = channels.get(channel);
+      const clientId = this.records.clientOf(channel);
       if (clientId !== undefined) this.records.deliver(clientId, message);
     });
   }

@@ -140,7 +140,10 @@ export class ClientTokenManager {
 
   /** `seed`: this client's stored token, read with every other client's in a few round trips. */
   start(seed?: StoredToken): void {
-    if (seed?.status === 'found') this.adoptShared(seed.record);
+    if (seed?.status === 'found') {
+      this.deps.metrics.cacheLookups.labels('l2', 'hit').inc();
+      this.adoptShared(seed.record);
+    }
     this.ensureRefreshing('start');
   }
 

@@ -13,11 +13,16 @@ export class StoreContinuityWatch {
 
   constructor(
     private readonly store: Pick<StoreHealth, 'kind' | 'checkContinuity'>,
-    private readonly clientIds: readonly string[],
+    private clientIds: readonly string[],
     private readonly metrics: Pick<MetricsService, 'redisDataLoss'>,
     private readonly logger: Logger,
     private readonly intervalMs: number,
   ) {}
+
+  /** The clients a reload left configured: the next round compares theirs. */
+  follow(clientIds: readonly string[]): void {
+    this.clientIds = clientIds;
+  }
 
   /** A memory store has nothing to lose. */
   start(): void {

@@ -64,6 +64,12 @@ export class MemoryTokenStore
     return { status: 'found', record: withGeneration(entry.record, this.generation(clientId)) };
   }
 
+  async readMany(clientIds: readonly string[]): Promise<ReadonlyMap<string, StoredToken>> {
+    return new Map(
+      await Promise.all(clientIds.map(async (id) => [id, await this.read(id)] as const)),
+    );
+  }
+
   async writeFenced(clientId: string, record: TokenRecord): Promise<boolean> {
     if ((record.generation ?? 0) < this.generation(clientId)) return false;
     const cur = this.entries.get(clientId);
@@ -170,6 +176,10 @@ export class MemoryTokenStore
 
   onEvent(listener: (event: TokenStoreEvent) => void): void {
     this.listeners.push(listener);
+  }
+
+  async follow(): Promise<void> {
+    // Every client's events reach the listeners already.
   }
 
   async waitUntilReady(): Promise<boolean> {

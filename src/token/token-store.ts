@@ -86,6 +86,11 @@ export type StoreContinuity = 'first' | 'kept' | 'lost' | 'rolled_back';
 export interface TokenRecords {
   read(clientId: string): Promise<StoredToken>;
   /**
+   * {@link read} of every client of `clientIds` in a few round trips, not one each: how a replica
+   * that joins adopts what the fleet already holds. Each client appears in the answer.
+   */
+  readMany(clientIds: readonly string[]): Promise<ReadonlyMap<string, StoredToken>>;
+  /**
    * Stores `record` only if it expires later than the stored token, or the stored one was
    * invalidated before `record` was requested.
    */
@@ -98,6 +103,8 @@ export interface TokenRecords {
   discardCorrupt(clientId: string): Promise<void>;
   /** Events from every replica, this one included. */
   onEvent(listener: (event: TokenStoreEvent) => void): void;
+  /** From now on, events of exactly these clients (a reload added or removed some). */
+  follow(clientIds: readonly string[]): Promise<void>;
 }
 
 export interface RefreshLock {

@@ -7,7 +7,9 @@ import {
 import type { Logger } from 'pino';
 import type { Caller } from '../caller-auth/caller';
 import { assertMayUse, mayUse, namedClient } from '../caller-auth/caller-authorization';
+import type { ClientConfig } from '../config/client.schema';
 import { BROKER_CONFIG } from '../config/config.constants';
+import { type ClientChanges, clientChanges } from '../config/config-reload';
 import { type BrokerConfig, tokenCallDeadlineMs } from '../config/config.schema';
 import { LOGGER } from '../logging/logger';
 import { MetricsService } from '../metrics/metrics.service';
@@ -19,7 +21,14 @@ import { servable } from './client-readiness';
 import { ClientTokenManager } from './client-token-manager';
 import { StoreContinuityWatch } from './store-continuity.watch';
 import type { TokenRecord } from './token-record';
-import { type FleetBus, type RejectionVerdict, TOKEN_STORE, type TokenStore } from './token-store';
+import {
+  type FleetBus,
+  type RejectionVerdict,
+  type StoredToken,
+  TOKEN_STORE,
+  type TokenStore,
+} from './token-store';
+import { TokenStoreException } from './token-store.exception';
 import { tracedGrantor, tracedTokenStore } from './traced-ports';
 import { TokenErrorCode, TokenException } from './token.exception';
 
@@ -28,10 +37,17 @@ import { TokenErrorCode, TokenException } from './token.exception';
 export class TokenService implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly managers = new Map<string, ClientTokenManager>();
   /** Used when a request names no client: only when exactly one is configured. */
-  private readonly soleClient?: ClientTokenManager;
+  private soleClient?: ClientTokenManager;
   private readonly continuity: StoreContinuityWatch;
   /** Fleet-wide operations: revocations and reload requests, heard by every replica. */
   readonly fleet: FleetBus;
+  /** The client list and readiness list in force: the start-up ones until a reload. */
+  private clients: readonly ClientConfig[];
+  private required: readonly string[];
+  /** Reloads apply one at a time, in order. */
+  private applying: Promise<unknown> = Promise.resolve();
+  private closing = false;
+  private readonly newManager: (client: ClientConfig) => ClientTokenManager;
 
   constructor(
     @Inject(BROKER_CONFIG) private readonly config: BrokerConfig,
@@ -39,30 +55,29 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     @Inject(TOKEN_GRANTOR) grantor: TokenGrantor,
     @Inject(SECRET_READER) secrets: SecretReader,
     @Inject(LOGGER) private readonly logger: Logger,
-    metrics: MetricsService,
+    private readonly metrics: MetricsService,
   ) {
-    for (const client of config.clients) {
-      this.managers.set(
-        client.id,
-        new ClientTokenManager(client, {
-          store: tracedTokenStore(store),
-          grantor: tracedGrantor(grantor),
-          loadCredentials: (c, stage) =>
-            loadClientCredentials(secrets, c.credentials, c.tokenRequest.auth, stage),
-          metrics,
-          logger,
-          settings: config.token,
-          storeGraceMs: Math.max(500, 2 * config.redis.commandTimeoutMs),
-          endpointCap: {
-            concurrency: config.token.endpointMaxConcurrency,
-            perSecond: config.token.endpointRatePerSecond,
-            // A dead holder's place comes back once its request could no longer be running.
-            leaseMs: tokenCallDeadlineMs(config.provider) + 1000,
-          },
-        }),
-      );
-    }
-    if (this.managers.size === 1) this.soleClient = [...this.managers.values()][0];
+    this.clients = config.clients;
+    this.required = config.readiness.requiredClients;
+    this.newManager = (client) =>
+      new ClientTokenManager(client, {
+        store: tracedTokenStore(store),
+        grantor: tracedGrantor(grantor),
+        loadCredentials: (c, stage) =>
+          loadClientCredentials(secrets, c.credentials, c.tokenRequest.auth, stage),
+        metrics,
+        logger,
+        settings: config.token,
+        storeGraceMs: Math.max(500, 2 * config.redis.commandTimeoutMs),
+        endpointCap: {
+          concurrency: config.token.endpointMaxConcurrency,
+          perSecond: config.token.endpointRatePerSecond,
+          // A dead holder's place comes back once its request could no longer be running.
+          leaseMs: tokenCallDeadlineMs(config.provider) + 1000,
+        },
+      });
+    for (const client of config.clients) this.managers.set(client.id, this.newManager(client));
+    this.noteSoleClient();
     this.fleet = store.bus;
     store.records.onEvent((e) => this.managers.get(e.clientId)?.onStoreEvent(e));
     this.continuity = new StoreContinuityWatch(
@@ -90,6 +105,10 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
     );
   }
 
+  private noteSoleClient(): void {
+    this.soleClient = this.managers.size === 1 ? [...this.managers.values()][0] : undefined;
+  }
+
   async onApplicationBootstrap(): Promise<void> {
     const ready = await this.store.health.waitUntilReady(this.config.redis.connectTimeoutMs);
     if (!ready) {
@@ -97,12 +116,111 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
         'Redis did not answer at start-up; starting degraded (per-replica refresh) until it does',
       );
     }
-    for (const m of this.managers.values()) m.start();
+    await this.startManagers([...this.managers.values()], ready);
     this.continuity.start();
+  }
+
+  /**
+   * Every client's stored token read at once and handed to its manager, whose first pass then
+   * reads nothing: a replica joining a fleet of a thousand clients costs a few commands, not a
+   * thousand. Without an answer, each manager reads its own, as it would anyway.
+   */
+  private async startManagers(
+    managers: readonly ClientTokenManager[],
+    storeReady = true,
+    given: ReadonlyMap<string, StoredToken> = new Map(),
+  ): Promise<void> {
+    const unread = managers.filter((m) => !given.has(m.client.id));
+    const seeds =
+      storeReady && unread.length > 0
+        ? await this.store.records
+            .readMany(unread.map((m) => m.client.id))
+            .catch((err: unknown) => {
+              if (!(err instanceof TokenStoreException)) throw err;
+              this.logger.debug({ err: err.message }, 'reading every stored token at once failed');
+              return undefined;
+            })
+        : undefined;
+    for (const m of managers) m.start(given.get(m.client.id) ?? seeds?.get(m.client.id));
+  }
+
+  /**
+   * Starts a manager for each new client (its token adopted from the store or fetched, as at
+   * start), stops each removed one (its waiters refused with `unknown_client`, its metric series
+   * dropped, its Redis keys left to the replicas that still serve it) and replaces each changed
+   * one; a client whose change touches only where its calls are forwarded keeps its token.
+   * `next` is a whole validated configuration; its other settings wait for a restart. Reloads
+   * apply one at a time, in order.
+   */
+  applyClients(next: BrokerConfig): Promise<ClientChanges> {
+    const run = this.applying.then(() => this.applyNow(next));
+    this.applying = run.catch(() => undefined);
+    return run;
+  }
+
+  private async applyNow(next: BrokerConfig): Promise<ClientChanges> {
+    // Shutting down: nothing more starts.
+    if (this.closing) return { added: [], removed: [], changed: [] };
+    const diff = clientChanges(this.clients, next.clients);
+    const byId = new Map(next.clients.map((c) => [c.id, c]));
+    const kept = new Set(diff.forwardingOnly);
+    const replaced = diff.changed.map((id) => this.managers.get(id)!);
+    const removed = diff.removed.map((id) => this.managers.get(id)!);
+    const ids = next.clients.map((c) => c.id);
+    // Subscribed before the read: a token stored between the two must reach the new manager.
+    await this.store.records.follow(ids).catch((err: unknown) => {
+      if (!(err instanceof TokenStoreException)) throw err;
+      this.logger.warn(
+        { err: err.message },
+        'subscribing to the new clients failed; they re-read on recovery',
+      );
+    });
+    const held = new Map<string, StoredToken>();
+    for (const old of replaced) {
+      const record = kept.has(old.client.id) ? old.peek(0) : undefined;
+      if (record !== undefined) held.set(old.client.id, { status: 'found', record });
+    }
+    const started = [...diff.added, ...diff.changed].map((id) => {
+      const m = this.newManager(byId.get(id)!);
+      this.managers.set(id, m);
+      return m;
+    });
+    for (const id of diff.removed) this.managers.delete(id);
+    // The map follows the new file's order, as at start.
+    const ordered = ids.map((id) => [id, this.managers.get(id)!] as const);
+    this.managers.clear();
+    for (const [id, m] of ordered) this.managers.set(id, m);
+    this.clients = next.clients;
+    this.required = next.readiness.requiredClients;
+    this.noteSoleClient();
+    this.continuity.follow(ids);
+    const timeoutMs = Math.min(5000, Math.floor(this.config.http.shutdownGraceMs / 2));
+    for (const m of [...replaced, ...removed]) void m.stop(timeoutMs);
+    for (const id of diff.removed) this.metrics.forgetClient(id);
+    await this.startManagers(started, this.store.health.healthy, held);
+    const changes = { added: diff.added, removed: diff.removed, changed: diff.changed };
+    if (changes.added.length + changes.removed.length + changes.changed.length > 0) {
+      this.logger.info(
+        { ...changes, keptToken: diff.forwardingOnly },
+        'client list reloaded: new clients started, removed ones stopped, changed ones replaced',
+      );
+    }
+    return changes;
+  }
+
+  /** A client's configuration as in force now (a reload may have replaced it). */
+  clientConfig(clientId: string): ClientConfig {
+    return this.manager(clientId).client;
+  }
+
+  isConfigured(clientId: string): boolean {
+    return this.managers.has(clientId);
   }
 
   /** Bounded by half the shutdown grace, so closing the listener and Redis still fits in it. */
   async beforeApplicationShutdown(): Promise<void> {
+    this.closing = true;
+    await this.applying;
     this.continuity.stop();
     const timeoutMs = Math.min(5000, Math.floor(this.config.http.shutdownGraceMs / 2));
     await Promise.all([...this.managers.values()].map((m) => m.stop(timeoutMs)));
@@ -147,12 +265,34 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   }
 
   async getToken(clientId: string, minRemainingMs: number): Promise<TokenRecord> {
-    return this.manager(clientId).get(minRemainingMs);
+    return this.onManager(clientId, (m) => m.get(minRemainingMs));
   }
 
   /** A token for a call the broker forwards: never one the provider refused. */
   async getForwardToken(clientId: string, minRemainingMs: number): Promise<TokenRecord> {
-    return this.manager(clientId).getForwardable(minRemainingMs);
+    return this.onManager(clientId, (m) => m.getForwardable(minRemainingMs));
+  }
+
+  /**
+   * A wait cut short because a reload stopped the manager: asked again of the one that replaced
+   * it, or refused as for a client never configured once it is removed.
+   */
+  private async onManager<T>(
+    clientId: string,
+    op: (m: ClientTokenManager) => Promise<T>,
+  ): Promise<T> {
+    const m = this.manager(clientId);
+    try {
+      return await op(m);
+    } catch (err) {
+      const now = this.managers.get(clientId);
+      if (now === m) throw err;
+      if (now !== undefined) return op(now);
+      throw new TokenException(
+        TokenErrorCode.UnknownClient,
+        `client ${namedClient(clientId)} was removed from the configuration while the request waited`,
+      );
+    }
   }
 
   /**
@@ -180,7 +320,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
 
   /** `readiness.requiredClients`: each must be servable for the replica to be ready. */
   get requiredClients(): readonly string[] {
-    return this.config.readiness.requiredClients;
+    return this.required;
   }
 
   status() {

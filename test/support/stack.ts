@@ -515,17 +515,18 @@ async function startInProcess(
     adminPort = admin ? await freePort() : undefined;
     lines = [];
     try {
-      const config = loadConfig({
+      const brokerEnv = {
         ...env,
         PORT: String(port),
         ...(adminPort !== undefined && { ADMIN_PORT: String(adminPort) }),
-      });
+      };
+      const config = loadConfig(brokerEnv);
       const logger = createLogger(config.log.level, {
         write(chunk: string) {
           for (const line of chunk.split('\n')) if (line !== '') lines.push(line);
         },
       });
-      const built = await createBrokerApp(config, logger);
+      const built = await createBrokerApp(config, logger, brokerEnv);
       await built.listen({ port: config.http.port, host: config.http.host }).catch(async (err) => {
         await built.close();
         throw err;
