@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { CallerAuthModule } from './caller-auth/caller-auth.module';
 import { BROKER_CONFIG } from './config/config.constants';
 import type { BrokerConfig } from './config/config.schema';
+import { DpopModule } from './dpop/dpop.module';
 import { ForwardingModule } from './forwarding/forwarding.module';
 import { HealthModule } from './health/health.module';
 import { OpenApiRoute } from './openapi/openapi.route';
@@ -33,6 +34,7 @@ export class AppModule {
       imports: [
         MetricsModule,
         SecretsModule,
+        DpopModule.withStore(RedisModule),
         ProviderModule,
         RedisModule,
         CallerAuthModule,
