@@ -233,11 +233,11 @@ function tokenError(err: TokenException, progress: Progress): OAuthError {
         OAuthErrorCode.InvalidRequest,
         'several clients are possible: name one with resource=<client id>',
       ];
+    case TokenErrorCode.DpopBound:
+      return [OAuthErrorCode.UnauthorizedClient, `${err.code}: ${err.message}`];
     case TokenErrorCode.Unavailable:
     case TokenErrorCode.CredentialsRejected:
     case TokenErrorCode.CredentialsUnavailable:
-    case TokenErrorCode.DpopBound:
-      return [OAuthErrorCode.UnauthorizedClient, `${err.code}: ${err.message}`];
     case TokenErrorCode.ShuttingDown: {
       const retry = err.retryAfterSeconds ?? err.problemStatus.retryAfterSeconds ?? 1;
       return [OAuthErrorCode.TemporarilyUnavailable, err.message, retry];
