@@ -129,7 +129,10 @@ class ResourceServer {
     // `/api/marketing/v1/<client>/<replica>`: who sent it.
     const [, , , , client = '', replica = ''] = path.split('/');
     this.accepted.push({ replica, client, jkt });
-    res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+    // A provider endpoint that echoes the Authorization header it was sent.
+    const answer =
+      replica === 'echo' ? JSON.stringify({ debug: { authorization: auth } }) : '{"ok":true}';
+    res.writeHead(200, { 'content-type': 'application/json' }).end(answer);
   }
 }
 
@@ -266,6 +269,30 @@ describe('fleet of 3 brokers on a DPoP client (oidc-provider, nonces required)',
     ).toBe(true);
     expect(as.grants().some((g) => (g.event as string) === 'nonce_rotated')).toBe(true);
   }, 120_000);
+
+  it('keeps the generated key across a restart: a replica started later signs with the same key', async () => {
+    const later = await stack.addBroker();
+    const res = await fetch(`${later.url}/provider/${CLIENT}/api/marketing/v1/${CLIENT}/later`, {
+      headers: as_('relay'),
+    });
+    expect(res.status).toBe(200);
+    const jkts = new Set(rs.accepted.filter((s) => s.client === CLIENT).map((s) => s.jkt));
+    expect(rs.accepted.at(-1)).toMatchObject({ replica: 'later', client: CLIENT });
+    expect(jkts.size).toBe(1);
+  });
+
+  it('withholds an API answer that echoes the DPoP-bound token from a forward-only caller', async () => {
+    const res = await fetch(
+      `${stack.brokers[0].url}/provider/${CLIENT}/api/marketing/v1/${CLIENT}/echo`,
+      {
+        headers: as_('relay'),
+      },
+    );
+    const text = await res.text();
+    expect(res.status).toBe(502);
+    expect((JSON.parse(text) as { code: string }).code).toBe('forward_upstream_echoed_token');
+    expect(text).not.toMatch(/DPoP ey/);
+  });
 
   it('refuses GET /token and POST /oauth2/token for a DPoP client with dpop_bound_token, to a token caller and a forward-only caller alike', async () => {
     for (const caller of ['shop', 'relay'] as const) {
