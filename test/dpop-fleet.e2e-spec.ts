@@ -281,6 +281,23 @@ describe('fleet of 3 brokers on a DPoP client (oidc-provider, nonces required)',
     expect(jkts.size).toBe(1);
   });
 
+  it('sends POST /orders with a proof of its own for the orders path', async () => {
+    const before = rs.accepted.length;
+    const res = await fetch(`${stack.brokers[1].url}/orders?client=${CLIENT}`, {
+      method: 'POST',
+      headers: {
+        ...as_('relay'),
+        'content-type': 'application/json',
+        'idempotency-key': 'dpop-order-1',
+      },
+      body: JSON.stringify({ price: 50_000, orderRef: 'dpop-1' }),
+    });
+    expect(res.status).toBe(200);
+    // `/api/checkout/v1/orders`: the proof's htm POST and htu the orders URL were verified.
+    expect(rs.accepted.slice(before)).toEqual([expect.objectContaining({ client: 'orders' })]);
+    expect(rs.failures).toEqual([]);
+  });
+
   it('withholds an API answer that echoes the DPoP-bound token from a forward-only caller', async () => {
     const res = await fetch(
       `${stack.brokers[0].url}/provider/${CLIENT}/api/marketing/v1/${CLIENT}/echo`,
