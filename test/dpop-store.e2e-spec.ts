@@ -1,6 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { redisSettingsSchema } from '../src/config/redis.schema';
 import { RedisDpopStore } from '../src/redis/dpop-store.redis';
+import { createRedisConnection } from '../src/redis/redis.connection';
+import { RedisTokenStore } from '../src/redis/token-store.redis';
+import { toRecord } from '../src/token/token-record';
 import { redisKeys } from '../src/redis/redis.constants';
 import { AesGcmTokenCipher } from '../src/token/aes-gcm-token.cipher';
 import { PlainTokenCipher } from '../src/token/token-cipher';
@@ -65,5 +69,42 @@ describe('RedisDpopStore', () => {
     const ttl = await connect().pttl(redisKeys.dpopNonce('bank', 'rs', 'https://api.bank.example'));
     expect(ttl).toBeGreaterThan(60_000);
     expect(ttl).toBeLessThanOrEqual(120_000);
+  });
+
+  it("keeps a DPoP token record's type through Redis, authenticated, and writes no type for a bearer one", async () => {
+    const settings = redisSettingsSchema.parse({ url: redis.url, pingIntervalMs: 100 });
+    const store = new RedisTokenStore(
+      createRedisConnection(settings, 'command'),
+      createRedisConnection(settings, 'subscriber'),
+      new AesGcmTokenCipher(randomBytes(32)),
+      settings,
+      1000,
+      ['bound', 'bearer'],
+    );
+    try {
+      await store.health.waitUntilReady(2000);
+      const now = Date.now();
+      const bound = toRecord({
+        accessToken: 'bound-token',
+        obtainedAt: now,
+        expiresAt: now + 60_000,
+        tokenType: 'DPoP',
+      });
+      const bearer = toRecord({
+        accessToken: 'bearer-token',
+        obtainedAt: now,
+        expiresAt: now + 60_000,
+      });
+      await store.records.writeFenced('bound', bound);
+      await store.records.writeFenced('bearer', bearer);
+      expect(await store.records.read('bound')).toEqual({ status: 'found', record: bound });
+      expect(await store.records.read('bearer')).toEqual({ status: 'found', record: bearer });
+      expect(await connect().hexists(redisKeys.token('bearer'), 'typ')).toBe(0);
+      // The type is bound to the sealed value: dropping it (a downgrade to bearer) is refused.
+      await connect().hdel(redisKeys.token('bound'), 'typ');
+      expect(await store.records.read('bound')).toEqual({ status: 'corrupt' });
+    } finally {
+      await store.health.close();
+    }
   });
 });
