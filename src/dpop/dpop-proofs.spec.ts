@@ -104,6 +104,31 @@ describe('DpopProofs', () => {
     await expect(proofs.thumbprint(misfit)).resolves.toMatch(/^[A-Za-z0-9_-]{43}$/);
   });
 
+  it('tells a key an operator must fix from one a later read may get', async () => {
+    const unavailable = Object.assign(new Error('Secrets Manager did not answer'), {
+      transient: true,
+    });
+    const missing = Object.assign(new Error('no such secret'), { transient: false });
+    let next: Error = unavailable;
+    const reader: SecretReader = {
+      read: async () => {
+        throw next;
+      },
+    };
+    const proofs = new DpopProofs(reader, new MemoryDpopStore());
+    const c = client({ key: { secretId: 'bank/dpop' } });
+    await expect(proofs.thumbprint(c)).rejects.toMatchObject({
+      permanent: false,
+      message: expect.stringContaining('client "bank": dpop.key.secretId') as string,
+    });
+    next = missing;
+    await expect(proofs.thumbprint(c)).rejects.toMatchObject({ permanent: true });
+    const junk = new DpopProofs(files({ '/j': 'junk' }), new MemoryDpopStore());
+    await expect(junk.thumbprint(client({ key: { file: '/j' } }))).rejects.toMatchObject({
+      permanent: true,
+    });
+  });
+
   it('signs with each configured alg', async () => {
     const { decodeProtectedHeader } = await import('jose');
     for (const [alg, key] of [

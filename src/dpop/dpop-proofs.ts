@@ -3,12 +3,9 @@ import type { ClientConfig } from '../config/client.schema';
 import type { SecretReader } from '../secrets/secret-reader';
 import { shownReference } from '../config/secret-reference';
 import { type DpopKey, dpopKeyOf, generateDpopJwk } from './dpop-key';
-import type { DpopStore, NonceServer } from './dpop-store';
+import { DpopKeyError, type DpopStore, type NonceServer } from './dpop-store';
 
-/** A client's DPoP key is unusable (missing, unreadable, not fitting `dpop.alg`). */
-export class DpopKeyError extends Error {
-  override readonly name = 'DpopKeyError';
-}
+export { DpopKeyError } from './dpop-store';
 
 /** What a proof covers besides the key: RFC 9449 §4.2. */
 export interface ProofTarget {
@@ -131,7 +128,7 @@ export class DpopProofs implements DpopSigner {
   private async loadKey(client: ClientConfig): Promise<DpopKey> {
     const settings = client.dpop;
     if (settings === undefined) {
-      throw new DpopKeyError(`client "${client.id}" has no dpop settings`);
+      throw new DpopKeyError(`client "${client.id}" has no dpop settings`, { permanent: true });
     }
     const { key: source, alg } = settings;
     const where =
@@ -149,15 +146,20 @@ export class DpopProofs implements DpopSigner {
             ? await this.secrets.read({ file: source.file })
             : await this.store.claimKey(client.id, () => generateDpopJwk(alg));
     } catch (cause) {
+      // A secret that is missing or malformed stays so; one AWS or Redis could not serve may not.
+      const permanent =
+        cause instanceof DpopKeyError
+          ? cause.permanent
+          : (cause as { transient?: unknown }).transient === false;
       throw new DpopKeyError(
         `${where} cannot be read: ${cause instanceof Error ? cause.message : 'error'}`,
-        { cause },
+        { permanent, cause },
       );
     }
     try {
       return dpopKeyOf(text, alg, where);
     } catch (cause) {
-      throw new DpopKeyError((cause as Error).message);
+      throw new DpopKeyError((cause as Error).message, { permanent: true });
     }
   }
 }

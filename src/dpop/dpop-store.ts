@@ -1,3 +1,17 @@
+/**
+ * A client's DPoP key is unusable. `permanent`: it stays so until an operator acts (a bad key, no
+ * cache encryption key); otherwise a later attempt may succeed (a store or secret read failed).
+ */
+export class DpopKeyError extends Error {
+  override readonly name = 'DpopKeyError';
+  readonly permanent: boolean;
+
+  constructor(message: string, options: { permanent: boolean; cause?: unknown }) {
+    super(message, { cause: options.cause });
+    this.permanent = options.permanent;
+  }
+}
+
 /** Whose nonce: the authorization server's (token requests) or the API's (forwarded calls). */
 export type NonceServer = 'as' | 'rs';
 

@@ -5,7 +5,7 @@ import {
   type ClientConfig,
 } from '../config/client.schema';
 import { type ProviderSettings, tokenCallDeadlineMs } from '../config/config.schema';
-import { type DpopSigner, nonceOf } from '../dpop/dpop-proofs';
+import { DpopKeyError, type DpopSigner, nonceOf } from '../dpop/dpop-proofs';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { createProviderAgent, readCapped, request, translateTransportError } from './provider-http';
@@ -299,6 +299,8 @@ async function dpopTokenRequest(
     try {
       proof = await dpop.proof(client, { method: 'POST', url, server: 'as' });
     } catch (cause) {
+      // Retried as any failure is, unless an operator must fix the key first.
+      if (cause instanceof DpopKeyError && !cause.permanent) throw cause;
       throw new ProviderException(
         ProviderErrorCode.Rejected,
         `${what}: cannot sign the DPoP proof: ${cause instanceof Error ? cause.message : 'error'}`,

@@ -1,4 +1,4 @@
-import { type DpopStore, NONCE_TTL_MS, type NonceServer } from '../dpop/dpop-store';
+import { DpopKeyError, type DpopStore, NONCE_TTL_MS, type NonceServer } from '../dpop/dpop-store';
 import type { TokenCipher } from '../token/token-cipher';
 import type { RedisClient } from './redis.connection';
 import { redisKeys } from './redis.constants';
@@ -18,8 +18,9 @@ export class RedisDpopStore implements DpopStore {
 
   async claimKey(clientId: string, generate: () => string): Promise<string> {
     if (!this.cipher.authenticates) {
-      throw new Error(
+      throw new DpopKeyError(
         'a generated key would be stored in Redis in clear; set CACHE_KEY_SECRET_ID or CACHE_KEY_FILE (the cache encryption key), or give the key with dpop.key.secretId or dpop.key.file',
+        { permanent: true },
       );
     }
     const key = redisKeys.dpopKey(clientId);
@@ -33,8 +34,9 @@ export class RedisDpopStore implements DpopStore {
     try {
       return this.cipher.open(clientId, sealed, KEY_CONTEXT);
     } catch {
-      throw new Error(
+      throw new DpopKeyError(
         `the key stored in Redis (${key}) does not open with the cache encryption key; if the cache key was replaced without keeping the old one as previous, delete ${key} so a new key is generated`,
+        { permanent: true },
       );
     }
   }
