@@ -14,6 +14,7 @@ const SRC_FOLDERS = [
   'admin',
   'caller-auth',
   'config',
+  'dpop',
   'errors',
   'forwarding',
   'health',
@@ -33,13 +34,16 @@ const BOUNDARIES = {
   logging: ['config', 'errors'],
   metrics: ['config', 'errors', 'logging'],
   secrets: ['config', 'errors', 'logging'],
-  provider: ['config', 'errors', 'logging', 'secrets'],
+  // DPoP proofs: the fleet's keys and nonces; the store is handed in like the token store's.
+  dpop: ['config', 'errors', 'logging', 'secrets'],
+  provider: ['config', 'dpop', 'errors', 'logging', 'secrets'],
   redis: [
     'config',
     'errors',
     'logging',
     'provider',
     'secrets',
+    { dpop: ['dpop-store'] },
     {
       token: [
         'token-store',
@@ -63,7 +67,17 @@ const BOUNDARIES = {
   // The problem writer reads what exceptions carry, so it knows no feature.
   http: ['errors'],
   // Not redis: it implements their ports, so the app module hands it to them (`withStore`).
-  token: ['caller-auth', 'config', 'errors', 'http', 'logging', 'metrics', 'provider', 'secrets'],
+  token: [
+    'caller-auth',
+    'config',
+    'dpop',
+    'errors',
+    'http',
+    'logging',
+    'metrics',
+    'provider',
+    'secrets',
+  ],
   // `POST /orders` and the provider passthrough: one route, two profiles.
   forwarding: [
     'caller-auth',

@@ -6,6 +6,7 @@ import { CallerAuthModule } from './caller-auth/caller-auth.module';
 import { BROKER_CONFIG } from './config/config.constants';
 import { CONFIG_RELOADER, ConfigReloader } from './config/config-reload';
 import type { BrokerConfig } from './config/config.schema';
+import { DpopModule } from './dpop/dpop.module';
 import { ForwardingModule } from './forwarding/forwarding.module';
 import { HealthModule } from './health/health.module';
 import { OpenApiRoute } from './openapi/openapi.route';
@@ -38,6 +39,7 @@ export class AppModule {
       imports: [
         MetricsModule,
         SecretsModule,
+        DpopModule.withStore(RedisModule),
         ProviderModule,
         RedisModule,
         CallerAuthModule,

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { commaList, exactHttpUrl, httpUrl, int, issuesOf } from './schema-parts';
+import { commaList, exactHttpUrl, flag, httpUrl, int, issuesOf } from './schema-parts';
 import { filePathSchema, secretIdSchema } from './secret-reference';
 
 export const CLIENT_ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/;
@@ -410,6 +410,72 @@ const tokenRequestSchema = z
     }
   });
 
+/** Signature algorithms for DPoP proofs (RFC 9449 §4.2), as jose signs them. */
+export const DPOP_ALGS = ['ES256', 'PS256', 'RS256', 'EdDSA'] as const;
+export type DpopAlg = (typeof DPOP_ALGS)[number];
+
+/** Where a client's DPoP proof key comes from: exactly one. */
+const dpopKeySchema = z
+  .object({
+    secretId: secretIdSchema.optional().meta({
+      description:
+        'AWS Secrets Manager secret holding the private key (a private JWK, or PEM PKCS#8, ' +
+        'PKCS#1 or SEC1), the same for every replica.',
+      env: 'DPOP_KEY_SECRET_ID',
+    }),
+    file: filePathSchema.optional().meta({
+      description: 'A file holding the private key (JWK or PEM), e.g. a mounted Secret.',
+      env: 'DPOP_KEY_FILE',
+    }),
+    generate: flag.optional().meta({
+      description:
+        'Generate the key once for the whole fleet: the first replica to start stores it ' +
+        'sealed with the cache encryption key in Redis (first writer wins), every other ' +
+        'replica and every restart reads that one. Needs a cache encryption key with Redis.',
+      env: 'DPOP_KEY_GENERATE',
+    }),
+  })
+  .strict()
+  .superRefine((k, ctx) => {
+    const issue = issuesOf(ctx);
+    if (k.generate === false) issue(['generate'], 'set it to true, or leave it out');
+    const sources = [k.secretId, k.file, k.generate === true ? true : undefined];
+    if (sources.filter((v) => v !== undefined).length !== 1) {
+      issue([], 'set exactly one of secretId, file or generate');
+    }
+  });
+export type DpopKeySource = z.infer<typeof dpopKeySchema>;
+
+/**
+ * DPoP (RFC 9449): the broker holds the proof key for the fleet, sends a proof with every token
+ * request and every forwarded call, and never hands the bare token out.
+ */
+const dpopSchema = z
+  .object({
+    key: dpopKeySchema.default({ generate: true }).meta({
+      description: 'The proof key, one per client, shared by every replica.',
+      defaultText: 'generate',
+    }),
+    alg: z
+      .enum(DPOP_ALGS)
+      .default('ES256')
+      .meta({
+        description:
+          'Proof signature algorithm; must fit the key (ES256: P-256, PS256/RS256: RSA, ' +
+          "EdDSA: Ed25519) and be in the server's `dpop_signing_alg_values_supported`.",
+        env: 'DPOP_ALG',
+      }),
+    handOut: flag.default(false).meta({
+      description:
+        'Let `GET /token` and `POST /oauth2/token` hand a caller the token with one ' +
+        'one-time proof for the method and URL it names (`dpop_htm`, `dpop_htu`). ' +
+        'Otherwise they answer 403 `dpop_bound_token`: use the passthrough.',
+      env: 'DPOP_HAND_OUT',
+    }),
+  })
+  .strict();
+export type DpopSettings = z.infer<typeof dpopSchema>;
+
 /** One set of provider credentials: one merchant in one environment (e.g. `acme-preprod`). */
 export const clientSchema = z
   .object({
@@ -460,6 +526,12 @@ export const clientSchema = z
         description: 'Which provider 401s mean the token was refused.',
         defaultText: 'see its fields',
       }),
+    dpop: dpopSchema.optional().meta({
+      description:
+        'DPoP (RFC 9449) sender-constrained tokens: proofs on token requests and on every ' +
+        'forwarded call. Grant `rfc6749` only.',
+      defaultText: 'off (bearer tokens)',
+    }),
     forward: clientForwardSchema.default({}).meta({
       description: "The provider passthrough's allow-list for this client.",
       defaultText: 'create order, marketing reads',
@@ -469,6 +541,14 @@ export const clientSchema = z
   .superRefine((c, ctx) => {
     // Key files carry no shared secret: they fit the key-based methods only, and mTLS needs both.
     const { auth } = c.tokenRequest;
+    if (c.dpop !== undefined && c.tokenRequest.grant !== 'rfc6749') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['dpop'],
+        message:
+          'only with tokenRequest.grant "rfc6749": the provider\'s dialect ("provider-query") knows no DPoP',
+      });
+    }
     const issue = (field: string, message: string) =>
       ctx.addIssue({ code: 'custom', path: ['credentials', field], message });
     if (c.credentials.privateKeyFile === undefined) return;

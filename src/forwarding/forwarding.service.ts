@@ -2,7 +2,11 @@ import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
 import type { BrokerConfig } from '../config/config.schema';
 import type { MetricsService } from '../metrics/metrics.service';
-import type { ApiFailure, ProviderApiGateway } from '../provider/provider-api.client';
+import {
+  type ApiFailure,
+  asksForNonce,
+  type ProviderApiGateway,
+} from '../provider/provider-api.client';
 import { ProviderErrorCode } from '../provider/provider.exception';
 import type { TokenRecord } from '../token/token-record';
 import { TokenException } from '../token/token.exception';
@@ -243,10 +247,12 @@ export class ForwardingService {
     if (outcome.kind === 'failed' && outcome.delivered === 'no' && SAFE_METHODS.has(method)) {
       outcome = await send();
     }
-    // Judged on the provider's own headers: WWW-Authenticate is not returned to the caller.
+    // Judged on the provider's own headers: WWW-Authenticate is not returned to the caller. A
+    // DPoP nonce challenge (left after the adapter's one retry) is about the proof, not the token.
     const refusedToken =
       outcome.kind === 'answered' &&
       outcome.status === 401 &&
+      !asksForNonce(outcome.headers) &&
       (evidenceRule(client, call.profile) === 'any' || headersRefuseToken(outcome.headers));
     return {
       outcome: withKey

@@ -14,9 +14,21 @@ const report = z.looseObject({}).optional();
 const SCHEMAS = {
   TokenResponse: z.looseObject({
     access_token: z.string().min(1),
-    token_type: z.literal('Bearer'),
+    token_type: z
+      .enum(['Bearer', 'DPoP'])
+      .describe(
+        '`DPoP` only for a DPoP client with `dpop.handOut`, asked with `dpop_htm`/`dpop_htu`.',
+      ),
     expires_in: count.describe('Remaining lifetime, seconds.'),
     expires_at: dateTime.optional(),
+    dpop_proof: z
+      .string()
+      .describe(
+        'DPoP hand-out: a one-time proof (RFC 9449) for `dpop_htm` on `dpop_htu`; send it as the `DPoP` header.',
+      )
+      .optional(),
+    dpop_htm: z.string().describe('DPoP hand-out: the method the proof is for.').optional(),
+    dpop_htu: z.string().describe('DPoP hand-out: the URL the proof is for (no query).').optional(),
   }),
   Problem: z
     .looseObject({
@@ -39,6 +51,14 @@ const SCHEMAS = {
       .literal('urn:ietf:params:oauth:client-assertion-type:jwt-bearer')
       .optional(),
     client_assertion: z.string().optional(),
+    dpop_htm: z
+      .string()
+      .describe('DPoP clients with `dpop.handOut`: the method of the call to sign a proof for.')
+      .optional(),
+    dpop_htu: z
+      .string()
+      .describe("DPoP clients with `dpop.handOut`: the URL (under the client's baseUrl).")
+      .optional(),
   }),
   OAuthError: z.looseObject({ error: z.string(), error_description: z.string().optional() }),
   AuthorizationServerMetadata: z.looseObject({

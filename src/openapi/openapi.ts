@@ -114,6 +114,20 @@ const OPERATIONS: Record<string, Json> = {
         schema: { type: 'integer', minimum: 0 },
         example: 60,
       },
+      {
+        name: 'dpop_htm',
+        in: 'query',
+        description:
+          'DPoP clients with `dpop.handOut` only: the method of the one call the caller will make; the answer holds a one-time proof for it (`dpop_proof`). Without it such a client answers 403 `dpop_bound_token`.',
+        schema: { type: 'string', enum: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] },
+      },
+      {
+        name: 'dpop_htu',
+        in: 'query',
+        description:
+          "With `dpop_htm`: the call's URL, under the client's `baseUrl` (query and fragment are not signed).",
+        schema: { type: 'string', format: 'uri' },
+      },
     ],
     responses: {
       '200': ok(
@@ -125,6 +139,7 @@ const OPERATIONS: Record<string, Json> = {
       ...problems([
         'invalid_request',
         'client_required',
+        'dpop_bound_token',
         ...CALLER_AUTH,
         ...NOT_FOUND,
         'method_not_allowed',
@@ -138,7 +153,7 @@ const OPERATIONS: Record<string, Json> = {
     operationId: 'oauthToken',
     summary: 'RFC 6749 token endpoint (client credentials) for stock OAuth clients',
     description:
-      'Caller authentication: `client_secret_basic` or `client_secret_post` (client id = caller name, secret = API key) in mode `api-key`; an RFC 7523 client assertion (the projected service-account token) in mode `kubernetes`. The provider client: `resource`, else `audience`, else `scope`; implied when the caller may use one client.',
+      'Caller authentication: `client_secret_basic` or `client_secret_post` (client id = caller name, secret = API key) in mode `api-key`; an RFC 7523 client assertion (the projected service-account token) in mode `kubernetes`. The provider client: `resource`, else `audience`, else `scope`; implied when the caller may use one client. A DPoP client answers `unauthorized_client` with a description starting `dpop_bound_token:`, unless it has `dpop.handOut` and the request names `dpop_htm` and `dpop_htu`.',
     security: [{ basic: [] }, {}],
     requestBody: {
       required: true,

@@ -5,12 +5,14 @@ import {
   type ClientConfig,
 } from '../config/client.schema';
 import { type ProviderSettings, tokenCallDeadlineMs } from '../config/config.schema';
+import { DpopKeyError, type DpopSigner, nonceOf } from '../dpop/dpop-proofs';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { createProviderAgent, readCapped, request, translateTransportError } from './provider-http';
 import {
   type GrantedToken,
   parseTokenResponse,
+  readOAuthError,
   tokenErrorForStatus,
 } from './token-response.parser';
 import type { Agent, Dispatcher } from 'undici';
@@ -72,6 +74,8 @@ export class AuthServerClient implements TokenGrantor {
     private readonly settings: ProviderSettings,
     private readonly defaultLifetimeSeconds: number,
     private readonly now: () => number = Date.now,
+    /** Signs the proofs of clients with `dpop` settings. */
+    private readonly dpop?: DpopSigner,
   ) {}
 
   async requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken> {
@@ -79,6 +83,19 @@ export class AuthServerClient implements TokenGrantor {
     if (client.tokenRequest.grant === 'provider-query') {
       return this.post(what, this.providerQuery(client, credentials, what));
     }
+    // A DPoP client's request is rebuilt for its nonce retry: a client assertion is single-use.
+    const send = (dpop?: string) => this.rfc6749(client, credentials, what, dpop);
+    return client.dpop === undefined
+      ? send()
+      : dpopTokenRequest(this.signer(what), client, what, send);
+  }
+
+  private async rfc6749(
+    client: ClientConfig,
+    credentials: ClientCredentials,
+    what: string,
+    dpop: string | undefined,
+  ): Promise<GrantedToken & { nonce?: string }> {
     const profile = client.tokenRequest;
     const form = new URLSearchParams({ grant_type: 'client_credentials' });
     if (profile.scope !== undefined) form.set('scope', profile.scope);
@@ -89,6 +106,7 @@ export class AuthServerClient implements TokenGrantor {
       ...profile.headers,
       'content-type': 'application/x-www-form-urlencoded',
       accept: 'application/json',
+      ...(dpop !== undefined && { dpop }),
     };
     const dispatcher = await this.authenticate(client, credentials, form, headers, what);
     return this.post(what, {
@@ -100,8 +118,15 @@ export class AuthServerClient implements TokenGrantor {
     });
   }
 
+  private signer(what: string): DpopSigner {
+    if (this.dpop === undefined) {
+      throw new ProviderException(ProviderErrorCode.Rejected, `${what}: no DPoP signer is wired`);
+    }
+    return this.dpop;
+  }
+
   /** One total deadline: undici's idle timers never end a body trickling in. */
-  private async post(what: string, call: TokenCall): Promise<GrantedToken> {
+  private async post(what: string, call: TokenCall): Promise<GrantedToken & { nonce?: string }> {
     const { url, headers, body: requestBody } = call;
     const settings = this.settings;
     // Expiry counts from *before* the request: the server's clock started no earlier.
@@ -124,6 +149,7 @@ export class AuthServerClient implements TokenGrantor {
       throw translateTransportError(cause, what);
     }
     const status = response.statusCode;
+    const nonce = nonceOf(response.headers['dpop-nonce']);
     if (body === undefined) {
       throw new ProviderException(
         ProviderErrorCode.MalformedResponse,
@@ -132,9 +158,17 @@ export class AuthServerClient implements TokenGrantor {
       );
     }
     if (status >= 200 && status < 300) {
-      return parseTokenResponse(body, sentAt, this.defaultLifetimeSeconds);
+      return { ...parseTokenResponse(body, sentAt, this.defaultLifetimeSeconds), nonce };
     }
-    throw tokenErrorForStatus(what, status, body, response.headers['retry-after'], call.check);
+    const error = tokenErrorForStatus(
+      what,
+      status,
+      body,
+      response.headers['retry-after'],
+      call.check,
+    );
+    if (nonce === undefined) throw error;
+    throw Object.assign(error, { nonce, useNonce: readOAuthError(body) === 'use_dpop_nonce' });
   }
 
   /** The provider's dialect: `POST {authUrl}/api/auth/v1/oauth/token?grant_type=...`. */
@@ -245,6 +279,51 @@ export class AuthServerClient implements TokenGrantor {
     // The old pool's connections authenticate with the rotated-out certificate.
     if (known) void known.agent.close().catch(() => undefined);
     return agent;
+  }
+}
+
+/**
+ * RFC 9449 §5 and §8: a proof with the authorization server's last nonce; its `use_dpop_nonce`
+ * answer (with the new nonce) is retried once, and a `DPoP-Nonce` on any answer is learnt for
+ * the fleet. A bearer answer to a proof is refused: the server did not bind the token.
+ */
+async function dpopTokenRequest(
+  dpop: DpopSigner,
+  client: ClientConfig,
+  what: string,
+  send: (proof: string) => Promise<GrantedToken & { nonce?: string }>,
+): Promise<GrantedToken> {
+  const url = client.tokenRequest.url!;
+  for (let attempt = 0; ; attempt++) {
+    let proof: string;
+    try {
+      proof = await dpop.proof(client, { method: 'POST', url, server: 'as' });
+    } catch (cause) {
+      // Retried as any failure is, unless an operator must fix the key first.
+      if (cause instanceof DpopKeyError && !cause.permanent) throw cause;
+      throw new ProviderException(
+        ProviderErrorCode.Rejected,
+        `${what}: cannot sign the DPoP proof: ${cause instanceof Error ? cause.message : 'error'}`,
+        { cause },
+      );
+    }
+    try {
+      const { nonce, ...granted } = await send(proof);
+      if (nonce !== undefined) await dpop.learn(client, 'as', url, nonce);
+      if (granted.tokenType !== 'DPoP') {
+        throw new ProviderException(
+          ProviderErrorCode.Rejected,
+          `${what}: the server answered a DPoP proof with token_type "Bearer": it does not bind this client's tokens; enable DPoP for the client at the server, or remove dpop from client "${client.id}"`,
+        );
+      }
+      return granted;
+    } catch (err) {
+      const { nonce, useNonce } = err as { nonce?: string; useNonce?: boolean };
+      if (nonce === undefined) throw err;
+      await dpop.learn(client, 'as', url, nonce);
+      // Once: a second nonce challenge in a row is the server's problem, not a stale nonce.
+      if (attempt > 0 || useNonce !== true) throw err;
+    }
   }
 }
 

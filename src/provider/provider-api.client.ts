@@ -3,6 +3,7 @@ import { Readable } from 'node:stream';
 import type { ClientConfig } from '../config/client.schema';
 import { ordersCallDeadlineMs, type OrdersSettings } from '../config/config.schema';
 import { trimTrailingSlashes } from '../config/schema-parts';
+import { type DpopSigner, nonceOf } from '../dpop/dpop-proofs';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import { Agent, failedToConnect, translateTransportError } from './provider-http';
 import type { Dispatcher } from 'undici';
@@ -86,15 +87,58 @@ export class ProviderApiClient implements ProviderApiGateway {
     private readonly dispatcher: Dispatcher,
     private readonly settings: OrdersSettings,
     private readonly userAgent = 'token-broker',
+    /** Signs a fresh proof per call for clients with `dpop` settings. */
+    private readonly dpop?: DpopSigner,
   ) {
     this.deadlineMs = ordersCallDeadlineMs(settings);
+  }
+
+  call(request: ApiRequest): Promise<ApiOutcome> {
+    if (request.client.dpop === undefined || this.dpop === undefined) {
+      return this.send(request, `Bearer ${request.accessToken}`);
+    }
+    return this.dpopCall(request, this.dpop);
+  }
+
+  /**
+   * RFC 9449 §7: `Authorization: DPoP` with a proof of this method and URL, the token's hash and
+   * the API's last nonce. Its `use_dpop_nonce` 401 carries the new one and was answered before
+   * the request was acted on, so the call goes once more with it; that 401 never reaches the
+   * caller, nor counts as a refused token.
+   */
+  private async dpopCall(request: ApiRequest, dpop: DpopSigner): Promise<ApiOutcome> {
+    const base = this.baseOf(request.client);
+    const url = `${base.origin}${base.base}${request.target}`;
+    const what = `${request.method} request for client "${request.client.id}"`;
+    for (let attempt = 0; ; attempt++) {
+      let proof: string;
+      try {
+        proof = await dpop.proof(request.client, {
+          method: request.method,
+          url,
+          accessToken: request.accessToken,
+          server: 'rs',
+        });
+      } catch (cause) {
+        const message = `${what}: cannot sign the DPoP proof: ${cause instanceof Error ? cause.message : 'error'}`;
+        const error = new ProviderException(ProviderErrorCode.Rejected, message, { cause });
+        return { kind: 'failed', delivered: 'no', error };
+      }
+      const outcome = await this.send(request, `DPoP ${request.accessToken}`, proof);
+      if (outcome.kind !== 'answered') return outcome;
+      const nonce = nonceOf(outcome.headers['dpop-nonce']);
+      if (nonce === undefined) return outcome;
+      await dpop.learn(request.client, 'rs', url, nonce);
+      if (attempt > 0 || outcome.status !== 401 || !asksForNonce(outcome.headers)) return outcome;
+      if (!Buffer.isBuffer(outcome.body)) outcome.body.destroy();
+    }
   }
 
   /**
    * `dispatch` with a handler rather than `request`: a small answer is collected into one buffer,
    * with no body stream or promise per chunk, and the handler knows whether a byte was written.
    */
-  call(request: ApiRequest): Promise<ApiOutcome> {
+  private send(request: ApiRequest, authorization: string, dpop?: string): Promise<ApiOutcome> {
     const base = this.baseOf(request.client);
     const what = `${request.method} request for client "${request.client.id}"`;
     return new Promise((settle) => {
@@ -109,7 +153,8 @@ export class ProviderApiClient implements ProviderApiGateway {
             accept: request.headers.accept ?? 'application/json',
             // The answer is screened for the token and relayed as read: never a compressed one.
             'accept-encoding': 'identity',
-            authorization: `Bearer ${request.accessToken}`,
+            authorization,
+            ...(dpop !== undefined && { dpop }),
             'user-agent': this.userAgent,
           },
           body: request.body,
@@ -135,6 +180,19 @@ export class ProviderApiClient implements ProviderApiGateway {
     }
     return base;
   }
+}
+
+/** RFC 9449 §9: `WWW-Authenticate: DPoP error="use_dpop_nonce"`. */
+export function asksForNonce(
+  headers: Readonly<Record<string, string | string[] | undefined>>,
+): boolean {
+  const challenge = headers['www-authenticate'];
+  const values: string[] = Array.isArray(challenge)
+    ? challenge
+    : challenge === undefined
+      ? []
+      : [challenge];
+  return values.some((v) => /^\s*DPoP\b/i.test(v) && /error\s*=\s*"?use_dpop_nonce"?/i.test(v));
 }
 
 /** One call in flight: the answer collected whole or streamed, and the call's one deadline. */

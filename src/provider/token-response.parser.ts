@@ -7,6 +7,8 @@ export interface GrantedToken {
   readonly expiresAt: number;
   /** Seconds: the provider's `expires_in`, or the default. */
   readonly lifetimeSeconds: number;
+  /** RFC 9449 §5: a token bound to the client's DPoP key; absent: a bearer token. */
+  readonly tokenType?: 'DPoP';
 }
 
 /** A larger `expires_in` is capped: refreshing early is safe. */
@@ -48,12 +50,9 @@ export function parseTokenResponse(
     throw malformed('"access_token" contains characters not allowed in a bearer token');
 
   const type = fields.token_type;
-  if (
-    type !== undefined &&
-    type !== null &&
-    (typeof type !== 'string' || type.toLowerCase() !== 'bearer')
-  ) {
-    throw malformed('"token_type" is present but not "Bearer"');
+  const kind = typeof type === 'string' ? type.toLowerCase() : type;
+  if (kind !== undefined && kind !== null && kind !== 'bearer' && kind !== 'dpop') {
+    throw malformed('"token_type" is present but neither "Bearer" nor "DPoP"');
   }
 
   const lifetimeSeconds = parseExpiresIn(fields.expires_in, defaultLifetimeSeconds);
@@ -62,6 +61,7 @@ export function parseTokenResponse(
     obtainedAt: sentAt,
     expiresAt: sentAt + lifetimeSeconds * 1000,
     lifetimeSeconds,
+    ...(kind === 'dpop' && { tokenType: 'DPoP' as const }),
   };
 }
 
@@ -134,7 +134,7 @@ function parseRetryAfter(value: string | string[] | undefined): number | undefin
 }
 
 /** Only a plausible identifier, never free text. */
-function readOAuthError(body: string): string | undefined {
+export function readOAuthError(body: string): string | undefined {
   try {
     const json = JSON.parse(body) as { error?: unknown };
     return typeof json.error === 'string' && /^[a-z_]{1,64}$/.test(json.error)

@@ -48,6 +48,11 @@ export const redisKeys = {
   /** A set, kept 10 minutes. */
   revocationAcks: (clientId: string, generation: number) => `tb:{${clientId}}:acks:${generation}`,
   lockHolder: (clientId: string) => `tb:{${clientId}}:holder`,
+  /** The generated DPoP proof key, sealed; never expires (a restart keeps the key). */
+  dpopKey: (clientId: string) => `tb:{${clientId}}:dpopkey`,
+  /** A server's last `DPoP-Nonce` for the client (PX a short while), `as` or `rs` per origin. */
+  dpopNonce: (clientId: string, server: string, origin: string) =>
+    `tb:{${clientId}}:dpopnonce:${server}:${createHash('sha256').update(origin).digest('hex').slice(0, 32)}`,
   /** Pub/sub channel (not a key); the message is the asker's id. */
   reloadChannel: 'tb:reload',
 } as const;

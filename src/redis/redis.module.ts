@@ -27,6 +27,8 @@ import {
   readRedisSecrets,
 } from './redis.connection';
 import { RedisTokenStore } from './token-store.redis';
+import { DPOP_STORE, type DpopStore, MemoryDpopStore } from '../dpop/dpop-store';
+import { RedisDpopStore } from './dpop-store.redis';
 
 /** The shared command connection, absent without a Redis. */
 const REDIS_CONNECTION = 'TOKEN_BROKER:REDIS_CONNECTION';
@@ -100,6 +102,12 @@ const REDIS_SECRETS = 'TOKEN_BROKER:REDIS_SECRETS';
       },
     },
     {
+      provide: DPOP_STORE,
+      inject: [REDIS_CONNECTION, TOKEN_CIPHER],
+      useFactory: (redis: RedisClient | null, cipher: TokenCipher): DpopStore =>
+        redis ? new RedisDpopStore(redis, cipher) : new MemoryDpopStore(),
+    },
+    {
       provide: FORWARD_RATE_LIMITER,
       inject: [BROKER_CONFIG, REDIS_CONNECTION, LOGGER],
       useFactory: (
@@ -118,7 +126,7 @@ const REDIS_SECRETS = 'TOKEN_BROKER:REDIS_SECRETS';
       ): ForwardRateLimiter => new RedisForwardRateLimiter(redis, config.orders, logger, 'orders'),
     },
   ],
-  exports: [TOKEN_STORE, IDEMPOTENCY_STORE, FORWARD_RATE_LIMITER, ORDERS_RATE_LIMITER],
+  exports: [TOKEN_STORE, IDEMPOTENCY_STORE, FORWARD_RATE_LIMITER, ORDERS_RATE_LIMITER, DPOP_STORE],
 })
 export class RedisModule implements OnApplicationShutdown {
   constructor(

@@ -110,7 +110,7 @@ export class RedisTokenRecords implements TokenRecords {
     sentAt: number,
     arrivedAt: number,
   ): StoredToken {
-    const [exp, obt, fp, val, inv, writerExp, redisNowText, generationText] = fields;
+    const [exp, obt, fp, val, inv, writerExp, redisNowText, generationText, typ] = fields;
     const generation = this.bus.learnGeneration(clientId, Number(generationText ?? fields[1]));
     // Redis answered: it is up, but the key holds something else than our hash.
     if (exp === 'wrongtype' && fields.length === 2) return this.corrupt(clientId, '');
@@ -136,12 +136,29 @@ export class RedisTokenRecords implements TokenRecords {
     // Expired in Redis time (the key outlived it by less than its own expiry granularity).
     if (expRedis <= redisNow) return { status: 'absent' };
     const lifetimeMs = expRedis - obtRedis;
-    const accessToken = this.openValue(clientId, val, fp, lifetimeMs, writerExp, generation);
+    // Only DPoP is written; anything else is not a broker's.
+    if (typ !== null && typ !== undefined && typ !== 'DPoP') return this.corrupt(clientId, val);
+    const tokenType = typ === 'DPoP' ? ('DPoP' as const) : undefined;
+    const accessToken = this.openValue(
+      clientId,
+      val,
+      fp,
+      lifetimeMs,
+      writerExp,
+      generation,
+      tokenType,
+    );
     if (accessToken === undefined) return this.corrupt(clientId, val);
     const offset = this.health.clock.observe(sentAt, arrivedAt, redisNow);
     const expiresAt = checkedExpiry(expRedis, offset, writerExp);
     if (expiresAt === undefined) return this.corrupt(clientId, val);
-    const record = { accessToken, expiresAt, obtainedAt: expiresAt - lifetimeMs, fingerprint: fp };
+    const record = {
+      accessToken,
+      expiresAt,
+      obtainedAt: expiresAt - lifetimeMs,
+      fingerprint: fp,
+      ...(tokenType !== undefined && { tokenType }),
+    };
     return { status: 'found', record: withGeneration(record, generation) };
   }
 
@@ -152,7 +169,7 @@ export class RedisTokenRecords implements TokenRecords {
     const sealed = this.cipher.seal(
       clientId,
       record.accessToken,
-      recordContext(record.fingerprint, lifetimeMs, writerExpiresAt),
+      recordContext(record.fingerprint, lifetimeMs, writerExpiresAt, record.tokenType),
       record.generation ?? 0,
     );
     // Durations from this replica's clock: whatever its offset, it cancels out here.
@@ -169,6 +186,7 @@ export class RedisTokenRecords implements TokenRecords {
         MAX_LIFETIME_MS + FENCE_SLACK_MS,
         writerExpiresAt,
         record.generation ?? 0,
+        record.tokenType ?? '',
       ),
     );
     this.bus.learnGeneration(clientId, Number(generation));
@@ -210,6 +228,7 @@ export class RedisTokenRecords implements TokenRecords {
     lifetimeMs: number,
     writerExp: string | null | undefined,
     generation: number,
+    tokenType: 'DPoP' | undefined,
   ): string | undefined {
     let accessToken: string;
     try {
@@ -218,7 +237,7 @@ export class RedisTokenRecords implements TokenRecords {
       accessToken = this.cipher.open(
         clientId,
         val,
-        recordContext(fp, lifetimeMs, writerExp ?? ''),
+        recordContext(fp, lifetimeMs, writerExp ?? '', tokenType),
         generation,
       );
     } catch {
@@ -274,9 +293,15 @@ function checkedExpiry(
   return Number.isFinite(writerExpiresAt) && overclaims ? undefined : expiresAt;
 }
 
-/** The fields kept in clear. */
-function recordContext(fingerprint: string, lifetimeMs: number, writerExpiresAt: string): string {
-  return `fp=${fingerprint};life=${lifetimeMs};wexp=${writerExpiresAt}`;
+/** The fields kept in clear; the token type only when there is one, as older versions wrote. */
+function recordContext(
+  fingerprint: string,
+  lifetimeMs: number,
+  writerExpiresAt: string,
+  tokenType?: string,
+): string {
+  const context = `fp=${fingerprint};life=${lifetimeMs};wexp=${writerExpiresAt}`;
+  return tokenType === undefined ? context : `${context};typ=${tokenType}`;
 }
 
 const CLOCK_GRAIN_MS = 2;

@@ -33,7 +33,8 @@ end
  * KEYS[1] token hash, KEYS[2] generation.
  * ARGV[1] remaining lifetime (ms), ARGV[2] total lifetime (ms), ARGV[3] fingerprint, ARGV[4]
  * sealed value, ARGV[5] channel, ARGV[6] longest believable lifetime (ms), ARGV[7] the writer's
- * own expiry (epoch ms, a hint), ARGV[8] the generation the token was requested in.
+ * own expiry (epoch ms, a hint), ARGV[8] the generation the token was requested in, ARGV[9]
+ * the token type (`DPoP`, or empty for a bearer token: no field, as older versions write).
  * Returns {1 written | 0 fenced | -1 older generation, the current generation}.
  */
 const WRITE_FENCED = `${REDIS_NOW}${GENERATION}
@@ -68,6 +69,7 @@ if writerGen > gen then
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'exp', exp, 'obt', obt, 'fp', ARGV[3], 'val', ARGV[4], 'wexp', ARGV[7])
+if ARGV[9] and ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'typ', ARGV[9]) end
 redis.call('PEXPIRE', KEYS[1], remaining)
 -- The fingerprint, not a time: another replica's clock could not compare a time anyway.
 redis.call('PUBLISH', ARGV[5], 'u:' .. ARGV[3])
@@ -119,6 +121,7 @@ if t ~= 'hash' and t ~= 'none' then return {'wrongtype', gen} end
 local r = redis.call('HMGET', KEYS[1], 'exp', 'obt', 'fp', 'val', 'inv', 'wexp')
 r[7] = tostring(redisNow())
 r[8] = gen
+r[9] = redis.call('HGET', KEYS[1], 'typ')
 return r
 `;
 
@@ -141,6 +144,7 @@ for i = 1, #ARGV, 2 do
     local r = redis.call('HMGET', ARGV[i], 'exp', 'obt', 'fp', 'val', 'inv', 'wexp')
     r[7] = now
     r[8] = gen
+    r[9] = redis.call('HGET', ARGV[i], 'typ')
     out[#out + 1] = r
   end
 end

@@ -18,6 +18,8 @@ export interface OAuthTokenRequest {
   readonly target:
     | { readonly param: 'resource' | 'audience' | 'scope'; readonly value: string }
     | undefined;
+  /** The call a DPoP client's hand-out proof is for (`dpop_htm`, `dpop_htu`). */
+  readonly dpop?: { readonly method?: string; readonly url?: string };
 }
 
 /** Any other parameter is ignored (RFC 6749 §3.2). */
@@ -30,9 +32,11 @@ const KNOWN = [
   'resource',
   'audience',
   'scope',
+  'dpop_htm',
+  'dpop_htu',
 ] as const;
 type Params = Partial<Record<(typeof KNOWN)[number], string>>;
-type ClientAuthentication = Omit<OAuthTokenRequest, 'target'>;
+type ClientAuthentication = Omit<OAuthTokenRequest, 'target' | 'dpop'>;
 
 const BASIC = /^Basic +([A-Za-z0-9+/]+={0,2}) *$/i;
 const FORM = /^application\/x-www-form-urlencoded\s*(;|$)/i;
@@ -70,6 +74,9 @@ export function parseOAuthTokenRequest(
   return {
     ...clientAuthentication(p, authorization, mode),
     target: target(p),
+    ...((p.dpop_htm ?? p.dpop_htu) !== undefined && {
+      dpop: { method: p.dpop_htm, url: p.dpop_htu },
+    }),
   };
 }
 

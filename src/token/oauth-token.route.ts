@@ -16,7 +16,7 @@ import {
   type OAuthTokenRequest,
   parseOAuthTokenRequest,
 } from './oauth-token-request';
-import { TOKEN_HEADERS, tokenBody } from './token-body';
+import { TOKEN_HEADERS } from './token-body';
 import { TokenFront } from './token-front';
 import { TokenErrorCode, TokenException } from './token.exception';
 import { TokenService } from './token.service';
@@ -131,8 +131,13 @@ export class OAuthTokenRoute implements OnModuleInit {
       const requested = request.target?.value ?? (only ? [...caller.clients][0] : undefined);
       const clientId = this.tokens.resolveClient(requested, caller);
       progress.clientId = clientId;
-      const record = await this.front.tokenFor(caller, clientId, requestIdsOf(req));
-      return reply.code(200).headers(TOKEN_HEADERS).send(tokenBody(record, Date.now()));
+      const body = await this.front.tokenBodyFor(
+        caller,
+        clientId,
+        requestIdsOf(req),
+        request.dpop ?? {},
+      );
+      return reply.code(200).headers(TOKEN_HEADERS).send(body);
     } catch (err) {
       return this.refuse(err, progress, req, reply);
     }
@@ -228,6 +233,8 @@ function tokenError(err: TokenException, progress: Progress): OAuthError {
         OAuthErrorCode.InvalidRequest,
         'several clients are possible: name one with resource=<client id>',
       ];
+    case TokenErrorCode.DpopBound:
+      return [OAuthErrorCode.UnauthorizedClient, `${err.code}: ${err.message}`];
     case TokenErrorCode.Unavailable:
     case TokenErrorCode.CredentialsRejected:
     case TokenErrorCode.CredentialsUnavailable:

@@ -71,7 +71,7 @@ describe(TokenFront.name, () => {
       requests: { record: (...args: unknown[]) => recorded.push(args) },
     } as unknown as HttpMetricsHook;
     const unused = {} as never;
-    front = new TokenFront(unused, unused, unused, unused, metrics, unused);
+    front = new TokenFront(unused, unused, unused, unused, metrics, unused, unused);
     // The answer itself is stubbed: these cases are about reading requests and writing answers.
     jest
       .spyOn(front, 'respond')

@@ -17,6 +17,8 @@ import { LOGGER } from '../logging/logger';
 import { HttpMetricsHook } from '../metrics/http-metrics.hook';
 import { MetricsService } from '../metrics/metrics.service';
 import { inCallerSpan } from '../tracing/spans';
+import { DPOP_SIGNER, type DpopSigner } from '../dpop/dpop-proofs';
+import { handOutBody, handOutTarget, type HandOutTarget } from './dpop-hand-out';
 import { TokenAuditTrail } from './token-audit';
 import { TOKEN_HEADERS, tokenBody } from './token-body';
 import type { TokenRecord } from './token-record';
@@ -50,6 +52,7 @@ export class TokenFront {
     private readonly audit: TokenAuditTrail,
     private readonly httpMetrics: HttpMetricsHook,
     @Inject(LOGGER) private readonly logger: Logger,
+    @Inject(DPOP_SIGNER) private readonly dpop: DpopSigner,
   ) {}
 
   /** Returns whether it took the request. */
@@ -90,6 +93,24 @@ export class TokenFront {
       );
     }
     return this.serve(caller, query, ids, req);
+  }
+
+  /** `POST /oauth2/token`'s answer body: a DPoP client's with its one-time proof. */
+  async tokenBodyFor(
+    caller: Caller,
+    clientId: string,
+    ids: RequestIds,
+    dpop: HandOutTarget,
+  ): Promise<Buffer> {
+    const client = this.tokens.clientConfig(clientId);
+    const target =
+      client.dpop === undefined
+        ? undefined
+        : handOutTarget(client, caller.scopes.has('token'), dpop);
+    const record = await this.tokenFor(caller, clientId, ids);
+    return target === undefined
+      ? tokenBody(record, Date.now())
+      : handOutBody(this.dpop, client, record, target, Date.now());
   }
 
   /** `POST /oauth2/token`, for a client already resolved: same L1 read, wait and audit. */
@@ -133,9 +154,19 @@ export class TokenFront {
   ): TokenAnswer | Promise<TokenAnswer> {
     let clientId: string | undefined;
     try {
-      // A proxy-only caller (scope "forward") never sees the token, from any route.
+      // A proxy-only caller (scope "forward") never sees the token, from any route; one that
+      // names a DPoP client learns where its calls go instead.
+      if (!caller.scopes.has('token')) this.refuseBound(caller, query);
       assertScope(caller, 'token');
       clientId = this.tokens.resolveClient(single(query, 'client'), caller);
+      const client = this.tokens.clientConfig(clientId);
+      if (client.dpop !== undefined) {
+        const target = handOutTarget(client, true, {
+          method: single(query, 'dpop_htm'),
+          url: single(query, 'dpop_htu'),
+        });
+        return this.handOut(caller, client.id, target, ids);
+      }
       const minTtl = single(query, 'min_ttl');
       const minMs =
         minTtl === undefined ? 0 : parseMinTtl(minTtl, this.tokens.maxMinTtlSeconds) * 1000;
@@ -146,6 +177,37 @@ export class TokenFront {
       return inCallerSpan(req?.headers, 'GET /token (wait)', { 'token_broker.client': id }, () =>
         this.wait(caller, id, minMs, ids),
       );
+    } catch (err) {
+      return this.refuse(err, caller, clientId, ids);
+    }
+  }
+
+  /** Throws `dpop_bound_token` for a DPoP client the caller may use; else nothing. */
+  private refuseBound(caller: Caller, query: TokenQuery): void {
+    let clientId: string;
+    try {
+      clientId = this.tokens.resolveClient(single(query, 'client'), caller);
+    } catch {
+      return;
+    }
+    const client = this.tokens.clientConfig(clientId);
+    if (client.dpop !== undefined) handOutTarget(client, false, {});
+  }
+
+  /** Never from the answer cache: each proof is for one call. */
+  private async handOut(
+    caller: Caller,
+    clientId: string,
+    target: { method: string; url: string },
+    ids: RequestIds,
+  ): Promise<TokenAnswer> {
+    try {
+      const client = this.tokens.clientConfig(clientId);
+      const record = this.tokens.peek(clientId, 0) ?? (await this.tokens.getToken(clientId, 0));
+      const now = Date.now();
+      const body = await handOutBody(this.dpop, client, record, target, now);
+      this.audit.issued(ids, caller, clientId, record, now);
+      return issuedAnswer(body);
     } catch (err) {
       return this.refuse(err, caller, clientId, ids);
     }

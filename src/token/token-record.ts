@@ -9,6 +9,8 @@ export interface TokenRecord {
   readonly fingerprint: string;
   /** The client's revocation generation when requested (absent: 0); older ones are never served. */
   readonly generation?: number;
+  /** RFC 9449: `DPoP` when bound to the client's DPoP key; absent: a bearer token. */
+  readonly tokenType?: 'DPoP';
 }
 
 /** 64 bits of SHA-256: plenty to tell one client's tokens apart, and reveals nothing. */
@@ -17,10 +19,11 @@ export function fingerprintOf(accessToken: string): string {
 }
 
 export function toRecord(
-  grant: Pick<TokenRecord, 'accessToken' | 'obtainedAt' | 'expiresAt'>,
+  grant: Pick<TokenRecord, 'accessToken' | 'obtainedAt' | 'expiresAt' | 'tokenType'>,
 ): TokenRecord {
-  const { accessToken, obtainedAt, expiresAt } = grant;
-  return { accessToken, obtainedAt, expiresAt, fingerprint: fingerprintOf(accessToken) };
+  const { accessToken, obtainedAt, expiresAt, tokenType } = grant;
+  const record = { accessToken, obtainedAt, expiresAt, fingerprint: fingerprintOf(accessToken) };
+  return tokenType === undefined ? record : { ...record, tokenType };
 }
 
 /** Generation 0 (no revoke ever) is left out, the same as absent. */

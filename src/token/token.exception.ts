@@ -14,6 +14,8 @@ export enum TokenErrorCode {
   CredentialsRejected = 'credentials_rejected',
   CredentialsUnavailable = 'credentials_unavailable',
   ShuttingDown = 'shutting_down',
+  /** RFC 9449: the client's tokens work only with the broker's proof key. */
+  DpopBound = 'dpop_bound_token',
 }
 
 export const TOKEN_PROBLEMS: ProblemTable<TokenErrorCode> = {
@@ -31,6 +33,7 @@ export const TOKEN_PROBLEMS: ProblemTable<TokenErrorCode> = {
     retryAfterSeconds: 1,
   },
   [TokenErrorCode.ShuttingDown]: { status: 503, title: 'Shutting down', retryAfterSeconds: 1 },
+  [TokenErrorCode.DpopBound]: { status: 403, title: 'DPoP-bound token' },
 };
 
 interface TokenExceptionOptions extends BrokerExceptionOptions {

@@ -22,6 +22,8 @@ export interface AuthServerOptions {
   resources?: string[];
   /** Serve https, asking for (and verifying against `clientCa`) a client certificate: PEM files. */
   tls?: { key: string; cert: string; clientCa: string };
+  /** DPoP (RFC 9449) on, every proof needing a server nonce (see {@link AuthServer.rotateDpopNonce}). */
+  dpop?: boolean;
 }
 
 /** The resource indicator the helper registers by default. */
@@ -43,6 +45,10 @@ export interface AuthServer {
   readonly url: string;
   /** Its token endpoint. */
   readonly tokenUrl: string;
+  /** Its JWKS (`/jwks`): the keys its JWT access tokens are signed with. */
+  readonly jwksUrl: string;
+  /** With `dpop`: a fresh nonce secret, so every nonce handed out so far is refused. */
+  rotateDpopNonce(): Promise<void>;
   /** Every token request so far, successful or not, oldest first. */
   grants(): GrantEvent[];
   logs(): string[];
@@ -66,6 +72,7 @@ export async function startAuthServer(opts: AuthServerOptions): Promise<AuthServ
       scopes: opts.scopes ?? ['orders'],
       resources: opts.resources ?? [RESOURCE],
       tls: opts.tls,
+      dpop: opts.dpop ?? false,
       clients: opts.clients.map((c) => ({
         grant_types: ['client_credentials'],
         redirect_uris: [],
@@ -104,6 +111,11 @@ export async function startAuthServer(opts: AuthServerOptions): Promise<AuthServ
   return {
     url,
     tokenUrl: `${url}/token`,
+    jwksUrl: `${url}/jwks`,
+    async rotateDpopNonce() {
+      const res = await fetch(`${url}/__test/rotate-dpop-nonce`, { method: 'POST' });
+      if (res.status !== 204) throw new Error(`nonce rotation answered ${res.status}`);
+    },
     grants: () =>
       proc
         .logs()
