@@ -1,4 +1,3 @@
-import type { ClientConfig } from '../config/client.schema';
 import {
   Inject,
   Injectable,
@@ -370,11 +369,6 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
       }),
     );
     return { store: this.store.health.topology(), clients };
-  }
-
-  /** A configured client's settings (throws `unknown_client`). */
-  clientConfig(clientId: string): ClientConfig {
-    return this.manager(clientId).client;
   }
 
   private manager(clientId: string): ClientTokenManager {
