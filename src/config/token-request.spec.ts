@@ -54,7 +54,7 @@ describe('tokenRequest, a client profile for its token request', () => {
       resource: ['https://api.example.com/orders', 'https://api.example.com/offers'],
       params: { tenant: 'acme' },
       headers: { 'X-Tenant': 'acme' },
-      assertion: { alg: 'ES256', kid: 'key-2026', lifetimeSeconds: 60 },
+      assertion: { alg: 'ES256', audience: 'token_endpoint', kid: 'key-2026', lifetimeSeconds: 60 },
     });
   });
 
@@ -262,13 +262,13 @@ describe('tokenRequest, a client profile for its token request', () => {
         'a certificate with private_key_jwt',
         FILES,
         { ...MTLS, auth: 'private_key_jwt' },
-        'clients[0].credentials.certificateFile: only with auth "tls_client_auth"',
+        'clients[0].credentials.certificateFile: only with the mutual-TLS methods',
       ],
       [
         'key files with a shared-secret method',
         FILES,
         { ...MTLS, auth: 'client_secret_post' },
-        'clients[0].credentials.privateKeyFile: only with auth "private_key_jwt" or "tls_client_auth"',
+        'clients[0].credentials.privateKeyFile: only with auth "private_key_jwt", "tls_client_auth" or "self_signed_tls_client_auth"',
       ],
     ])(
       'refuses %s, naming the setting and never a value',

@@ -1,3 +1,7 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { makeTestCertificates } from '../../test/support/test-certificates';
 import { generateKeyPairSync } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -219,14 +223,17 @@ describe(AuthServerClient.name, () => {
     });
 
     it('tls_client_auth: the client certificate', async () => {
+      // A real pair: the agent checks that the certificate and key belong together.
+      const dir = mkdtempSync(join(tmpdir(), 'tb-rfc6749-mtls-'));
+      const certs = makeTestCertificates(dir);
       const message = await refused(
         { auth: 'tls_client_auth' },
         {
           clientId: 'c',
-          certificate: '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----',
-          privateKey: KEY,
+          certificate: readFileSync(certs.clientCert, 'utf8'),
+          privateKey: readFileSync(certs.clientKey, 'utf8'),
         },
-      );
+      ).finally(() => rmSync(dir, { recursive: true, force: true }));
       expect(message).toMatch(/registered the client certificate/);
       expect(message).not.toMatch(/secret/);
     });
