@@ -11,6 +11,7 @@ import { providerSettingsSchema } from '../config/provider.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode } from './provider.exception';
 import { createProviderAgent } from './provider-http';
+import type { ProviderMetadataCache } from './provider-metadata';
 import { AuthServerClient, INVALID_CLIENT_CHECKS } from './auth-server.client';
 import type { Agent } from 'undici';
 
@@ -157,6 +158,29 @@ describe(AuthServerClient.name, () => {
       expect(jtis.size).toBe(3);
     },
   );
+
+  it('addresses the assertion to the issuer with assertion.audience "issuer"', async () => {
+    const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+    const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+    const issuer = 'https://as.example.test';
+    // The issuer's metadata is not read: tokenRequest.url wins, and this stands in for it.
+    const metadata = {
+      get: () => Promise.resolve({ issuer, from: issuer, tokenEndpoint: `${issuer}/token` }),
+    } as unknown as ProviderMetadataCache;
+    const withIssuer = new AuthServerClient(agent, settings, 1800, () => 1_000_000, { metadata });
+    await withIssuer.requestToken(
+      client({ auth: 'private_key_jwt', issuer, assertion: { alg: 'ES256', audience: 'issuer' } }),
+      { clientId: 'shipping-client', privateKey: pem },
+    );
+    const jwt = seen[0].form.get('client_assertion')!;
+    const { payload } = await jwtVerify(jwt, publicKey, {
+      audience: issuer,
+      currentDate: new Date(1_000_000),
+    });
+    expect(payload.aud).toBe(issuer);
+    // Posted to the configured url all the same.
+    expect(seen[0].path).toBe('/oauth2/token?tenant=acme');
+  });
 
   it('refuses a key that does not fit the algorithm before sending anything, never quoting it', async () => {
     const { privateKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });

@@ -7,13 +7,15 @@ import {
 } from '../config/client.schema';
 import { type ProviderSettings, tokenCallDeadlineMs } from '../config/config.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
-import { ClientAgents, tlsSettingNames } from './client-tls';
+import { ClientAgents, probeCertificateRefusal, tlsSettingNames } from './client-tls';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import {
+  closedBeforeAnswer,
   createProviderAgent,
   readCapped,
   request,
   type TlsSettingNames,
+  tlsMisconfigured,
   translateTransportError,
 } from './provider-http';
 import { type ProviderMetadataCache, tokenEndpointFrom } from './provider-metadata';
@@ -132,6 +134,7 @@ export class AuthServerClient implements TokenGrantor {
       accept: 'application/json',
     };
     const dispatcher = await this.authenticate(client, credentials, form, headers, what, url);
+    const names = tlsSettingNames(client);
     const granted = await this.post(
       what,
       {
@@ -141,8 +144,16 @@ export class AuthServerClient implements TokenGrantor {
         body: form.toString(),
         check: INVALID_CLIENT_CHECKS[profile.auth],
       },
-      tlsSettingNames(client),
-    );
+      names,
+    ).catch(async (err: unknown) => {
+      // A server that refuses the certificate often just closes the connection: ask it.
+      const options = this.agents.optionsOf(client.id);
+      if (presentsCertificate(profile.auth) && options && closedBeforeAnswer(errorCause(err))) {
+        const how = await probeCertificateRefusal(url, options, this.settings.connectTimeoutMs);
+        if (how !== undefined) throw tlsMisconfigured('certificate', how, what, names, err);
+      }
+      throw err;
+    });
     // The certificate this token is bound to (RFC 8705 §3): the one its API calls present.
     if (presentsCertificate(profile.auth)) this.extras.onGranted?.(client, credentials);
     return granted;
@@ -303,6 +314,10 @@ export class AuthServerClient implements TokenGrantor {
       );
     }
   }
+}
+
+function errorCause(err: unknown): unknown {
+  return err instanceof ProviderException ? err.cause : err;
 }
 
 /** RFC 6749 Appendix B (spaces as `+`). */

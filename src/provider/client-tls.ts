@@ -1,11 +1,17 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import * as tls from 'node:tls';
 import { type ClientConfig, presentsCertificate } from '../config/client.schema';
 import { describeCredentialsSource, shownReference } from '../config/secret-reference';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
-import type { Agent, ClientTlsOptions, TlsSettingNames } from './provider-http';
+import {
+  type Agent,
+  CERTIFICATE_ALERT,
+  type ClientTlsOptions,
+  type TlsSettingNames,
+} from './provider-http';
 
 /** The settings a TLS failure of `client`'s connections names. */
 export function tlsSettingNames(client: ClientConfig): TlsSettingNames {
@@ -33,7 +39,10 @@ function defaultCas(): readonly string[] {
  * `purpose` keeps the token endpoint's agents and the API's apart.
  */
 export class ClientAgents {
-  private readonly agents = new Map<string, { fingerprint: string; agent: Agent }>();
+  private readonly agents = new Map<
+    string,
+    { fingerprint: string; agent: Agent; options: ClientTlsOptions }
+  >();
   private readonly cas = new Map<string, { pem: string; readAt: number }>();
 
   /**
@@ -74,10 +83,15 @@ export class ClientAgents {
     };
     checkUsable(client, options, what);
     const agent = this.create(options);
-    this.agents.set(client.id, { fingerprint, agent });
+    this.agents.set(client.id, { fingerprint, agent, options });
     // The old pool's connections present the rotated-out certificate.
     if (known) void known.agent.close().catch(() => undefined);
     return agent;
+  }
+
+  /** What `client`'s agent presents and trusts, if it has one. */
+  optionsOf(clientId: string): ClientTlsOptions | undefined {
+    return this.agents.get(clientId)?.options;
   }
 
   async close(): Promise<void> {
@@ -122,4 +136,49 @@ function checkUsable(client: ClientConfig, options: ClientTlsOptions, what: stri
         : `${what}: the client's caFile "${shownReference(client.caFile ?? '')}" or its certificate and key cannot be used (${code}): the CA file must hold PEM certificates`,
     );
   }
+}
+
+/**
+ * Whether the server at `url` refuses the client certificate in `options`: one handshake of its
+ * own, after a call on it failed with the connection closed before any answer. A TLS 1.3 server
+ * judges the certificate after the client thinks the handshake done, and many (Node's among
+ * them) then close the connection without an alert the client could read: so a server that
+ * sends an alert about the certificate, or closes a connection it just completed before any
+ * request, refuses it; one that keeps it open accepted it (and the failure was something else).
+ * Returns how it refused, or `undefined`.
+ */
+export function probeCertificateRefusal(
+  url: string,
+  options: ClientTlsOptions,
+  timeoutMs: number,
+): Promise<string | undefined> {
+  const u = new URL(url);
+  const host = u.hostname.replace(/^\[(.*)\]$/, '$1');
+  return new Promise((resolve) => {
+    let secured = false;
+    let settled = false;
+    const socket = tls.connect({
+      host,
+      port: Number(u.port || 443),
+      ...(isIP(host) === 0 && { servername: host }),
+      ALPNProtocols: ['http/1.1'],
+      ...options,
+    });
+    const done = (how: string | undefined) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(how);
+    };
+    const timer = setTimeout(() => done(undefined), timeoutMs);
+    socket.once('secureConnect', () => (secured = true));
+    socket.on('data', () => done(undefined));
+    socket.once('error', (err: Error & { code?: string }) =>
+      done(CERTIFICATE_ALERT.test(err.code ?? '') ? err.code : undefined),
+    );
+    socket.once('close', () =>
+      done(secured ? 'it closed the connection right after the handshake' : undefined),
+    );
+  });
 }

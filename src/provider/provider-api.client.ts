@@ -5,13 +5,15 @@ import { ordersCallDeadlineMs, type OrdersSettings } from '../config/config.sche
 import { trimTrailingSlashes } from '../config/schema-parts';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { SecretsException } from '../secrets/secrets.exception';
-import { ClientAgents, tlsSettingNames } from './client-tls';
+import { ClientAgents, probeCertificateRefusal, tlsSettingNames } from './client-tls';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
 import {
   Agent,
   type ClientTlsOptions,
+  closedBeforeAnswer,
   failedToConnect,
   type TlsSettingNames,
+  tlsMisconfigured,
   translateTransportError,
 } from './provider-http';
 import type { Dispatcher } from 'undici';
@@ -158,10 +160,35 @@ export class ProviderApiClient implements ProviderApiGateway {
     if (!mutual && client.caFile === undefined) {
       return this.send(this.dispatcher, request, what, undefined);
     }
+    const names = tlsSettingNames(client);
     return this.ownDispatcher(client, mutual, what).then(
-      (dispatcher) => this.send(dispatcher, request, what, tlsSettingNames(client)),
+      async (dispatcher) => {
+        const outcome = await this.send(dispatcher, request, what, names);
+        return mutual ? this.diagnosed(client, outcome, what, names) : outcome;
+      },
       (err: unknown) => ({ kind: 'failed', delivered: 'no', error: this.setUpFailure(err, what) }),
     );
+  }
+
+  /** A connection closed before any answer may be the certificate refused: ask the server. */
+  private async diagnosed(
+    client: ClientConfig,
+    outcome: ApiOutcome,
+    what: string,
+    names: TlsSettingNames,
+  ): Promise<ApiOutcome> {
+    const options = this.agents.optionsOf(client.id);
+    if (outcome.kind !== 'failed' || !options || !closedBeforeAnswer(outcome.error.cause)) {
+      return outcome;
+    }
+    const how = await probeCertificateRefusal(
+      client.baseUrl,
+      options,
+      this.settings.connectTimeoutMs,
+    );
+    if (how === undefined) return outcome;
+    // Whether it was delivered is as the failed call left it: the probe is another connection.
+    return { ...outcome, error: tlsMisconfigured('certificate', how, what, names, outcome.error) };
   }
 
   private async ownDispatcher(

@@ -80,7 +80,7 @@ const UNTRUSTED_SERVER_CODES = new Set([
 ]);
 
 /** The server ended the handshake over the client's certificate (a TLS alert). */
-const CERTIFICATE_ALERT =
+export const CERTIFICATE_ALERT =
   /^ERR_SSL_(?:SSLV3|TLSV1|TLSV13)_ALERT_(?:BAD_CERTIFICATE|CERTIFICATE_\w+|UNKNOWN_CA|ACCESS_DENIED|UNSUPPORTED_CERTIFICATE)$/;
 
 /** A certificate and key that do not belong together, or key material OpenSSL cannot read. */
@@ -143,17 +143,7 @@ export function translateTransportError(
   if (cause instanceof ProviderException) return cause;
   const code = codeOf(cause);
   const refusal = tlsRefusal(code);
-  if (refusal !== undefined) {
-    const certificate = tls.certificate ?? "the client's credentials";
-    const message = {
-      untrusted: `the provider's TLS certificate is not trusted (${code}); the server is checked against ${tls.trust}`,
-      certificate: `the provider refused the client certificate in the TLS handshake (${code}); check that the server trusts the issuer of the certificate in ${certificate} and that it has not expired`,
-      key: `the client certificate and private key in ${certificate} cannot be used together (${code}): the key must be the certificate's own, both PEM`,
-    }[refusal];
-    return new ProviderException(ProviderErrorCode.Misconfigured, `${what}: ${message}`, {
-      cause,
-    });
-  }
+  if (refusal !== undefined) return tlsMisconfigured(refusal, code, what, tls, cause);
   if (failedToConnect(cause)) {
     return new ProviderException(
       ProviderErrorCode.Unreachable,
@@ -180,6 +170,30 @@ export function translateTransportError(
     `${what}: the connection to the provider failed (${code || (cause instanceof Error ? cause.name : 'error')})`,
     { cause },
   );
+}
+
+/** A TLS failure no retry mends, naming what to fix. */
+export function tlsMisconfigured(
+  refusal: 'untrusted' | 'certificate' | 'key',
+  how: string,
+  what: string,
+  tls: TlsSettingNames,
+  cause?: unknown,
+): ProviderException {
+  const certificate = tls.certificate ?? "the client's credentials";
+  const message = {
+    untrusted: `the provider's TLS certificate is not trusted (${how}); the server is checked against ${tls.trust}`,
+    certificate: `the provider refused the client certificate in the TLS handshake (${how}); check that the server trusts the issuer of the certificate in ${certificate}, has it registered, and that it has not expired`,
+    key: `the client certificate and private key in ${certificate} cannot be used together (${how}): the key must be the certificate's own, both PEM`,
+  }[refusal];
+  return new ProviderException(ProviderErrorCode.Misconfigured, `${what}: ${message}`, {
+    ...(cause !== undefined && { cause }),
+  });
+}
+
+/** A connection the server closed or reset before answering: a refused certificate, maybe. */
+export function closedBeforeAnswer(cause: unknown): boolean {
+  return ['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'].includes(codeOf(cause));
 }
 
 /** More is an error, so a huge answer cannot exhaust memory. */

@@ -160,7 +160,8 @@ export class ProviderMetadataCache {
     return this.read(client);
   }
 
-  private async refresh(client: ClientConfig): Promise<void> {
+  /** One re-read, as the timer runs it: a failure is logged, the last good metadata kept. */
+  async refresh(client: ClientConfig): Promise<void> {
     try {
       await this.read(client);
     } catch (err) {

@@ -22,6 +22,16 @@ export interface AuthServerOptions {
   resources?: string[];
   /** Serve https, asking for (and verifying against `clientCa`) a client certificate: PEM files. */
   tls?: { key: string; cert: string; clientCa: string };
+  /**
+   * With `tls`: bind access tokens to the client certificate (RFC 8705 §3,
+   * `features.mTLS.certificateBoundAccessTokens`). @default false
+   */
+  certificateBoundAccessTokens?: boolean;
+  /**
+   * With `tls`: the issuer's listener asks for no client certificate; a second one that does is
+   * published as `mtls_endpoint_aliases.token_endpoint` (RFC 8705 §5). @default false
+   */
+  mtlsAlias?: boolean;
 }
 
 /** The resource indicator the helper registers by default. */
@@ -56,6 +66,7 @@ export interface AuthServer {
  */
 export async function startAuthServer(opts: AuthServerOptions): Promise<AuthServer> {
   const port = await freePort();
+  const mtlsAliasPort = opts.mtlsAlias ? await freePort() : undefined;
   const dir = mkdtempSync(join(tmpdir(), 'tb-oidc-'));
   const settingsFile = join(dir, 'settings.json');
   writeFileSync(
@@ -66,6 +77,8 @@ export async function startAuthServer(opts: AuthServerOptions): Promise<AuthServ
       scopes: opts.scopes ?? ['orders'],
       resources: opts.resources ?? [RESOURCE],
       tls: opts.tls,
+      certificateBoundAccessTokens: opts.certificateBoundAccessTokens,
+      mtlsAliasPort,
       clients: opts.clients.map((c) => ({
         grant_types: ['client_credentials'],
         redirect_uris: [],

@@ -12,6 +12,12 @@ import Provider from 'oidc-provider';
 const settings = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const scheme = settings.tls ? 'https' : 'http';
 const issuer = `${scheme}://127.0.0.1:${settings.port}`;
+// RFC 8705 §5: a second listener that asks for client certificates, published as the mTLS
+// alias of the token endpoint; the issuer's own listener then asks for none.
+const alias =
+  settings.tls && settings.mtlsAliasPort
+    ? `https://127.0.0.1:${settings.mtlsAliasPort}`
+    : undefined;
 
 const provider = new Provider(issuer, {
   clients: settings.clients,
@@ -21,6 +27,7 @@ const provider = new Provider(issuer, {
     'private_key_jwt',
     ...(settings.tls ? ['tls_client_auth'] : []),
   ],
+  ...(alias && { discovery: { mtls_endpoint_aliases: { token_endpoint: `${alias}/token` } } }),
   features: {
     devInteractions: { enabled: false },
     clientCredentials: { enabled: true },
@@ -43,6 +50,7 @@ const provider = new Provider(issuer, {
     mTLS: {
       enabled: Boolean(settings.tls),
       tlsClientAuth: true,
+      certificateBoundAccessTokens: Boolean(settings.certificateBoundAccessTokens),
       getCertificate: (ctx) => {
         const peer = ctx.req.socket.getPeerCertificate?.();
         return peer?.raw ? new X509Certificate(peer.raw).toString() : undefined;
@@ -75,13 +83,23 @@ provider.on('grant.error', (ctx, err) => {
 });
 
 const callback = provider.callback();
+const tlsOptions = (requestCert) =>
+  settings.tls && {
+    key: readFileSync(settings.tls.key),
+    cert: readFileSync(settings.tls.cert),
+    ca: readFileSync(settings.tls.clientCa),
+    requestCert,
+    rejectUnauthorized: false,
+  };
+if (alias)
+  createHttpsServer(tlsOptions(true), callback).listen(settings.mtlsAliasPort, '127.0.0.1');
 const server = settings.tls
   ? createHttpsServer(
       {
         key: readFileSync(settings.tls.key),
         cert: readFileSync(settings.tls.cert),
         ca: readFileSync(settings.tls.clientCa),
-        requestCert: true,
+        requestCert: !alias,
         // oidc-provider decides per client: tls_client_auth needs a verified certificate,
         // the other methods none.
         rejectUnauthorized: false,

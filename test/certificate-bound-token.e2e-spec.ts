@@ -1,0 +1,251 @@
+import { createHash, X509Certificate } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type AuthServer, introspect, startAuthServer } from './support/auth-server';
+import { type Stack, type StackClient, type StackCredentials, startStack } from './support/stack';
+import { makeTestCertificates, type TestCertificates } from './support/test-certificates';
+import { waitFor } from './support/wait';
+
+const INTROSPECTOR = { id: 'introspector', secret: 'introspector-secret-0123456789abcdef' };
+
+/** RFC 8705 §3.1: the SHA-256 thumbprint of the DER certificate, base64url. */
+const thumbprint = (der: Buffer) => createHash('sha256').update(der).digest('base64url');
+
+/** What the resource server saw of one call. */
+interface Seen {
+  path: string;
+  certificate?: string;
+  verdict: 'accepted' | 'unbound' | 'mismatch' | 'inactive' | 'no_certificate';
+}
+
+/**
+ * Certificate-bound access tokens (RFC 8705 §3) against oidc-provider with
+ * `features.mTLS.certificateBoundAccessTokens`: the broker configures the client from the issuer
+ * alone (RFC 8414 metadata, its `mtls_endpoint_aliases` token endpoint: the issuer's own
+ * listener asks for no certificate), trusts the test CA through the client's `caFile` only (no
+ * NODE_EXTRA_CA_CERTS), and presents the certificate to the API as well, where a resource server
+ * of this test accepts a token only when its `cnf.x5t#S256` (read by introspection) is the
+ * thumbprint of the certificate presented on that very connection.
+ */
+describe('certificate-bound tokens against oidc-provider', () => {
+  let dir: string;
+  let certs: TestCertificates;
+  let as: AuthServer;
+  let api: Server;
+  let apiUrl: string;
+  let stack: Stack;
+  const seen: Seen[] = [];
+
+  const pair = (cert: string, key: string): StackCredentials => ({
+    client_id: 'shop-bound',
+    certificate: readFileSync(cert, 'utf8'),
+    private_key: readFileSync(key, 'utf8'),
+  });
+  const bound = (
+    id: string,
+    credentials: StackCredentials,
+    config: Record<string, unknown> = {},
+  ): StackClient => ({
+    id,
+    credentials,
+    config: {
+      baseUrl: apiUrl,
+      caFile: certs.ca,
+      tokenRequest: { grant: 'rfc6749', issuer: as.url, auth: 'tls_client_auth' },
+      ...config,
+    },
+  });
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'tb-bound-'));
+    certs = makeTestCertificates(dir);
+    as = await startAuthServer({
+      tls: { key: certs.serverKey, cert: certs.serverCert, clientCa: certs.ca },
+      certificateBoundAccessTokens: true,
+      mtlsAlias: true,
+      clients: [
+        {
+          client_id: 'shop-bound',
+          token_endpoint_auth_method: 'tls_client_auth',
+          tls_client_auth_subject_dn: certs.clientSubject,
+          tls_client_certificate_bound_access_tokens: true,
+        },
+        {
+          client_id: INTROSPECTOR.id,
+          client_secret: INTROSPECTOR.secret,
+          token_endpoint_auth_method: 'client_secret_basic',
+        },
+      ],
+    });
+    api = createServer(
+      {
+        key: readFileSync(certs.serverKey),
+        cert: readFileSync(certs.serverCert),
+        ca: readFileSync(certs.ca),
+        requestCert: true,
+        rejectUnauthorized: false,
+      },
+      (req, res) => {
+        void (async () => {
+          const socket = req.socket as TLSSocket;
+          const peer = socket.getPeerCertificate();
+          const token = (req.headers.authorization ?? '').replace(/^Bearer /, '');
+          const path = req.url ?? '';
+          const record = (verdict: Seen['verdict']) =>
+            seen.push({ path, certificate: peer?.subject?.CN, verdict });
+          if (path.startsWith('/api/marketing/v1/echo')) {
+            // A provider that echoes the Authorization header it was sent.
+            res.writeHead(200, { 'content-type': 'application/json' });
+            res.end(JSON.stringify({ youSent: req.headers.authorization }));
+            return;
+          }
+          const refuse = (verdict: Seen['verdict']) => {
+            record(verdict);
+            res.writeHead(401, { 'www-authenticate': 'Bearer error="invalid_token"' });
+            res.end();
+          };
+          if (!peer?.raw) return refuse('no_certificate');
+          const info = await introspect(as, token, INTROSPECTOR, certs.ca);
+          if (info.active !== true) return refuse('inactive');
+          const cnf = (info.cnf as Record<string, string> | undefined)?.['x5t#S256'];
+          if (cnf === undefined) return refuse('unbound');
+          if (cnf !== thumbprint(new X509Certificate(peer.raw).raw)) return refuse('mismatch');
+          record('accepted');
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ client: info.client_id, cnf }));
+        })();
+      },
+    );
+    await new Promise<void>((resolve) => api.listen(0, '127.0.0.1', resolve));
+    apiUrl = `https://127.0.0.1:${(api.address() as AddressInfo).port}`;
+    stack = await startStack({
+      name: 'broker-bound',
+      inProcess: true,
+      clients: [bound('bound', pair(certs.clientCert, certs.clientKey))],
+      env: { LOG_LEVEL: 'warn' },
+    });
+  });
+
+  afterAll(async () => {
+    await stack?.close();
+    api?.closeAllConnections();
+    await new Promise((resolve) => api?.close(resolve));
+    await as?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('configures the client from the issuer alone and gets a token bound to its certificate', async () => {
+    const res = await fetch(`${stack.broker.url}/token?client=bound`);
+    expect(res.status).toBe(200);
+    const { access_token } = (await res.json()) as { access_token: string };
+    const info = await introspect(as, access_token, INTROSPECTOR, certs.ca);
+    expect(info).toMatchObject({ active: true, client_id: 'shop-bound' });
+    const der = new X509Certificate(readFileSync(certs.clientCert)).raw;
+    expect(info.cnf).toEqual({ 'x5t#S256': thumbprint(der) });
+    // Through the mTLS alias: the issuer's own listener asks for no certificate.
+    expect(as.grants().map((g) => [g.event, g.client, g.certificate])).toEqual([
+      ['grant', 'shop-bound', 'broker-client'],
+    ]);
+  });
+
+  it("presents the certificate on the passthrough, where the resource server checks the token's cnf", async () => {
+    seen.length = 0;
+    for (let i = 0; i < 3; i++) {
+      const res = await fetch(`${stack.broker.url}/provider/bound/api/marketing/v1/offers`);
+      expect([res.status, await res.json()]).toEqual([
+        200,
+        { client: 'shop-bound', cnf: expect.any(String) },
+      ]);
+    }
+    expect(seen).toEqual(
+      Array(3).fill({
+        path: '/api/marketing/v1/offers',
+        certificate: 'broker-client',
+        verdict: 'accepted',
+      }),
+    );
+  });
+
+  it('withholds an answer that echoes the bound token: the caller gets 502, never the token', async () => {
+    const res = await fetch(`${stack.broker.url}/provider/bound/api/marketing/v1/echo`);
+    const text = await res.text();
+    expect(res.status).toBe(502);
+    expect(JSON.parse(text)).toMatchObject({ code: 'forward_upstream_echoed_token' });
+    expect(text).not.toMatch(/Bearer/);
+  });
+
+  describe('configuration errors, named with the client and the setting', () => {
+    /** The first `GET /token` answer of `client` whose detail matches `expected`. */
+    const failure = async (client: StackClient, expected: RegExp) => {
+      const other = await startStack({
+        name: `broker-bound-${client.id}`,
+        inProcess: true,
+        replicas: 0,
+        clients: [client],
+        env: { LOG_LEVEL: 'fatal', TOKEN_BACKOFF_MAX_MS: '300' },
+      });
+      let last: unknown;
+      try {
+        const broker = await other.addBroker({ wait: 'listening' });
+        return await waitFor(
+          async () => {
+            const res = await fetch(`${broker.url}/token?client=${client.id}`);
+            const body = (await res.json()) as { code?: string; detail?: string };
+            last = { status: res.status, ...body };
+            return res.status === 503 && expected.test(body.detail ?? '') ? body : undefined;
+          },
+          { timeoutMs: 15_000, intervalMs: 100, what: `client ${client.id} to fail` },
+        );
+      } catch (err) {
+        throw new Error(`last answer: ${JSON.stringify(last)}`, { cause: err });
+      } finally {
+        await other.close();
+      }
+    };
+
+    it('a server CA the client does not trust: names caFile', async () => {
+      const answer = await failure(
+        bound('untrusted', pair(certs.clientCert, certs.clientKey), { caFile: undefined }),
+        /client "untrusted".*TLS certificate is not trusted \((SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT_LOCALLY)\).*caFile/,
+      );
+      expect(answer.code).toBe('token_unavailable');
+    });
+
+    it('a certificate and key that do not belong together: names the credentials', async () => {
+      await failure(
+        bound('mismatch', pair(certs.clientCert, certs.otherKey)),
+        /client "mismatch".*cannot be used together \(ERR_OSSL_X509_KEY_VALUES_MISMATCH\)/,
+      );
+    });
+
+    it('an issuer whose metadata names another: names tokenRequest.issuer', async () => {
+      await failure(
+        bound('other-issuer', pair(certs.clientCert, certs.clientKey), {
+          tokenRequest: {
+            grant: 'rfc6749',
+            issuer: `${as.url}/`,
+            auth: 'tls_client_auth',
+          },
+        }),
+        /client "other-issuer".*names issuer ".*", not the configured tokenRequest.issuer/,
+      );
+    });
+
+    it('an auth method the metadata does not list: names tokenRequest.auth', async () => {
+      await failure(
+        bound('unlisted', pair(certs.clientCert, certs.clientKey), {
+          tokenRequest: {
+            grant: 'rfc6749',
+            issuer: as.url,
+            auth: 'self_signed_tls_client_auth',
+          },
+        }),
+        /client "unlisted".*does not list tokenRequest.auth "self_signed_tls_client_auth"/,
+      );
+    });
+  });
+});
