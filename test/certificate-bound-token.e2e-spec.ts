@@ -97,7 +97,7 @@ describe('certificate-bound tokens against oidc-provider', () => {
           const path = req.url ?? '';
           const record = (verdict: Seen['verdict']) =>
             seen.push({ path, certificate: peer?.subject?.CN, verdict });
-          if (path.startsWith('/api/marketing/v1/echo')) {
+          if (path.startsWith('/api/marketing/v1/echo') || path.startsWith('/api/echo/')) {
             // A provider that echoes the Authorization header it was sent.
             res.writeHead(200, { 'content-type': 'application/json' });
             res.end(JSON.stringify({ youSent: req.headers.authorization }));
@@ -115,7 +115,7 @@ describe('certificate-bound tokens against oidc-provider', () => {
           if (cnf === undefined) return refuse('unbound');
           if (cnf !== thumbprint(new X509Certificate(peer.raw).raw)) return refuse('mismatch');
           record('accepted');
-          res.writeHead(200, { 'content-type': 'application/json' });
+          res.writeHead(req.method === 'POST' ? 201 : 200, { 'content-type': 'application/json' });
           res.end(JSON.stringify({ client: info.client_id, cnf }));
         })();
       },
@@ -125,7 +125,13 @@ describe('certificate-bound tokens against oidc-provider', () => {
     stack = await startStack({
       name: 'broker-bound',
       inProcess: true,
-      clients: [bound('bound', pair(certs.clientCert, certs.clientKey))],
+      clients: [
+        bound('bound', pair(certs.clientCert, certs.clientKey)),
+        // Its orders go to a path where the provider echoes the Authorization header.
+        bound('echoing', pair(certs.clientCert, certs.clientKey), {
+          ordersPath: '/api/echo/v1/orders',
+        }),
+      ],
       env: { LOG_LEVEL: 'warn' },
     });
   });
@@ -149,6 +155,7 @@ describe('certificate-bound tokens against oidc-provider', () => {
     // Through the mTLS alias: the issuer's own listener asks for no certificate.
     expect(as.grants().map((g) => [g.event, g.client, g.certificate])).toEqual([
       ['grant', 'shop-bound', 'broker-client'],
+      ['grant', 'shop-bound', 'broker-client'],
     ]);
   });
 
@@ -168,6 +175,34 @@ describe('certificate-bound tokens against oidc-provider', () => {
         verdict: 'accepted',
       }),
     );
+  });
+
+  it('presents the certificate on POST /orders too', async () => {
+    seen.length = 0;
+    const res = await fetch(`${stack.broker.url}/orders?client=bound`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"amount":100}',
+    });
+    expect([res.status, await res.json()]).toEqual([
+      201,
+      { client: 'shop-bound', cnf: expect.any(String) },
+    ]);
+    expect(seen).toEqual([
+      { path: '/api/checkout/v1/orders', certificate: 'broker-client', verdict: 'accepted' },
+    ]);
+  });
+
+  it('withholds an order answer that echoes the bound token: 502, never the token', async () => {
+    const res = await fetch(`${stack.broker.url}/orders?client=echoing`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"amount":100}',
+    });
+    const text = await res.text();
+    expect(res.status).toBe(502);
+    expect(JSON.parse(text)).toMatchObject({ code: 'order_upstream_echoed_token' });
+    expect(text).not.toMatch(/Bearer/);
   });
 
   it('withholds an answer that echoes the bound token: the caller gets 502, never the token', async () => {
