@@ -15,6 +15,12 @@ const INTROSPECTOR = { id: 'introspector', secret: 'introspector-secret-01234567
 /** RFC 8705 §3.1: the SHA-256 thumbprint of the DER certificate, base64url. */
 const thumbprint = (der: Buffer) => createHash('sha256').update(der).digest('base64url');
 
+/** The public JWK of a certificate's key, with the certificate as `x5c`. */
+function certificateJwk(file: string): Record<string, unknown> {
+  const cert = new X509Certificate(readFileSync(file));
+  return { ...cert.publicKey.export({ format: 'jwk' }), x5c: [cert.raw.toString('base64')] };
+}
+
 /** What the resource server saw of one call. */
 interface Seen {
   path: string;
@@ -67,7 +73,16 @@ describe('certificate-bound tokens against oidc-provider', () => {
       tls: { key: certs.serverKey, cert: certs.serverCert, clientCa: certs.ca },
       certificateBoundAccessTokens: true,
       mtlsAlias: true,
+      // No private_key_jwt: a client configured with it is refused from the metadata.
+      clientAuthMethods: ['client_secret_basic', 'tls_client_auth', 'self_signed_tls_client_auth'],
       clients: [
+        {
+          // RFC 8705 §2.2: the server holds the certificate itself (its key, with x5c).
+          client_id: 'shop-self-signed',
+          token_endpoint_auth_method: 'self_signed_tls_client_auth',
+          tls_client_certificate_bound_access_tokens: true,
+          jwks: { keys: [certificateJwk(certs.otherCert)] },
+        },
         {
           client_id: 'shop-bound',
           token_endpoint_auth_method: 'tls_client_auth',
@@ -131,6 +146,17 @@ describe('certificate-bound tokens against oidc-provider', () => {
         bound('echoing', pair(certs.clientCert, certs.clientKey), {
           ordersPath: '/api/echo/v1/orders',
         }),
+        bound(
+          'self-signed',
+          {
+            client_id: 'shop-self-signed',
+            certificate: readFileSync(certs.otherCert, 'utf8'),
+            private_key: readFileSync(certs.otherKey, 'utf8'),
+          },
+          {
+            tokenRequest: { grant: 'rfc6749', issuer: as.url, auth: 'self_signed_tls_client_auth' },
+          },
+        ),
       ],
       env: { LOG_LEVEL: 'warn' },
     });
@@ -153,9 +179,15 @@ describe('certificate-bound tokens against oidc-provider', () => {
     const der = new X509Certificate(readFileSync(certs.clientCert)).raw;
     expect(info.cnf).toEqual({ 'x5t#S256': thumbprint(der) });
     // Through the mTLS alias: the issuer's own listener asks for no certificate.
-    expect(as.grants().map((g) => [g.event, g.client, g.certificate])).toEqual([
+    expect(
+      as
+        .grants()
+        .map((g) => [g.event, g.client, g.certificate])
+        .sort(),
+    ).toEqual([
       ['grant', 'shop-bound', 'broker-client'],
       ['grant', 'shop-bound', 'broker-client'],
+      ['grant', 'shop-self-signed', 'another-client'],
     ]);
   });
 
@@ -175,6 +207,18 @@ describe('certificate-bound tokens against oidc-provider', () => {
         verdict: 'accepted',
       }),
     );
+  });
+
+  it('self_signed_tls_client_auth: the same, with the certificate the server holds itself', async () => {
+    seen.length = 0;
+    const res = await fetch(`${stack.broker.url}/provider/self-signed/api/marketing/v1/offers`);
+    expect([res.status, await res.json()]).toEqual([
+      200,
+      { client: 'shop-self-signed', cnf: expect.any(String) },
+    ]);
+    expect(seen).toEqual([
+      { path: '/api/marketing/v1/offers', certificate: 'another-client', verdict: 'accepted' },
+    ]);
   });
 
   it('presents the certificate on POST /orders too', async () => {
@@ -276,10 +320,10 @@ describe('certificate-bound tokens against oidc-provider', () => {
           tokenRequest: {
             grant: 'rfc6749',
             issuer: as.url,
-            auth: 'self_signed_tls_client_auth',
+            auth: 'private_key_jwt',
           },
         }),
-        /client "unlisted".*does not list tokenRequest.auth "self_signed_tls_client_auth"/,
+        /client "unlisted".*does not list tokenRequest.auth "private_key_jwt" in token_endpoint_auth_methods_supported \(client_secret_basic, tls_client_auth, self_signed_tls_client_auth\)/,
       );
     });
   });

@@ -32,6 +32,12 @@ export interface AuthServerOptions {
    * published as `mtls_endpoint_aliases.token_endpoint` (RFC 8705 §5). @default false
    */
   mtlsAlias?: boolean;
+  /**
+   * The client authentication methods it supports (and publishes), `self_signed_tls_client_auth`
+   * among them turning `features.mTLS.selfSignedTlsClientAuth` on.
+   * @default client_secret_basic, client_secret_post, private_key_jwt, and with `tls` tls_client_auth
+   */
+  clientAuthMethods?: string[];
 }
 
 /** The resource indicator the helper registers by default. */
@@ -79,6 +85,7 @@ export async function startAuthServer(opts: AuthServerOptions): Promise<AuthServ
       tls: opts.tls,
       certificateBoundAccessTokens: opts.certificateBoundAccessTokens,
       mtlsAliasPort,
+      clientAuthMethods: opts.clientAuthMethods,
       clients: opts.clients.map((c) => ({
         grant_types: ['client_credentials'],
         redirect_uris: [],

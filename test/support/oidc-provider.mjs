@@ -21,7 +21,7 @@ const alias =
 
 const provider = new Provider(issuer, {
   clients: settings.clients,
-  clientAuthMethods: [
+  clientAuthMethods: settings.clientAuthMethods ?? [
     'client_secret_basic',
     'client_secret_post',
     'private_key_jwt',
@@ -50,6 +50,9 @@ const provider = new Provider(issuer, {
     mTLS: {
       enabled: Boolean(settings.tls),
       tlsClientAuth: true,
+      selfSignedTlsClientAuth: Boolean(
+        settings.clientAuthMethods?.includes('self_signed_tls_client_auth'),
+      ),
       certificateBoundAccessTokens: Boolean(settings.certificateBoundAccessTokens),
       getCertificate: (ctx) => {
         const peer = ctx.req.socket.getPeerCertificate?.();
