@@ -41,7 +41,13 @@ function defaultCas(): readonly string[] {
 export class ClientAgents {
   private readonly agents = new Map<
     string,
-    { fingerprint: string; agent: Agent; options: ClientTlsOptions }
+    {
+      fingerprint: string;
+      agent: Agent;
+      options: ClientTlsOptions;
+      /** What it was built from last: the same objects again need no fingerprint. */
+      from: { cert?: string; key?: string; ca?: string };
+    }
   >();
   private readonly cas = new Map<string, { pem: string; readAt: number }>();
 
@@ -68,6 +74,11 @@ export class ClientAgents {
     const cert = credentials?.certificate;
     const key = cert !== undefined ? credentials?.privateKey : undefined;
     if (ca === undefined && cert === undefined) return undefined;
+    const known = this.agents.get(client.id);
+    // The hot path (every API call): the same strings as last time.
+    if (known && known.from.cert === cert && known.from.key === key && known.from.ca === ca) {
+      return known.agent;
+    }
     const fingerprint = createHash('sha256')
       .update(cert ?? '')
       .update('\0')
@@ -75,15 +86,17 @@ export class ClientAgents {
       .update('\0')
       .update(ca ?? '')
       .digest('hex');
-    const known = this.agents.get(client.id);
-    if (known?.fingerprint === fingerprint) return known.agent;
+    if (known?.fingerprint === fingerprint) {
+      known.from = { cert, key, ca };
+      return known.agent;
+    }
     const options: ClientTlsOptions = {
       ...(cert !== undefined && key !== undefined && { cert, key }),
       ...(ca !== undefined && { ca: [...defaultCas(), ca] }),
     };
     checkUsable(client, options, what);
     const agent = this.create(options);
-    this.agents.set(client.id, { fingerprint, agent, options });
+    this.agents.set(client.id, { fingerprint, agent, options, from: { cert, key, ca } });
     // The old pool's connections present the rotated-out certificate.
     if (known) void known.agent.close().catch(() => undefined);
     return agent;
