@@ -7,6 +7,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type AuthServer, introspect, startAuthServer } from './support/auth-server';
 import { type Stack, type StackClient, type StackCredentials, startStack } from './support/stack';
+import { requestsPerCycle } from './support/fleet';
+import { hammer } from './support/load';
 import { makeTestCertificates, type TestCertificates } from './support/test-certificates';
 import { waitFor } from './support/wait';
 
@@ -45,6 +47,8 @@ describe('certificate-bound tokens against oidc-provider', () => {
   let apiUrl: string;
   let stack: Stack;
   const seen: Seen[] = [];
+  /** The server the resource server asks about tokens, when not the suite's own. */
+  let introspectAt: AuthServer | undefined;
 
   const pair = (cert: string, key: string): StackCredentials => ({
     client_id: 'shop-bound',
@@ -124,7 +128,7 @@ describe('certificate-bound tokens against oidc-provider', () => {
             res.end();
           };
           if (!peer?.raw) return refuse('no_certificate');
-          const info = await introspect(as, token, INTROSPECTOR, certs.ca);
+          const info = await introspect(introspectAt ?? as, token, INTROSPECTOR, certs.ca);
           if (info.active !== true) return refuse('inactive');
           const cnf = (info.cnf as Record<string, string> | undefined)?.['x5t#S256'];
           if (cnf === undefined) return refuse('unbound');
@@ -255,6 +259,103 @@ describe('certificate-bound tokens against oidc-provider', () => {
     expect(res.status).toBe(502);
     expect(JSON.parse(text)).toMatchObject({ code: 'forward_upstream_echoed_token' });
     expect(text).not.toMatch(/Bearer/);
+  });
+
+  describe('a fleet of three on one Redis', () => {
+    const LIFETIME_S = 4;
+    const AHEAD_S = 1;
+    const LIFETIMES = 4;
+    let shortLived: AuthServer;
+    let fleet: Stack;
+
+    beforeAll(async () => {
+      shortLived = await startAuthServer({
+        ttlSeconds: LIFETIME_S,
+        tls: { key: certs.serverKey, cert: certs.serverCert, clientCa: certs.ca },
+        certificateBoundAccessTokens: true,
+        mtlsAlias: true,
+        clients: [
+          {
+            client_id: 'shop-bound',
+            token_endpoint_auth_method: 'tls_client_auth',
+            tls_client_auth_subject_dn: certs.clientSubject,
+            tls_client_certificate_bound_access_tokens: true,
+          },
+          {
+            client_id: INTROSPECTOR.id,
+            client_secret: INTROSPECTOR.secret,
+            token_endpoint_auth_method: 'client_secret_basic',
+          },
+        ],
+      });
+      introspectAt = shortLived;
+      fleet = await startStack({
+        name: 'broker-bound-fleet',
+        inProcess: true,
+        redis: 'standalone',
+        replicas: 3,
+        clients: [
+          bound('bound', pair(certs.clientCert, certs.clientKey), {
+            tokenRequest: { grant: 'rfc6749', issuer: shortLived.url, auth: 'tls_client_auth' },
+          }),
+        ],
+        env: {
+          LOG_LEVEL: 'warn',
+          TOKEN_REFRESH_AHEAD_SECONDS: String(AHEAD_S),
+          TOKEN_DEFAULT_LIFETIME_SECONDS: String(LIFETIME_S),
+          // The load outruns the passthrough's default rates; they are not the subject here.
+          FORWARD_CLIENT_RATE_PER_SECOND: '0',
+          FORWARD_CALLER_RATE_PER_SECOND: '0',
+        },
+      });
+    });
+    afterAll(async () => {
+      await fleet?.close();
+      await shortLived?.stop();
+      introspectAt = undefined;
+    });
+
+    it(`makes one token request per lifetime over ${LIFETIMES} lifetimes; every replica's passthrough call is accepted`, async () => {
+      seen.length = 0;
+      const result = await hammer({
+        urls: fleet.brokers.map((b) => b.url),
+        path: '/provider/bound/api/marketing/v1/offers',
+        concurrency: 3,
+        durationMs: LIFETIME_S * LIFETIMES * 1000,
+      });
+      const grants = shortLived.grants();
+      const times = grants.filter((g) => g.event === 'grant').map((g) => g.at);
+      const cycles = requestsPerCycle(times, (LIFETIME_S - AHEAD_S - 0.25) * 1000 * 0.5);
+      const verdicts = seen.reduce<Record<string, number>>(
+        (n, c) => ({ ...n, [c.verdict]: (n[c.verdict] ?? 0) + 1 }),
+        {},
+      );
+      console.log(
+        `certificate-bound fleet: ${result.calls} passthrough calls, ${result.failureCount} failures, ` +
+          `statuses ${JSON.stringify(result.byStatus)}, resource server ${JSON.stringify(verdicts)}; ` +
+          `${times.length} token requests in ${cycles.length} cycles (max ${Math.max(...cycles)} per cycle), ` +
+          `${(result.durationMs / 1000).toFixed(1)} s, intervals ${times
+            .slice(1)
+            .map((t, i) => ((t - times[i]) / 1000).toFixed(2))
+            .join(' ')} s`,
+      );
+      expect({
+        failures: result.failures,
+        statuses: Object.keys(result.byStatus),
+        grantErrors: grants.filter((g) => g.event === 'grant_error'),
+        refused: seen.filter((c) => c.verdict !== 'accepted'),
+        enoughCycles: cycles.length >= LIFETIMES,
+        maxPerCycle: Math.max(...cycles),
+      }).toEqual({
+        failures: [],
+        statuses: ['200'],
+        grantErrors: [],
+        refused: [],
+        enoughCycles: true,
+        maxPerCycle: 1,
+      });
+      expect(result.calls).toBeGreaterThan(100);
+    }, 60_000);
   });
 
   describe('configuration errors, named with the client and the setting', () => {
