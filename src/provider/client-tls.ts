@@ -90,11 +90,17 @@ export class ClientAgents {
       known.from = { cert, key, ca };
       return known.agent;
     }
+    // One context per agent: built per connection, a CA list costs tens of milliseconds.
     const options: ClientTlsOptions = {
-      ...(cert !== undefined && key !== undefined && { cert, key }),
-      ...(ca !== undefined && { ca: [...defaultCas(), ca] }),
+      secureContext: secureContextOf(
+        client,
+        {
+          ...(cert !== undefined && key !== undefined && { cert, key }),
+          ...(ca !== undefined && { ca: [...defaultCas(), ca] }),
+        },
+        what,
+      ),
     };
-    checkUsable(client, options, what);
     const agent = this.create(options);
     this.agents.set(client.id, { fingerprint, agent, options, from: { cert, key, ca } });
     // The old pool's connections present the rotated-out certificate.
@@ -135,9 +141,13 @@ export class ClientAgents {
 }
 
 /** What undici would only find at the first connection, found at once and named. */
-function checkUsable(client: ClientConfig, options: ClientTlsOptions, what: string): void {
+function secureContextOf(
+  client: ClientConfig,
+  options: { cert?: string; key?: string; ca?: string[] },
+  what: string,
+): tls.SecureContext {
   try {
-    tls.createSecureContext(options);
+    return tls.createSecureContext(options);
   } catch (cause) {
     const code = (cause as { code?: string }).code ?? 'error';
     const names = tlsSettingNames(client);

@@ -1,3 +1,4 @@
+import type { SecureContext } from 'node:tls';
 import type * as undici from 'undici';
 import type { ProviderSettings } from '../config/config.schema';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
@@ -28,13 +29,12 @@ export function request(
   return apiRequest.call(dispatcher, options);
 }
 
-/** What one client's connections present and trust, beyond the process's defaults. */
+/**
+ * What one client's connections present (its certificate and key, for the mutual-TLS methods)
+ * and trust (its `caFile` with Node's default CAs), built once for all its connections.
+ */
 export interface ClientTlsOptions {
-  /** The mutual-TLS methods: the client certificate (chain) and its key, PEM. */
-  cert?: string;
-  key?: string;
-  /** Its `caFile`, with Node's default CAs: trusted for this client's connections only. */
-  ca?: string[];
+  secureContext?: SecureContext;
 }
 
 /**
