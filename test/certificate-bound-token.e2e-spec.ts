@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { type AuthServer, introspect, startAuthServer } from './support/auth-server';
 import { type Stack, type StackClient, type StackCredentials, startStack } from './support/stack';
 import { requestsPerCycle } from './support/fleet';
+import { freePort } from './support/ports';
 import { hammer } from './support/load';
 import { makeTestCertificates, type TestCertificates } from './support/test-certificates';
 import { waitFor } from './support/wait';
@@ -150,6 +151,17 @@ describe('certificate-bound tokens against oidc-provider', () => {
         bound('echoing', pair(certs.clientCert, certs.clientKey), {
           ordersPath: '/api/echo/v1/orders',
         }),
+        // Its issuer answers nothing: its failure, no other client's.
+        {
+          ...bound('no-metadata', pair(certs.clientCert, certs.clientKey), {
+            tokenRequest: {
+              grant: 'rfc6749',
+              issuer: `https://127.0.0.1:${await freePort()}`,
+              auth: 'tls_client_auth',
+            },
+          }),
+          refused: true,
+        },
         bound(
           'self-signed',
           {
@@ -223,6 +235,18 @@ describe('certificate-bound tokens against oidc-provider', () => {
     expect(seen).toEqual([
       { path: '/api/marketing/v1/offers', certificate: 'another-client', verdict: 'accepted' },
     ]);
+  });
+
+  it("is one client's failure when its metadata cannot be read: the others are served", async () => {
+    const res = await fetch(`${stack.broker.url}/token?client=no-metadata`);
+    const body = (await res.json()) as { code: string; detail: string };
+    expect(res.status).toBe(503);
+    expect(body.code).toBe('token_unavailable');
+    expect(body.detail).toMatch(
+      /metadata of tokenRequest.issuer "https:\/\/127.0.0.1:\d+" for client "no-metadata": cannot connect to the provider \(ECONNREFUSED\)/,
+    );
+    expect((await fetch(`${stack.broker.url}/token?client=bound`)).status).toBe(200);
+    expect((await fetch(`${stack.broker.url}/health/ready`)).status).toBe(200);
   });
 
   it('presents the certificate on POST /orders too', async () => {
