@@ -115,8 +115,9 @@ export class ClientCertificates {
     try {
       const credentials = await reading;
       // A grant meanwhile is newer than what was read.
-      const now = this.known.get(client.id);
-      if (now === known) this.known.set(client.id, { credentials, at: this.now() });
+      if (this.known.get(client.id) === known) {
+        this.known.set(client.id, { credentials, at: this.now() });
+      }
       return this.known.get(client.id)!.credentials;
     } catch (err) {
       if (known) return known.credentials;

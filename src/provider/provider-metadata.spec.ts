@@ -1,8 +1,15 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { makeTestCertificates } from '../../test/support/test-certificates';
 import { serveLoopback } from '../../test/support/loopback-server';
 import { testClient } from '../../test/support/test-config';
 import type { ClientInput } from '../../test/support/test-config';
 import { providerSettingsSchema } from '../config/provider.schema';
+import { ClientAgents } from './client-tls';
 import { ProviderErrorCode } from './provider.exception';
 import { createProviderAgent } from './provider-http';
 import { metadataUrls, ProviderMetadataCache, tokenEndpointFrom } from './provider-metadata';
@@ -151,6 +158,39 @@ describe(ProviderMetadataCache.name, () => {
       .catch((e: unknown) => e)) as Error & { code: string; transient: boolean };
     expect(err).toMatchObject({ code: ProviderErrorCode.Misconfigured, transient: false });
     expect(err.message).toMatch(expected);
+  });
+
+  it("refuses a plain http token endpoint from an https issuer, read over the client's caFile", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tb-metadata-'));
+    const certs = makeTestCertificates(dir);
+    const server = createHttpsServer(
+      { key: readFileSync(certs.serverKey), cert: readFileSync(certs.serverCert) },
+      (_req, res) => {
+        const issuer = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ issuer, token_endpoint: 'http://127.0.0.1:9/token' }));
+      },
+    );
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const agents = new ClientAgents((o) => createProviderAgent(settings, o), 60_000);
+    const reader = new ProviderMetadataCache({
+      dispatcherFor: (c, what) => agents.agentFor(c, undefined, what) ?? agent,
+      settings,
+      logger,
+    });
+    try {
+      const issuer = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      await expect(reader.get(client(issuer, {}, { caFile: certs.ca }))).rejects.toMatchObject({
+        code: ProviderErrorCode.Misconfigured,
+        message: expect.stringContaining(
+          'names a plain http:// token_endpoint for an https:// issuer; refused, the credentials would travel in clear',
+        ),
+      });
+    } finally {
+      await agents.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('is transient while the server fails, and refuses a server with no metadata at all', async () => {

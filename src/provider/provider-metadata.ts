@@ -286,6 +286,18 @@ function parseMetadata(
     );
   }
   const alias = m.mtls_endpoint_aliases?.token_endpoint;
+  // The secret or the token travels there: an https issuer may not send it in clear.
+  for (const [field, value] of [
+    ['token_endpoint', m.token_endpoint],
+    ['mtls_endpoint_aliases.token_endpoint', alias],
+  ] as const) {
+    if (value !== undefined && issuer.startsWith('https:') && !value.startsWith('https:')) {
+      throw new ProviderException(
+        ProviderErrorCode.Misconfigured,
+        `${what}: ${from} names a plain http:// ${field} for an https:// issuer; refused, the credentials would travel in clear`,
+      );
+    }
+  }
   return {
     issuer: m.issuer,
     from,
