@@ -40,15 +40,19 @@ const clientCredentialsSourceSchema = z
     ...jsonSourceFields,
     clientId: z.string().min(1).optional().meta({
       description: 'The client id, with `privateKeyFile` (the files hold only key material).',
+      env: 'CREDENTIALS_CLIENT_ID',
     }),
     certificateFile: filePathSchema.optional().meta({
       description:
-        'PEM client certificate (chain) file for `tls_client_auth`, e.g. a mounted `tls.crt`.',
+        'PEM client certificate (chain) file for `tls_client_auth` and ' +
+        '`self_signed_tls_client_auth`, e.g. a mounted `tls.crt`.',
+      env: 'CREDENTIALS_CERTIFICATE_FILE',
     }),
     privateKeyFile: filePathSchema.optional().meta({
       description:
-        'PEM (or JWK) private key file for `private_key_jwt` ' +
-        'and `tls_client_auth`, e.g. `tls.key`.',
+        'PEM (or JWK) private key file for `private_key_jwt` and the mutual-TLS methods, ' +
+        'e.g. `tls.key`.',
+      env: 'CREDENTIALS_PRIVATE_KEY_FILE',
     }),
   })
   .strict()
@@ -61,7 +65,10 @@ const clientCredentialsSourceSchema = z
         'key files replace the JSON: set privateKeyFile, secretId or file, one only',
       );
     } else if (kinds !== 1) {
-      issue([], 'set exactly one of secretId or file');
+      issue(
+        [],
+        'set exactly one of secretId or file (the credentials JSON), or privateKeyFile with clientId (key files)',
+      );
     }
     if (c.privateKeyFile !== undefined && c.clientId === undefined) {
       issue(['clientId'], 'required with privateKeyFile: the key files do not hold the client id');
@@ -213,8 +220,14 @@ export const CLIENT_AUTH_METHODS = [
   'client_secret_post',
   'private_key_jwt',
   'tls_client_auth',
+  'self_signed_tls_client_auth',
 ] as const;
 export type ClientAuthMethod = (typeof CLIENT_AUTH_METHODS)[number];
+
+/** RFC 8705 §2: the methods that authenticate with the client certificate in the handshake. */
+export function presentsCertificate(auth: ClientAuthMethod): boolean {
+  return auth === 'tls_client_auth' || auth === 'self_signed_tls_client_auth';
+}
 
 /** Signature algorithms for `private_key_jwt` client assertions. */
 const ASSERTION_ALGS = ['RS256', 'ES256', 'PS256', 'EdDSA'] as const;
@@ -264,6 +277,16 @@ export const assertionSettingsSchema = z
       description: 'Signature algorithm; must match the key.',
       env: 'TOKEN_REQUEST_ASSERTION_ALG',
     }),
+    audience: z
+      .enum(['token_endpoint', 'issuer'])
+      .default('token_endpoint')
+      .meta({
+        description:
+          'The `aud` claim: the token endpoint the assertion is posted to (RFC 7523), or ' +
+          "`issuer`, the authorization server's issuer identifier (`tokenRequest.issuer`), " +
+          'which FAPI 2.0 and several servers want.',
+        env: 'TOKEN_REQUEST_ASSERTION_AUDIENCE',
+      }),
     kid: z.string().min(1).max(256).optional().meta({
       description: '`kid` header, when the server holds several keys for the client.',
       defaultText: "the JWK's own `kid`, if any",
@@ -290,9 +313,19 @@ const tokenRequestSchema = z
       }),
     url: exactHttpUrl.optional().meta({
       description:
-        'The token endpoint, exactly as the authorization ' +
-        'server publishes it. Required with grant `rfc6749`.',
+        'The token endpoint, exactly as the authorization server publishes it. With grant ' +
+        '`rfc6749`, this or `issuer`; set beside `issuer`, it wins over the metadata.',
       env: 'TOKEN_REQUEST_URL',
+    }),
+    issuer: exactHttpUrl.optional().meta({
+      description:
+        "The authorization server's issuer identifier: at start the broker reads its RFC 8414 " +
+        'metadata (`/.well-known/oauth-authorization-server`, then ' +
+        '`/.well-known/openid-configuration`), whose `issuer` must equal this, and takes the ' +
+        'token endpoint from it (its `mtls_endpoint_aliases` one for the mutual-TLS methods), ' +
+        'refusing an `auth` or `assertion.alg` the server does not list. Re-read every ' +
+        '`PROVIDER_METADATA_REFRESH_SECONDS`. Grant `rfc6749` only.',
+      env: 'TOKEN_REQUEST_ISSUER',
     }),
     auth: z
       .enum(CLIENT_AUTH_METHODS)
@@ -301,8 +334,11 @@ const tokenRequestSchema = z
         description:
           'Client authentication: `client_secret_basic` or `client_secret_post` ' +
           '(credentials hold `client_secret`), `private_key_jwt` (credentials hold ' +
-          '`private_key`, PEM or JWK), or `tls_client_auth` (credentials hold `certificate` ' +
-          'and `private_key`, PEM). Only `client_secret_basic` with grant `provider-query`.',
+          '`private_key`, PEM or JWK), or `tls_client_auth` / `self_signed_tls_client_auth` ' +
+          '(RFC 8705; credentials hold `certificate` and `private_key`, PEM: the certificate ' +
+          "is presented to the token endpoint and to `baseUrl`, so the provider's " +
+          'certificate-bound tokens work on the passthrough and `POST /orders`). Only ' +
+          '`client_secret_basic` with grant `provider-query`.',
         env: 'TOKEN_REQUEST_AUTH',
       }),
     scope: z.string().min(1).optional().meta({
@@ -369,7 +405,15 @@ const tokenRequestSchema = z
   .superRefine((r, ctx) => {
     const issue = issuesOf(ctx);
     if (r.grant === 'provider-query') {
-      for (const field of ['url', 'scope', 'audience', 'resource', 'params', 'headers'] as const) {
+      for (const field of [
+        'url',
+        'issuer',
+        'scope',
+        'audience',
+        'resource',
+        'params',
+        'headers',
+      ] as const) {
         if (r[field] !== undefined) {
           issue(
             [field],
@@ -383,16 +427,25 @@ const tokenRequestSchema = z
           'grant "provider-query" authenticates with client_secret_basic only; set grant to "rfc6749" for other methods',
         );
       }
-    } else if (r.url === undefined) {
-      issue(['url'], 'required with grant "rfc6749": the token endpoint URL');
+    } else if (r.url === undefined && r.issuer === undefined) {
+      issue(
+        ['url'],
+        'required with grant "rfc6749": the token endpoint URL, or tokenRequest.issuer to read it from the server\'s metadata',
+      );
     }
     if (r.assertion !== undefined && r.auth !== 'private_key_jwt') {
       issue(['assertion'], 'only with auth "private_key_jwt"');
     }
-    if (r.auth === 'tls_client_auth' && r.url !== undefined && !r.url.startsWith('https:')) {
+    if (r.assertion?.audience === 'issuer' && r.issuer === undefined) {
+      issue(
+        ['assertion', 'audience'],
+        '"issuer" needs tokenRequest.issuer, the issuer identifier the assertion is addressed to',
+      );
+    }
+    if (presentsCertificate(r.auth) && r.url !== undefined && !r.url.startsWith('https:')) {
       issue(
         ['url'],
-        'must be https:// with auth "tls_client_auth": the client certificate is presented in the TLS handshake',
+        `must be https:// with auth "${r.auth}": the client certificate is presented in the TLS handshake`,
       );
     }
     for (const name of Object.keys(r.params ?? {})) {
@@ -488,10 +541,11 @@ export const clientSchema = z
         description: 'Client id used in `?client=`, cache keys, locks and metric labels.',
         env: 'CLIENT_ID',
       }),
-    authUrl: httpUrl.meta({
+    authUrl: httpUrl.optional().meta({
       description:
-        "The provider's `{auth_url}`; the token is " +
-        'requested at `{authUrl}/api/auth/v1/oauth/token`.',
+        "The provider's `{auth_url}`; the token is requested at " +
+        '`{authUrl}/api/auth/v1/oauth/token`. Required with grant `provider-query`, unused ' +
+        'with `rfc6749` (which has `tokenRequest.url` or `issuer`).',
       env: 'PROVIDER_AUTH_URL',
     }),
     baseUrl: httpUrl.meta({
@@ -503,15 +557,24 @@ export const clientSchema = z
         "'/api/checkout/v1/orders' (the documented path; the plugin uses `/api/flexpay/v1/orders`)",
       env: 'PROVIDER_ORDERS_PATH',
     }),
+    caFile: filePathSchema.optional().meta({
+      description:
+        "PEM file of CA certificates trusted, besides Node's own roots and " +
+        "`NODE_EXTRA_CA_CERTS`, for this client's connections only: its token endpoint, its " +
+        'metadata (`tokenRequest.issuer`) and `baseUrl`. Re-read every ' +
+        '`CREDENTIALS_RELOAD_SECONDS`.',
+      env: 'PROVIDER_CA_FILE',
+    }),
     credentials: clientCredentialsSourceSchema.meta({
       description:
         'The client\'s credentials JSON: `{"client_id","client_secret"}`, ' +
         '`{"client_id","private_key"}` (private_key_jwt; PEM or JWK) or ' +
-        '`{"client_id","certificate","private_key"}` (tls_client_auth; PEM). When the server ' +
-        'refuses them, a Secrets Manager secret is re-read at AWSCURRENT, then AWSPENDING, then ' +
-        'AWSPREVIOUS, and the first version it accepts is used; a file is re-read. Key-based ' +
-        'methods may instead name PEM files (`clientId`, `privateKeyFile` and, for ' +
-        'tls_client_auth, `certificateFile`), re-read likewise.',
+        '`{"client_id","certificate","private_key"}` (the mutual-TLS methods; PEM). When the ' +
+        'server refuses them, a Secrets Manager secret is re-read at AWSCURRENT, then ' +
+        'AWSPENDING, then AWSPREVIOUS, and the first version it accepts is used, and kept at ' +
+        'each re-read until AWSCURRENT changes; a file is re-read. Key-based methods may ' +
+        'instead name PEM files (`clientId`, `privateKeyFile` and, for the mutual-TLS methods, ' +
+        '`certificateFile`), re-read likewise.',
       envFields: { secretId: 'CREDENTIALS_SECRET_ID', file: 'CREDENTIALS_FILE' },
     }),
     tokenRequest: tokenRequestSchema
@@ -549,20 +612,27 @@ export const clientSchema = z
           'only with tokenRequest.grant "rfc6749": the provider\'s dialect ("provider-query") knows no DPoP',
       });
     }
+    if (c.tokenRequest.grant === 'provider-query' && c.authUrl === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['authUrl'],
+        message: 'required with grant "provider-query": the token is requested below it',
+      });
+    }
     const issue = (field: string, message: string) =>
       ctx.addIssue({ code: 'custom', path: ['credentials', field], message });
     if (c.credentials.privateKeyFile === undefined) return;
-    if (auth !== 'private_key_jwt' && auth !== 'tls_client_auth') {
+    if (auth !== 'private_key_jwt' && !presentsCertificate(auth)) {
       issue(
         'privateKeyFile',
-        `only with auth "private_key_jwt" or "tls_client_auth"; auth "${auth}" needs a client_secret from secretId or file`,
+        `only with auth "private_key_jwt", "tls_client_auth" or "self_signed_tls_client_auth"; auth "${auth}" needs a client_secret from secretId or file`,
       );
-    } else if (auth === 'tls_client_auth' && c.credentials.certificateFile === undefined) {
-      issue('certificateFile', 'required with auth "tls_client_auth" and privateKeyFile');
+    } else if (presentsCertificate(auth) && c.credentials.certificateFile === undefined) {
+      issue('certificateFile', `required with auth "${auth}" and privateKeyFile`);
     } else if (auth === 'private_key_jwt' && c.credentials.certificateFile !== undefined) {
       issue(
         'certificateFile',
-        'only with auth "tls_client_auth"; private_key_jwt signs with the key alone',
+        'only with the mutual-TLS methods; private_key_jwt signs with the key alone',
       );
     }
   })

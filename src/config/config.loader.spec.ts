@@ -127,7 +127,7 @@ describe(loadConfig.name, () => {
     expect(
       loadConfig({ ...jwt, TOKEN_REQUEST_ASSERTION_LIFETIME_SECONDS: '120' }).clients[0]
         .tokenRequest.assertion,
-    ).toEqual({ alg: 'RS256', lifetimeSeconds: 120 });
+    ).toEqual({ alg: 'RS256', audience: 'token_endpoint', lifetimeSeconds: 120 });
     expect(problems({ ...jwt, TOKEN_REQUEST_ASSERTION_LIFETIME_SECONDS: '3600' })).toEqual([
       expect.stringMatching(/^TOKEN_REQUEST_ASSERTION_LIFETIME_SECONDS: /),
     ]);
@@ -253,7 +253,7 @@ describe(loadConfig.name, () => {
       expect.arrayContaining([
         `${file}: clients[1].id: duplicate client id`,
         expect.stringContaining(`${file}: clients[1].authUrl:`),
-        `${file}: clients[1].credentials: set exactly one of secretId or file`,
+        `${file}: clients[1].credentials: set exactly one of secretId or file (the credentials JSON), or privateKeyFile with clientId (key files)`,
       ]),
     );
   });

@@ -232,7 +232,7 @@ function checkGrants(cfg: ParsedFields, issue: Issue): void {
  */
 function checkProviderTransport(cfg: ParsedFields, issue: Issue): void {
   cfg.clients.forEach((client, i) => {
-    const { grant, auth, url } = client.tokenRequest;
+    const { grant, auth, url, issuer } = client.tokenRequest;
     const sendsSecret = auth === 'client_secret_basic' || auth === 'client_secret_post';
     const checked: Array<{ path: PropertyKey[]; value: string | undefined; carries: string }> = [
       grant === 'provider-query'
@@ -242,6 +242,8 @@ function checkProviderTransport(cfg: ParsedFields, issue: Issue): void {
             value: url,
             carries: sendsSecret ? 'the client secret' : 'the token it answers',
           },
+      // The metadata names the token endpoint: whoever could change it would get the secret.
+      { path: ['tokenRequest', 'issuer'], value: issuer, carries: 'the token endpoint' },
       { path: ['baseUrl'], value: client.baseUrl, carries: 'the bearer token' },
     ];
     for (const { path, value, carries } of checked) {

@@ -106,6 +106,14 @@ export const providerSettingsSchema = z
     maxTokenResponseBytes: int(1024, 10_485_760)
       .default(65_536)
       .meta({ description: 'Token responses larger than this are rejected as malformed.' }),
+    metadataRefreshSeconds: int(60, 86_400)
+      .default(3600)
+      .meta({
+        description:
+          "How often the metadata of a client's `tokenRequest.issuer` is re-read; a failed " +
+          're-read is logged and the last good metadata kept.',
+        env: 'PROVIDER_METADATA_REFRESH_SECONDS',
+      }),
   })
   .strict();
 

@@ -31,7 +31,15 @@ describe(shownReference.name, () => {
       'Secrets Manager secret "token-broker/acme"',
     );
     expect(describeCredentialsSource({ privateKeyFile: '/mnt/acme/tls.key' })).toBe(
-      'file "/mnt/acme/tls.key"',
+      'key file "/mnt/acme/tls.key" (credentials.privateKeyFile)',
+    );
+    expect(
+      describeCredentialsSource({
+        certificateFile: '/mnt/acme/tls.crt',
+        privateKeyFile: '/mnt/acme/tls.key',
+      }),
+    ).toBe(
+      'key files "/mnt/acme/tls.crt" (credentials.certificateFile) and "/mnt/acme/tls.key" (credentials.privateKeyFile)',
     );
     expect(describeCredentialsSource({ file: 'ab12'.repeat(10) })).toBe(
       `file "${REFERENCE_NOT_SHOWN}"`,

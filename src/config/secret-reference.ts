@@ -66,10 +66,16 @@ export function describeCredentialsSource(source: {
   secretId?: string | undefined;
   file?: string | undefined;
   privateKeyFile?: string | undefined;
+  certificateFile?: string | undefined;
 }): string {
   if (source.secretId !== undefined) {
     return `Secrets Manager secret "${shownReference(source.secretId)}"`;
   }
-  const file = source.file ?? source.privateKeyFile;
-  return file === undefined ? 'nowhere' : `file "${shownReference(file)}"`;
+  if (source.file !== undefined) return `file "${shownReference(source.file)}"`;
+  const key = source.privateKeyFile;
+  if (key === undefined) return 'nowhere';
+  const cert = source.certificateFile;
+  return cert === undefined
+    ? `key file "${shownReference(key)}" (credentials.privateKeyFile)`
+    : `key files "${shownReference(cert)}" (credentials.certificateFile) and "${shownReference(key)}" (credentials.privateKeyFile)`;
 }

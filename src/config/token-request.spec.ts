@@ -54,7 +54,7 @@ describe('tokenRequest, a client profile for its token request', () => {
       resource: ['https://api.example.com/orders', 'https://api.example.com/offers'],
       params: { tenant: 'acme' },
       headers: { 'X-Tenant': 'acme' },
-      assertion: { alg: 'ES256', kid: 'key-2026', lifetimeSeconds: 60 },
+      assertion: { alg: 'ES256', audience: 'token_endpoint', kid: 'key-2026', lifetimeSeconds: 60 },
     });
   });
 
@@ -185,6 +185,64 @@ describe('tokenRequest, a client profile for its token request', () => {
     expect(found.join('\n')).not.toContain('sk_live_DO_NOT_PRINT_ME');
   });
 
+  it('configures a mutual-TLS client from the environment alone: issuer, key files, CA file', () => {
+    const client = loadConfig({
+      ...BASE,
+      PROVIDER_AUTH_URL: undefined,
+      CREDENTIALS_FILE: undefined,
+      TOKEN_REQUEST_GRANT: 'rfc6749',
+      TOKEN_REQUEST_ISSUER: 'https://auth.example.com',
+      TOKEN_REQUEST_AUTH: 'tls_client_auth',
+      CREDENTIALS_CLIENT_ID: 'shop-mtls',
+      CREDENTIALS_CERTIFICATE_FILE: '/mnt/tls/tls.crt',
+      CREDENTIALS_PRIVATE_KEY_FILE: '/mnt/tls/tls.key',
+      PROVIDER_CA_FILE: '/mnt/ca/ca.crt',
+    }).clients[0];
+    // authUrl is the provider dialect's: an rfc6749 client needs none.
+    expect(client.authUrl).toBeUndefined();
+    expect(client.caFile).toBe('/mnt/ca/ca.crt');
+    expect(client.credentials).toEqual({
+      clientId: 'shop-mtls',
+      certificateFile: '/mnt/tls/tls.crt',
+      privateKeyFile: '/mnt/tls/tls.key',
+    });
+    expect(client.tokenRequest).toEqual({
+      grant: 'rfc6749',
+      issuer: 'https://auth.example.com',
+      auth: 'tls_client_auth',
+    });
+  });
+
+  it.each([
+    [
+      'no authUrl with the provider dialect',
+      { PROVIDER_AUTH_URL: undefined },
+      'PROVIDER_AUTH_URL: required with grant "provider-query"',
+    ],
+    [
+      'neither a url nor an issuer',
+      { TOKEN_REQUEST_GRANT: 'rfc6749' },
+      'TOKEN_REQUEST_URL: required with grant "rfc6749": the token endpoint URL, or tokenRequest.issuer',
+    ],
+    [
+      'an issuer-addressed assertion without an issuer',
+      {
+        TOKEN_REQUEST_GRANT: 'rfc6749',
+        TOKEN_REQUEST_URL: 'https://a/token',
+        TOKEN_REQUEST_AUTH: 'private_key_jwt',
+        TOKEN_REQUEST_ASSERTION_AUDIENCE: 'issuer',
+      },
+      'TOKEN_REQUEST_ASSERTION_AUDIENCE: "issuer" needs tokenRequest.issuer',
+    ],
+    [
+      'an issuer with the provider dialect',
+      { TOKEN_REQUEST_ISSUER: 'https://auth.example.com' },
+      'TOKEN_REQUEST_ISSUER: only with grant "rfc6749"',
+    ],
+  ])('refuses %s, naming the setting', (_label, env, expected) => {
+    expect(problems({ ...BASE, ...env }).join('\n')).toContain(expected);
+  });
+
   it('names file settings by their path', () => {
     const dir = mkdtempSync(join(tmpdir(), 'tb-token-request-'));
     const file = join(dir, 'broker.json');
@@ -262,13 +320,13 @@ describe('tokenRequest, a client profile for its token request', () => {
         'a certificate with private_key_jwt',
         FILES,
         { ...MTLS, auth: 'private_key_jwt' },
-        'clients[0].credentials.certificateFile: only with auth "tls_client_auth"',
+        'clients[0].credentials.certificateFile: only with the mutual-TLS methods',
       ],
       [
         'key files with a shared-secret method',
         FILES,
         { ...MTLS, auth: 'client_secret_post' },
-        'clients[0].credentials.privateKeyFile: only with auth "private_key_jwt" or "tls_client_auth"',
+        'clients[0].credentials.privateKeyFile: only with auth "private_key_jwt", "tls_client_auth" or "self_signed_tls_client_auth"',
       ],
     ])(
       'refuses %s, naming the setting and never a value',

@@ -1,3 +1,7 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { makeTestCertificates } from '../../test/support/test-certificates';
 import { generateKeyPairSync } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -7,6 +11,7 @@ import { providerSettingsSchema } from '../config/provider.schema';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { ProviderErrorCode } from './provider.exception';
 import { createProviderAgent } from './provider-http';
+import type { ProviderMetadataCache } from './provider-metadata';
 import { AuthServerClient, INVALID_CLIENT_CHECKS } from './auth-server.client';
 import type { Agent } from 'undici';
 
@@ -154,6 +159,29 @@ describe(AuthServerClient.name, () => {
     },
   );
 
+  it('addresses the assertion to the issuer with assertion.audience "issuer"', async () => {
+    const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+    const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+    const issuer = 'https://as.example.test';
+    // The issuer's metadata is not read: tokenRequest.url wins, and this stands in for it.
+    const metadata = {
+      get: () => Promise.resolve({ issuer, from: issuer, tokenEndpoint: `${issuer}/token` }),
+    } as unknown as ProviderMetadataCache;
+    const withIssuer = new AuthServerClient(agent, settings, 1800, () => 1_000_000, { metadata });
+    await withIssuer.requestToken(
+      client({ auth: 'private_key_jwt', issuer, assertion: { alg: 'ES256', audience: 'issuer' } }),
+      { clientId: 'shipping-client', privateKey: pem },
+    );
+    const jwt = seen[0].form.get('client_assertion')!;
+    const { payload } = await jwtVerify(jwt, publicKey, {
+      audience: issuer,
+      currentDate: new Date(1_000_000),
+    });
+    expect(payload.aud).toBe(issuer);
+    // Posted to the configured url all the same.
+    expect(seen[0].path).toBe('/oauth2/token?tenant=acme');
+  });
+
   it('refuses a key that does not fit the algorithm before sending anything, never quoting it', async () => {
     const { privateKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
     const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
@@ -219,14 +247,17 @@ describe(AuthServerClient.name, () => {
     });
 
     it('tls_client_auth: the client certificate', async () => {
+      // A real pair: the agent checks that the certificate and key belong together.
+      const dir = mkdtempSync(join(tmpdir(), 'tb-rfc6749-mtls-'));
+      const certs = makeTestCertificates(dir);
       const message = await refused(
         { auth: 'tls_client_auth' },
         {
           clientId: 'c',
-          certificate: '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----',
-          privateKey: KEY,
+          certificate: readFileSync(certs.clientCert, 'utf8'),
+          privateKey: readFileSync(certs.clientKey, 'utf8'),
         },
-      );
+      ).finally(() => rmSync(dir, { recursive: true, force: true }));
       expect(message).toMatch(/registered the client certificate/);
       expect(message).not.toMatch(/secret/);
     });

@@ -1,31 +1,44 @@
-import { createHash, createPrivateKey, type KeyObject, randomUUID } from 'node:crypto';
+import { createPrivateKey, type KeyObject, randomUUID } from 'node:crypto';
 import {
   assertionSettingsSchema,
   type ClientAuthMethod,
   type ClientConfig,
+  presentsCertificate,
 } from '../config/client.schema';
 import { type ProviderSettings, tokenCallDeadlineMs } from '../config/config.schema';
 import { DpopKeyError, type DpopSigner, nonceOf } from '../dpop/dpop-proofs';
 import type { ClientCredentials } from '../secrets/client-credentials';
+import { ClientAgents, probeCertificateRefusal, tlsSettingNames } from './client-tls';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
-import { createProviderAgent, readCapped, request, translateTransportError } from './provider-http';
+import {
+  closedBeforeAnswer,
+  createProviderAgent,
+  readCapped,
+  request,
+  type TlsSettingNames,
+  tlsMisconfigured,
+  translateTransportError,
+} from './provider-http';
+import { type ProviderMetadataCache, tokenEndpointFrom } from './provider-metadata';
 import {
   type GrantedToken,
   parseTokenResponse,
   readOAuthError,
   tokenErrorForStatus,
 } from './token-response.parser';
-import type { Agent, Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
 
 /** Appended to a client's `authUrl` in the provider's dialect. */
 const TOKEN_PATH = '/api/auth/v1/oauth/token';
 
-/** Where a client's token requests go (no query): the key of the fleet's bound on them. */
+/**
+ * Where a client's token requests go (no query): the key of the fleet's bound on them. A client
+ * configured by `tokenRequest.issuer` alone is keyed by its issuer (one server's endpoints).
+ */
 export function tokenEndpointOf(client: ClientConfig): string {
+  const r = client.tokenRequest;
   const url = new URL(
-    client.tokenRequest.grant === 'rfc6749' && client.tokenRequest.url !== undefined
-      ? client.tokenRequest.url
-      : `${client.authUrl}${TOKEN_PATH}`,
+    r.grant === 'rfc6749' ? (r.url ?? r.issuer!) : `${client.authUrl}${TOKEN_PATH}`,
   );
   return `${url.origin}${url.pathname}`;
 }
@@ -40,6 +53,8 @@ export const INVALID_CLIENT_CHECKS: Record<ClientAuthMethod, string> = {
     "the client_id, and that the server holds the public key of the credentials' private key under the kid and alg of tokenRequest.assertion",
   tls_client_auth:
     'the client_id, and that the server has registered the client certificate (its subject or SAN) and trusts its issuer',
+  self_signed_tls_client_auth:
+    "the client_id, and that the server holds the client certificate's public key (its jwks or jwks_uri)",
 };
 
 /** A token request, as each grant builds it. */
@@ -50,6 +65,18 @@ interface TokenCall {
   readonly body?: string;
   /** What to check when the server refuses the client, for its message. */
   readonly check: string;
+}
+
+/** What the token endpoint adapter needs beyond its pool and settings. */
+export interface AuthServerExtras {
+  /** The metadata of clients configured by `tokenRequest.issuer`. */
+  metadata?: ProviderMetadataCache;
+  /** Told the credentials a mutual-TLS client was granted a token with: its API calls' too. */
+  onGranted?: (client: ClientConfig, credentials: ClientCredentials) => void;
+  /** A client's `caFile` is re-read this often. @default 60 s */
+  caMaxAgeMs?: number;
+  /** Signs the proofs of clients with `dpop` settings. */
+  dpop?: DpopSigner;
 }
 
 export interface TokenGrantor {
@@ -65,8 +92,8 @@ export interface TokenGrantor {
  * `tls_client_auth` (RFC 8705). Either answer is read the same way.
  */
 export class AuthServerClient implements TokenGrantor {
-  /** One per client, rebuilt when its certificate or key changes. */
-  private readonly tlsAgents = new Map<string, { fingerprint: string; agent: Agent }>();
+  /** A client's own pool (its certificate, its CA), rebuilt when they change. */
+  private readonly agents: ClientAgents;
 
   /** `dispatcher`: the shared keep-alive pool, closed with the client. */
   constructor(
@@ -74,14 +101,28 @@ export class AuthServerClient implements TokenGrantor {
     private readonly settings: ProviderSettings,
     private readonly defaultLifetimeSeconds: number,
     private readonly now: () => number = Date.now,
-    /** Signs the proofs of clients with `dpop` settings. */
-    private readonly dpop?: DpopSigner,
-  ) {}
+    private readonly extras: AuthServerExtras = {},
+  ) {
+    this.agents = new ClientAgents(
+      (options) => createProviderAgent(settings, options),
+      extras.caMaxAgeMs ?? 60_000,
+      now,
+    );
+  }
+
+  /** The pool for a client that presents no certificate: its own when it has a `caFile`. */
+  private dispatcherFor(client: ClientConfig, what: string): Dispatcher {
+    return this.agents.agentFor(client, undefined, what) ?? this.dispatcher;
+  }
 
   async requestToken(client: ClientConfig, credentials: ClientCredentials): Promise<GrantedToken> {
     const what = `token request for client "${client.id}"`;
     if (client.tokenRequest.grant === 'provider-query') {
-      return this.post(what, this.providerQuery(client, credentials, what));
+      return this.post(
+        what,
+        this.providerQuery(client, credentials, what),
+        tlsSettingNames(client),
+      );
     }
     // A DPoP client's request is rebuilt for its nonce retry: a client assertion is single-use.
     const send = (dpop?: string) => this.rfc6749(client, credentials, what, dpop);
@@ -97,6 +138,8 @@ export class AuthServerClient implements TokenGrantor {
     dpop: string | undefined,
   ): Promise<GrantedToken & { nonce?: string }> {
     const profile = client.tokenRequest;
+    const metadata = profile.issuer !== undefined ? await this.metadataOf(client) : undefined;
+    const url = metadata ? tokenEndpointFrom(client, metadata) : profile.url!;
     const form = new URLSearchParams({ grant_type: 'client_credentials' });
     if (profile.scope !== undefined) form.set('scope', profile.scope);
     if (profile.audience !== undefined) form.set('audience', profile.audience);
@@ -108,25 +151,56 @@ export class AuthServerClient implements TokenGrantor {
       accept: 'application/json',
       ...(dpop !== undefined && { dpop }),
     };
-    const dispatcher = await this.authenticate(client, credentials, form, headers, what);
-    return this.post(what, {
-      dispatcher,
-      url: new URL(profile.url!),
-      headers,
-      body: form.toString(),
-      check: INVALID_CLIENT_CHECKS[profile.auth],
+    const dispatcher = await this.authenticate(client, credentials, form, headers, what, url);
+    const names = tlsSettingNames(client);
+    const granted = await this.post(
+      what,
+      {
+        dispatcher,
+        url: new URL(url),
+        headers,
+        body: form.toString(),
+        check: INVALID_CLIENT_CHECKS[profile.auth],
+      },
+      names,
+    ).catch(async (err: unknown) => {
+      // A server that refuses the certificate often just closes the connection: ask it.
+      const options = this.agents.optionsOf(client.id);
+      if (presentsCertificate(profile.auth) && options && closedBeforeAnswer(errorCause(err))) {
+        const how = await probeCertificateRefusal(url, options, this.settings.connectTimeoutMs);
+        if (how !== undefined) throw tlsMisconfigured('certificate', how, what, names, err);
+      }
+      throw err;
     });
+    // The certificate this token is bound to (RFC 8705 §3): the one its API calls present.
+    if (presentsCertificate(profile.auth)) this.extras.onGranted?.(client, credentials);
+    return granted;
+  }
+
+  private async metadataOf(client: ClientConfig) {
+    if (this.extras.metadata === undefined) {
+      // Wired by the provider module; reaching here is a wiring error.
+      throw new ProviderException(
+        ProviderErrorCode.Misconfigured,
+        `token request for client "${client.id}": tokenRequest.issuer is set but no metadata reader is wired`,
+      );
+    }
+    return (await this.extras.metadata.get(client))!;
   }
 
   private signer(what: string): DpopSigner {
-    if (this.dpop === undefined) {
+    if (this.extras.dpop === undefined) {
       throw new ProviderException(ProviderErrorCode.Rejected, `${what}: no DPoP signer is wired`);
     }
-    return this.dpop;
+    return this.extras.dpop;
   }
 
   /** One total deadline: undici's idle timers never end a body trickling in. */
-  private async post(what: string, call: TokenCall): Promise<GrantedToken & { nonce?: string }> {
+  private async post(
+    what: string,
+    call: TokenCall,
+    tls: TlsSettingNames,
+  ): Promise<GrantedToken & { nonce?: string }> {
     const { url, headers, body: requestBody } = call;
     const settings = this.settings;
     // Expiry counts from *before* the request: the server's clock started no earlier.
@@ -146,7 +220,7 @@ export class AuthServerClient implements TokenGrantor {
       });
       body = await readCapped(response.body, settings.maxTokenResponseBytes);
     } catch (cause) {
-      throw translateTransportError(cause, what);
+      throw translateTransportError(cause, what, tls);
     }
     const status = response.statusCode;
     const nonce = nonceOf(response.headers['dpop-nonce']);
@@ -180,27 +254,28 @@ export class AuthServerClient implements TokenGrantor {
         `${what}: the credentials lack client_secret`,
       );
     }
-    const url = new URL(`${client.authUrl}${TOKEN_PATH}`);
+    const url = new URL(`${client.authUrl!}${TOKEN_PATH}`);
     url.searchParams.set('grant_type', 'client_credentials');
     // RFC 6749 §2.3.1: id and secret are form-urlencoded before Basic encoding.
     const basic = Buffer.from(
       `${encodeURIComponent(credentials.clientId)}:${encodeURIComponent(credentials.clientSecret)}`,
     ).toString('base64');
     return {
-      dispatcher: this.dispatcher,
+      dispatcher: this.dispatcherFor(client, what),
       url,
       headers: { authorization: `Basic ${basic}`, accept: 'application/json' },
       check: 'the client id/secret for this merchant and environment',
     };
   }
 
-  /** Returns the pool to send on (the client's own for `tls_client_auth`). */
+  /** Returns the pool to send on (the client's own for the mutual-TLS methods). */
   private async authenticate(
     client: ClientConfig,
     credentials: ClientCredentials,
     form: URLSearchParams,
     headers: Record<string, string>,
     what: string,
+    tokenUrl: string,
   ): Promise<Dispatcher> {
     switch (client.tokenRequest.auth) {
       case 'client_secret_basic': {
@@ -209,34 +284,45 @@ export class AuthServerClient implements TokenGrantor {
           `${formEncode(credentials.clientId)}:${formEncode(need(credentials.clientSecret, what, 'client_secret'))}`,
         ).toString('base64');
         headers.authorization = `Basic ${basic}`;
-        return this.dispatcher;
+        return this.dispatcherFor(client, what);
       }
       case 'client_secret_post':
         form.set('client_id', credentials.clientId);
         form.set('client_secret', need(credentials.clientSecret, what, 'client_secret'));
-        return this.dispatcher;
+        return this.dispatcherFor(client, what);
       case 'private_key_jwt':
         form.set('client_id', credentials.clientId);
         form.set('client_assertion_type', ASSERTION_TYPE);
-        form.set('client_assertion', await this.assertion(client, credentials, what));
-        return this.dispatcher;
+        form.set('client_assertion', await this.assertion(client, credentials, what, tokenUrl));
+        return this.dispatcherFor(client, what);
       case 'tls_client_auth':
+      case 'self_signed_tls_client_auth': {
         form.set('client_id', credentials.clientId);
-        return this.tlsAgent(client.id, credentials, what);
+        // Its certificate is presented to no one else.
+        const tls = {
+          clientId: credentials.clientId,
+          certificate: need(credentials.certificate, what, 'certificate'),
+          privateKey: need(credentials.privateKey, what, 'private_key'),
+        };
+        return this.agents.agentFor(client, tls, what)!;
+      }
     }
   }
 
   async close(): Promise<void> {
-    const agents = [this.dispatcher, ...[...this.tlsAgents.values()].map((a) => a.agent)];
-    this.tlsAgents.clear();
-    await Promise.all(agents.map((a) => a.close()));
+    await Promise.all([this.dispatcher.close(), this.agents.close()]);
   }
 
-  /** RFC 7523 §3: a fresh `jti` with a short lifetime keeps a captured assertion from replay. */
+  /**
+   * RFC 7523 §3: `iss` and `sub` the client id, `aud` the token endpoint posted to (or the
+   * issuer), a fresh `jti`, `iat` now and `exp` a short lifetime later, which keep a captured
+   * assertion from replay.
+   */
   private async assertion(
     client: ClientConfig,
     credentials: ClientCredentials,
     what: string,
+    tokenUrl: string,
   ): Promise<string> {
     const settings = client.tokenRequest.assertion ?? DEFAULT_ASSERTION;
     const { key, kid } = privateKeyOf(need(credentials.privateKey, what, 'private_key'), what);
@@ -252,7 +338,7 @@ export class AuthServerClient implements TokenGrantor {
         })
         .setIssuer(credentials.clientId)
         .setSubject(credentials.clientId)
-        .setAudience(client.tokenRequest.url!)
+        .setAudience(settings.audience === 'issuer' ? client.tokenRequest.issuer! : tokenUrl)
         .setJti(randomUUID())
         .setIssuedAt(issuedAt)
         .setExpirationTime(issuedAt + settings.lifetimeSeconds)
@@ -266,20 +352,10 @@ export class AuthServerClient implements TokenGrantor {
       );
     }
   }
+}
 
-  /** Its certificate is presented to no one else. */
-  private tlsAgent(clientId: string, credentials: ClientCredentials, what: string): Agent {
-    const cert = need(credentials.certificate, what, 'certificate');
-    const key = need(credentials.privateKey, what, 'private_key');
-    const fingerprint = createHash('sha256').update(cert).update('\0').update(key).digest('hex');
-    const known = this.tlsAgents.get(clientId);
-    if (known?.fingerprint === fingerprint) return known.agent;
-    const agent = createProviderAgent(this.settings, { cert, key });
-    this.tlsAgents.set(clientId, { fingerprint, agent });
-    // The old pool's connections authenticate with the rotated-out certificate.
-    if (known) void known.agent.close().catch(() => undefined);
-    return agent;
-  }
+function errorCause(err: unknown): unknown {
+  return err instanceof ProviderException ? err.cause : err;
 }
 
 /**

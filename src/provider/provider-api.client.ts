@@ -1,11 +1,22 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { Readable } from 'node:stream';
-import type { ClientConfig } from '../config/client.schema';
+import { type ClientConfig, presentsCertificate } from '../config/client.schema';
 import { ordersCallDeadlineMs, type OrdersSettings } from '../config/config.schema';
 import { trimTrailingSlashes } from '../config/schema-parts';
 import { type DpopSigner, nonceOf } from '../dpop/dpop-proofs';
+import type { ClientCredentials } from '../secrets/client-credentials';
+import { SecretsException } from '../secrets/secrets.exception';
+import { ClientAgents, probeCertificateRefusal, tlsSettingNames } from './client-tls';
 import { ProviderErrorCode, ProviderException } from './provider.exception';
-import { Agent, failedToConnect, translateTransportError } from './provider-http';
+import {
+  Agent,
+  type ClientTlsOptions,
+  closedBeforeAnswer,
+  failedToConnect,
+  type TlsSettingNames,
+  tlsMisconfigured,
+  translateTransportError,
+} from './provider-http';
 import type { Dispatcher } from 'undici';
 
 /** One provider call, as `POST /orders` or the passthrough hands it over. */
@@ -62,9 +73,9 @@ export interface ProviderApiGateway {
  * Its own pool, not the token endpoint's: the auth server usually shares the host, and a slow API
  * holding every connection must never delay a token refresh.
  */
-export function createCheckoutAgent(settings: OrdersSettings): Agent {
+export function createCheckoutAgent(settings: OrdersSettings, clientTls?: ClientTlsOptions): Agent {
   return new Agent({
-    connect: { timeout: settings.connectTimeoutMs },
+    connect: { timeout: settings.connectTimeoutMs, ...clientTls },
     headersTimeout: settings.headersTimeoutMs,
     bodyTimeout: settings.bodyTimeoutMs,
     keepAliveTimeout: 30_000,
@@ -74,30 +85,152 @@ export function createCheckoutAgent(settings: OrdersSettings): Agent {
 }
 
 /**
+ * The certificate a mutual-TLS client presents to its API: the one it was last granted a token
+ * with on this replica (the token is bound to it, RFC 8705 §3), else its credentials as read
+ * from their source, re-read every `maxAgeMs` like the token side's (a replica that only adopted
+ * the fleet's tokens never requested one).
+ */
+export class ClientCertificates {
+  private readonly known = new Map<string, { credentials: ClientCredentials; at: number }>();
+  private readonly reading = new Map<string, Promise<ClientCredentials>>();
+
+  constructor(
+    private readonly load: (client: ClientConfig) => Promise<ClientCredentials>,
+    private readonly maxAgeMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  granted(client: ClientConfig, credentials: ClientCredentials): void {
+    this.known.set(client.id, { credentials, at: this.now() });
+  }
+
+  /** Through a source failure the last known ones are kept; throws when there are none. */
+  async get(client: ClientConfig): Promise<ClientCredentials> {
+    const known = this.known.get(client.id);
+    if (known && this.now() - known.at < this.maxAgeMs) return known.credentials;
+    let reading = this.reading.get(client.id);
+    if (!reading) {
+      reading = this.load(client).finally(() => this.reading.delete(client.id));
+      this.reading.set(client.id, reading);
+    }
+    try {
+      const credentials = await reading;
+      // A grant meanwhile is newer than what was read.
+      if (this.known.get(client.id) === known) {
+        this.known.set(client.id, { credentials, at: this.now() });
+      }
+      return this.known.get(client.id)!.credentials;
+    } catch (err) {
+      if (known) return known.credentials;
+      throw err;
+    }
+  }
+}
+
+/**
  * For `POST /orders` and the passthrough alike. It never retries: a request that may have reached
  * the provider must not be sent twice; the one safe retry (after a 401) is the caller's decision.
+ * A mutual-TLS client's calls go on an agent of its own that presents its certificate (so the
+ * provider's certificate-bound tokens are accepted), as does a client with a `caFile`.
  */
 export class ProviderApiClient implements ProviderApiGateway {
   /** By the client's configuration object: a reload that changes `baseUrl` replaces it. */
   private readonly origins = new WeakMap<ClientConfig, { origin: string; base: string }>();
   /** One deadline for the whole call, fixed by the settings. */
   private readonly deadlineMs: number;
+  private readonly agents: ClientAgents;
 
   constructor(
     private readonly dispatcher: Dispatcher,
     private readonly settings: OrdersSettings,
     private readonly userAgent = 'token-broker',
+    private readonly certificates?: ClientCertificates,
+    caMaxAgeMs = 60_000,
     /** Signs a fresh proof per call for clients with `dpop` settings. */
     private readonly dpop?: DpopSigner,
   ) {
     this.deadlineMs = ordersCallDeadlineMs(settings);
+    this.agents = new ClientAgents((options) => createCheckoutAgent(settings, options), caMaxAgeMs);
   }
 
   call(request: ApiRequest): Promise<ApiOutcome> {
-    if (request.client.dpop === undefined || this.dpop === undefined) {
-      return this.send(request, `Bearer ${request.accessToken}`);
+    const { client } = request;
+    const what = `${request.method} request for client "${client.id}"`;
+    const mutual =
+      client.tokenRequest.grant === 'rfc6749' && presentsCertificate(client.tokenRequest.auth);
+    if (!mutual && client.caFile === undefined) {
+      return this.exchange(this.dispatcher, request, what, undefined);
     }
-    return this.dpopCall(request, this.dpop);
+    const names = tlsSettingNames(client);
+    return this.ownDispatcher(client, mutual, what).then(
+      async (dispatcher) => {
+        const outcome = await this.exchange(dispatcher, request, what, names);
+        return mutual ? this.diagnosed(client, outcome, what, names) : outcome;
+      },
+      (err: unknown) => ({ kind: 'failed', delivered: 'no', error: this.setUpFailure(err, what) }),
+    );
+  }
+
+  /** A connection closed before any answer may be the certificate refused: ask the server. */
+  private async diagnosed(
+    client: ClientConfig,
+    outcome: ApiOutcome,
+    what: string,
+    names: TlsSettingNames,
+  ): Promise<ApiOutcome> {
+    const options = this.agents.optionsOf(client.id);
+    if (outcome.kind !== 'failed' || !options || !closedBeforeAnswer(outcome.error.cause)) {
+      return outcome;
+    }
+    const how = await probeCertificateRefusal(
+      client.baseUrl,
+      options,
+      this.settings.connectTimeoutMs,
+    );
+    if (how === undefined) return outcome;
+    // Whether it was delivered is as the failed call left it: the probe is another connection.
+    return { ...outcome, error: tlsMisconfigured('certificate', how, what, names, outcome.error) };
+  }
+
+  private async ownDispatcher(
+    client: ClientConfig,
+    mutual: boolean,
+    what: string,
+  ): Promise<Dispatcher> {
+    if (mutual && this.certificates === undefined) {
+      throw new ProviderException(
+        ProviderErrorCode.Misconfigured,
+        `${what}: no source of the client certificate is wired`,
+      );
+    }
+    const credentials = mutual ? await this.certificates!.get(client) : undefined;
+    return this.agents.agentFor(client, credentials, what) ?? this.dispatcher;
+  }
+
+  /** The certificate could not be read: nothing was sent. */
+  private setUpFailure(err: unknown, what: string): ProviderException {
+    if (err instanceof ProviderException) return err;
+    if (err instanceof SecretsException) {
+      return new ProviderException(
+        err.transient ? ProviderErrorCode.Unreachable : ProviderErrorCode.Misconfigured,
+        `${what}: cannot read the client certificate (${err.message})`,
+        { cause: err },
+      );
+    }
+    return translateTransportError(err, what);
+  }
+
+  /** On `dispatcher`, with the client's scheme: a bearer token, or DPoP with a proof. */
+  private exchange(
+    dispatcher: Dispatcher,
+    request: ApiRequest,
+    what: string,
+    tls: TlsSettingNames | undefined,
+  ): Promise<ApiOutcome> {
+    if (request.client.dpop === undefined || this.dpop === undefined) {
+      return this.send(dispatcher, request, what, tls, `Bearer ${request.accessToken}`);
+    }
+    return this.dpopCall(dispatcher, request, what, tls, this.dpop);
   }
 
   /**
@@ -106,10 +239,15 @@ export class ProviderApiClient implements ProviderApiGateway {
    * the request was acted on, so the call goes once more with it; that 401 never reaches the
    * caller, nor counts as a refused token.
    */
-  private async dpopCall(request: ApiRequest, dpop: DpopSigner): Promise<ApiOutcome> {
+  private async dpopCall(
+    dispatcher: Dispatcher,
+    request: ApiRequest,
+    what: string,
+    tls: TlsSettingNames | undefined,
+    dpop: DpopSigner,
+  ): Promise<ApiOutcome> {
     const base = this.baseOf(request.client);
     const url = `${base.origin}${base.base}${request.target}`;
-    const what = `${request.method} request for client "${request.client.id}"`;
     for (let attempt = 0; ; attempt++) {
       let proof: string;
       try {
@@ -124,7 +262,14 @@ export class ProviderApiClient implements ProviderApiGateway {
         const error = new ProviderException(ProviderErrorCode.Rejected, message, { cause });
         return { kind: 'failed', delivered: 'no', error };
       }
-      const outcome = await this.send(request, `DPoP ${request.accessToken}`, proof);
+      const outcome = await this.send(
+        dispatcher,
+        request,
+        what,
+        tls,
+        `DPoP ${request.accessToken}`,
+        proof,
+      );
       if (outcome.kind !== 'answered') return outcome;
       const nonce = nonceOf(outcome.headers['dpop-nonce']);
       if (nonce === undefined) return outcome;
@@ -138,12 +283,18 @@ export class ProviderApiClient implements ProviderApiGateway {
    * `dispatch` with a handler rather than `request`: a small answer is collected into one buffer,
    * with no body stream or promise per chunk, and the handler knows whether a byte was written.
    */
-  private send(request: ApiRequest, authorization: string, dpop?: string): Promise<ApiOutcome> {
+  private send(
+    dispatcher: Dispatcher,
+    request: ApiRequest,
+    what: string,
+    tls: TlsSettingNames | undefined,
+    authorization: string,
+    dpop?: string,
+  ): Promise<ApiOutcome> {
     const base = this.baseOf(request.client);
-    const what = `${request.method} request for client "${request.client.id}"`;
     return new Promise((settle) => {
-      const handler = new ExchangeHandler(request, what, this.deadlineMs, settle);
-      this.dispatcher.dispatch(
+      const handler = new ExchangeHandler(request, what, this.deadlineMs, settle, tls);
+      dispatcher.dispatch(
         {
           origin: base.origin,
           path: `${base.base}${request.target}`,
@@ -167,7 +318,7 @@ export class ProviderApiClient implements ProviderApiGateway {
   }
 
   async close(): Promise<void> {
-    await this.dispatcher.close();
+    await Promise.all([this.dispatcher.close(), this.agents.close()]);
   }
 
   /** A base URL may carry a path; split once per client. */
@@ -212,6 +363,7 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     private readonly what: string,
     private readonly deadlineMs: number,
     private readonly settle: (outcome: ApiOutcome) => void,
+    private readonly tls?: TlsSettingNames,
   ) {
     // One deadline for the whole call: undici's body timeout is an idle timer a trickle evades.
     this.deadline = setTimeout(() => this.expire(), deadlineMs);
@@ -281,7 +433,9 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
       clearTimeout(this.deadline);
       this.stream.destroy(
         this.tooLarge ??
-          (cause instanceof DOMException ? cause : translateTransportError(cause, this.what)),
+          (cause instanceof DOMException
+            ? cause
+            : translateTransportError(cause, this.what, this.tls)),
       );
       return;
     }
@@ -289,7 +443,7 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
       kind: 'failed',
       // Once an answer started, the request certainly reached the provider.
       delivered: this.status === 0 && failedToConnect(cause) ? 'no' : 'maybe',
-      error: this.tooLarge ?? translateTransportError(cause, this.what),
+      error: this.tooLarge ?? translateTransportError(cause, this.what, this.tls),
     });
   }
 

@@ -14,6 +14,12 @@ export enum ProviderErrorCode {
   Rejected = 'provider_rejected',
   /** 2xx whose body is not a usable token response. */
   MalformedResponse = 'provider_malformed_response',
+  /**
+   * This client's TLS or metadata set-up cannot work (an untrusted server certificate, a
+   * client certificate refused or not matching its key, metadata that refuses its settings).
+   * Permanent until the configuration or the credentials change.
+   */
+  Misconfigured = 'provider_misconfigured',
 }
 
 const TRANSIENT = new Set<ProviderErrorCode>([

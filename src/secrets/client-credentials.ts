@@ -8,9 +8,9 @@ export interface ClientCredentials {
   readonly clientId: string;
   /** `client_secret_basic`, `client_secret_post` and the provider's dialect. */
   readonly clientSecret?: string;
-  /** `private_key_jwt` (PEM or a JWK as JSON) and `tls_client_auth` (PEM). */
+  /** `private_key_jwt` (PEM or a JWK as JSON) and the mutual-TLS methods (PEM). */
   readonly privateKey?: string;
-  /** `tls_client_auth`: the client certificate (chain), PEM. */
+  /** The mutual-TLS methods: the client certificate (chain), PEM. */
   readonly certificate?: string;
 }
 
@@ -30,6 +30,12 @@ const SHARED_SECRET = {
   example: '{"client_id": "...", "client_secret": "..."}',
 };
 
+const MUTUAL_TLS = {
+  fields: ['certificate', 'private_key'],
+  example:
+    '{"client_id": "...", "certificate": "-----BEGIN CERTIFICATE-----...", "private_key": "-----BEGIN PRIVATE KEY-----..."}',
+};
+
 /** What each method needs; a secret beside a key is refused. */
 const NEEDS: Record<ClientAuthMethod, { fields: readonly string[]; example: string }> = {
   client_secret_basic: SHARED_SECRET,
@@ -38,11 +44,8 @@ const NEEDS: Record<ClientAuthMethod, { fields: readonly string[]; example: stri
     fields: ['private_key'],
     example: '{"client_id": "...", "private_key": "-----BEGIN PRIVATE KEY-----..." or a JWK}',
   },
-  tls_client_auth: {
-    fields: ['certificate', 'private_key'],
-    example:
-      '{"client_id": "...", "certificate": "-----BEGIN CERTIFICATE-----...", "private_key": "-----BEGIN PRIVATE KEY-----..."}',
-  },
+  tls_client_auth: MUTUAL_TLS,
+  self_signed_tls_client_auth: MUTUAL_TLS,
 };
 
 /**

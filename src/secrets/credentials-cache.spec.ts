@@ -142,6 +142,41 @@ describe(CredentialsCache.name, () => {
       expect(sent).toEqual([SECOND]);
     });
 
+    it('keeps the accepted stage at each re-read while AWSCURRENT is the refused version', async () => {
+      const stages: Record<string, ClientCredentials> = { AWSCURRENT: FIRST, AWSPENDING: SECOND };
+      const { load, read } = staged(stages);
+      const cache = new CredentialsCache(load, 10_000, clock, STAGES);
+      const refused = await cache.get();
+      const { sent, attempt } = server(SECOND);
+      await cache.rotate(refused, attempt, isRefusal);
+      // A half-finished rotation: the re-read finds AWSCURRENT unchanged, keeps AWSPENDING.
+      read.length = 0;
+      now = 10_000;
+      await expect(cache.get()).resolves.toEqual(SECOND);
+      expect(read).toEqual(['AWSCURRENT', 'AWSPENDING']);
+      expect(sent).toEqual([SECOND]);
+      // Promoted: AWSCURRENT changed, so the re-read reads it alone from then on.
+      stages.AWSCURRENT = SECOND;
+      delete stages.AWSPENDING;
+      now = 20_000;
+      read.length = 0;
+      await expect(cache.get()).resolves.toEqual(SECOND);
+      now = 30_000;
+      await expect(cache.get()).resolves.toEqual(SECOND);
+      expect(read).toEqual(['AWSCURRENT', 'AWSCURRENT']);
+    });
+
+    it('goes back to AWSCURRENT when the accepted stage is gone (a cancelled rotation)', async () => {
+      const stages: Record<string, ClientCredentials> = { AWSCURRENT: FIRST, AWSPENDING: SECOND };
+      const { load } = staged(stages);
+      const cache = new CredentialsCache(load, 10_000, clock, STAGES);
+      const refused = await cache.get();
+      await cache.rotate(refused, server(SECOND).attempt, isRefusal);
+      delete stages.AWSPENDING;
+      now = 10_000;
+      await expect(cache.get()).resolves.toEqual(FIRST);
+    });
+
     it('passes any other failure through at once', async () => {
       const { load } = staged({ AWSCURRENT: FIRST, AWSPENDING: SECOND, AWSPREVIOUS: THIRD });
       const cache = new CredentialsCache(load, 10_000, clock, STAGES);

@@ -101,7 +101,25 @@ describe('refresh failure', () => {
         { ...client, credentials: { clientId: 'acme', privateKeyFile: '/run/acme/tls.key' } },
         30_000,
       );
-      expect(keyFile?.operatorDetail).toContain('file "/run/acme/tls.key"');
+      expect(keyFile?.operatorDetail).toContain(
+        'key file "/run/acme/tls.key" (credentials.privateKeyFile)',
+      );
+      // A refused certificate: both files named, never "Secrets Manager secret".
+      const keyFiles = permanentFailure(
+        err,
+        {
+          ...client,
+          credentials: {
+            clientId: 'acme',
+            certificateFile: '/run/acme/tls.crt',
+            privateKeyFile: '/run/acme/tls.key',
+          },
+        },
+        30_000,
+      );
+      expect(keyFiles?.operatorDetail).toBe(
+        'provider said provider_invalid_client; they were read from key files "/run/acme/tls.crt" (credentials.certificateFile) and "/run/acme/tls.key" (credentials.privateKeyFile)',
+      );
     });
 
     it('maps another provider 4xx to unavailable and a permanent secret failure to credentials unavailable', () => {

@@ -24,6 +24,22 @@ export interface AuthServerOptions {
   tls?: { key: string; cert: string; clientCa: string };
   /** DPoP (RFC 9449) on, every proof needing a server nonce (see {@link AuthServer.rotateDpopNonce}). */
   dpop?: boolean;
+  /**
+   * With `tls`: bind access tokens to the client certificate (RFC 8705 §3,
+   * `features.mTLS.certificateBoundAccessTokens`). @default false
+   */
+  certificateBoundAccessTokens?: boolean;
+  /**
+   * With `tls`: the issuer's listener asks for no client certificate; a second one that does is
+   * published as `mtls_endpoint_aliases.token_endpoint` (RFC 8705 §5). @default false
+   */
+  mtlsAlias?: boolean;
+  /**
+   * The client authentication methods it supports (and publishes), `self_signed_tls_client_auth`
+   * among them turning `features.mTLS.selfSignedTlsClientAuth` on.
+   * @default client_secret_basic, client_secret_post, private_key_jwt, and with `tls` tls_client_auth
+   */
+  clientAuthMethods?: string[];
 }
 
 /** The resource indicator the helper registers by default. */
@@ -62,6 +78,7 @@ export interface AuthServer {
  */
 export async function startAuthServer(opts: AuthServerOptions): Promise<AuthServer> {
   const port = await freePort();
+  const mtlsAliasPort = opts.mtlsAlias ? await freePort() : undefined;
   const dir = mkdtempSync(join(tmpdir(), 'tb-oidc-'));
   const settingsFile = join(dir, 'settings.json');
   writeFileSync(
@@ -73,6 +90,9 @@ export async function startAuthServer(opts: AuthServerOptions): Promise<AuthServ
       resources: opts.resources ?? [RESOURCE],
       tls: opts.tls,
       dpop: opts.dpop ?? false,
+      certificateBoundAccessTokens: opts.certificateBoundAccessTokens,
+      mtlsAliasPort,
+      clientAuthMethods: opts.clientAuthMethods,
       clients: opts.clients.map((c) => ({
         grant_types: ['client_credentials'],
         redirect_uris: [],

@@ -15,6 +15,12 @@ import Provider from 'oidc-provider';
 const settings = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const scheme = settings.tls ? 'https' : 'http';
 const issuer = `${scheme}://127.0.0.1:${settings.port}`;
+// RFC 8705 §5: a second listener that asks for client certificates, published as the mTLS
+// alias of the token endpoint; the issuer's own listener then asks for none.
+const alias =
+  settings.tls && settings.mtlsAliasPort
+    ? `https://127.0.0.1:${settings.mtlsAliasPort}`
+    : undefined;
 
 // One key set for every instance: a token issued before a nonce rotation still verifies. RS256
 // first: it signs what no client asked otherwise for (id tokens, JWT access tokens).
@@ -37,12 +43,13 @@ const makeProvider = (nonceSecret) =>
   new Provider(issuer, {
     jwks: { keys: signingKeys },
     clients: settings.clients,
-    clientAuthMethods: [
+    clientAuthMethods: settings.clientAuthMethods ?? [
       'client_secret_basic',
       'client_secret_post',
       'private_key_jwt',
       ...(settings.tls ? ['tls_client_auth'] : []),
     ],
+    ...(alias && { discovery: { mtls_endpoint_aliases: { token_endpoint: `${alias}/token` } } }),
     features: {
       devInteractions: { enabled: false },
       dPoP: settings.dpop
@@ -68,6 +75,10 @@ const makeProvider = (nonceSecret) =>
       mTLS: {
         enabled: Boolean(settings.tls),
         tlsClientAuth: true,
+        selfSignedTlsClientAuth: Boolean(
+          settings.clientAuthMethods?.includes('self_signed_tls_client_auth'),
+        ),
+        certificateBoundAccessTokens: Boolean(settings.certificateBoundAccessTokens),
         getCertificate: (ctx) => {
           const peer = ctx.req.socket.getPeerCertificate?.();
           return peer?.raw ? new X509Certificate(peer.raw).toString() : undefined;
@@ -121,13 +132,23 @@ const callback = (req, res) => {
   }
   return callbacks.get(provider)(req, res);
 };
+const tlsOptions = (requestCert) =>
+  settings.tls && {
+    key: readFileSync(settings.tls.key),
+    cert: readFileSync(settings.tls.cert),
+    ca: readFileSync(settings.tls.clientCa),
+    requestCert,
+    rejectUnauthorized: false,
+  };
+if (alias)
+  createHttpsServer(tlsOptions(true), callback).listen(settings.mtlsAliasPort, '127.0.0.1');
 const server = settings.tls
   ? createHttpsServer(
       {
         key: readFileSync(settings.tls.key),
         cert: readFileSync(settings.tls.cert),
         ca: readFileSync(settings.tls.clientCa),
-        requestCert: true,
+        requestCert: !alias,
         // oidc-provider decides per client: tls_client_auth needs a verified certificate,
         // the other methods none.
         rejectUnauthorized: false,
