@@ -277,7 +277,7 @@ describe('bad input', () => {
         'token_type other than Bearer',
         garbage(`{"access_token":"${CANARY}","token_type":"mac"}`),
         503,
-        /not "Bearer"/,
+        /neither "Bearer" nor "DPoP"/,
       ],
       [
         'expires_in zero',
