@@ -4,6 +4,7 @@ import { MetricsService } from '../metrics/metrics.service';
 import type { TokenGrantor } from '../provider/auth-server.client';
 import type { GrantedToken } from '../provider/token-response.parser';
 import { ClientTokenManager } from './client-token-manager';
+import { EndpointGates } from './endpoint-limiter';
 import { type TokenRecord, toRecord } from './token-record';
 import type { Locked } from './token-store';
 import { MemoryTokenStore } from './token-store.memory';
@@ -37,6 +38,14 @@ class Grantor implements TokenGrantor {
 function fleetToken(accessToken: string): TokenRecord {
   const now = Date.now();
   return toRecord({ accessToken, obtainedAt: now, expiresAt: now + 3_600_000 });
+}
+
+/** What a caller was given: the token's time left, or the error. */
+function outcome(p: Promise<TokenRecord>) {
+  return p.then(
+    (r) => ({ leftMs: r.expiresAt - Date.now(), error: undefined }),
+    (e: TokenException) => ({ leftMs: undefined, error: e }),
+  );
 }
 
 /** A promise and the function that settles it: a step of the store the test releases. */
@@ -252,13 +261,6 @@ describe(ClientTokenManager.name, () => {
 
   describe('token lifetimes and min_ttl (virtual time)', () => {
     /** Settles `p` into what a caller would see, with the time left when it was served. */
-    function outcome(p: Promise<TokenRecord>) {
-      return p.then(
-        (r) => ({ leftMs: r.expiresAt - Date.now(), error: undefined }),
-        (e: TokenException) => ({ leftMs: undefined, error: e }),
-      );
-    }
-
     it('min_ttl=1799 on 1800 s tokens: at most one forced refresh per floor', async () => {
       jest.useFakeTimers();
       const grantor = new Grantor(1_800_000);
@@ -348,6 +350,58 @@ describe(ClientTokenManager.name, () => {
       const { error } = await waiting;
       expect(error?.code).toBe(TokenErrorCode.ShuttingDown);
       await expect(m.get(0)).rejects.toMatchObject({ code: TokenErrorCode.ShuttingDown });
+    });
+  });
+
+  describe("clients of one token endpoint, through this process's gate", () => {
+    /** Clients `a`..: one endpoint, one place at the gate. */
+    function sharing(ids: string[], grantor: Grantor) {
+      const config = testConfig({ clients: ids.map((id) => ({ ...CLIENT, id })) });
+      const gates = new EndpointGates();
+      const store = new MemoryTokenStore();
+      return ids.map((_, i) => {
+        const m = new ClientTokenManager(config.clients[i], {
+          store,
+          grantor,
+          loadCredentials: async () => ({ clientId: 'id', clientSecret: 'secret' }),
+          metrics: new MetricsService(),
+          logger: pino({ level: 'silent' }),
+          settings: config.token,
+          storeGraceMs: 1000,
+          endpointCap: { concurrency: 1, perSecond: 0, leaseMs: 10_000 },
+          gates,
+        });
+        managers.push(m);
+        return m;
+      });
+    }
+
+    it("one refresh at a time; the others wait in turn, a caller's first", async () => {
+      const grantor = new Grantor(3_600_000, 30);
+      const [a, b, c] = sharing(['a', 'b', 'c'], grantor);
+      for (const m of [a, b, c]) m.start();
+      // `c` queued behind `b`: its caller moves it up.
+      const forC = outcome(c.get(0));
+      const { error } = await forC;
+      expect(error).toBeUndefined();
+      expect(c.status().hasToken).toBe(true);
+      expect(b.status().hasToken).toBe(false);
+      await Promise.all([a.get(0), b.get(0)]);
+      expect(grantor.requests).toBe(3);
+    });
+
+    it('a client stopped while waiting its turn stops at once, its callers told', async () => {
+      const grantor = new Grantor(3_600_000, 600);
+      const [a, b] = sharing(['a', 'b'], grantor);
+      a.start();
+      b.start();
+      const waiting = outcome(b.get(0));
+      const from = Date.now();
+      await b.stop(5_000);
+      expect(Date.now() - from).toBeLessThan(500);
+      expect((await waiting).error?.code).toBe(TokenErrorCode.ShuttingDown);
+      await a.stop(5_000);
+      expect(grantor.requests).toBe(1);
     });
   });
 });

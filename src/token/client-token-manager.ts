@@ -24,6 +24,7 @@ import {
   refreshAt,
   retryAfterSeconds,
 } from './refresh-schedule';
+import type { EndpointGates } from './endpoint-limiter';
 import { RejectionLedger } from './rejection-ledger';
 import {
   afterFailure,
@@ -64,6 +65,8 @@ interface ManagerDeps {
   storeGraceMs: number;
   /** The fleet's bound on requests to a token endpoint; absent: none. */
   endpointCap?: EndpointCap;
+  /** This process's refresh passes per token endpoint, shared by its clients. */
+  gates?: EndpointGates;
   now?: () => number;
   random?: () => number;
 }
@@ -151,8 +154,10 @@ export class ClientTokenManager {
   async stop(timeoutMs: number): Promise<void> {
     this.stopped = true;
     clearTimeout(this.refreshTimer);
-    // A loop sleeping between attempts ends now; one inside an attempt finishes it first.
+    // A loop sleeping between attempts, or waiting its turn, ends now; one inside an attempt
+    // finishes it first.
     this.wake?.();
+    this.refresh.stopWaiting();
     if (this.loop) await Promise.race([this.loop, sleep(timeoutMs, undefined, { ref: false })]);
     this.rejectWaiters(shuttingDown());
   }
@@ -288,8 +293,9 @@ export class ClientTokenManager {
       return;
     }
     // A running loop is waiting for exactly this: it re-reads now (asleep: woken; inside a pass:
-    // once the pass ends) instead of at its next poll.
-    if (this.loop === undefined) void this.adoptFromStore();
+    // once the pass ends) instead of at its next poll. A pass still waiting for the
+    // endpoint has read nothing: the token is adopted now, and the pass then finds it.
+    if (this.loop === undefined || this.refresh.waiting) void this.adoptFromStore();
     else if (this.wake) this.wake();
     else this.newsDuringPass = true;
   }
@@ -521,6 +527,7 @@ export class ClientTokenManager {
               }
               return true;
             },
+            urgent: () => this.waiters.size > 0,
             failed: (err) => this.failed(err),
           }),
         );

@@ -9,7 +9,7 @@ import type { CredentialsCache } from '../secrets/credentials-cache';
 import { isFleetWide } from './refresh-failure';
 import { MIN_SERVE_MS } from './refresh-schedule';
 import { type TokenRecord, toRecord, withGeneration } from './token-record';
-import { EndpointLimiter } from './endpoint-limiter';
+import { type EndpointGate, EndpointGates, EndpointLimiter } from './endpoint-limiter';
 import type {
   EndpointCap,
   EndpointSlot,
@@ -43,12 +43,16 @@ export interface FleetRefreshDeps {
   minRefreshIntervalMs: number;
   /** The fleet's bound on requests to this client's token endpoint; absent: none. */
   endpointCap?: EndpointCap;
+  /** This process's passes per token endpoint, shared by its clients; absent: this client's own. */
+  gates?: EndpointGates;
   now: () => number;
 }
 
 export interface RefreshContext {
   held(): TokenRecord | undefined;
   goodEnough(record: TokenRecord): boolean;
+  /** Callers wait on this pass: it goes first through the endpoint's gate. */
+  urgent?(): boolean;
   /**
    * Records a failed provider request and returns this replica's backoff, which the pass shares
    * with the fleet before releasing the lock. Without it the failure is thrown.
@@ -72,6 +76,9 @@ export type RefreshPass =
   /** The provider granted a token too short-lived to serve; the floor started with it. */
   | { kind: 'unusable'; lifetimeMs: number; retryInMs: number };
 
+/** The fleet's cap on the endpoint is full: ask again in `retryInMs`, in the same place. */
+type Capped = { kind: 'capped'; retryInMs: number };
+
 /**
  * The fleet refresh pass of one client. **The one place the refresh lock is taken.** If the
  * store is down longer than `storeGraceMs`, the replica asks the provider directly.
@@ -82,6 +89,9 @@ export class FleetRefresh {
   private readonly endpoint: string;
   /** This replica's own floor while the store (which holds the fleet's) is unreachable. */
   private lastGrantAt?: number;
+  private readonly gate: EndpointGate;
+  /** Ends a pass's wait for the endpoint; set only during one. */
+  private interrupt?: () => void;
 
   constructor(
     private readonly client: ClientConfig,
@@ -89,9 +99,56 @@ export class FleetRefresh {
     private readonly localEndpoints: EndpointLimiter = SHARED_LOCAL_ENDPOINTS,
   ) {
     this.endpoint = tokenEndpointOf(client);
+    this.gate = (deps.gates ?? new EndpointGates()).of(this.endpoint, deps.endpointCap);
   }
 
+  /**
+   * One pass, once the endpoint's gate lets it in. Turned away by the fleet's cap, it keeps its
+   * place and asks again (its client's lock released meanwhile), so only the few passes inside ask
+   * Redis while the rest wait in memory, in turn. `wait` if {@link stopWaiting} came first.
+   */
   async run(ctx: RefreshContext): Promise<RefreshPass> {
+    const held = ctx.held();
+    if (held && ctx.goodEnough(held)) return token(held, false);
+    const turn = this.gate.enter(() => ctx.urgent?.() ?? false);
+    this.interrupt = turn.cancel;
+    const entered = await turn.entered;
+    try {
+      for (;;) {
+        this.interrupt = undefined;
+        if (!entered) return { kind: 'wait' };
+        const pass = await this.pass(ctx);
+        if (pass.kind !== 'capped') return pass;
+        if (!(await this.pause(pass.retryInMs))) return { kind: 'wait' };
+      }
+    } finally {
+      this.interrupt = undefined;
+      if (entered) this.gate.leave();
+    }
+  }
+
+  /** Waiting for the endpoint (its turn at the gate, or the cap): nothing read meanwhile. */
+  get waiting(): boolean {
+    return this.interrupt !== undefined;
+  }
+
+  /** A pass waiting for the endpoint gives up (shutdown, the client removed). */
+  stopWaiting(): void {
+    this.interrupt?.();
+  }
+
+  /** False when interrupted. */
+  private pause(ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(true), ms);
+      this.interrupt = () => {
+        clearTimeout(timer);
+        resolve(false);
+      };
+    });
+  }
+
+  private async pass(ctx: RefreshContext): Promise<RefreshPass | Capped> {
     const id = this.client.id;
     try {
       const held = ctx.held();
@@ -120,7 +177,7 @@ export class FleetRefresh {
     }
   }
 
-  private async underLock(ctx: RefreshContext): Promise<RefreshPass> {
+  private async underLock(ctx: RefreshContext): Promise<RefreshPass | Capped> {
     const { lock } = this.deps.store;
     const id = this.client.id;
     // Inside the lock, re-read: the previous holder may have written just now.
@@ -137,7 +194,7 @@ export class FleetRefresh {
     if (hold.ms > 0) return { kind: 'floor', retryInMs: hold.ms, lifetimeMs: hold.lifetimeMs };
     // The fleet's bound on the authorization server, whichever clients and replicas ask it.
     const slot = await this.endpointSlot();
-    if (!slot.granted) return { kind: 'deferred', retryInMs: slot.retryInMs };
+    if (!slot.granted) return { kind: 'capped', retryInMs: slot.retryInMs };
     let record: TokenRecord;
     try {
       record = await this.fetch().finally(() => void slot.release());

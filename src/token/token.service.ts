@@ -19,6 +19,7 @@ import { loadClientCredentials } from '../secrets/client-credentials';
 import { SECRET_READER, type SecretReader } from '../secrets/secret-reader';
 import { servable } from './client-readiness';
 import { ClientTokenManager } from './client-token-manager';
+import { EndpointGates } from './endpoint-limiter';
 import { StoreContinuityWatch } from './store-continuity.watch';
 import type { TokenRecord } from './token-record';
 import {
@@ -59,6 +60,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   ) {
     this.clients = config.clients;
     this.required = config.readiness.requiredClients;
+    const gates = new EndpointGates();
     this.newManager = (client) =>
       new ClientTokenManager(client, {
         store: tracedTokenStore(store),
@@ -75,6 +77,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
           // A dead holder's place comes back once its request could no longer be running.
           leaseMs: tokenCallDeadlineMs(config.provider) + 1000,
         },
+        gates,
       });
     for (const client of config.clients) this.managers.set(client.id, this.newManager(client));
     this.noteSoleClient();
