@@ -110,13 +110,8 @@ export class HeldToken {
       (cur?.expiresAt === record.expiresAt && record.fingerprint !== cur.fingerprint) ||
       (cur !== undefined && this.isRejected(cur) && !this.isRejected(record));
     if (forced || replaces) this.record = record;
-    const held = this.record!;
     this.obtained = true;
-    return held;
-  }
-
-  drop(): void {
-    this.record = undefined;
+    return this.record!;
   }
 
   /** While the generation is unknown; {@link restore} may bring it back. */
@@ -136,7 +131,7 @@ export class HeldToken {
     }
     const dropped = this.record;
     if (dropped === undefined || this.ofGeneration(dropped)) return undefined;
-    this.drop();
+    this.record = undefined;
     return dropped;
   }
 
