@@ -1,13 +1,17 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Logger } from 'pino';
 import type { ClientConfig } from '../config/client.schema';
 import type { TokenSettings } from '../config/config.schema';
 import type { HitCell, MetricsService } from '../metrics/metrics.service';
-import type { TokenGrantor } from '../provider/auth-server.client';
 import type { ClientCredentials } from '../secrets/client-credentials';
 import { CredentialsCache, SECRETS_MANAGER_ROTATION_STAGES } from '../secrets/credentials-cache';
 import { inSpan } from '../tracing/spans';
-import { FleetRefresh, type Forced, noteStoreFailure, type RefreshPass } from './fleet-refresh';
+import {
+  FleetRefresh,
+  type FleetRefreshDeps,
+  type Forced,
+  noteStoreFailure,
+  type RefreshPass,
+} from './fleet-refresh';
 import { HeldToken } from './held-token';
 import {
   judgeFailure,
@@ -24,7 +28,6 @@ import {
   refreshAt,
   retryAfterSeconds,
 } from './refresh-schedule';
-import type { EndpointGates } from './endpoint-limiter';
 import { RejectionLedger } from './rejection-ledger';
 import {
   afterFailure,
@@ -42,7 +45,6 @@ import {
 } from './token-lifecycle';
 import type { TokenRecord } from './token-record';
 import type {
-  EndpointCap,
   RejectionRule,
   RejectionVerdict,
   StoredToken,
@@ -54,19 +56,13 @@ import { TokenErrorCode, TokenException } from './token.exception';
 /** How often {@link ClientTokenManager.replacementAfter} looks. */
 const REPLACEMENT_POLL_MS = 25;
 
-interface ManagerDeps {
+interface ManagerDeps
+  extends Pick<FleetRefreshDeps, 'grantor' | 'logger' | 'storeGraceMs' | 'endpointCap' | 'gates'> {
   store: TokenStore;
-  grantor: TokenGrantor;
   /** `stage`: a Secrets Manager staging label instead of the current one. */
   loadCredentials: (client: ClientConfig, stage?: string) => Promise<ClientCredentials>;
   metrics: MetricsService;
-  logger: Logger;
   settings: TokenSettings;
-  storeGraceMs: number;
-  /** The fleet's bound on requests to a token endpoint; absent: none. */
-  endpointCap?: EndpointCap;
-  /** This process's refresh passes per token endpoint, shared by its clients. */
-  gates?: EndpointGates;
   now?: () => number;
   random?: () => number;
 }
@@ -181,13 +177,9 @@ export class ClientTokenManager {
     pick: (minRemainingMs: number) => TokenRecord | undefined,
   ): Promise<TokenRecord> {
     const hit = pick(minRemainingMs);
-    if (hit) return hit;
-    if (this.resyncing !== undefined) {
-      await this.resyncing;
-      const back = pick(minRemainingMs);
-      if (back) return back;
-    }
-    return this.waitFor(minRemainingMs);
+    if (hit || this.resyncing === undefined) return hit ?? this.waitFor(minRemainingMs);
+    await this.resyncing;
+    return pick(minRemainingMs) ?? this.waitFor(minRemainingMs);
   }
 
   /**
@@ -357,19 +349,19 @@ export class ClientTokenManager {
     return failureOf(this.phase);
   }
 
-  /** Fingerprints, never tokens. */
+  /** Fingerprints, never tokens; a failure that needs an operator in its full detail. */
   adminStatus() {
     const r = this.held.valid();
-    const failure = this.failure;
+    const { state, permanentError, lastError, refreshing } = this.status();
     return {
-      state: this.lifecycle(),
+      state,
       fingerprint: r?.fingerprint,
       expiresAt: r?.expiresAt,
       obtainedAt: r?.obtainedAt,
       generation: this.held.generation,
       lastRefresh: this.held.lastRefresh,
-      lastError: failure?.permanent?.operatorDetail ?? failure?.lastError.message,
-      refreshing: this.loop !== undefined,
+      lastError: permanentError?.message ?? lastError,
+      refreshing,
     };
   }
 
@@ -480,13 +472,10 @@ export class ClientTokenManager {
         this.settle(w).resolve(held);
       } else if (fetched) {
         // A fresh token that falls short means none could do.
-        const refusal = lifetimeTooShort(
-          this.client.id,
-          lifetimeMs,
-          w.requestedMs,
-          this.retryAfter(),
+        const retryAfter = this.retryAfter();
+        this.settle(w).reject(
+          lifetimeTooShort(this.client.id, lifetimeMs, w.requestedMs, retryAfter),
         );
-        this.settle(w).reject(refusal);
       }
     }
   }
@@ -519,9 +508,7 @@ export class ClientTokenManager {
             // fetching one more.
             goodEnough: (r) => {
               const servableUntil = now() + MIN_SERVE_MS;
-              if (held.isRejected(r) || isDue(aheadMs, r, this.spreadPhase, now())) {
-                return false;
-              }
+              if (held.isRejected(r) || isDue(aheadMs, r, this.spreadPhase, now())) return false;
               for (const w of this.waiters) {
                 if (!meets(r.expiresAt, w.needUntil, servableUntil)) return false;
               }
@@ -621,9 +608,8 @@ export class ClientTokenManager {
   /** Records a failed attempt; returns how long to wait before the next pass. */
   private failed(err: unknown): number {
     const { settings } = this.deps;
-    const { held } = this;
-    held.noteRefresh('failed');
-    const servingUntil = held.valid()?.expiresAt;
+    this.held.noteRefresh('failed');
+    const servingUntil = this.held.valid()?.expiresAt;
     const lastError = err instanceof Error ? err : new Error(String(err));
     const attempt = (this.failure?.count ?? 0) + 1;
     const { permanent, result, delayMs } = judgeFailure(err, {
