@@ -175,7 +175,10 @@ export class TokenFront {
       this.metrics.cacheLookups.labels('l1', 'miss').inc();
       const id = clientId;
       return inCallerSpan(req?.headers, 'GET /token (wait)', { 'token_broker.client': id }, () =>
-        this.wait(caller, id, minMs, ids),
+        this.tokens
+          .getToken(id, minMs)
+          .then((record) => this.issue(caller, id, record, ids))
+          .catch((err: unknown) => this.refuse(err, caller, id, ids)),
       );
     } catch (err) {
       return this.refuse(err, caller, clientId, ids);
@@ -208,19 +211,6 @@ export class TokenFront {
       const body = await handOutBody(this.dpop, client, record, target, now);
       this.audit.issued(ids, caller, clientId, record, now);
       return issuedAnswer(body);
-    } catch (err) {
-      return this.refuse(err, caller, clientId, ids);
-    }
-  }
-
-  private async wait(
-    caller: Caller,
-    clientId: string,
-    minMs: number,
-    ids: RequestIds,
-  ): Promise<TokenAnswer> {
-    try {
-      return this.issue(caller, clientId, await this.tokens.getToken(clientId, minMs), ids);
     } catch (err) {
       return this.refuse(err, caller, clientId, ids);
     }
