@@ -149,7 +149,6 @@ export class FleetRefresh {
   }
 
   private async pass(ctx: RefreshContext): Promise<RefreshPass | Capped> {
-    const id = this.client.id;
     try {
       const held = ctx.held();
       if (held && ctx.goodEnough(held)) return token(held, false);
@@ -159,7 +158,7 @@ export class FleetRefresh {
       const locked = await this.locked(() => this.underLock(ctx));
       return locked.acquired ? locked.value : { kind: 'wait' };
     } catch (err) {
-      noteStoreFailure(this.deps.logger, id, err);
+      noteStoreFailure(this.deps.logger, this.client.id, err);
       this.deps.metrics.lockAttempts.labels('error').inc();
       // One slow command is not an outage (under CPU pressure a reply can miss its timeout
       // while Redis is fine): fetching at once would refresh beside the fleet's lock holder.
@@ -178,7 +177,7 @@ export class FleetRefresh {
   }
 
   private async underLock(ctx: RefreshContext): Promise<RefreshPass | Capped> {
-    const { lock } = this.deps.store;
+    const { lock, records } = this.deps.store;
     const id = this.client.id;
     // Inside the lock, re-read: the previous holder may have written just now.
     const again = await this.readShared();
@@ -213,15 +212,9 @@ export class FleetRefresh {
     const unusable = this.unusable(record);
     if (unusable) return unusable;
     // The fence keeps a newer stored token. Undefined: the store failed, push on recovery.
-    const written = await this.orIfStoreFails(
-      this.deps.store.records.writeFenced(this.client.id, record),
-      undefined,
-    );
+    const written = await this.orIfStoreFails(records.writeFenced(id, record), undefined);
     if (written === false) {
-      this.deps.logger.info(
-        { client: this.client.id },
-        'a newer token was already stored; the fence kept it',
-      );
+      this.deps.logger.info({ client: id }, 'a newer token was already stored; the fence kept it');
     }
     return token(record, true, written === undefined);
   }
@@ -254,12 +247,10 @@ export class FleetRefresh {
   /** Fleet-wide and here: the store may be down by the next pass. */
   private async holdFleet(record: TokenRecord): Promise<void> {
     this.lastGrantAt = this.deps.now();
+    const { store, minRefreshIntervalMs } = this.deps;
     const lifetimeMs = record.expiresAt - record.obtainedAt;
-    const { minRefreshIntervalMs } = this.deps;
-    await this.orIfStoreFails(
-      this.deps.store.lock.holdRefreshes(this.client.id, minRefreshIntervalMs, lifetimeMs),
-      undefined,
-    );
+    const hold = store.lock.holdRefreshes(this.client.id, minRefreshIntervalMs, lifetimeMs);
+    await this.orIfStoreFails(hold, undefined);
   }
 
   /** Undefined when `record` is servable. */

@@ -72,7 +72,6 @@ export function permanentFailure(
   const retryAfter = Math.ceil(backoffMaxMs / 1000);
   if (err instanceof ProviderException && !err.transient) {
     const rejected = err.code === ProviderErrorCode.InvalidClient;
-    const source = client.credentials;
     return new TokenException(
       rejected ? TokenErrorCode.CredentialsRejected : TokenErrorCode.Unavailable,
       rejected ? `${err.message}; ${OPERATORS_KNOW}` : err.message,
@@ -81,7 +80,7 @@ export function permanentFailure(
         cause: err,
         // The credentials' source (a reference, never the value) is what the operator fixes.
         operatorDetail: rejected
-          ? `${err.message}; they were read from ${describeCredentialsSource(source)}`
+          ? `${err.message}; they were read from ${describeCredentialsSource(client.credentials)}`
           : err.message,
       },
     );
