@@ -95,7 +95,10 @@ export class TokenFront {
     return this.serve(caller, query, ids, req);
   }
 
-  /** `POST /oauth2/token`'s answer body: a DPoP client's with its one-time proof. */
+  /**
+   * `POST /oauth2/token`'s answer body, for a client already resolved: the same L1 read, wait and
+   * audit as `GET /token`; a DPoP client's with its one-time proof.
+   */
   async tokenBodyFor(
     caller: Caller,
     clientId: string,
@@ -107,20 +110,14 @@ export class TokenFront {
       client.dpop === undefined
         ? undefined
         : handOutTarget(client, caller.scopes.has('token'), dpop);
-    const record = await this.tokenFor(caller, clientId, ids);
-    return target === undefined
-      ? tokenBody(record, Date.now())
-      : handOutBody(this.dpop, client, record, target, Date.now());
-  }
-
-  /** `POST /oauth2/token`, for a client already resolved: same L1 read, wait and audit. */
-  async tokenFor(caller: Caller, clientId: string, ids: RequestIds): Promise<TokenRecord> {
     assertScope(caller, 'token');
     const hit = this.tokens.peek(clientId, 0);
     if (hit === undefined) this.metrics.cacheLookups.labels('l1', 'miss').inc();
     const record = hit ?? (await this.tokens.getToken(clientId, 0));
     this.audit.issued(ids, caller, clientId, record, Date.now());
-    return record;
+    return target === undefined
+      ? tokenBody(record, Date.now())
+      : handOutBody(this.dpop, client, record, target, Date.now());
   }
 
   /**
