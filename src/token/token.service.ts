@@ -188,8 +188,7 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
       this.managers.set(id, m);
       return m;
     });
-    for (const id of diff.removed) this.managers.delete(id);
-    // The map follows the new file's order, as at start.
+    // The map follows the new file's order, as at start: removed clients are left out.
     const ordered = ids.map((id) => [id, this.managers.get(id)!] as const);
     this.managers.clear();
     for (const [id, m] of ordered) this.managers.set(id, m);
