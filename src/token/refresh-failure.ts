@@ -69,31 +69,28 @@ export function permanentFailure(
   client: ClientConfig,
   backoffMaxMs: number,
 ): TokenException | undefined {
-  const retryAfter = Math.ceil(backoffMaxMs / 1000);
+  const permanent = (code: TokenErrorCode, message: string, operatorDetail: string) =>
+    new TokenException(code, message, {
+      retryAfterSeconds: Math.ceil(backoffMaxMs / 1000),
+      cause: err,
+      operatorDetail,
+    });
   if (err instanceof ProviderException && !err.transient) {
-    const rejected = err.code === ProviderErrorCode.InvalidClient;
-    return new TokenException(
-      rejected ? TokenErrorCode.CredentialsRejected : TokenErrorCode.Unavailable,
-      rejected ? `${err.message}; ${OPERATORS_KNOW}` : err.message,
-      {
-        retryAfterSeconds: retryAfter,
-        cause: err,
-        // The credentials' source (a reference, never the value) is what the operator fixes.
-        operatorDetail: rejected
-          ? `${err.message}; they were read from ${describeCredentialsSource(client.credentials)}`
-          : err.message,
-      },
+    if (err.code !== ProviderErrorCode.InvalidClient) {
+      return permanent(TokenErrorCode.Unavailable, err.message, err.message);
+    }
+    return permanent(
+      TokenErrorCode.CredentialsRejected,
+      `${err.message}; ${OPERATORS_KNOW}`,
+      // The credentials' source (a reference, never the value) is what the operator fixes.
+      `${err.message}; they were read from ${describeCredentialsSource(client.credentials)}`,
     );
   }
   if (err instanceof SecretsException && !err.transient) {
-    return new TokenException(
+    return permanent(
       TokenErrorCode.CredentialsUnavailable,
       `cannot load the credentials for client "${client.id}" (${err.code}); ${OPERATORS_KNOW}`,
-      {
-        retryAfterSeconds: retryAfter,
-        cause: err,
-        operatorDetail: `cannot load the credentials for client "${client.id}": ${err.message}`,
-      },
+      `cannot load the credentials for client "${client.id}": ${err.message}`,
     );
   }
   return undefined;
