@@ -96,7 +96,6 @@ export class FleetRefresh {
   constructor(
     private readonly client: ClientConfig,
     private readonly deps: FleetRefreshDeps,
-    private readonly localEndpoints: EndpointLimiter = SHARED_LOCAL_ENDPOINTS,
   ) {
     this.endpoint = tokenEndpointOf(client);
     this.gate = (deps.gates ?? new EndpointGates()).of(this.endpoint, deps.endpointCap);
@@ -229,7 +228,7 @@ export class FleetRefresh {
     if (cap === undefined || (cap.concurrency === 0 && cap.perSecond === 0)) return UNBOUNDED;
     const taken = this.deps.store.lock.takeEndpointSlot(this.endpoint, cap);
     const slot = await this.orIfStoreFails(taken, undefined);
-    const found = slot ?? this.localEndpoints.take(this.endpoint, cap);
+    const found = slot ?? SHARED_LOCAL_ENDPOINTS.take(this.endpoint, cap);
     if (found.granted) return found;
     this.deps.metrics.refreshes.labels('endpoint_capped').inc();
     return { granted: false, retryInMs: found.retryInMs + 50 + Math.floor(Math.random() * 200) };
