@@ -473,9 +473,8 @@ export class ClientTokenManager {
       } else if (fetched) {
         // A fresh token that falls short means none could do.
         const retryAfter = this.retryAfter();
-        this.settle(w).reject(
-          lifetimeTooShort(this.client.id, lifetimeMs, w.requestedMs, retryAfter),
-        );
+        const refusal = lifetimeTooShort(this.client.id, lifetimeMs, w.requestedMs, retryAfter);
+        this.settle(w).reject(refusal);
       }
     }
   }
