@@ -3,6 +3,10 @@ import type { HttpMetricsHook } from '../metrics/http-metrics.hook';
 import { REPEATED_AUTHORIZATION } from '../caller-auth/bearer-credential';
 import { type TokenAnswer, TokenFront, type TokenQuery } from './token-front';
 import type { RequestIds } from '../http/request-id';
+import type { CallerAuthenticator } from '../caller-auth/caller';
+import type { TokenAuditTrail } from './token-audit';
+import type { TokenService } from './token.service';
+import { toRecord } from './token-record';
 
 // Nest 12 ships ES modules only, which Jest's CommonJS runtime cannot load; this front only
 // needs decorators and class references (injection metadata) from it and from the providers
@@ -198,5 +202,55 @@ describe(TokenFront.name, () => {
     expect(front.tryServe(request(url, method), res)).toBe(false);
     expect(queries).toEqual([]);
     expect(written).toEqual({});
+  });
+});
+
+describe(`${TokenFront.name}: answers from a held token`, () => {
+  const t0 = Date.parse('2026-11-23T00:00:00.000Z');
+  // 1000.5 s left at t0: expires_in drops from four digits to three half a second later.
+  const record = toRecord({ accessToken: 'tok-A', obtainedAt: t0, expiresAt: t0 + 1_000_500 });
+  const caller = { name: 'svc', clients: '*', scopes: new Set(['token']) } as const;
+  let front: TokenFront;
+
+  beforeEach(() => {
+    const tokens = {
+      resolveClient: () => 'acme',
+      clientConfig: () => ({ id: 'acme' }),
+      peek: () => record,
+      maxMinTtlSeconds: 300,
+    } as unknown as TokenService;
+    const auth = { authenticate: () => caller } as unknown as CallerAuthenticator;
+    const audit = { issued: () => undefined } as unknown as TokenAuditTrail;
+    const metrics = { requests: { record: () => undefined } } as unknown as HttpMetricsHook;
+    const unused = {} as never;
+    front = new TokenFront(tokens, auth, unused, audit, metrics, unused, unused);
+  });
+
+  afterEach(() => jest.restoreAllMocks());
+
+  function served(at: number) {
+    jest.spyOn(Date, 'now').mockReturnValue(at);
+    const { res, written } = response();
+    front.tryServe(request('/token?client=acme'), res);
+    const headers = written.headers ?? [];
+    const length = headers[headers.indexOf('content-length') + 1];
+    return { written, length, body: JSON.parse(String(written.body)) as { expires_in: number } };
+  }
+
+  it('shares one body within a second, and its Content-Length follows the body across seconds', () => {
+    const a = served(t0 + 100);
+    const b = served(t0 + 400);
+    expect(b.written.body).toBe(a.written.body);
+    expect(a.body.expires_in).toBe(1000);
+    const c = served(t0 + 600);
+    expect(c.body.expires_in).toBe(999);
+    expect(c.written.body).not.toBe(a.written.body);
+    for (const s of [a, c]) expect(s.length).toBe(String(s.written.body?.length));
+    expect(Number(c.length)).toBe(Number(a.length) - 1);
+    // A later second of the same length: a new body, the same headers.
+    const d = served(t0 + 1_600);
+    expect(d.body.expires_in).toBe(998);
+    expect(d.length).toBe(c.length);
+    expect(d.written.headers?.slice(0, -1)).toEqual(c.written.headers?.slice(0, -1));
   });
 });

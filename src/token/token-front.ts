@@ -20,19 +20,13 @@ import { inCallerSpan } from '../tracing/spans';
 import { DPOP_SIGNER, type DpopSigner } from '../dpop/dpop-proofs';
 import { handOutBody, handOutTarget, type HandOutTarget } from './dpop-hand-out';
 import { TokenAuditTrail } from './token-audit';
-import { TOKEN_HEADERS, tokenBody } from './token-body';
+import { headerListOf, issuedAnswer, type TokenAnswer, tokenAnswer, tokenBody } from './token-body';
 import type { TokenRecord } from './token-record';
 import { TokenService } from './token.service';
 
-export type TokenQuery = Readonly<Record<string, string | string[] | undefined>>;
+export type { TokenAnswer } from './token-body';
 
-/** A 200 answer is shared by every request served the same token and second: never mutate one. */
-export interface TokenAnswer {
-  readonly status: number;
-  /** Every header but `x-request-id`, `date` and connection management. */
-  readonly headers: Readonly<Record<string, string>>;
-  readonly body: Buffer;
-}
+export type TokenQuery = Readonly<Record<string, string | string[] | undefined>>;
 
 /**
  * `GET /token`, its only implementation: answered from Node's request event, sparing the hottest
@@ -41,10 +35,6 @@ export interface TokenAnswer {
  */
 @Injectable()
 export class TokenFront {
-  /** Per body, so per client's token and second: one entry each, gone with the body. */
-  private readonly answers = new WeakMap<Buffer, TokenAnswer>();
-  private readonly headerLists = new WeakMap<TokenAnswer, string[]>();
-
   constructor(
     private readonly tokens: TokenService,
     @Inject(CALLER_AUTHENTICATOR) private readonly auth: CallerAuthenticator,
@@ -221,14 +211,8 @@ export class TokenFront {
   ): TokenAnswer {
     const now = Date.now();
     this.audit.issued(ids, caller, clientId, record, now);
-    const body = tokenBody(record, now);
     // The body changes once a second (`expires_in`) or with the token; so does the answer.
-    let answer = this.answers.get(body);
-    if (answer === undefined) {
-      answer = issuedAnswer(body);
-      this.answers.set(body, answer);
-    }
-    return answer;
+    return tokenAnswer(record, now);
   }
 
   /** The problem code is the result. */
@@ -245,36 +229,13 @@ export class TokenFront {
   }
 
   private write(res: ServerResponse, answer: TokenAnswer, reqId: string): void {
-    const list = this.headerList(answer);
-    // Shared by every answer of this token and second; the last value is the request id.
+    const list = answer.headerList ?? headerListOf(answer);
+    // Shared by every answer of this token of one length; the last value is the request id.
     list[list.length - 1] = reqId;
     res.writeHead(answer.status, list);
     res.end(answer.body);
     this.httpMetrics.requests.record('/token', 'GET', answer.status);
   }
-
-  /**
-   * A flat list because, given an object, Node walks it with `for...in` and an own-property check
-   * per header; kept per answer (one object per token and second), gone with it.
-   */
-  private headerList(answer: TokenAnswer): string[] {
-    const kept = this.headerLists.get(answer);
-    if (kept !== undefined) return kept;
-    const list: string[] = [];
-    for (const name of Object.keys(answer.headers)) list.push(name, answer.headers[name]);
-    list.push('x-request-id', '');
-    this.headerLists.set(answer, list);
-    return list;
-  }
-}
-
-/** The same for every caller served `body`. */
-function issuedAnswer(body: Buffer): TokenAnswer {
-  return {
-    status: 200,
-    headers: { ...TOKEN_HEADERS, 'content-length': String(body.length) },
-    body,
-  };
 }
 
 const seen: { authorization?: string; requestId?: string } = {};
