@@ -1,5 +1,5 @@
 import { type BrokerProcess, spawnBroker } from '../test/support/broker-process';
-import { brokerMain } from './paths';
+import { brokerMain, imageRuntime } from './paths';
 import { startBenchSetup } from './setup';
 
 /** One configuration to load: a running broker, the URL and the caller's credential. */
@@ -85,8 +85,9 @@ export async function startAuthBrokers(opts: {
       // here would spend the load generator's CPU and skew the figures.
       const broker = await spawnBroker({
         name: `broker (${mode.name})`,
-        env: { ...common, ...mode.env },
+        env: { ...imageRuntime().env, ...common, ...mode.env },
         script: brokerMain(),
+        nodeArgs: imageRuntime().nodeArgs,
         outputToFile: true,
       });
       brokers.push(broker);

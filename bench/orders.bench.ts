@@ -12,7 +12,7 @@ import { type BrokerProcess, spawnBroker } from '../test/support/broker-process'
 import { adoptChild } from '../test/support/managed-process';
 import { freePort } from '../test/support/ports';
 import { loadWithLatency } from './latency';
-import { brokerMain } from './paths';
+import { brokerMain, imageRuntime } from './paths';
 
 /** One measured configuration, as the main bench harness prints it. */
 export interface OrdersBenchRow {
@@ -140,10 +140,12 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
     broker = await spawnBroker({
       name: 'broker (orders)',
       script: brokerMain(),
+      nodeArgs: imageRuntime().nodeArgs,
       // To a file, as a container runtime's log driver takes it: read through a pipe here, the
       // audit lines would cost the load generator's CPU.
       outputToFile: true,
       env: {
+        ...imageRuntime().env,
         HOST: '127.0.0.1',
         PROVIDER_AUTH_URL: emulator.url,
         PROVIDER_BASE_URL: emulator.url,

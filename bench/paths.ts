@@ -36,3 +36,25 @@ export function imageNode(): { major: string; path: string } | null {
           }).trim();
   return (image = { major, path });
 }
+
+let runtime: { nodeArgs: string[]; env: Record<string, string> } | undefined;
+
+/**
+ * How the image starts the broker, from the Dockerfile's last stage: Node's flags in its `CMD`
+ * (`["node", <flags>, "dist/main.js"]`) and its `ENV`, so the bench's replicas run with the
+ * image's heap and allocator settings (`test/runtime-stage.e2e-spec.ts` replays the same lines).
+ */
+export function imageRuntime(): { nodeArgs: string[]; env: Record<string, string> } {
+  if (runtime !== undefined) return runtime;
+  const dockerfile = readFileSync(join(repoRoot(), 'Dockerfile'), 'utf8');
+  const lastStage = dockerfile.slice(dockerfile.search(/^FROM\s(?![\s\S]*^FROM\s)/m));
+  const env: Record<string, string> = {};
+  for (const line of lastStage.matchAll(/^ENV\s+(.+)$/gm)) {
+    for (const m of line[1].matchAll(/(\w+)=("[^"]*"|\S+)/g))
+      env[m[1]] = m[2].replace(/^"|"$/g, '');
+  }
+  const cmd = /^CMD\s+(\[.*\])\s*$/m.exec(lastStage)?.[1];
+  const argv = cmd === undefined ? [] : (JSON.parse(cmd) as string[]);
+  const nodeArgs = argv.slice(1, -1).filter((a) => a.startsWith('--'));
+  return (runtime = { nodeArgs, env });
+}

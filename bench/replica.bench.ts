@@ -11,7 +11,7 @@ import { ManagedProcess, minimalEnv } from '../test/support/managed-process';
 import { freePort } from '../test/support/ports';
 import { repoRoot } from '../test/support/repo-root';
 import { startRedis } from '../test/support/redis/standalone';
-import { imageNode } from './paths';
+import { imageNode, imageRuntime } from './paths';
 import { startBenchSetup } from './setup';
 
 /** The targets for one replica: ready within a second, idle RSS at most 100 MB once settled. */
@@ -193,10 +193,13 @@ async function startOnce(
   const proc = ManagedProcess.start({
     name: 'replica',
     command: node,
-    // BENCH_REPLICA_NODE_ARGS: V8/Node flags to try (e.g. `--optimize-for-size`); none are
-    // set in the image.
-    args: [...(process.env.BENCH_REPLICA_NODE_ARGS?.split(' ').filter(Boolean) ?? []), main],
-    env: { ...minimalEnv(), ...env, PORT: String(port) },
+    // The image's Node flags, or BENCH_REPLICA_NODE_ARGS to try others (e.g. `--optimize-for-size`).
+    args: [
+      ...(process.env.BENCH_REPLICA_NODE_ARGS?.split(' ').filter(Boolean) ??
+        imageRuntime().nodeArgs),
+      main,
+    ],
+    env: { ...minimalEnv(), ...imageRuntime().env, ...env, PORT: String(port) },
     cwd: repoRoot(),
   });
   try {

@@ -28,6 +28,8 @@ export interface SpawnBrokerOptions {
   script?: string;
   /** Arguments after the script. */
   args?: readonly string[];
+  /** Node's own flags, before the script (the image's `CMD` gives some: `imageRuntime()`). */
+  nodeArgs?: readonly string[];
   /**
    * A process other than `node <script>` (then `script` and `args` are not used): a built
    * image's `CMD`, from its folder, as its user.
@@ -141,7 +143,7 @@ export async function spawnBroker(opts: SpawnBrokerOptions): Promise<BrokerProce
       : {
           // The very Node binary running the tests, so the broker runs on the same version.
           command: process.execPath,
-          args: [script, ...(opts.args ?? [])],
+          args: [...(opts.nodeArgs ?? []), script, ...(opts.args ?? [])],
           cwd: root,
         }),
     env,
