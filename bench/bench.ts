@@ -12,7 +12,7 @@ import { loadWithLatency } from './latency';
 import { imageNode } from './paths';
 import { benchReplica, REPLICA_TARGETS, replicaNodes } from './replica.bench';
 import { FLEET_CLIENT, requestsPerCycle, startFleet } from '../test/support/fleet';
-import { benchScale, type ScaleRun } from './scale.bench';
+import { benchScale, LOAD_LIFETIME_S, type ScaleRun } from './scale.bench';
 
 /**
  * `npm run bench`: the broker against baselines measured in the same run, same load generator
@@ -530,7 +530,7 @@ function printScale(runs: ScaleRun[], opts: { lifetimeS: number; aheadS: number 
     '(information)',
   );
   row(
-    `GET /token, random client, requests per broker CPU-second beyond its idle CPU (all of it); median of ${ROUNDS} interleaved rounds, ratio per round`,
+    `GET /token, random client, tokens of ${LOAD_LIFETIME_S} s: requests per broker CPU-second beyond its quiet CPU (all of it); median of ${ROUNDS} interleaved rounds, ratio per round`,
     runs.map(
       (r) =>
         `${r.tokenPerCpuS.toFixed(0)} (${r.tokenVsFirst.toFixed(2)}x) ` +
