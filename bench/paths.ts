@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { envOf, globalArgs, parseDockerfile } from '../test/support/dockerfile';
 import { repoRoot } from '../test/support/repo-root';
 
 /**
@@ -22,7 +23,7 @@ let image: { major: string; path: string } | null | undefined;
 export function imageNode(): { major: string; path: string } | null {
   if (image !== undefined) return image;
   const dockerfile = readFileSync(join(repoRoot(), 'Dockerfile'), 'utf8');
-  const major = /^ARG NODE_IMAGE=node:(\d+)/m.exec(dockerfile)?.[1];
+  const major = /^node:(\d+)/.exec(globalArgs(dockerfile).get('NODE_IMAGE') ?? '')?.[1];
   if (major === undefined) return (image = null);
   const installed = join(repoRoot(), '.tmp', `node-${major}`, 'node_modules', '.bin', 'node');
   const path =
@@ -42,19 +43,17 @@ let runtime: { nodeArgs: string[]; env: Record<string, string> } | undefined;
 /**
  * How the image starts the broker, from the Dockerfile's last stage: Node's flags in its `CMD`
  * (`["node", <flags>, "dist/main.js"]`) and its `ENV`, so the bench's replicas run with the
- * image's heap and allocator settings (`test/runtime-stage.e2e-spec.ts` replays the same lines).
+ * image's heap and allocator settings (`test/runtime-stage.e2e-spec.ts` replays the same stage).
  */
 export function imageRuntime(): { nodeArgs: string[]; env: Record<string, string> } {
   if (runtime !== undefined) return runtime;
-  const dockerfile = readFileSync(join(repoRoot(), 'Dockerfile'), 'utf8');
-  const lastStage = dockerfile.slice(dockerfile.search(/^FROM\s(?![\s\S]*^FROM\s)/m));
+  const stages = parseDockerfile(readFileSync(join(repoRoot(), 'Dockerfile'), 'utf8'));
   const env: Record<string, string> = {};
-  for (const line of lastStage.matchAll(/^ENV\s+(.+)$/gm)) {
-    for (const m of line[1].matchAll(/(\w+)=("[^"]*"|\S+)/g))
-      env[m[1]] = m[2].replace(/^"|"$/g, '');
+  let argv: string[] = [];
+  for (const { op, args } of stages[stages.length - 1]?.instructions ?? []) {
+    if (op === 'ENV') Object.assign(env, envOf(args));
+    if (op === 'CMD') argv = JSON.parse(args) as string[];
   }
-  const cmd = /^CMD\s+(\[.*\])\s*$/m.exec(lastStage)?.[1];
-  const argv = cmd === undefined ? [] : (JSON.parse(cmd) as string[]);
   const nodeArgs = argv.slice(1, -1).filter((a) => a.startsWith('--'));
   return (runtime = { nodeArgs, env });
 }

@@ -100,7 +100,7 @@ type IdleFigures = Omit<
 interface Kept {
   proc: BrokerProcess;
   /** Its CPU while quiet with {@link LOAD_LIFETIME_S} tokens, CPU-seconds per second. */
-  idleCpuPerS: number;
+  quietCpuPerS: number;
   ids: string[];
   apiKey: string;
   stop(): Promise<void>;
@@ -130,7 +130,7 @@ export async function benchScale(opts: ScaleOptions): Promise<ScaleRun[]> {
         const from = performance.now();
         const r = await loadRandomClient(k, opts.connections, opts.durationSec);
         const cpuS = cpuSecondsOf(k.proc.pid!) - cpuBefore;
-        const netCpuS = cpuS - k.idleCpuPerS * ((performance.now() - from) / 1000);
+        const netCpuS = cpuS - k.quietCpuPerS * ((performance.now() - from) / 1000);
         rounds[i].push({ requests: r.requests.total, non2xx: r.non2xx + r.errors, cpuS, netCpuS });
       }
     }
@@ -370,7 +370,7 @@ async function scaleRun(n: number, opts: ScaleOptions): Promise<{ run: IdleFigur
         redisPerClient: ((commands / n / 2) * (opts.lifetimeS * 1000)) / idleMs,
         idleCpuPerS: idleCpuRate[0] + idleCpuRate[1],
       },
-      kept: { proc: first.proc, idleCpuPerS: quietCpuPerS, ids, apiKey, stop },
+      kept: { proc: first.proc, quietCpuPerS, ids, apiKey, stop },
     };
   } catch (err) {
     await stop();
