@@ -5,6 +5,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { shortestRefreshMs } from '../src/token/refresh-schedule';
 import { type AuthServer, introspect, startAuthServer } from './support/auth-server';
 import { type Fleet, FLEET_CLIENT, requestsPerCycle, startFleet } from './support/fleet';
 import { hammer, type HammerResponse, type HammerResult } from './support/load';
@@ -145,9 +146,12 @@ describe('fleet of 3 brokers on one oidc-provider client per profile', () => {
     const outcomes = PROFILES.map(({ auth, clientId }, i) => {
       const mine = grants.filter((g) => g.client === clientId);
       const times = mine.filter((g) => g.event === 'grant').map((g) => g.at);
-      // A cycle refreshes at expiry - lead - jitter: requests closer than half of that are a
-      // second replica fetching in the same cycle.
-      const cycles = requestsPerCycle(times, (LIFETIME_S - AHEAD_S - 0.25) * 1000 * 0.5);
+      // Cycles are at least the shortest refresh apart (refresh-schedule): requests closer than
+      // half of that are a second replica fetching in the same cycle.
+      const cycles = requestsPerCycle(
+        times,
+        shortestRefreshMs(AHEAD_S * 1000, LIFETIME_S * 1000) / 2,
+      );
       lines.push(
         `${auth}: ${times.length} token requests in ${cycles.length} cycles (max ${Math.max(...cycles)} per cycle)`,
       );

@@ -237,7 +237,8 @@ describe(`${ClientTokenManager.name} lifecycle`, () => {
       intervalMs: 10,
       what: 'every replica to hold the second token',
     });
-    // Replaced ahead of expiry (lead 1 s, jitter at most 250 ms), by one request for the fleet.
+    // Replaced ahead of expiry (lead 1 s, spread over half a second before it), by one request
+    // for the fleet.
     expect(clock.now()).toBeLessThan(first.expiresAt);
     expect(requests()).toBe(2);
     expect(new Set(fleet.map(fp)).size).toBe(1);

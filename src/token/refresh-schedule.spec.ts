@@ -1,4 +1,11 @@
-import { clientPhase, isDue, refreshAt, refreshLeadMs, retryDelayMs } from './refresh-schedule';
+import {
+  clientPhase,
+  isDue,
+  refreshAt,
+  refreshLeadMs,
+  retryDelayMs,
+  shortestRefreshMs,
+} from './refresh-schedule';
 
 /** How far `t` is from the nearest multiple of `width`, in ms. */
 function offGrid(t: number, width: number): number {
@@ -74,6 +81,31 @@ describe('refresh schedule', () => {
     // 30 min tokens refreshed 5 min ahead: an even share of 3.3 a second.
     const prod = busiestSecond(1000, 1_800_000, 300_000, 4);
     expect(prod.busiest).toBeLessThanOrEqual(Math.ceil(2 * (1000 / 300)) + 3);
+  });
+
+  it('never refreshes a token sooner than the shortest refresh, and reaches it', () => {
+    // The fault tests' settings (4 s / 2 s ahead, 6 s / 2 s, 4 s / 1 s) and production's.
+    const cases: [aheadMs: number, lifetimeMs: number, shortestMs: number][] = [
+      [2_000, 4_000, 1_000],
+      [2_000, 6_000, 2_000],
+      [1_000, 4_000, 2_000],
+      [300_000, 1_800_000, 1_200_000],
+    ];
+    for (const [aheadMs, lifetimeMs, shortestMs] of cases) {
+      expect(shortestRefreshMs(aheadMs, lifetimeMs)).toBe(shortestMs);
+      let seen = Infinity;
+      for (let i = 0; i < 200; i++) {
+        const phase = clientPhase(`merchant-${i}`);
+        // Obtained at any instant of the grid, on it or off it.
+        const obtained = 1_000_000 + i * 37;
+        seen = Math.min(
+          seen,
+          refreshAt(aheadMs, obtained, obtained + lifetimeMs, phase) - obtained,
+        );
+      }
+      expect(seen).toBeGreaterThanOrEqual(shortestMs);
+      expect(seen).toBeLessThan(shortestMs + 0.05 * lifetimeMs);
+    }
   });
 
   it('calls a token due once its refresh time has come, on every replica alike', () => {

@@ -79,6 +79,17 @@ export function refreshAt(
   return width > 0 ? end - mod(end - Math.floor(phase * width), width) : end;
 }
 
+/**
+ * The shortest time from obtaining a token to its {@link refreshAt}, over every phase and every
+ * instant it is obtained at: lifetime less lead less one spread width. A token obtained on its
+ * client's grid point lives lifetime less lead; one obtained off it (a replica refreshing alone
+ * while Redis is away, a forced refresh) is refreshed up to one width sooner, once.
+ */
+export function shortestRefreshMs(refreshAheadMs: number, lifetimeMs: number): number {
+  const lead = refreshLeadMs(refreshAheadMs, 0, lifetimeMs);
+  return lifetimeMs - lead - Math.floor(spreadWidthMs(lead, lifetimeMs - lead));
+}
+
 function mod(a: number, n: number): number {
   return ((a % n) + n) % n;
 }

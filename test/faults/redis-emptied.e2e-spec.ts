@@ -1,5 +1,6 @@
 import { Redis } from 'ioredis';
 import { redisKeys } from '../../src/redis/redis.constants';
+import { shortestRefreshMs } from '../../src/token/refresh-schedule';
 import { fingerprintOf } from '../../src/token/token-record';
 import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
 import { type Fleet, FLEET_CLIENT, requestsPerCycle } from '../support/fleet';
@@ -10,10 +11,11 @@ import { delay, waitFor } from '../support/wait';
 const LIFETIME_S = 6;
 const AHEAD_S = 2;
 /**
- * Replicas refresh at expiry - lead - jitter (up to lead / 4): once this long has passed after
- * a cycle's refresh, every replica has adopted it and none is due until the next cycle.
+ * Every replica's timer for a cycle fires at the client's point of the spread window
+ * (refresh-schedule), give or take their clocks and timers: once this long has passed after a
+ * cycle's refresh, every replica has adopted it and none is due until the next cycle.
  */
-const JITTER_WINDOW_MS = (AHEAD_S * 1000) / 4 + 300;
+const ADOPTED_AFTER_MS = 800;
 
 /**
  * Redis loses its data under load (FLUSHALL by an operator, or a restart without
@@ -77,7 +79,7 @@ describe('Redis flushed, or restarted empty, under load', () => {
     try {
       // Flush between two refreshes: L2 is empty until the next one, which must be single.
       await refreshed();
-      await delay(JITTER_WINDOW_MS);
+      await delay(ADOPTED_AFTER_MS);
       const flushRequests = emulator.stats.tokenRequests;
       const flushedAt = Date.now();
       await redis.flush();
@@ -85,10 +87,10 @@ describe('Redis flushed, or restarted empty, under load', () => {
       const tokenAfterFlush = await storedAndServed(watch, urls, afterFlush.issuedAt);
       const requestsAfterFlush = emulator.stats.tokenRequests - flushRequests;
 
-      // Restart empty between two refreshes (past this cycle's jitter window, so no replica is
+      // Restart empty between two refreshes (past this cycle's refresh, so no replica is
       // due while Redis is away): the replicas push their token back, with no provider request.
       await refreshed();
-      await delay(JITTER_WINDOW_MS);
+      await delay(ADOPTED_AFTER_MS);
       const restartRequests = emulator.stats.tokenRequests;
       const restartedAt = Date.now();
       await redis.restart();
@@ -100,7 +102,10 @@ describe('Redis flushed, or restarted empty, under load', () => {
       const result = await load.stop();
 
       const times = emulator.stats.tokenRequestTimes.filter((t) => t >= flushedAt - 100);
-      const cycles = requestsPerCycle(times, (LIFETIME_S - AHEAD_S - AHEAD_S / 4) * 500);
+      const cycles = requestsPerCycle(
+        times,
+        shortestRefreshMs(AHEAD_S * 1000, LIFETIME_S * 1000) / 2,
+      );
       console.log(
         figures('redis-emptied', result, {
           refusals: watch.refusals.length,

@@ -208,7 +208,8 @@ describe.each(scenarios)('Redis failover under load: %s', (name, scenario) => {
 
       const stats = emulator.stats;
       const requests = stats.tokenRequestTimes.slice(requestsBefore);
-      // A replica refreshes at expiry - lead - jitter: no fleet needs more than one per cycle.
+      // A client refreshes once per lifetime less lead, at its point of the spread window
+      // (refresh-schedule): a little under that is one cycle, and no fleet needs more than one.
       const minCycleMs = (LIFETIME_S - AHEAD_S - AHEAD_S / 4) * 1000;
       const normal = Math.floor((endAt - failoverAt) / minCycleMs) + 1;
       const cycles = requestsPerCycle(requests, 1000);

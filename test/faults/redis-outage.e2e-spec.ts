@@ -3,6 +3,7 @@
  */
 import { Redis } from 'ioredis';
 import { redisKeys } from '../../src/redis/redis.constants';
+import { shortestRefreshMs } from '../../src/token/refresh-schedule';
 import { fingerprintOf } from '../../src/token/token-record';
 import { FaultProxy } from '../support/fault-proxy';
 import { startFaultFleet, startTokenLoad } from '../support/fault-fleet';
@@ -170,8 +171,9 @@ describe('Redis blackholed, then killed, for longer than a token lifetime', () =
       const recoveryCycles = requestsPerCycle(recoveryTimes, 500);
 
       const perReplica = during.map((n, i) => n - before[i]);
-      // A replica refreshes at expiry - lead - jitter (jitter <= lead / 4): one token's cycle.
-      const minCycleMs = (LIFETIME_S - AHEAD_S - AHEAD_S / 4) * 1000;
+      // A replica alone refreshes at its client's point of the spread window (refresh-schedule):
+      // never sooner after obtaining a token than this, which is one token's shortest cycle.
+      const minCycleMs = shortestRefreshMs(AHEAD_S * 1000, LIFETIME_S * 1000);
       const maxPerReplica = Math.floor(outageMs / minCycleMs) + 1;
       const gaps = fetchTimes.flatMap((times) => times.slice(1).map((t, i) => t - times[i]));
       // The poll adds up to 100 ms of error to each time, and a busy machine a little more.
