@@ -78,7 +78,7 @@ function counter(body: string, name: string, label: string): number {
 }
 
 /**
- * The same cold start, slower (2 a second: 20 s for all), with one broker: the clients that wait
+ * The same cold start, slower (4 a second: 10 s for all), with one broker: the clients that wait
  * their turn wait in the broker's memory, not in a loop of Redis round trips, and a caller's
  * client is fetched before those nobody asked for.
  */
@@ -96,7 +96,7 @@ describe('clients waiting for the endpoint (1 broker, real Redis)', () => {
       callerAuth: { mode: 'api-key', callers: { shop: { clients: ['*'], scopes: ['token'] } } },
       env: {
         LOG_LEVEL: 'error',
-        TOKEN_ENDPOINT_RATE_PER_SECOND: '2',
+        TOKEN_ENDPOINT_RATE_PER_SECOND: '4',
         TOKEN_ENDPOINT_MAX_CONCURRENCY: '2',
         TOKEN_WAIT_TIMEOUT_MS: '15000',
       },
@@ -119,7 +119,7 @@ describe('clients waiting for the endpoint (1 broker, real Redis)', () => {
     console.log(
       `endpoint queue: the last client served ${waitedMs} ms after its caller asked, ${fetchedBefore} of ${CLIENTS.length} fetched by then`,
     );
-    // In start-up order it would come last, some 20 s in.
+    // In start-up order it would come last, some 10 s in.
     expect(fetchedBefore).toBeLessThan(CLIENTS.length / 2);
 
     await waitFor(async () => stack.provider.stats.tokenRequests >= CLIENTS.length, {
@@ -133,7 +133,7 @@ describe('clients waiting for the endpoint (1 broker, real Redis)', () => {
       `endpoint queue: ${locks} lock acquisitions, ${capped} passes turned away by the cap`,
     );
     // Passes wait their turn at the broker's gate (2 inside at once): only those inside ask Redis
-    // again. Without the gate, forty clients would poll the cap every ~150 ms for 20 s: some 5,000.
+    // again. Without the gate, forty clients would poll the cap every ~150 ms for 10 s: some 2,500.
     expect(locks).toBeLessThan(CLIENTS.length * 4);
     expect(stack.provider.stats.tokenRequests).toBe(CLIENTS.length);
   });
