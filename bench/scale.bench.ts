@@ -253,7 +253,10 @@ export async function startScaleSetup(n: number, lifetimeS: number): Promise<Sca
     // As in the image (it also makes the cache key mandatory with Redis).
     NODE_ENV: 'production',
     HOST: '127.0.0.1',
-    LOG_LEVEL: 'warn',
+    // The default level: the token audit trail (`token issued`, aggregated per caller, client and
+    // token) is on, as in production; `warn` switched it off, and the hot path's per-client part
+    // with it.
+    LOG_LEVEL: 'info',
   };
   return {
     ids,
