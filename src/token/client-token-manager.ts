@@ -87,7 +87,8 @@ interface Waiter {
 export class ClientTokenManager {
   private readonly held: HeldToken;
   private readonly refresh: FleetRefresh;
-  private readonly localRejections: RejectionLedger;
+  /** Made when first needed: only while the store is down (a few hundred bytes per client). */
+  private localRejections?: RejectionLedger;
   private readonly now: () => number;
   private readonly random: () => number;
   /** Where in the refresh window this client refreshes, the same on every replica. */
@@ -96,7 +97,8 @@ export class ClientTokenManager {
   readonly credentials: CredentialsCache;
 
   private phase: RefreshPhase = SETTLED;
-  private readonly waiters = new Set<Waiter>();
+  /** Made for the first caller who waits: most clients have none, and an empty set costs. */
+  private waiters?: Set<Waiter>;
   /** The single flight of this client's refresh in this process. */
   private loop?: Promise<void>;
   private refreshTimer?: NodeJS.Timeout;
@@ -120,7 +122,6 @@ export class ClientTokenManager {
     this.now = deps.now ?? Date.now;
     this.random = deps.random ?? Math.random;
     this.spreadPhase = clientPhase(client.id);
-    this.localRejections = new RejectionLedger(this.now);
     this.held = new HeldToken(this.now);
     this.l1Hits = deps.metrics.l1HitCell();
     this.credentials = new CredentialsCache(
@@ -218,11 +219,11 @@ export class ClientTokenManager {
         resolve,
         reject,
         timer: setTimeout(() => {
-          this.waiters.delete(waiter);
+          this.waiters?.delete(waiter);
           reject(this.unavailable(minRemainingMs));
         }, settings.waitTimeoutMs),
       };
-      this.waiters.add(waiter);
+      (this.waiters ??= new Set()).add(waiter);
     });
     this.ensureRefreshing('demand');
     return result;
@@ -261,7 +262,10 @@ export class ClientTokenManager {
   private rejectLocally(fingerprint: string, rule: RejectionRule): RejectionVerdict {
     const held = this.held.current;
     if (held?.fingerprint !== fingerprint || this.held.isRejected(held)) return 'stale';
-    const admitted = this.localRejections.admit(this.client.id, rule);
+    const admitted = (this.localRejections ??= new RejectionLedger(this.now)).admit(
+      this.client.id,
+      rule,
+    );
     return admitted === 'ok' ? 'invalidated' : admitted;
   }
 
@@ -444,7 +448,8 @@ export class ClientTokenManager {
     this.loop = this.runLoop().finally(() => {
       this.loop = undefined;
       // A caller may have arrived with a stricter need while the loop was finishing.
-      if (this.waiters.size > 0 && !this.failure?.permanent) this.ensureRefreshing('pending');
+      if ((this.waiters?.size ?? 0) > 0 && !this.failure?.permanent)
+        this.ensureRefreshing('pending');
     });
   }
 
@@ -467,7 +472,7 @@ export class ClientTokenManager {
     );
     this.refreshTimer.unref();
     const servableUntil = this.now() + MIN_SERVE_MS;
-    for (const w of this.waiters) {
+    for (const w of this.waiters ?? []) {
       if (meets(held.expiresAt, w.needUntil, servableUntil)) {
         this.settle(w).resolve(held);
       } else if (fetched) {
@@ -481,12 +486,12 @@ export class ClientTokenManager {
 
   private settle(w: Waiter): Waiter {
     clearTimeout(w.timer);
-    this.waiters.delete(w);
+    this.waiters?.delete(w);
     return w;
   }
 
   private rejectWaiters(err: Error | ((requestedMs: number) => Error)): void {
-    for (const w of this.waiters) {
+    for (const w of this.waiters ?? []) {
       this.settle(w).reject(typeof err === 'function' ? err(w.requestedMs) : err);
     }
   }
@@ -508,12 +513,12 @@ export class ClientTokenManager {
             goodEnough: (r) => {
               const servableUntil = now() + MIN_SERVE_MS;
               if (held.isRejected(r) || isDue(aheadMs, r, this.spreadPhase, now())) return false;
-              for (const w of this.waiters) {
+              for (const w of this.waiters ?? []) {
                 if (!meets(r.expiresAt, w.needUntil, servableUntil)) return false;
               }
               return true;
             },
-            urgent: () => this.waiters.size > 0,
+            urgent: () => (this.waiters?.size ?? 0) > 0,
             failed: (err) => this.failed(err),
           }),
         );

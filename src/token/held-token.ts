@@ -24,9 +24,10 @@ export class HeldToken {
   private record?: TokenRecord;
   /**
    * Refused fingerprints and when: a grant of the same token requested before then is never
-   * adopted again, even from a pass or message already started.
+   * adopted again, even from a pass or message already started. Made on the first refusal: most
+   * clients never see one, and an empty map costs a few hundred bytes per client.
    */
-  private readonly rejected = new Map<string, number>();
+  private rejected?: Map<string, number>;
   /** The fleet's revocation generation as this replica knows it. */
   private knownGeneration = 0;
   private obtained = false;
@@ -61,13 +62,13 @@ export class HeldToken {
 
   /** Refused, and `record` was requested before the refusal. */
   isRejected(record: Pick<TokenRecord, 'fingerprint' | 'obtainedAt'>): boolean {
-    const at = this.rejected.get(record.fingerprint);
+    const at = this.rejected?.get(record.fingerprint);
     return at !== undefined && record.obtainedAt <= at;
   }
 
   /** A grant after the refusal of the same token: the provider re-issued what it had refused. */
   reissued(record: TokenRecord): boolean {
-    return this.rejected.has(record.fingerprint) && !this.isRejected(record);
+    return this.rejected?.has(record.fingerprint) === true && !this.isRejected(record);
   }
 
   /** What a forwarded call may send: servable and not refused. */
@@ -89,11 +90,10 @@ export class HeldToken {
   }
 
   refuse(fingerprint: string): void {
-    this.rejected.delete(fingerprint);
-    this.rejected.set(fingerprint, this.now());
-    if (this.rejected.size > REMEMBERED_REJECTIONS) {
-      this.rejected.delete(this.rejected.keys().next().value!);
-    }
+    const rejected = (this.rejected ??= new Map<string, number>());
+    rejected.delete(fingerprint);
+    rejected.set(fingerprint, this.now());
+    if (rejected.size > REMEMBERED_REJECTIONS) rejected.delete(rejected.keys().next().value!);
   }
 
   /** Whether the token was the one held (kept for `GET /token` until replaced). */
