@@ -1,5 +1,5 @@
-import { type BrokerProcess, spawnBroker } from '../test/support/broker-process';
-import { brokerMain, imageRuntime } from './paths';
+import type { BrokerProcess } from '../test/support/broker-process';
+import { spawnImageBroker } from './paths';
 import { startBenchSetup } from './setup';
 
 /** One configuration to load: a running broker, the URL and the caller's credential. */
@@ -83,11 +83,9 @@ export async function startAuthBrokers(opts: {
       // `node dist/main.js` (the production bundle, as the image runs it). Its output goes to a
       // file, as a container runtime's log driver would take it: reading it through a pipe
       // here would spend the load generator's CPU and skew the figures.
-      const broker = await spawnBroker({
+      const broker = await spawnImageBroker({
         name: `broker (${mode.name})`,
-        env: { ...imageRuntime().env, ...common, ...mode.env },
-        script: brokerMain(),
-        nodeArgs: imageRuntime().nodeArgs,
+        env: { ...common, ...mode.env },
         outputToFile: true,
       });
       brokers.push(broker);

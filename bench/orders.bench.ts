@@ -8,11 +8,11 @@ import {
   ProviderEmulator,
   type ProviderKnobs,
 } from '../emulator/provider-emulator';
-import { type BrokerProcess, spawnBroker } from '../test/support/broker-process';
+import type { BrokerProcess } from '../test/support/broker-process';
 import { adoptChild } from '../test/support/managed-process';
 import { freePort } from '../test/support/ports';
 import { loadWithLatency } from './latency';
-import { brokerMain, imageRuntime } from './paths';
+import { spawnImageBroker } from './paths';
 
 /** One measured configuration, as the main bench harness prints it. */
 export interface OrdersBenchRow {
@@ -137,15 +137,12 @@ export async function benchOrders(opts: OrdersBenchOptions): Promise<OrdersBench
   try {
     const credentialsFile = join(dir, 'credentials.json');
     writeFileSync(credentialsFile, JSON.stringify(CREDENTIALS), { mode: 0o600 });
-    broker = await spawnBroker({
+    broker = await spawnImageBroker({
       name: 'broker (orders)',
-      script: brokerMain(),
-      nodeArgs: imageRuntime().nodeArgs,
       // To a file, as a container runtime's log driver takes it: read through a pipe here, the
       // audit lines would cost the load generator's CPU.
       outputToFile: true,
       env: {
-        ...imageRuntime().env,
         HOST: '127.0.0.1',
         PROVIDER_AUTH_URL: emulator.url,
         PROVIDER_BASE_URL: emulator.url,

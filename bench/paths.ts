@@ -1,6 +1,11 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import {
+  type BrokerProcess,
+  spawnBroker,
+  type SpawnBrokerOptions,
+} from '../test/support/broker-process';
 import { envOf, globalArgs, parseDockerfile } from '../test/support/dockerfile';
 import { repoRoot } from '../test/support/repo-root';
 
@@ -56,4 +61,15 @@ export function imageRuntime(): { nodeArgs: string[]; env: Record<string, string
   }
   const nodeArgs = argv.slice(1, -1).filter((a) => a.startsWith('--'));
   return (runtime = { nodeArgs, env });
+}
+
+/**
+ * {@link brokerMain} started as the image starts it ({@link imageRuntime}: its `CMD`'s Node flags,
+ * its `ENV` under `opts.env`): every bench section's brokers.
+ */
+export function spawnImageBroker(
+  opts: Omit<SpawnBrokerOptions, 'script' | 'nodeArgs'>,
+): Promise<BrokerProcess> {
+  const { nodeArgs, env } = imageRuntime();
+  return spawnBroker({ ...opts, script: brokerMain(), nodeArgs, env: { ...env, ...opts.env } });
 }

@@ -6,9 +6,9 @@ import { join } from 'node:path';
 import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
 import { ProviderEmulator } from '../emulator/provider-emulator';
-import { type BrokerProcess, spawnBroker } from '../test/support/broker-process';
+import type { BrokerProcess } from '../test/support/broker-process';
 import { startRedis } from '../test/support/redis/standalone';
-import { brokerMain, imageRuntime } from './paths';
+import { spawnImageBroker } from './paths';
 
 /**
  * The scale rows of issue #36: N clients on one provider, two replicas sharing one
@@ -388,11 +388,9 @@ async function startReplica(
   brokers: BrokerProcess[],
 ): Promise<{ proc: BrokerProcess; readyMs: number; readyCpuS: number }> {
   const started = performance.now();
-  const proc = await spawnBroker({
-    env: { ...imageRuntime().env, ...env },
+  const proc = await spawnImageBroker({
+    env,
     name,
-    script: brokerMain(),
-    nodeArgs: imageRuntime().nodeArgs,
     admin: true,
     outputToFile: true,
   });
