@@ -56,6 +56,7 @@ import { TokenErrorCode, TokenException } from './token.exception';
 /** How often {@link ClientTokenManager.replacementAfter} looks. */
 const REPLACEMENT_POLL_MS = 25;
 
+/** Shared by every client's manager (and its refresh pass): nothing in it is one client's. */
 interface ManagerDeps
   extends Pick<FleetRefreshDeps, 'grantor' | 'logger' | 'storeGraceMs' | 'endpointCap' | 'gates'> {
   store: TokenStore;
@@ -130,12 +131,7 @@ export class ClientTokenManager {
       this.now,
       client.credentials.secretId !== undefined ? SECRETS_MANAGER_ROTATION_STAGES : [],
     );
-    this.refresh = new FleetRefresh(client, {
-      ...deps,
-      credentials: this.credentials,
-      minRefreshIntervalMs: deps.settings.minRefreshIntervalMs,
-      now: this.now,
-    });
+    this.refresh = new FleetRefresh(client, deps, this.credentials);
   }
 
   /** `seed`: this client's stored token, read with every other client's in a few round trips. */

@@ -110,6 +110,7 @@ describe(FleetRefresh.name, () => {
   let secret: ClientCredentials;
   let now: number;
   let deps: FleetRefreshDeps;
+  let credentials: CredentialsCache;
   let held: TokenRecord | undefined;
   /** Every token is good enough unless a test says otherwise. */
   let goodEnough: (r: TokenRecord) => boolean;
@@ -122,19 +123,19 @@ describe(FleetRefresh.name, () => {
     now = Date.now();
     held = undefined;
     goodEnough = () => true;
+    credentials = new CredentialsCache(
+      () => Promise.resolve(secret),
+      HOUR,
+      () => now,
+    );
     deps = {
       store,
       grantor,
-      credentials: new CredentialsCache(
-        () => Promise.resolve(secret),
-        HOUR,
-        () => now,
-      ),
       metrics: metrics(),
       logger: pino({ level: 'silent' }),
       storeGraceMs: 500,
       // No floor unless a test is about it: these tests fetch again at the same instant.
-      minRefreshIntervalMs: 0,
+      settings: { minRefreshIntervalMs: 0 },
       now: () => now,
     };
   });
@@ -142,7 +143,7 @@ describe(FleetRefresh.name, () => {
   it('keeps a held token that is still good enough, touching nothing', async () => {
     held = record('held');
     store.down = true;
-    await expect(new FleetRefresh(client, deps).run(ctx)).resolves.toEqual({
+    await expect(new FleetRefresh(client, deps, credentials).run(ctx)).resolves.toEqual({
       kind: 'token',
       record: held,
       fetched: false,
@@ -154,7 +155,7 @@ describe(FleetRefresh.name, () => {
   it('adopts a good stored token without the lock or the provider', async () => {
     const stored = record('stored');
     await store.writeFenced(CLIENT, stored);
-    const pass = await new FleetRefresh(client, deps).run(ctx);
+    const pass = await new FleetRefresh(client, deps, credentials).run(ctx);
     expect(pass).toMatchObject({ kind: 'token', record: stored, fetched: false });
     expect(store.lockCount).toBe(0);
     expect(grantor.calls).toHaveLength(0);
@@ -162,7 +163,7 @@ describe(FleetRefresh.name, () => {
   });
 
   it('takes the lock, asks the provider, writes through the fence and releases', async () => {
-    const pass = await new FleetRefresh(client, deps).run(ctx);
+    const pass = await new FleetRefresh(client, deps, credentials).run(ctx);
     expect(pass).toMatchObject({ kind: 'token', fetched: true, unshared: false });
     const stored = await store.read(CLIENT);
     expect(stored).toMatchObject({ status: 'found', record: { accessToken: 'token-1' } });
@@ -174,7 +175,7 @@ describe(FleetRefresh.name, () => {
   it('re-reads inside the lock and adopts what the previous holder just wrote', async () => {
     const justWritten = record('previous-holder');
     store.beforeLock = async () => void (await store.writeFenced(CLIENT, justWritten));
-    const pass = await new FleetRefresh(client, deps).run(ctx);
+    const pass = await new FleetRefresh(client, deps, credentials).run(ctx);
     expect(pass).toMatchObject({ kind: 'token', record: justWritten, fetched: false });
     expect(grantor.calls).toHaveLength(0);
     expect(store.releases).toBe(1);
@@ -182,7 +183,9 @@ describe(FleetRefresh.name, () => {
 
   it('waits when another replica holds the lock', async () => {
     store.heldElsewhere = true;
-    await expect(new FleetRefresh(client, deps).run(ctx)).resolves.toEqual({ kind: 'wait' });
+    await expect(new FleetRefresh(client, deps, credentials).run(ctx)).resolves.toEqual({
+      kind: 'wait',
+    });
     expect(grantor.calls).toHaveLength(0);
     expect(await count(deps.metrics.lockAttempts, 'held_elsewhere')).toBe(1);
   });
@@ -190,7 +193,7 @@ describe(FleetRefresh.name, () => {
   it('fetches again when the stored token is not good enough', async () => {
     await store.writeFenced(CLIENT, record('due'));
     goodEnough = (r) => r.accessToken !== 'due';
-    const pass = await new FleetRefresh(client, deps).run(ctx);
+    const pass = await new FleetRefresh(client, deps, credentials).run(ctx);
     expect(pass).toMatchObject({
       kind: 'token',
       record: { accessToken: 'token-1' },
@@ -205,13 +208,13 @@ describe(FleetRefresh.name, () => {
         retryAfterMs: 2000,
       });
       const failed = jest.fn(() => 2000);
-      const pass = await new FleetRefresh(client, deps).run({ ...ctx, failed });
+      const pass = await new FleetRefresh(client, deps, credentials).run({ ...ctx, failed });
       expect(pass).toEqual({ kind: 'failed', retryInMs: 2000 });
       expect(failed).toHaveBeenCalledWith(grantor.failure);
       expect(store.releases).toBe(1);
       expect(await store.refreshDeferral(CLIENT)).toBeGreaterThan(1900);
       // Another replica gets the lock: no provider request until the fleet's deferral ends.
-      const other = await new FleetRefresh(client, deps).run({ ...ctx, failed });
+      const other = await new FleetRefresh(client, deps, credentials).run({ ...ctx, failed });
       expect(other.kind).toBe('deferred');
       expect(other.kind === 'deferred' && other.retryInMs).toBeGreaterThan(1900);
       expect(grantor.calls).toHaveLength(1);
@@ -220,7 +223,10 @@ describe(FleetRefresh.name, () => {
 
     it('keeps a failure an operator must fix to this replica (its readiness reports it)', async () => {
       grantor.accepted = SECOND;
-      const pass = await new FleetRefresh(client, deps).run({ ...ctx, failed: () => 1000 });
+      const pass = await new FleetRefresh(client, deps, credentials).run({
+        ...ctx,
+        failed: () => 1000,
+      });
       expect(pass).toEqual({ kind: 'failed', retryInMs: 1000 });
       expect(await store.refreshDeferral(CLIENT)).toBe(0);
     });
@@ -228,7 +234,10 @@ describe(FleetRefresh.name, () => {
     it('never shortens a longer deferral another replica set', async () => {
       await store.deferRefresh(CLIENT, 10_000);
       grantor.failure = new ProviderException(ProviderErrorCode.ServerError, 'HTTP 503');
-      const pass = await new FleetRefresh(client, deps).run({ ...ctx, failed: () => 500 });
+      const pass = await new FleetRefresh(client, deps, credentials).run({
+        ...ctx,
+        failed: () => 500,
+      });
       expect(pass.kind).toBe('deferred');
       expect(grantor.calls).toHaveLength(0);
       await store.deferRefresh(CLIENT, 0);
@@ -240,25 +249,30 @@ describe(FleetRefresh.name, () => {
       deps.store = timed;
       await timed.deferRefresh(CLIENT, 1000);
       now += 999;
-      expect((await new FleetRefresh(client, deps).run({ ...ctx, failed: () => 500 })).kind).toBe(
-        'deferred',
-      );
+      expect(
+        (await new FleetRefresh(client, deps, credentials).run({ ...ctx, failed: () => 500 })).kind,
+      ).toBe('deferred');
       now += 1;
-      const pass = await new FleetRefresh(client, deps).run({ ...ctx, failed: () => 500 });
+      const pass = await new FleetRefresh(client, deps, credentials).run({
+        ...ctx,
+        failed: () => 500,
+      });
       expect(pass).toMatchObject({ kind: 'token', fetched: true });
     });
   });
 
   it('releases the lock when the provider fails, and lets the failure through', async () => {
     grantor.failure = new ProviderException(ProviderErrorCode.ServerError, 'HTTP 503');
-    await expect(new FleetRefresh(client, deps).run(ctx)).rejects.toBe(grantor.failure);
+    await expect(new FleetRefresh(client, deps, credentials).run(ctx)).rejects.toBe(
+      grantor.failure,
+    );
     expect(store.releases).toBe(1);
   });
 
   describe('store outage', () => {
     it('waits within the grace period, then fetches on its own, unshared', async () => {
       store.down = true;
-      const refresh = new FleetRefresh(client, deps);
+      const refresh = new FleetRefresh(client, deps, credentials);
       await expect(refresh.run(ctx)).resolves.toEqual({ kind: 'wait' });
       now += 499;
       await expect(refresh.run(ctx)).resolves.toEqual({ kind: 'wait' });
@@ -273,13 +287,13 @@ describe(FleetRefresh.name, () => {
       store.down = true;
       held = record('expiring', 900);
       goodEnough = (r) => r !== held;
-      const pass = await new FleetRefresh(client, deps).run(ctx);
+      const pass = await new FleetRefresh(client, deps, credentials).run(ctx);
       expect(pass).toMatchObject({ kind: 'token', fetched: true, unshared: true });
     });
 
     it('starts the grace period again once the store answers', async () => {
       store.down = true;
-      const refresh = new FleetRefresh(client, deps);
+      const refresh = new FleetRefresh(client, deps, credentials);
       await refresh.run(ctx);
       now += 400;
       store.down = false;
@@ -298,41 +312,47 @@ describe(FleetRefresh.name, () => {
     beforeEach(() => {
       timed = new Store(() => now);
       deps.store = timed;
-      deps.minRefreshIntervalMs = FLOOR_MS;
+      deps.settings = { minRefreshIntervalMs: FLOOR_MS };
       goodEnough = () => false;
     });
 
     it('no replica asks the provider again until the floor after a grant is over', async () => {
-      const pass = await new FleetRefresh(client, deps).run(ctx);
+      const pass = await new FleetRefresh(client, deps, credentials).run(ctx);
       expect(pass).toMatchObject({ kind: 'token', fetched: true });
       now += FLOOR_MS - 1;
       // Another replica (its own FleetRefresh) wants a token nobody has good enough.
-      const other = await new FleetRefresh(client, deps).run(ctx);
+      const other = await new FleetRefresh(client, deps, credentials).run(ctx);
       expect(other).toEqual({ kind: 'floor', retryInMs: 1, lifetimeMs: HOUR });
       expect(grantor.calls).toHaveLength(1);
       expect(timed.releases).toBe(2);
       now += 1;
-      expect(await new FleetRefresh(client, deps).run(ctx)).toMatchObject({ fetched: true });
+      expect(await new FleetRefresh(client, deps, credentials).run(ctx)).toMatchObject({
+        fetched: true,
+      });
       expect(grantor.calls).toHaveLength(2);
     });
 
     it('a rejected token does not lift the floor: its replacement waits for it', async () => {
-      const pass = await new FleetRefresh(client, deps).run(ctx);
+      const pass = await new FleetRefresh(client, deps, credentials).run(ctx);
       expect(pass.kind).toBe('token');
       const first = pass.kind === 'token' ? pass.record : undefined;
       const rule = { caller: 'proxy', floorMs: 0, perCaller: 0, windowMs: 1000 };
       expect(await timed.invalidate(CLIENT, first!.fingerprint, rule)).toBe('invalidated');
-      expect(await new FleetRefresh(client, deps).run(ctx)).toMatchObject({ kind: 'floor' });
+      expect(await new FleetRefresh(client, deps, credentials).run(ctx)).toMatchObject({
+        kind: 'floor',
+      });
       expect(grantor.calls).toHaveLength(1);
       now += FLOOR_MS;
-      expect(await new FleetRefresh(client, deps).run(ctx)).toMatchObject({ fetched: true });
+      expect(await new FleetRefresh(client, deps, credentials).run(ctx)).toMatchObject({
+        fetched: true,
+      });
       expect(grantor.calls).toHaveLength(2);
     });
 
     it('a token too short-lived to serve is neither stored nor returned, and starts the floor', async () => {
       // Arrives with under 1 s left (the grantor's clock is real time, past the test's `now`).
       grantor.lifetimeMs = 900;
-      const pass = await new FleetRefresh(client, deps).run(ctx);
+      const pass = await new FleetRefresh(client, deps, credentials).run(ctx);
       expect(pass).toEqual({ kind: 'unusable', lifetimeMs: 900, retryInMs: FLOOR_MS });
       expect(await timed.read(CLIENT)).toEqual({ status: 'absent' });
       // The other replicas learn the provider's lifetime from the floor.
@@ -341,7 +361,7 @@ describe(FleetRefresh.name, () => {
     });
 
     it('while the store is down, each replica keeps the floor by its own clock', async () => {
-      const refresh = new FleetRefresh(client, deps);
+      const refresh = new FleetRefresh(client, deps, credentials);
       expect(await refresh.run(ctx)).toMatchObject({ fetched: true });
       timed.down = true;
       now += 1000;
@@ -363,9 +383,9 @@ describe(FleetRefresh.name, () => {
     it('after invalid_client, re-reads the credentials and retries once with new ones', async () => {
       grantor.accepted = SECOND;
       secret = FIRST;
-      const refresh = new FleetRefresh(client, deps);
+      const refresh = new FleetRefresh(client, deps, credentials);
       // The cache holds FIRST; the source now holds SECOND.
-      await deps.credentials.get();
+      await credentials.get();
       secret = SECOND;
       const pass = await refresh.run(ctx);
       expect(pass).toMatchObject({ kind: 'token', fetched: true });
@@ -374,7 +394,7 @@ describe(FleetRefresh.name, () => {
 
     it('lets invalid_client through when the source still holds the refused credentials', async () => {
       grantor.accepted = SECOND;
-      await expect(new FleetRefresh(client, deps).run(ctx)).rejects.toMatchObject({
+      await expect(new FleetRefresh(client, deps, credentials).run(ctx)).rejects.toMatchObject({
         code: ProviderErrorCode.InvalidClient,
       });
       expect(grantor.calls).toEqual([FIRST]);

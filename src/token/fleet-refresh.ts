@@ -31,21 +31,21 @@ const UNBOUNDED: EndpointSlot = { granted: true, release: () => Promise.resolve(
 /** The replica's own bound per endpoint while the store is down: one for all its clients. */
 const SHARED_LOCAL_ENDPOINTS = new EndpointLimiter();
 
+/** Shared by every client's pass: nothing in it is one client's. */
 export interface FleetRefreshDeps {
   store: { records: TokenRecords; lock: RefreshLock; bus: Pick<FleetBus, 'generation'> };
   grantor: TokenGrantor;
-  credentials: CredentialsCache;
   metrics: Pick<MetricsService, 'lockAttempts' | 'cacheLookups' | 'refreshes' | 'providerLatency'>;
   logger: Logger;
   /** How long the store must keep failing before this replica refreshes alone. */
   storeGraceMs: number;
-  /** `TOKEN_MIN_REFRESH_INTERVAL_MS`: at most one grant per interval. */
-  minRefreshIntervalMs: number;
+  /** `minRefreshIntervalMs` (`TOKEN_MIN_REFRESH_INTERVAL_MS`): at most one grant per interval. */
+  settings: { readonly minRefreshIntervalMs: number };
   /** The fleet's bound on requests to this client's token endpoint; absent: none. */
   endpointCap?: EndpointCap;
   /** This process's passes per token endpoint, shared by its clients; absent: this client's own. */
   gates?: EndpointGates;
-  now: () => number;
+  now?: () => number;
 }
 
 export interface RefreshContext {
@@ -92,11 +92,14 @@ export class FleetRefresh {
   private readonly gate: EndpointGate;
   /** Ends a pass's wait for the endpoint; set only during one. */
   private interrupt?: () => void;
+  private readonly now: () => number;
 
   constructor(
     private readonly client: ClientConfig,
     private readonly deps: FleetRefreshDeps,
+    private readonly credentials: CredentialsCache,
   ) {
+    this.now = deps.now ?? Date.now;
     this.endpoint = tokenEndpointOf(client);
     this.gate = (deps.gates ?? new EndpointGates()).of(this.endpoint, deps.endpointCap);
   }
@@ -161,7 +164,7 @@ export class FleetRefresh {
       this.deps.metrics.lockAttempts.labels('error').inc();
       // One slow command is not an outage (under CPU pressure a reply can miss its timeout
       // while Redis is fine): fetching at once would refresh beside the fleet's lock holder.
-      const now = this.deps.now();
+      const now = this.now();
       this.storeFailingSince ??= now;
       const withinGrace = now - this.storeFailingSince < this.deps.storeGraceMs;
       const held = ctx.held();
@@ -170,7 +173,7 @@ export class FleetRefresh {
       const localHoldMs = this.localHoldMs();
       if (localHoldMs > 0) return { kind: 'floor', retryInMs: localHoldMs };
       const record = await this.fetch();
-      this.lastGrantAt = this.deps.now();
+      this.lastGrantAt = this.now();
       return this.unusable(record) ?? token(record, true, true);
     }
   }
@@ -240,21 +243,25 @@ export class FleetRefresh {
 
   private localHoldMs(): number {
     if (this.lastGrantAt === undefined) return 0;
-    return Math.max(0, this.lastGrantAt + this.deps.minRefreshIntervalMs - this.deps.now());
+    return Math.max(0, this.lastGrantAt + this.deps.settings.minRefreshIntervalMs - this.now());
   }
 
   /** Fleet-wide and here: the store may be down by the next pass. */
   private async holdFleet(record: TokenRecord): Promise<void> {
-    this.lastGrantAt = this.deps.now();
-    const { store, minRefreshIntervalMs } = this.deps;
+    this.lastGrantAt = this.now();
+    const { store, settings } = this.deps;
     const lifetimeMs = record.expiresAt - record.obtainedAt;
-    const hold = store.lock.holdRefreshes(this.client.id, minRefreshIntervalMs, lifetimeMs);
+    const hold = store.lock.holdRefreshes(
+      this.client.id,
+      settings.minRefreshIntervalMs,
+      lifetimeMs,
+    );
     await this.orIfStoreFails(hold, undefined);
   }
 
   /** Undefined when `record` is servable. */
   private unusable(record: TokenRecord): RefreshPass | undefined {
-    if (record.expiresAt - this.deps.now() >= MIN_SERVE_MS) return undefined;
+    if (record.expiresAt - this.now() >= MIN_SERVE_MS) return undefined;
     return {
       kind: 'unusable',
       lifetimeMs: record.expiresAt - record.obtainedAt,
@@ -292,11 +299,11 @@ export class FleetRefresh {
    * the floor and backoff but starting the floor after; coalesced by {@link FORCED_COALESCE_MS}.
    */
   async forced(askedAt: number, waitMs: number): Promise<Forced> {
-    const deadline = this.deps.now() + waitMs;
+    const deadline = this.now() + waitMs;
     for (;;) {
       const locked = await this.locked(() => this.forcedUnderLock(askedAt));
       if (locked.acquired) return locked.value;
-      if (this.deps.now() >= deadline) {
+      if (this.now() >= deadline) {
         throw new TokenException(
           TokenErrorCode.Unavailable,
           `client "${this.client.id}": another replica held the refresh lock for the whole wait; retry the forced refresh in a few seconds`,
@@ -335,7 +342,8 @@ export class FleetRefresh {
    * holds it, or the store is down and this is the replica's single flight.
    */
   private async fetch(): Promise<TokenRecord> {
-    const { grantor, credentials, logger, metrics, now } = this.deps;
+    const { grantor, logger, metrics } = this.deps;
+    const { credentials, now } = this;
     const client = this.client;
     const current = await credentials.get();
     const started = now();

@@ -60,25 +60,25 @@ export class TokenService implements OnApplicationBootstrap, BeforeApplicationSh
   ) {
     this.clients = config.clients;
     this.required = config.readiness.requiredClients;
-    const gates = new EndpointGates();
-    this.newManager = (client) =>
-      new ClientTokenManager(client, {
-        store: tracedTokenStore(store),
-        grantor: tracedGrantor(grantor),
-        loadCredentials: (c, stage) =>
-          loadClientCredentials(secrets, c.credentials, c.tokenRequest.auth, stage),
-        metrics,
-        logger,
-        settings: config.token,
-        storeGraceMs: Math.max(500, 2 * config.redis.commandTimeoutMs),
-        endpointCap: {
-          concurrency: config.token.endpointMaxConcurrency,
-          perSecond: config.token.endpointRatePerSecond,
-          // A dead holder's place comes back once its request could no longer be running.
-          leaseMs: tokenCallDeadlineMs(config.provider) + 1000,
-        },
-        gates,
-      });
+    // One for every client's manager: a copy per client cost a few hundred bytes each.
+    const deps = {
+      store: tracedTokenStore(store),
+      grantor: tracedGrantor(grantor),
+      loadCredentials: (c: ClientConfig, stage?: string) =>
+        loadClientCredentials(secrets, c.credentials, c.tokenRequest.auth, stage),
+      metrics,
+      logger,
+      settings: config.token,
+      storeGraceMs: Math.max(500, 2 * config.redis.commandTimeoutMs),
+      endpointCap: {
+        concurrency: config.token.endpointMaxConcurrency,
+        perSecond: config.token.endpointRatePerSecond,
+        // A dead holder's place comes back once its request could no longer be running.
+        leaseMs: tokenCallDeadlineMs(config.provider) + 1000,
+      },
+      gates: new EndpointGates(),
+    };
+    this.newManager = (client) => new ClientTokenManager(client, deps);
     for (const client of config.clients) this.managers.set(client.id, this.newManager(client));
     this.noteSoleClient();
     this.fleet = store.bus;
