@@ -35,7 +35,8 @@ export class TokenAuditTrail extends AuditTrail implements OnApplicationShutdown
   private readonly issuedLines: AuditAggregator;
   /** No lookup on the hot path. */
   private readonly slots = new WeakMap<Caller, Map<string, CallerSlot>>();
-  private last: { caller?: Caller; clientId?: string; slot?: CallerSlot } = {};
+  /** The slot of the last call, updated in place: callers spread over clients allocate nothing. */
+  private readonly last: { caller?: Caller; clientId?: string; slot?: CallerSlot } = {};
   private readonly onExit = (): void => {
     this.flush();
     flushLoggerSync(this.logger);
@@ -81,7 +82,9 @@ export class TokenAuditTrail extends AuditTrail implements OnApplicationShutdown
       };
       byClient.set(clientId, slot);
     }
-    this.last = { caller, clientId, slot };
+    last.caller = caller;
+    last.clientId = clientId;
+    last.slot = slot;
     this.issuedLines.record(slot.aggregate, ids, now);
   }
 
