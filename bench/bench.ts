@@ -12,7 +12,7 @@ import { loadWithLatency } from './latency';
 import { imageNode } from './paths';
 import { benchReplica, REPLICA_TARGETS, replicaNodes } from './replica.bench';
 import { FLEET_CLIENT, requestsPerCycle, startFleet } from '../test/support/fleet';
-import { benchScale, LOAD_LIFETIME_S, type ScaleRun } from './scale.bench';
+import { benchScale, LOAD_LIFETIME_S, QUIET_RSS_MS, type ScaleRun } from './scale.bench';
 
 /**
  * `npm run bench`: the broker against baselines measured in the same run, same load generator
@@ -491,11 +491,27 @@ function printScale(runs: ScaleRun[], opts: { lifetimeS: number; aheadS: number 
   row(
     `RSS, idle replica (mean of 2, lowest in the 2nd half of ${opts.lifetimeS} s idle, before any load); per additional client`,
     runs.map(
-      (r) =>
+      (r, i) =>
         `${(r.rssKb / 1024).toFixed(1)} MB${ratio(r.rssKb, base.rssKb)}` +
-        (r.n === base.n ? '' : `; ${perClient(r).toFixed(1)} KB per client`),
+        (r.n === base.n ? '' : `; ${perClient(r).toFixed(1)} KB per client`) +
+        // Beyond the second N, what each client past the one before costs: the first N's
+        // baseline has not run the code a burst of clients warms (undici's pool, pipelines).
+        (i < 2 || r.n <= runs[i - 1].n
+          ? ''
+          : `, ${((r.rssKb - runs[i - 1].rssKb) / (r.n - runs[i - 1].n)).toFixed(1)} KB from N=${runs[i - 1].n}`),
     ),
     `<= ${SCALE_TARGETS.rssKbPerClient} KB per client: ${verdict(perClient(last) <= SCALE_TARGETS.rssKbPerClient)}`,
+  );
+  const quietPerClient = (r: ScaleRun) =>
+    r.n === base.n ? 0 : (r.quietRssKb - base.quietRssKb) / (r.n - base.n);
+  row(
+    `RSS, quiet replica (mean of 2, lowest in ${QUIET_RSS_MS / 1000} s with every client on a ${LOAD_LIFETIME_S / 60}-minute token, no refresh due, as in production); per additional client`,
+    runs.map(
+      (r) =>
+        `${(r.quietRssKb / 1024).toFixed(1)} MB${ratio(r.quietRssKb, base.quietRssKb)}` +
+        (r.n === base.n ? '' : `; ${quietPerClient(r).toFixed(1)} KB per client`),
+    ),
+    '(information)',
   );
   const evenShare = (r: ScaleRun) => r.n / opts.aheadS;
   row(

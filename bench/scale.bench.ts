@@ -46,6 +46,13 @@ export interface ScaleRun {
    * half of the idle lifetime, before any load, KiB.
    */
   rssKb: number;
+  /**
+   * The same, read every second for {@link QUIET_RSS_MS} once every client holds a token of the
+   * provider's lifetime ({@link LOAD_LIFETIME_S}) and no refresh is due: an idle replica as in
+   * production, where a thousand clients refresh about once every two seconds, not 25 times a
+   * second as at the idle lifetime's short tokens.
+   */
+  quietRssKb: number;
   /** Most token requests the emulator received in one second: each client's first, and later ones. */
   busiestStartup: number;
   busiestRefresh: number;
@@ -79,8 +86,13 @@ export interface ScaleRun {
 
 /** Token lifetime during the load rounds, seconds: the provider's (SPEC.md), no refresh falls in them. */
 export const LOAD_LIFETIME_S = 1800;
-/** How long the kept replica's quiet CPU is read before the load rounds, ms. */
+/** How long the kept replicas' quiet CPU is read before the load rounds, ms. */
 const QUIET_MS = 3000;
+/**
+ * How long the quiet replicas' RSS is read after that, ms: V8 shrinks an idle heap some 8 s after
+ * its allocations stop (its memory reducer), and the floor comes after.
+ */
+export const QUIET_RSS_MS = 20_000;
 
 /** Readiness is polled this often: the start-to-ready figure is exact to about this much. */
 const POLL_MS = 5;
@@ -96,20 +108,22 @@ type IdleFigures = Omit<
   | 'metricsBytes'
 >;
 
-/** The first replica of one N, kept for the load rounds, and what stops all of that N's. */
+/** The two replicas of one N, kept for the load rounds, and what stops all of that N's. */
 interface Kept {
-  proc: BrokerProcess;
-  /** Its CPU while quiet with {@link LOAD_LIFETIME_S} tokens, CPU-seconds per second. */
-  quietCpuPerS: number;
+  procs: BrokerProcess[];
+  /** Each one's CPU while quiet with {@link LOAD_LIFETIME_S} tokens, CPU-seconds per second. */
+  quietCpuPerS: number[];
   ids: string[];
   apiKey: string;
   stop(): Promise<void>;
 }
 
 /**
- * One N after the other (start, idle lifetime, with nothing else started), keeping the first
- * replica of each; then `rounds` of `GET /token` load over the kept replicas, interleaved so
- * drift on a shared machine hits every N alike, and `/metrics` of each.
+ * One N after the other (start, idle lifetime, with nothing else started), keeping both replicas
+ * of each; then `rounds` of `GET /token` load over the kept replicas, one after the other and
+ * interleaved so drift on a shared machine hits every N alike, and `/metrics` of each. Two
+ * processes per N, pooled: one process's throughput moves by some 10 % from another's of the same
+ * build (its JIT and memory layout), which a ratio of single processes reads as a difference.
  */
 export async function benchScale(opts: ScaleOptions): Promise<ScaleRun[]> {
   const idle: IdleFigures[] = [];
@@ -123,21 +137,29 @@ export async function benchScale(opts: ScaleOptions): Promise<ScaleRun[]> {
     const rounds = kept.map(
       () => [] as Array<{ requests: number; non2xx: number; cpuS: number; netCpuS: number }>,
     );
-    for (const k of kept) await loadRandomClient(k, opts.connections, 1);
+    for (const k of kept)
+      for (const p of k.procs) await loadRandomClient(k, p, opts.connections, 1);
     for (let round = 0; round < opts.rounds; round++) {
       for (const [i, k] of kept.entries()) {
-        const cpuBefore = cpuSecondsOf(k.proc.pid!);
-        const from = performance.now();
-        const r = await loadRandomClient(k, opts.connections, opts.durationSec);
-        const cpuS = cpuSecondsOf(k.proc.pid!) - cpuBefore;
-        const netCpuS = cpuS - k.quietCpuPerS * ((performance.now() - from) / 1000);
-        rounds[i].push({ requests: r.requests.total, non2xx: r.non2xx + r.errors, cpuS, netCpuS });
+        // The N's replicas one after the other, pooled into the round's figure.
+        const sum = { requests: 0, non2xx: 0, cpuS: 0, netCpuS: 0 };
+        for (const [j, p] of k.procs.entries()) {
+          const cpuBefore = cpuSecondsOf(p.pid!);
+          const from = performance.now();
+          const r = await loadRandomClient(k, p, opts.connections, opts.durationSec);
+          const cpuS = cpuSecondsOf(p.pid!) - cpuBefore;
+          sum.requests += r.requests.total;
+          sum.non2xx += r.non2xx + r.errors;
+          sum.cpuS += cpuS;
+          sum.netCpuS += cpuS - k.quietCpuPerS[j] * ((performance.now() - from) / 1000);
+        }
+        rounds[i].push(sum);
       }
     }
     const runs: ScaleRun[] = [];
     for (const [i, k] of kept.entries()) {
       // The admin listener, where the chart's Prometheus reads it.
-      const metrics = await fetch(`${k.proc.adminUrl!}/metrics`);
+      const metrics = await fetch(`${k.procs[0].adminUrl!}/metrics`);
       const metricsBytes = (await metrics.arrayBuffer()).byteLength;
       if (metrics.status !== 200) throw new Error(`GET /metrics answered ${metrics.status}`);
       const perCpu = rounds[i].map((r) => r.requests / Math.max(r.netCpuS, 0.01));
@@ -163,11 +185,12 @@ export async function benchScale(opts: ScaleOptions): Promise<ScaleRun[]> {
 /** `GET /token` from `connections` autocannon connections, each request for a random client. */
 function loadRandomClient(
   k: Kept,
+  proc: BrokerProcess,
   connections: number,
   duration: number,
 ): Promise<autocannon.Result> {
   return autocannon({
-    url: k.proc.url,
+    url: proc.url,
     connections,
     duration,
     headers: { authorization: `Bearer ${k.apiKey}` },
@@ -335,8 +358,6 @@ async function scaleRun(n: number, opts: ScaleOptions): Promise<{ run: IdleFigur
     }
     const cycles = refreshCycles(issued, merchantOf, (opts.lifetimeS - opts.aheadS) * 500);
     const lapses = lapsesOf(issued, merchantOf, opts.lifetimeS * 1000);
-    // The second replica's work is done: the load rounds run on the first of each N, kept.
-    await second.proc.stop();
     // The load rounds measure the hot path, so they run at the provider's own lifetime: with the
     // idle rows' short tokens a thousand clients refresh some forty times a second under load,
     // which is the refresh rows' business, not GET /token's. Each client's next refresh (due
@@ -352,11 +373,17 @@ async function scaleRun(n: number, opts: ScaleOptions): Promise<{ run: IdleFigur
       `${LOAD_LIFETIME_S} s tokens for all ${n} clients`,
     );
     await delay(1000);
-    const quietCpuBefore = cpuSecondsOf(first.proc.pid!);
+    const procs = [first.proc, second.proc];
+    const quietCpuBefore = procs.map((p) => cpuSecondsOf(p.pid!));
     const quietFrom = performance.now();
     await delay(QUIET_MS);
-    const quietCpuPerS =
-      (cpuSecondsOf(first.proc.pid!) - quietCpuBefore) / ((performance.now() - quietFrom) / 1000);
+    const quietS = (performance.now() - quietFrom) / 1000;
+    const quietCpuPerS = procs.map((p, i) => (cpuSecondsOf(p.pid!) - quietCpuBefore[i]) / quietS);
+    const quietFloor = [Infinity, Infinity];
+    for (let t = 0; t < QUIET_RSS_MS; t += 1000) {
+      await delay(1000);
+      procs.forEach((p, i) => (quietFloor[i] = Math.min(quietFloor[i], rssKbOf(p.pid!))));
+    }
     return {
       run: {
         n,
@@ -365,6 +392,7 @@ async function scaleRun(n: number, opts: ScaleOptions): Promise<{ run: IdleFigur
         joinReadyMs: second.readyMs,
         joinReadyCpuS: second.readyCpuS,
         rssKb,
+        quietRssKb: (quietFloor[0] + quietFloor[1]) / 2,
         busiestStartup: busiestSecond(startup, startedAt),
         busiestRefresh: busiestSecond(refresh, startedAt),
         requestsPerCycle: cycles.requests / cycles.cycles,
@@ -373,7 +401,7 @@ async function scaleRun(n: number, opts: ScaleOptions): Promise<{ run: IdleFigur
         redisPerClient: ((commands / n / 2) * (opts.lifetimeS * 1000)) / idleMs,
         idleCpuPerS: idleCpuRate[0] + idleCpuRate[1],
       },
-      kept: { proc: first.proc, quietCpuPerS, ids, apiKey, stop },
+      kept: { procs, quietCpuPerS, ids, apiKey, stop },
     };
   } catch (err) {
     await stop();
