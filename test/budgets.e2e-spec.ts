@@ -90,6 +90,8 @@ function memoryOf(pid: number): { peak: number; now: number } {
 }
 
 /** Settles `promises` or gives up at the deadline: a refused socket may never drain. */
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
 async function settled(promises: Promise<unknown>[], timeoutMs: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([
@@ -194,15 +196,21 @@ describe('budgets per caller and per replica (broker processes, real Redis)', ()
         ),
         60_000,
       );
-      // Every refusal is answered before its body is read; give the last ones time to arrive.
-      const answers = await Promise.all(
-        requests.map((r) =>
-          Promise.race([
-            r.answer,
-            new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 2000)),
-          ]),
-        ),
-      );
+      // Every refusal is answered before its body is read; give the last ones time to arrive:
+      // until all but the admitted bound are answered, or 5 s.
+      const answers: Array<Refusal | undefined> = requests.map(() => undefined);
+      requests.forEach((r, i) => void r.answer.then((a) => (answers[i] = a)));
+      const answered = () => answers.filter((a) => a !== undefined).length;
+      const deadline = Date.now() + 5000;
+      while (answered() < 300 - admittedAtMost && Date.now() < deadline) await sleep(100);
+      await sleep(500);
+      // What the replica holds, by its own accounting: on a loaded machine a few requests were
+      // still unanswered past any fixed wait, neither refused nor admitted, so counting the
+      // unanswered ones read 41 admitted against a bound of 32 (CI) while the budget held.
+      const inFlight = await metric(broker, 'token_broker_forwarding_in_flight', {
+        route: 'orders',
+      });
+      const bodyBytes = await metric(broker, 'token_broker_request_body_bytes');
       const memory = memoryOf(pid);
       const refused = answers.filter((a): a is Refusal => a !== undefined);
       const byCode = new Map<string, number>();
@@ -210,7 +218,7 @@ describe('budgets per caller and per replica (broker processes, real Redis)', ()
         byCode.set(`${a.status} ${a.code}`, (byCode.get(`${a.status} ${a.code}`) ?? 0) + 1);
       report(
         `300 slow 1 MiB orders (${what}): RSS before ${(before.now / MiB).toFixed(0)} MiB, peak (VmHWM) ${(memory.peak / MiB).toFixed(0)} MiB, ` +
-          `admitted ${300 - refused.length}, refused ${JSON.stringify(Object.fromEntries(byCode))}`,
+          `admitted ${inFlight} (${(bodyBytes / MiB).toFixed(0)} MiB of bodies held; ${300 - refused.length - inFlight} unanswered besides), refused ${JSON.stringify(Object.fromEntries(byCode))}`,
       );
       expect(memory.peak).toBeLessThanOrEqual(CHART_MEMORY_LIMIT);
       expect(refused.length).toBeGreaterThan(0);
@@ -218,8 +226,11 @@ describe('budgets per caller and per replica (broker processes, real Redis)', ()
         expect([429, 503]).toContain(a.status);
         expect(Number(a.retryAfter)).toBeGreaterThanOrEqual(1);
       }
-      // The caller's share of the body budget (32 of the 64 MiB without a memory limit), or all of it.
-      expect(300 - refused.length).toBeLessThanOrEqual(admittedAtMost);
+      // The caller's share of the body budget (32 of the 64 MiB without a memory limit), or all of
+      // it: at most that many admitted, holding at most that many bodies.
+      expect(inFlight).toBeLessThanOrEqual(admittedAtMost);
+      expect(bodyBytes).toBeLessThanOrEqual(admittedAtMost * ORDER_BYTES);
+      expect(inFlight).toBeGreaterThan(0);
       // The callers give up: every byte and request is given back.
       for (const r of requests) r.socket.destroy();
       await drained(broker);
