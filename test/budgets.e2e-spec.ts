@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { info } from './support/redis/node';
 import { type Stack, type StackBroker, startStack } from './support/stack';
 import { metricValue } from './support/token-watch';
@@ -90,8 +91,6 @@ function memoryOf(pid: number): { peak: number; now: number } {
 }
 
 /** Settles `promises` or gives up at the deadline: a refused socket may never drain. */
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
 async function settled(promises: Promise<unknown>[], timeoutMs: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([
@@ -200,9 +199,11 @@ describe('budgets per caller and per replica (broker processes, real Redis)', ()
       // until all but the admitted bound are answered, or 5 s.
       const answers: Array<Refusal | undefined> = requests.map(() => undefined);
       requests.forEach((r, i) => void r.answer.then((a) => (answers[i] = a)));
-      const answered = () => answers.filter((a) => a !== undefined).length;
-      const deadline = Date.now() + 5000;
-      while (answered() < 300 - admittedAtMost && Date.now() < deadline) await sleep(100);
+      await waitFor(() => answers.filter((a) => a !== undefined).length >= 300 - admittedAtMost, {
+        timeoutMs: 5000,
+        intervalMs: 100,
+        what: 'the refusals',
+      }).catch(() => undefined);
       await sleep(500);
       // What the replica holds, by its own accounting. Counting the unanswered requests as
       // admitted read 41 against a bound of 32 once in CI: a refused connection is closed
@@ -214,12 +215,15 @@ describe('budgets per caller and per replica (broker processes, real Redis)', ()
       const bodyBytes = await metric(broker, 'token_broker_request_body_bytes');
       const memory = memoryOf(pid);
       const refused = answers.filter((a): a is Refusal => a !== undefined);
+      // Of the unanswered requests, those still open are the ones the replica holds; the rest
+      // were closed (a refusal lost to the reset).
+      const held = requests.filter((r, i) => answers[i] === undefined && !r.socket.destroyed);
       const byCode = new Map<string, number>();
       for (const a of refused)
         byCode.set(`${a.status} ${a.code}`, (byCode.get(`${a.status} ${a.code}`) ?? 0) + 1);
       report(
         `300 slow 1 MiB orders (${what}): RSS before ${(before.now / MiB).toFixed(0)} MiB, peak (VmHWM) ${(memory.peak / MiB).toFixed(0)} MiB, ` +
-          `admitted ${inFlight} (${(bodyBytes / MiB).toFixed(0)} MiB of bodies held; ${300 - refused.length - inFlight} unanswered besides), refused ${JSON.stringify(Object.fromEntries(byCode))}`,
+          `admitted ${inFlight} (${(bodyBytes / MiB).toFixed(0)} MiB of bodies held; ${held.length} connections open, ${300 - refused.length - held.length} closed unanswered), refused ${JSON.stringify(Object.fromEntries(byCode))}`,
       );
       expect(memory.peak).toBeLessThanOrEqual(CHART_MEMORY_LIMIT);
       expect(refused.length).toBeGreaterThan(0);
@@ -232,6 +236,8 @@ describe('budgets per caller and per replica (broker processes, real Redis)', ()
       expect(inFlight).toBeLessThanOrEqual(admittedAtMost);
       expect(bodyBytes).toBeLessThanOrEqual(admittedAtMost * ORDER_BYTES);
       expect(inFlight).toBeGreaterThan(0);
+      // Seen from the callers: no more requests held open than that.
+      expect(held.length).toBeLessThanOrEqual(admittedAtMost);
       // The callers give up: every byte and request is given back.
       for (const r of requests) r.socket.destroy();
       await drained(broker);
