@@ -487,7 +487,9 @@ function printScale(runs: ScaleRun[], opts: { lifetimeS: number; aheadS: number 
     ),
     '(information)',
   );
-  const perClient = (r: ScaleRun) => (r.n === base.n ? 0 : (r.rssKb - base.rssKb) / (r.n - base.n));
+  /** KiB per client past the first N, of `kb` (the idle or the quiet RSS). */
+  const perClient = (r: ScaleRun, kb: (run: ScaleRun) => number = (run) => run.rssKb) =>
+    r.n === base.n ? 0 : (kb(r) - kb(base)) / (r.n - base.n);
   row(
     `RSS, idle replica (mean of 2, lowest in the 2nd half of ${opts.lifetimeS} s idle, before any load); per additional client`,
     runs.map(
@@ -502,8 +504,7 @@ function printScale(runs: ScaleRun[], opts: { lifetimeS: number; aheadS: number 
     ),
     `<= ${SCALE_TARGETS.rssKbPerClient} KB per client: ${verdict(perClient(last) <= SCALE_TARGETS.rssKbPerClient)}`,
   );
-  const quietPerClient = (r: ScaleRun) =>
-    r.n === base.n ? 0 : (r.quietRssKb - base.quietRssKb) / (r.n - base.n);
+  const quietPerClient = (r: ScaleRun) => perClient(r, (run) => run.quietRssKb);
   row(
     `RSS, quiet replica (mean of 2, lowest in ${QUIET_RSS_MS / 1000} s with every client on a ${LOAD_LIFETIME_S / 60}-minute token, no refresh due, as in production); per additional client`,
     runs.map(

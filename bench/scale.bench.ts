@@ -333,14 +333,7 @@ async function scaleRun(n: number, opts: ScaleOptions): Promise<{ run: IdleFigur
     // VmRSS every second over the second half: its lowest is the replica's idle floor, which
     // a single reading misses by up to ~20 MB while V8 still holds the start-up's young
     // generation, or a refresh is under way.
-    const rssFloor = [Infinity, Infinity];
-    while (Date.now() - idleFrom < opts.lifetimeS * 1000) {
-      await delay(Math.min(1000, opts.lifetimeS * 1000 - (Date.now() - idleFrom)));
-      if (Date.now() - idleFrom < (opts.lifetimeS * 1000) / 2) continue;
-      [first, second].forEach((b, i) => {
-        rssFloor[i] = Math.min(rssFloor[i], rssKbOf(b.proc.pid!));
-      });
-    }
+    const rssFloor = await rssFloors([first.proc, second.proc], opts.lifetimeS * 1000, 0.5);
     const commands = (await redisCommands(admin)) - commandsBefore;
     const idleMs = Date.now() - idleFrom;
     const idleCpuRate = [first, second].map(
@@ -379,11 +372,7 @@ async function scaleRun(n: number, opts: ScaleOptions): Promise<{ run: IdleFigur
     await delay(QUIET_MS);
     const quietS = (performance.now() - quietFrom) / 1000;
     const quietCpuPerS = procs.map((p, i) => (cpuSecondsOf(p.pid!) - quietCpuBefore[i]) / quietS);
-    const quietFloor = [Infinity, Infinity];
-    for (let t = 0; t < QUIET_RSS_MS; t += 1000) {
-      await delay(1000);
-      procs.forEach((p, i) => (quietFloor[i] = Math.min(quietFloor[i], rssKbOf(p.pid!))));
-    }
+    const quietFloor = await rssFloors(procs, QUIET_RSS_MS);
     return {
       run: {
         n,
@@ -503,6 +492,21 @@ function busiestSecond(times: readonly number[], from: number): number {
     perSecond.set(s, (perSecond.get(s) ?? 0) + 1);
   }
   return Math.max(0, ...perSecond.values());
+}
+
+/**
+ * Each process's lowest VmRSS (KiB), read every second for `ms`, from `skip` of it on (a
+ * fraction: the first part of a window may still hold what came before it).
+ */
+async function rssFloors(procs: BrokerProcess[], ms: number, skip = 0): Promise<number[]> {
+  const floors = procs.map(() => Infinity);
+  const from = Date.now();
+  while (Date.now() - from < ms) {
+    await delay(Math.min(1000, ms - (Date.now() - from)));
+    if (Date.now() - from < ms * skip) continue;
+    procs.forEach((p, i) => (floors[i] = Math.min(floors[i], rssKbOf(p.pid!))));
+  }
+  return floors;
 }
 
 function rssKbOf(pid: number): number {
